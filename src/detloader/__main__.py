@@ -1,0 +1,3 @@
+from detloader.cli import main
+
+raise SystemExit(main())

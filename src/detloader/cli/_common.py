@@ -1,0 +1,82 @@
+"""Pieces shared by the sub-commands: reading options, progress bars, JSON output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from detloader.validate import ON_ERROR_CHOICES
+
+
+def add_read_arguments(parser: argparse.ArgumentParser, on_error: str = "warn") -> None:
+    """Arguments of :func:`detloader.read_annotations` that the CLI exposes."""
+    parser.add_argument("path", help="dataset folder or annotation file")
+    parser.add_argument("--format", default="auto", help="annotation format (default: auto)")
+    parser.add_argument(
+        "--on-error",
+        choices=ON_ERROR_CHOICES,
+        default=on_error,
+        help=f"what bad annotations do (default: {on_error})",
+    )
+    parser.add_argument("--classes", help="comma-separated class list, in id order")
+    parser.add_argument("--one-based", action="store_true", help="VOC 1-based pixel indices")
+    parser.add_argument("--no-check-images", action="store_true", help="do not check image files exist")
+    parser.add_argument("--workers", type=int, help="processes for a cold build (default: usable CPUs)")
+    parser.add_argument("--rebuild", action="store_true", help="ignore the cached index")
+    parser.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+
+
+def read_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "format": args.format,
+        "on_error": args.on_error,
+        "classes": [c.strip() for c in args.classes.split(",")] if args.classes else None,
+        "one_based": args.one_based,
+        "check_images": not args.no_check_images,
+        "workers": args.workers,
+        "cache": False if args.no_cache else ("rebuild" if args.rebuild else True),
+    }
+
+
+@contextmanager
+def progress_bar(description: str, enabled: bool = True) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar on stderr, as a ``progress(done, total)`` callback."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+        console=_stderr_console(),
+    ) as bar:
+        task = bar.add_task(description, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def _stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def console():
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, ensure_ascii=False)
+    sys.stdout.write("\n")

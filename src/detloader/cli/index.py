@@ -1,0 +1,73 @@
+"""``detloader index PATH``: build (or load) the cached index and print its summary."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from detloader.cli._common import add_read_arguments, console, print_json, progress_bar, read_kwargs
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("index", help="build or load the cached index of a dataset; print a summary")
+    add_read_arguments(p, on_error="warn")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import warnings
+
+    from detloader import read_annotations
+    from detloader.validate import AnnotationWarning
+
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        if args.json or args.on_error == "warn":
+            warnings.simplefilter("ignore", AnnotationWarning)  # reported below instead
+        with progress_bar("indexing", enabled=not args.json) as progress:
+            index = read_annotations(args.path, progress=progress, **read_kwargs(args))
+    seconds = time.perf_counter() - start
+    summary = index.summary()
+    if args.json:
+        summary["seconds"] = round(seconds, 4)
+        summary["cache_file"] = index._source_file
+        print_json(summary)
+        return 0
+    print_summary(summary, seconds)
+    if index.problems:
+        console().print(f"\n[yellow]{index.problems.summary()}[/yellow]")
+        console().print("run [bold]detloader validate[/bold] for the full list")
+    return 0
+
+
+def print_summary(summary: dict, seconds: float | None = None) -> None:
+    from rich.table import Table
+
+    out = console()
+    took = f" in {seconds:.2f} s" if seconds is not None else ""
+    out.print(
+        f"[bold]{summary['root']}[/bold] ({summary['format']}): {summary['images']} images, "
+        f"{summary['objects']} objects, {summary['empty_images']} without objects{took}"
+    )
+    table = Table("class", "objects", "images", "share", title="object classes")
+    total = max(1, summary["objects"])
+    for name, count in summary["classes"].items():
+        table.add_row(name, str(count), str(summary["images_per_class"][name]), f"{100 * count / total:.1f} %")
+    out.print(table)
+    if summary["image_classes"]:
+        t = Table("image class", "images", title="image classes")
+        for name, count in summary["image_classes"].items():
+            t.add_row(name, str(count))
+        out.print(t)
+    lm = summary["landmarks"]
+    if lm["names"]:
+        out.print(
+            f"landmarks: {len(lm['names'])} ({', '.join(lm['names'][:8])}{'...' if len(lm['names']) > 8 else ''}); "
+            f"flip pairs {len(lm['flip_pairs'])}; visible {lm['visible']}, hidden {lm['hidden']}, absent {lm['absent']}"
+        )
+    for level in ("object_attributes", "image_attributes"):
+        for name, values in summary[level].items():
+            out.print(f"{level.split('_')[0]} attribute {name}: " + ", ".join(f"{v} {c}" for v, c in values.items()))
+    if summary["splits"]:
+        out.print("splits: " + ", ".join(f"{k} {v}" for k, v in summary["splits"].items()))

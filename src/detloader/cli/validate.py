@@ -1,0 +1,47 @@
+"""``detloader validate PATH``: every problem in the annotations, as a table; exit 1 if any."""
+
+from __future__ import annotations
+
+import argparse
+
+from detloader.cli._common import add_read_arguments, console, print_json, progress_bar, read_kwargs
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("validate", help="report every problem in a dataset's annotations")
+    add_read_arguments(p, on_error="skip")
+    p.add_argument("--json", action="store_true", help="print the problems as JSON")
+    p.add_argument("--limit", type=int, default=0, help="show at most this many rows (default: all)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from detloader import read_annotations
+
+    kwargs = read_kwargs(args)
+    kwargs["on_error"] = "skip"  # collect everything, then report
+    with progress_bar("validating", enabled=not args.json) as progress:
+        index = read_annotations(args.path, progress=progress, **kwargs)
+    report = index.problems
+    if args.json:
+        print_json({"images": len(index), "objects": index.num_objects, "problems": report.counts(), "items": report.to_list()})
+        return 1 if report else 0
+    out = console()
+    if not report:
+        out.print(f"[green]no problems[/green] in {len(index)} images, {index.num_objects} objects")
+        return 0
+    table = Table(title=f"{len(report)} problems")
+    for column in ("file", "where", "kind", "problem", "action"):
+        table.add_column(column, overflow="fold")
+    rows = list(report)
+    shown = rows[: args.limit] if args.limit > 0 else rows
+    for p in shown:
+        style = "red" if p.severity == "error" else "yellow"
+        table.add_row(p.file, p.element, f"[{style}]{p.kind}[/{style}]", p.message, p.action)
+    out.print(table)
+    if len(shown) < len(rows):
+        out.print(f"... {len(rows) - len(shown)} more (--limit 0 shows all)")
+    out.print(f"{len(report.errors)} errors, {len(report.repairs)} repaired: {report.summary_line()}")
+    return 1

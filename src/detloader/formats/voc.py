@@ -1,0 +1,508 @@
+"""Pascal VOC XML, as labelImg, CVAT's VOC export and the VOC devkit write it.
+
+Layouts found from the path given:
+
+* **VOCdevkit**: ``Annotations/``, ``JPEGImages/``, ``ImageSets/Main/*.txt`` (split files of
+  one image id per line; the per-class ``NAME_train.txt`` files with two columns are ignored).
+  A ``VOCdevkit`` folder holding exactly one ``VOC20xx`` folder is accepted as that folder.
+* **annotations/ + images/** folders (names matched ignoring case: ``Annotations``,
+  ``annotations``; ``JPEGImages``, ``images``, ``Images``, ``imgs``), sub-folders mirrored.
+* **XML next to each image**, anywhere below the path; or a single ``.xml`` file.
+
+``<filename>`` is looked up in the image folder (in the annotation's sub-folder, then at the
+top), then the annotation's own name with the usual image extensions, then the base name of
+``<path>``. A missing ``<size>`` (or a zero one) is read from the image header.
+
+Landmarks on an ``<object>``, three dialects:
+
+* ``<keypoints><keypoint name="left_eye" x="10" y="20" visible="2"/>...</keypoints>``
+  (attributes or child elements; ``visible`` 0/1/2, default 2);
+* RetinaFace-to-VOC: ``<has_lm>1</has_lm><lm><x1/><y1/>...<x5/><y5/></lm>``; with 5 points
+  they are named as :data:`detloader.index.FACE5`; ``-1`` coordinates mean absent;
+* a comma (or space) list ``<keypoints>x1,y1,x2,y2,...</keypoints>``, points named
+  ``p0, p1, ...`` unless a landmark schema is given; negative pairs mean absent.
+
+Attributes: ``<attributes><attribute><name/><value/></attribute></attributes>`` on an object
+or on the annotation itself (image attributes; the one named ``image_class_attribute``,
+default ``class``, is the image-level class). ``<pose>`` other than ``Unspecified`` becomes
+the object attribute ``pose``.
+
+Element paths in problems are XPath-like and 1-based: ``object[2]/bndbox`` is the second
+``<object>`` of the file.
+"""
+
+from __future__ import annotations
+
+import ntpath
+import os
+import re
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from lxml import etree
+
+from detloader.formats._build import ChunkBuilder, ReadOptions
+from detloader.formats._common import (
+    IMAGE_EXTENSIONS,
+    Source,
+    find_child_dir,
+    image_header_size,
+    parse_flag,
+    read_capped,
+    scan_files,
+    stat_entry,
+)
+from detloader.formats._xml import UnsafeXMLError, parse_xml_bytes
+from detloader.index import FACE5, AnnotationIndex
+from detloader.validate import Problem
+
+NAME = "voc"
+DEFAULT_LANDMARKS = FACE5
+ANNOTATION_DIRS = ("Annotations", "annotations", "xml", "xmls", "labels_xml")
+IMAGE_DIRS = ("JPEGImages", "images", "imgs", "img", "pictures", "photos")
+_LM_TAG = re.compile(r"^([xy])(\d+)$")
+_NUMBERS = re.compile(r"[,\s;]+")
+
+
+def sniff(path: Path) -> bool:
+    """True when ``path`` looks like VOC: an Annotations folder, or .xml files whose root
+    element is ``<annotation>``."""
+    if path.is_file():
+        return path.suffix.lower() == ".xml" and _root_tag(path) == "annotation"
+    if not path.is_dir():
+        return False
+    if find_child_dir(path, ANNOTATION_DIRS) is not None:
+        return True
+    if _single_year_folder(path) is not None:
+        return True
+    for entry in _first_files(path, ".xml", limit=3):
+        return _root_tag(Path(entry)) == "annotation"
+    return False
+
+
+def _first_files(top: Path, suffix: str, limit: int) -> list[str]:
+    found: list[str] = []
+    for folder, dirs, files in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if name.lower().endswith(suffix):
+                found.append(os.path.join(folder, name))
+                if len(found) >= limit:
+                    return found
+    return found
+
+
+def _root_tag(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return None
+    match = re.search(rb"<([A-Za-z_][\w.-]*)[\s>/]", re.sub(rb"<[?!][^>]*>", b"", head))
+    return match.group(1).decode("ascii", "replace") if match else None
+
+
+def _single_year_folder(path: Path) -> Path | None:
+    years = [p for p in sorted(path.glob("VOC*")) if p.is_dir() and find_child_dir(p, ("Annotations",))]
+    if len(years) > 1:
+        names = ", ".join(p.name for p in years)
+        raise ValueError(f"path={str(path)!r} holds several VOC datasets ({names}); pass one of them")
+    return years[0] if years else None
+
+
+def discover(path: Path, options: ReadOptions) -> Source:
+    path = path.resolve()
+    if path.is_file():
+        root = path.parent
+        image_dir = Path(options.image_dir) if options.image_dir else root
+        files = [stat_entry(path, root)]
+        return _source(root, root, image_dir, files, None)
+    year = None if find_child_dir(path, ANNOTATION_DIRS) else _single_year_folder(path)
+    root = year if year is not None else path
+    ann_dir = find_child_dir(root, ANNOTATION_DIRS)
+    if ann_dir is None:  # XML next to each image
+        ann_dir = root
+        image_dir = Path(options.image_dir) if options.image_dir else root
+    elif options.image_dir:
+        image_dir = Path(options.image_dir)
+    else:
+        image_dir = find_child_dir(root, IMAGE_DIRS) or ann_dir
+    files = scan_files(ann_dir, (".xml",), root=root)
+    return _source(root, ann_dir, image_dir, files, find_child_dir(root, ("ImageSets",)))
+
+
+def _source(
+    root: Path, ann_dir: Path, image_dir: Path, files: list[tuple[str, int, int]], image_sets: Path | None
+) -> Source:
+    stamp = list(files)
+    split_files: list[str] = []
+    main = image_sets / "Main" if image_sets is not None else None
+    if main is not None and main.is_dir():
+        for rel, mtime, size in scan_files(main, (".txt",), root=root, recursive=False):
+            split_files.append(rel)
+            stamp.append((rel, mtime, size))
+    image_dir = image_dir.resolve()
+    try:
+        image_dir_mtime = os.stat(image_dir).st_mtime_ns  # images added or removed
+    except OSError:
+        image_dir_mtime = 0
+    return Source(
+        format=NAME,
+        root=root,
+        files=[f[0] for f in files],
+        stamp=stamp,
+        extra={
+            "annotation_dir": os.path.relpath(ann_dir, root),
+            "image_dir": os.path.relpath(image_dir, root),
+            "image_dir_mtime": image_dir_mtime,
+            "split_files": split_files,
+        },
+    )
+
+
+def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
+    """Parse ``files`` (relative to the root) into ``builder``."""
+    root = str(source.root)
+    ann_dir = source.extra["annotation_dir"]
+    image_dir = source.extra["image_dir"]
+    for rel in files:
+        builder.begin_file(rel)
+        _parse_file(root, rel, ann_dir, image_dir, builder)
+
+
+def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuilder) -> None:
+    opts = b.options
+    full = os.path.join(root, rel)
+    try:
+        data = read_capped(full, opts.max_file_bytes)
+    except OSError as err:
+        b.problem("unreadable_file", "", f"{err.strerror or err}", "file skipped")
+        return
+    except ValueError as err:
+        b.problem("file_too_large", "", str(err), "file skipped")
+        return
+    try:
+        ann = parse_xml_bytes(data)
+    except UnsafeXMLError as err:
+        b.problem("unsafe_xml", "", str(err), "file skipped")
+        return
+    except etree.XMLSyntaxError as err:
+        b.problem("unparseable", f"line {err.lineno}", _syntax_message(err), "file skipped")
+        return
+    if ann.tag != "annotation":
+        b.problem("unsupported", ann.tag, f"root element <{ann.tag}> is not <annotation>", "file skipped")
+        return
+
+    filename = (ann.findtext("filename") or "").strip()
+    sub = os.path.relpath(os.path.dirname(rel), ann_dir)
+    sub = "" if sub == "." else sub
+    stem = os.path.splitext(os.path.basename(rel))[0]
+    image_rel = _resolve_image(root, image_dir, sub, filename, stem, ann.findtext("path"), opts.check_images)
+    if image_rel is None:
+        shown = filename or f"{stem}.*"
+        b.problem(
+            "missing_image",
+            "filename",
+            f"filename={shown!r} not found in {os.path.join(image_dir, sub) or '.'}",
+            "image skipped",
+        )
+        return
+
+    width = _int_or_zero(ann.findtext("size/width"))
+    height = _int_or_zero(ann.findtext("size/height"))
+    if width is None or height is None or width <= 0 or height <= 0:
+        raw = f"width={ann.findtext('size/width')!r} height={ann.findtext('size/height')!r}"
+        if ann.find("size") is None:
+            raw = "<size> is missing"
+        try:
+            width, height = image_header_size(os.path.join(root, image_rel))
+        except OSError as err:
+            b.problem("missing_size", "size", f"{raw}; image unreadable: {err}", "image skipped")
+            return
+        b.problem("missing_size", "size", raw, f"read {width}x{height} from the image header", "repaired")
+
+    image_attrs = _attributes(ann.find("attributes"), "attributes", b)
+    image_class = image_attrs.pop(opts.image_class_attribute, None)
+    if not b.add_image(
+        image_rel,
+        width,
+        height,
+        image_class=image_class,
+        attributes=image_attrs,
+        verified=(ann.get("verified") or "").lower() in ("yes", "true", "1"),
+    ):
+        return
+
+    for j, obj in enumerate(ann.iterfind("object"), start=1):
+        element = f"object[{j}]"
+        name = obj.findtext("name")
+        if name is None:
+            b.problem("missing_field", element, "<name> is missing", "object skipped")
+            continue
+        box_el = obj.find("bndbox")
+        if box_el is None:
+            b.problem("missing_field", element, "<bndbox> is missing", "object skipped")
+            continue
+        coords = []
+        for field in ("xmin", "ymin", "xmax", "ymax"):
+            v = b.number(box_el.findtext(field), f"{element}/bndbox", field, "object skipped")
+            if v is None:
+                break
+            coords.append(v)
+        if len(coords) < 4:
+            continue
+        flags = []
+        for field in ("difficult", "truncated", "occluded"):
+            text = obj.findtext(field)
+            flag = parse_flag(text)
+            if flag is None:
+                b.problem("bad_value", f"{element}/{field}", f"{field}={text!r} is not 0/1", "treated as 0")
+                flag = False
+            flags.append(flag)
+        attrs = _attributes(obj.find("attributes"), f"{element}/attributes", b)
+        pose = (obj.findtext("pose") or "").strip()
+        if pose and pose.lower() != "unspecified" and "pose" not in attrs:
+            attrs["pose"] = pose
+        landmarks, lm_field = _landmarks(obj, element, b)
+        b.add_object(
+            coords,
+            name,
+            element=element,
+            difficult=flags[0],
+            truncated=flags[1],
+            occluded=flags[2],
+            attributes=attrs,
+            landmarks=landmarks,
+            landmark_field=lm_field,
+        )
+
+
+def _syntax_message(err: etree.XMLSyntaxError) -> str:
+    msg = str(err.msg if hasattr(err, "msg") and err.msg else err)
+    return msg.split(", line ")[0]
+
+
+def _int_or_zero(text: str | None) -> int | None:
+    if text is None or not text.strip():
+        return 0
+    try:
+        return int(float(text))
+    except ValueError:
+        return None
+
+
+def _resolve_image(
+    root: str,
+    image_dir: str,
+    sub: str,
+    filename: str,
+    stem: str,
+    path_text: str | None,
+    check: bool,
+) -> str | None:
+    """Relative image path for an annotation, or None when no candidate exists."""
+    name = ntpath.basename(filename) if "\\" in filename else filename
+    candidates: list[str] = []
+    if name:
+        candidates.append(os.path.join(image_dir, sub, name))
+        if sub:
+            candidates.append(os.path.join(image_dir, name))
+        if "/" in name:  # a relative path written by some tools
+            candidates.append(os.path.join(image_dir, os.path.basename(name)))
+    if not check:
+        return os.path.normpath(candidates[0] if candidates else os.path.join(image_dir, sub, stem + ".jpg"))
+    for cand in candidates:
+        if os.path.isfile(os.path.join(root, cand)):
+            return os.path.normpath(cand)
+    bases = {os.path.splitext(name)[0], stem} if name else {stem}
+    for base in sorted(b for b in bases if b):
+        for ext in IMAGE_EXTENSIONS:
+            cand = os.path.join(image_dir, sub, base + ext)
+            if os.path.isfile(os.path.join(root, cand)):
+                return os.path.normpath(cand)
+    if path_text and path_text.strip():
+        base = ntpath.basename(path_text.strip()) if "\\" in path_text else os.path.basename(path_text.strip())
+        cand = os.path.join(image_dir, sub, base)
+        if base and os.path.isfile(os.path.join(root, cand)):
+            return os.path.normpath(cand)
+    return None
+
+
+def _attributes(el: etree._Element | None, where: str, b: ChunkBuilder) -> dict[str, str]:
+    if el is None:
+        return {}
+    out: dict[str, str] = {}
+    for k, attr in enumerate(el.iterfind("attribute"), start=1):
+        name = (attr.findtext("name") or attr.get("name") or "").strip()
+        value = attr.findtext("value")
+        if value is None:
+            value = attr.get("value")
+        if not name:
+            b.problem("missing_field", f"{where}/attribute[{k}]", "attribute <name> is missing", "attribute skipped")
+            continue
+        out[name] = (value or "").strip()
+    return out
+
+
+def _landmarks(
+    obj: etree._Element, element: str, b: ChunkBuilder
+) -> tuple[list[tuple[str, float, float, int]] | None, str]:
+    kp = obj.find("keypoints")
+    if kp is not None:
+        children = kp.findall("keypoint")
+        if children:
+            return _named_keypoints(children, f"{element}/keypoints", b), "keypoints"
+        return _list_keypoints(kp.text or "", f"{element}/keypoints", b), "keypoints"
+    lm = obj.find("lm")
+    if lm is not None:
+        has = obj.findtext("has_lm")
+        if has is not None and parse_flag(has) is False:
+            return None, "lm"
+        return _retinaface_points(lm, f"{element}/lm", b), "lm"
+    return None, "keypoints"
+
+
+def _field(el: etree._Element, *names: str) -> str | None:
+    for name in names:
+        value = el.get(name)
+        if value is None:
+            value = el.findtext(name)
+        if value is not None:
+            return value
+    return None
+
+
+def _visibility(text: str | None) -> int | None:
+    if text is None:
+        return 2
+    value = text.strip().lower()
+    if value in ("true", "yes"):
+        return 2
+    if value in ("false", "no"):
+        return 1
+    try:
+        v = int(float(value))
+    except ValueError:
+        return None
+    return v if v in (0, 1, 2) else None
+
+
+def _named_keypoints(children: list, where: str, b: ChunkBuilder) -> list[tuple[str, float, float, int]]:
+    points: list[tuple[str, float, float, int]] = []
+    for k, child in enumerate(children, start=1):
+        at = f"{where}/keypoint[{k}]"
+        name = (_field(child, "name", "label") or "").strip()
+        if not name:
+            b.problem("missing_field", at, "keypoint name is missing", "point skipped")
+            continue
+        vis_text = _field(child, "visible", "visibility", "v")
+        v = _visibility(vis_text)
+        if v is None:
+            b.problem("bad_value", at, f"{name}: visible={vis_text!r} is not 0, 1 or 2", "point skipped")
+            continue
+        x = b.number(_field(child, "x"), at, f"{name}: x", "point skipped") if v else 0.0
+        y = b.number(_field(child, "y"), at, f"{name}: y", "point skipped") if v else 0.0
+        if x is None or y is None:
+            continue
+        points.append((name, x, y, v))
+    return points
+
+
+def _list_keypoints(text: str, where: str, b: ChunkBuilder) -> list[tuple[str, float, float, int]] | None:
+    tokens = [t for t in _NUMBERS.split(text.strip()) if t]
+    if not tokens:
+        return None
+    try:
+        values = [float(t) for t in tokens]
+    except ValueError:
+        bad = next(t for t in tokens if not _is_number(t))
+        b.problem("bad_value", where, f"{bad!r} is not a number", "landmarks skipped")
+        return None
+    if len(values) % 2:
+        b.problem("landmark_count", where, f"{len(values)} numbers is not x,y pairs", "landmarks skipped")
+        return None
+    names = b.positional_names(len(values) // 2, where)
+    if names is None:
+        return None
+    pts = np.asarray(values).reshape(-1, 2)
+    return [
+        (n, float(x), float(y), 0 if (x < 0 and y < 0) else 2) for n, (x, y) in zip(names, pts)
+    ]
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def _retinaface_points(lm: etree._Element, where: str, b: ChunkBuilder) -> list[tuple[str, float, float, int]] | None:
+    coords: dict[int, dict[str, str]] = {}
+    for child in lm:
+        match = _LM_TAG.match(str(child.tag))
+        if match:
+            coords.setdefault(int(match.group(2)), {})[match.group(1)] = child.text or ""
+    if not coords:
+        return None
+    n = max(coords)
+    names = b.positional_names(n, where, DEFAULT_LANDMARKS.names)
+    if names is None:
+        return None
+    points = []
+    for k in range(1, n + 1):
+        xy = coords.get(k, {})
+        x = b.number(xy.get("x"), where, f"x{k}", "point skipped")
+        y = b.number(xy.get("y"), where, f"y{k}", "point skipped")
+        if x is None or y is None:
+            continue
+        absent = x < 0 and y < 0
+        points.append((names[k - 1], 0.0 if absent else x, 0.0 if absent else y, 0 if absent else 2))
+    return points
+
+
+def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
+    """ImageSets/Main/NAME.txt -> image positions, matched by annotation file stem.
+
+    Ids without an image in the index (no annotation file, or one that was skipped) are left
+    out and reported once per split file as ``split_mismatch``.
+    """
+    if not source.extra.get("split_files"):
+        return {}
+    position: dict[str, int] = {}
+    for i in range(len(index)):
+        ann = index.annotation_path(i)
+        position.setdefault(os.path.splitext(os.path.basename(ann))[0], i)
+    out: dict[str, np.ndarray] = {}
+    for rel in source.extra["split_files"]:
+        ids: list[int] = []
+        try:
+            with open(os.path.join(source.root, rel), encoding="utf-8") as fh:
+                lines = fh.read().split("\n")
+        except (OSError, UnicodeDecodeError):
+            continue
+        rows = [line.split() for line in lines if line.strip()]
+        if any(len(r) != 1 for r in rows):
+            continue  # per-class files: "id 1" / "id -1"
+        unmatched: list[str] = []
+        for (image_id,) in rows:
+            pos = position.get(image_id)
+            if pos is None:
+                unmatched.append(image_id)
+            else:
+                ids.append(pos)
+        if unmatched:
+            index.problems.add(
+                Problem(
+                    "split_mismatch",
+                    rel,
+                    "",
+                    f"{len(unmatched)} ids have no image in the index (first: {unmatched[0]!r})",
+                    "left out of the split",
+                    "repaired",
+                )
+            )
+        out[os.path.splitext(os.path.basename(rel))[0]] = np.unique(np.asarray(ids, dtype=np.int64))
+    return out

@@ -1,0 +1,189 @@
+"""Problems found while reading annotations, and what to do about them.
+
+Every reader reports what is wrong with its input as a :class:`Problem` that names the file,
+the element or field, and the bad value, e.g.::
+
+    Annotations/0001.xml: object[2]/bndbox: xmax=10 <= xmin=12 (object skipped)
+
+A problem is either an *error* (the item cannot be used as written: it is dropped, or the read
+fails) or a *repair* (the item was fixed and kept: a box clipped to the image, a missing
+``<size>`` read from the image header). The caller chooses the policy for errors:
+
+``on_error="raise"``
+    the first error (in file order) raises :class:`AnnotationError`; repairs never raise.
+``on_error="warn"``
+    errors drop their item, one ``warnings.warn`` summarises the report.
+``on_error="skip"``
+    errors drop their item silently; the report is still kept on the index.
+
+Either way the full :class:`ProblemReport` stays on the index (``index.problems``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Iterator, Literal
+
+OnError = Literal["raise", "skip", "warn"]
+ON_ERROR_CHOICES: tuple[str, ...] = ("raise", "skip", "warn")
+
+Severity = Literal["error", "repaired"]
+
+
+class AnnotationError(ValueError):
+    """Bad annotation input. ``str(err)`` names the file, the element or field and the value.
+
+    ``err.problem`` is the problem that raised, ``err.report`` all problems found in the read
+    (when the error comes from a whole read, otherwise ``None``).
+    """
+
+    def __init__(self, problem: "Problem", report: "ProblemReport | None" = None) -> None:
+        message = str(problem)
+        if report is not None and len(report.errors) > 1:
+            message += f" (and {len(report.errors) - 1} more errors: {report.summary_line()})"
+        super().__init__(message)
+        self.problem = problem
+        self.report = report
+
+    def __reduce__(self) -> tuple[Any, ...]:  # keep it picklable across worker processes
+        return (AnnotationError, (self.problem, self.report))
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the input.
+
+    Attributes:
+        kind: a short stable name (``empty_box``, ``missing_image``, ...), see :data:`KINDS`.
+        file: the annotation file, relative to the dataset root when possible.
+        element: where in the file (``object[2]/bndbox``, ``size``, ``line 14``); may be empty.
+        message: what is wrong, with the bad value (``xmax=10 <= xmin=12``).
+        action: what was done (``object skipped``, ``image skipped``, ``clipped to the image``).
+        severity: ``"error"`` (dropped or fatal) or ``"repaired"`` (fixed and kept).
+    """
+
+    kind: str
+    file: str
+    element: str
+    message: str
+    action: str = ""
+    severity: Severity = "error"
+
+    def __str__(self) -> str:
+        where = f"{self.file}: {self.element}: " if self.element else f"{self.file}: "
+        tail = f" ({self.action})" if self.action else ""
+        return f"{where}{self.message}{tail}"
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+#: The kinds of problem the readers report, with a one-line description.
+KINDS: dict[str, str] = {
+    "unreadable_file": "the annotation file cannot be read",
+    "file_too_large": "the annotation file is larger than the size cap",
+    "unsafe_xml": "DTD, entity declaration or external reference refused",
+    "unparseable": "the file is not well-formed XML / JSON / text",
+    "bad_value": "a field holds a value of the wrong type or out of range",
+    "missing_field": "a required element or field is absent",
+    "missing_size": "image size missing or zero in the annotation; read from the image header",
+    "size_mismatch": "image size in the annotation differs from the image file",
+    "missing_image": "the image file named by the annotation does not exist",
+    "duplicate_image": "the same image is annotated by more than one file or record",
+    "non_finite": "a coordinate is NaN or infinite",
+    "empty_box": "box with xmax <= xmin or ymax <= ymin",
+    "box_outside_image": "box lies (partly) outside the image",
+    "box_clipped": "box partly outside the image, clipped to it",
+    "unknown_class": "class not in the given class list",
+    "landmark_outside_image": "landmark outside the image; kept with visibility 0",
+    "unknown_landmark": "landmark name not in the landmark schema",
+    "landmark_count": "number of landmark coordinates does not match the schema",
+    "unsupported": "a construct this reader does not understand",
+    "split_mismatch": "a split file names images that are not in the index",
+}
+
+
+class ProblemReport:
+    """All problems of one read, in file order, with counts per kind and first examples."""
+
+    def __init__(self, problems: Iterable[Problem] = ()) -> None:
+        self._problems: list[Problem] = list(problems)
+
+    def __len__(self) -> int:
+        return len(self._problems)
+
+    def add(self, problem: Problem) -> None:
+        self._problems.append(problem)
+
+    def __iter__(self) -> Iterator[Problem]:
+        return iter(self._problems)
+
+    def __bool__(self) -> bool:
+        return bool(self._problems)
+
+    def __repr__(self) -> str:
+        return f"ProblemReport({self.summary_line() or 'no problems'})"
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self._problems if p.severity == "error"]
+
+    @property
+    def repairs(self) -> list[Problem]:
+        return [p for p in self._problems if p.severity == "repaired"]
+
+    def counts(self) -> dict[str, int]:
+        """Problem kind -> number of occurrences, most frequent first."""
+        return dict(Counter(p.kind for p in self._problems).most_common())
+
+    def examples(self, per_kind: int = 3) -> dict[str, list[str]]:
+        """Problem kind -> the first ``per_kind`` problems as text."""
+        out: dict[str, list[str]] = {}
+        for p in self._problems:
+            bucket = out.setdefault(p.kind, [])
+            if len(bucket) < per_kind:
+                bucket.append(str(p))
+        return out
+
+    def summary_line(self) -> str:
+        return ", ".join(f"{kind}: {n}" for kind, n in self.counts().items())
+
+    def summary(self, per_kind: int = 3) -> str:
+        """Several lines: counts per kind and the first examples of each."""
+        if not self._problems:
+            return "no problems"
+        lines = [f"{len(self._problems)} problems ({len(self.errors)} errors): {self.summary_line()}"]
+        for kind, examples in self.examples(per_kind).items():
+            lines.append(f"  {kind}:")
+            lines.extend(f"    {e}" for e in examples)
+        return "\n".join(lines)
+
+    def to_list(self) -> list[dict[str, str]]:
+        return [p.to_dict() for p in self._problems]
+
+    @classmethod
+    def from_list(cls, items: Iterable[dict[str, str]]) -> "ProblemReport":
+        return cls(Problem(**item) for item in items)  # type: ignore[arg-type]
+
+
+def check_on_error(on_error: str) -> OnError:
+    """Return ``on_error`` if it is a valid policy, else raise a ValueError naming the choices."""
+    if on_error not in ON_ERROR_CHOICES:
+        raise ValueError(f"on_error={on_error!r} is not one of {', '.join(ON_ERROR_CHOICES)}")
+    return on_error  # type: ignore[return-value]
+
+
+def apply_policy(report: ProblemReport, on_error: OnError, what: str = "annotations") -> None:
+    """Raise or warn about ``report`` according to ``on_error``; see the module docstring."""
+    check_on_error(on_error)
+    errors = report.errors
+    if on_error == "raise" and errors:
+        raise AnnotationError(errors[0], report)
+    if on_error == "warn" and report:
+        warnings.warn(f"{what}: {report.summary(per_kind=2)}", AnnotationWarning, stacklevel=3)
+
+
+class AnnotationWarning(UserWarning):
+    """Problems in the annotations that were skipped or repaired (``on_error="warn"``)."""
