@@ -273,7 +273,8 @@ class ChunkBuilder:
         landmark_field: str = "keypoints",
     ) -> bool:
         """Add one object to the current image. ``box`` is xyxy as in the file; ``landmarks``
-        are ``(name, x, y, visibility)`` with visibility 0/1/2. Returns False if skipped."""
+        are ``(name, x, y, visibility)`` with visibility 0/1/2; a point's problems are reported
+        at ``{element}/{landmark_field}[k]``, k counting from 1. Returns False if skipped."""
         if not self._open:
             raise RuntimeError("add_object before add_image")
         name = name.strip()
@@ -356,7 +357,7 @@ class ChunkBuilder:
     def _add_landmarks(
         self, row: int, landmarks: Iterable[tuple[str, float, float, int]], where: str, w: int, h: int
     ) -> None:
-        for k, (name, x, y, v) in enumerate(landmarks):
+        for k, (name, x, y, v) in enumerate(landmarks, start=1):
             if self._schema is not None and name not in self._lm_vocab.ids:
                 self.problem(
                     "unknown_landmark",

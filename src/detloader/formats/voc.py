@@ -195,7 +195,7 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
         return
 
     filename = (ann.findtext("filename") or "").strip()
-    sub = os.path.relpath(os.path.dirname(rel), ann_dir)
+    sub = os.path.relpath(os.path.dirname(rel) or ".", ann_dir)
     sub = "" if sub == "." else sub
     stem = os.path.splitext(os.path.basename(rel))[0]
     image_rel = _resolve_image(root, image_dir, sub, filename, stem, ann.findtext("path"), opts.check_images)
@@ -352,7 +352,7 @@ def _landmarks(
     if kp is not None:
         children = kp.findall("keypoint")
         if children:
-            return _named_keypoints(children, f"{element}/keypoints", b), "keypoints"
+            return _named_keypoints(children, f"{element}/keypoints", b), "keypoints/keypoint"
         return _list_keypoints(kp.text or "", f"{element}/keypoints", b), "keypoints"
     lm = obj.find("lm")
     if lm is not None:

@@ -1,0 +1,153 @@
+"""The index cache: reloads, invalidation, versioning, location, sharing with workers."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import shutil
+import struct
+
+import numpy as np
+import pytest
+from helpers import arrays_equal, voc_dataset, voc_object, voc_xml
+
+from detloader import read_annotations
+from detloader import cache as cache_mod
+
+
+def _backed_by_mmap(arr) -> bool:
+    base = arr
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj
+    return isinstance(base, mmap.mmap)
+
+
+def _root(tmp_path, n=3):
+    files = {f"{i}": voc_xml(f"{i}.jpg", [voc_object("k", (1, 1, 5 + i, 5))]) for i in range(n)}
+    return voc_dataset(tmp_path / "data", files, splits={"train": ["0", "1"]})
+
+
+def test_warm_reload_is_identical_and_memory_mapped(tmp_path):
+    root = _root(tmp_path)
+    cold = read_annotations(root, cache=False)
+    first = read_annotations(root)
+    warm = read_annotations(root)
+    assert arrays_equal(cold, warm) and arrays_equal(first, warm)
+    assert warm.vocab == cold.vocab and warm.splits.keys() == cold.splits.keys()
+    assert warm._source_file is not None
+    assert _backed_by_mmap(warm.boxes) and _backed_by_mmap(warm.labels)
+    assert not warm.boxes.flags.writeable
+    assert [str(p) for p in warm.problems] == [str(p) for p in cold.problems]
+
+
+def test_rebuilt_when_a_file_changes_or_is_added(tmp_path):
+    root = _root(tmp_path)
+    assert read_annotations(root).num_objects == 3
+    path = root / "Annotations" / "1.xml"
+    path.write_text(voc_xml("1.jpg", [voc_object("k", (1, 1, 5, 5))] * 2))
+    os.utime(path, ns=(1, 1))  # mtime changes even on coarse clocks
+    assert read_annotations(root).num_objects == 4
+    (root / "Annotations" / "9.xml").write_text(voc_xml("0.jpg".replace("0", "1"), []))
+    assert len(read_annotations(root, on_error="skip")) == 3  # duplicate of 1.jpg skipped
+
+
+def test_rebuilt_when_options_change_and_old_file_kept(tmp_path):
+    root = _root(tmp_path)
+    a = read_annotations(root)
+    b = read_annotations(root, class_map={"k": "renamed"})
+    assert a.classes == ("k",) and b.classes == ("renamed",)
+    assert a._source_file != b._source_file
+    assert read_annotations(root).classes == ("k",)
+
+
+def test_version_mismatch_and_corrupt_files_rebuild(tmp_path):
+    root = _root(tmp_path)
+    path = read_annotations(root)._source_file
+    data = bytearray(open(path, "rb").read())
+    struct.pack_into("<I", data, 8, cache_mod.CACHE_VERSION + 1)
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(cache_mod.CacheError, match="cache version"):
+        cache_mod.load_index_file(path)
+    assert read_annotations(root).num_objects == 3
+    open(path, "wb").write(b"garbage")
+    assert read_annotations(root).num_objects == 3
+    assert cache_mod.read_key(path) is not None
+
+
+def test_cache_beside_data_when_writable_else_user_cache(tmp_path, monkeypatch):
+    monkeypatch.delenv(cache_mod.CACHE_DIR_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    root = _root(tmp_path)
+    index = read_annotations(root)
+    assert os.path.dirname(index._source_file) == str(root / cache_mod.CACHE_SUBDIR)
+    ro = tmp_path / "readonly"
+    shutil.copytree(root, ro, ignore=shutil.ignore_patterns(cache_mod.CACHE_SUBDIR))
+    os.chmod(ro, 0o555)
+    try:
+        index = read_annotations(ro)
+        assert index._source_file.startswith(str(tmp_path / "xdg" / "detloader"))
+        assert not (ro / cache_mod.CACHE_SUBDIR).exists()
+    finally:
+        os.chmod(ro, 0o755)
+
+
+def test_cache_false_and_rebuild(tmp_path):
+    root = _root(tmp_path)
+    assert read_annotations(root, cache=False)._source_file is None
+    a = read_annotations(root)
+    mtime = os.stat(a._source_file).st_mtime_ns
+    b = read_annotations(root, cache="rebuild")
+    assert os.stat(b._source_file).st_mtime_ns >= mtime and arrays_equal(a, b)
+
+
+def test_pickles_as_file_name_for_workers(tmp_path):
+    root = _root(tmp_path, n=50)
+    warm = read_annotations(root)
+    blob = pickle.dumps(warm)
+    assert len(blob) < 600  # the file name, not the arrays
+    again = pickle.loads(blob)
+    assert arrays_equal(warm, again) and again.root == warm.root
+    in_memory = read_annotations(root, cache=False)
+    assert arrays_equal(pickle.loads(pickle.dumps(in_memory)), warm)
+    sub = warm.subset([3, 1])
+    assert arrays_equal(pickle.loads(pickle.dumps(sub)), sub)
+
+
+def test_worker_refuses_a_cache_rebuilt_under_it(tmp_path):
+    root = _root(tmp_path)
+    warm = read_annotations(root)
+    blob = pickle.dumps(warm)
+    (root / "Annotations" / "0.xml").write_text(voc_xml("0.jpg", []))
+    os.utime(root / "Annotations" / "0.xml", ns=(5, 5))
+    read_annotations(root)
+    with pytest.raises(cache_mod.CacheError, match="rebuilt"):
+        pickle.loads(blob)
+
+
+def test_empty_index_round_trip(tmp_path):
+    (tmp_path / "e" / "Annotations").mkdir(parents=True)
+    read_annotations(tmp_path / "e")
+    index = read_annotations(tmp_path / "e")
+    assert len(index) == 0 and index.boxes.shape == (0, 4) and index._source_file
+
+
+def test_shared_not_copied_by_forked_workers(synth_root):
+    """Workers read the mapped pages: their private memory does not grow by the index size."""
+    import torch
+
+    index = read_annotations(synth_root)
+
+    class Touch(torch.utils.data.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return float(index.boxes.sum() + index.landmarks.sum())
+
+    loader = torch.utils.data.DataLoader(Touch(), num_workers=2, multiprocessing_context="fork")
+    values = [float(v) for v in loader]
+    assert len(set(values)) == 1
+    assert values[0] == pytest.approx(float(np.asarray(index.boxes, np.float64).sum() + index.landmarks.sum()), rel=1e-5)
