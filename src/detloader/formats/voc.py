@@ -194,11 +194,12 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
         b.problem("unsupported", ann.tag, f"root element <{ann.tag}> is not <annotation>", "file skipped")
         return
 
-    filename = (ann.findtext("filename") or "").strip()
+    top = _first_children(ann)
+    filename = (_text(top, "filename") or "").strip()
     sub = os.path.relpath(os.path.dirname(rel) or ".", ann_dir)
     sub = "" if sub == "." else sub
     stem = os.path.splitext(os.path.basename(rel))[0]
-    image_rel = _resolve_image(root, image_dir, sub, filename, stem, ann.findtext("path"), opts.check_images)
+    image_rel = _resolve_image(root, image_dir, sub, filename, stem, _text(top, "path"), opts.check_images)
     if image_rel is None:
         shown = filename or f"{stem}.*"
         b.problem(
@@ -209,11 +210,12 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
         )
         return
 
-    width = _int_or_zero(ann.findtext("size/width"))
-    height = _int_or_zero(ann.findtext("size/height"))
+    size_el = top.get("size")
+    size = _first_children(size_el) if size_el is not None else {}
+    width, height = _int_or_zero(_text(size, "width")), _int_or_zero(_text(size, "height"))
     if width is None or height is None or width <= 0 or height <= 0:
-        raw = f"width={ann.findtext('size/width')!r} height={ann.findtext('size/height')!r}"
-        if ann.find("size") is None:
+        raw = f"width={_text(size, 'width')!r} height={_text(size, 'height')!r}"
+        if size_el is None:
             raw = "<size> is missing"
         try:
             width, height = image_header_size(os.path.join(root, image_rel))
@@ -222,7 +224,7 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
             return
         b.problem("missing_size", "size", raw, f"read {width}x{height} from the image header", "repaired")
 
-    image_attrs = _attributes(ann.find("attributes"), "attributes", b)
+    image_attrs = _attributes(top.get("attributes"), "attributes", b)
     image_class = image_attrs.pop(opts.image_class_attribute, None)
     if not b.add_image(
         image_rel,
@@ -234,48 +236,67 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
     ):
         return
 
-    for j, obj in enumerate(ann.iterfind("object"), start=1):
-        element = f"object[{j}]"
-        name = obj.findtext("name")
-        if name is None:
-            b.problem("missing_field", element, "<name> is missing", "object skipped")
-            continue
-        box_el = obj.find("bndbox")
-        if box_el is None:
-            b.problem("missing_field", element, "<bndbox> is missing", "object skipped")
-            continue
-        coords = []
-        for field in ("xmin", "ymin", "xmax", "ymax"):
-            v = b.number(box_el.findtext(field), f"{element}/bndbox", field, "object skipped")
-            if v is None:
-                break
-            coords.append(v)
-        if len(coords) < 4:
-            continue
-        flags = []
-        for field in ("difficult", "truncated", "occluded"):
-            text = obj.findtext(field)
-            flag = parse_flag(text)
-            if flag is None:
-                b.problem("bad_value", f"{element}/{field}", f"{field}={text!r} is not 0/1", "treated as 0")
-                flag = False
-            flags.append(flag)
-        attrs = _attributes(obj.find("attributes"), f"{element}/attributes", b)
-        pose = (obj.findtext("pose") or "").strip()
-        if pose and pose.lower() != "unspecified" and "pose" not in attrs:
-            attrs["pose"] = pose
-        landmarks, lm_field = _landmarks(obj, element, b)
-        b.add_object(
-            coords,
-            name,
-            element=element,
-            difficult=flags[0],
-            truncated=flags[1],
-            occluded=flags[2],
-            attributes=attrs,
-            landmarks=landmarks,
-            landmark_field=lm_field,
-        )
+    for j, obj in enumerate(ann.iterchildren("object"), start=1):
+        _parse_object(obj, f"object[{j}]", b)
+
+
+def _first_children(el: etree._Element) -> dict[str, etree._Element]:
+    """Child elements by tag, the first of each tag (one pass: much cheaper than find())."""
+    out: dict[str, etree._Element] = {}
+    for child in el:
+        out.setdefault(child.tag, child)
+    return out
+
+
+def _text(children: dict[str, etree._Element], tag: str) -> str | None:
+    el = children.get(tag)
+    return None if el is None else (el.text or "")
+
+
+def _parse_object(obj: etree._Element, element: str, b: ChunkBuilder) -> None:
+    f = _first_children(obj)
+    name = _text(f, "name")
+    if name is None:
+        b.problem("missing_field", element, "<name> is missing", "object skipped")
+        return
+    box_el = f.get("bndbox")
+    if box_el is None:
+        b.problem("missing_field", element, "<bndbox> is missing", "object skipped")
+        return
+    box = _first_children(box_el)
+    coords = []
+    for field in ("xmin", "ymin", "xmax", "ymax"):
+        text = _text(box, field)
+        try:
+            coords.append(float(text))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            if b.number(text, f"{element}/bndbox", field, "object skipped") is None:
+                return
+            coords.append(float(text))  # type: ignore[arg-type]
+    flags = []
+    for field in ("difficult", "truncated", "occluded"):
+        text = _text(f, field)
+        flag = parse_flag(text)
+        if flag is None:
+            b.problem("bad_value", f"{element}/{field}", f"{field}={text!r} is not 0/1", "treated as 0")
+            flag = False
+        flags.append(flag)
+    attrs = _attributes(f.get("attributes"), f"{element}/attributes", b)
+    pose = (_text(f, "pose") or "").strip()
+    if pose and pose.lower() != "unspecified" and "pose" not in attrs:
+        attrs["pose"] = pose
+    landmarks, lm_field = _landmarks(f, element, b)
+    b.add_object(
+        coords,
+        name,
+        element=element,
+        difficult=flags[0],
+        truncated=flags[1],
+        occluded=flags[2],
+        attributes=attrs,
+        landmarks=landmarks,
+        landmark_field=lm_field,
+    )
 
 
 def _syntax_message(err: etree.XMLSyntaxError) -> str:
@@ -333,9 +354,14 @@ def _attributes(el: etree._Element | None, where: str, b: ChunkBuilder) -> dict[
     if el is None:
         return {}
     out: dict[str, str] = {}
-    for k, attr in enumerate(el.iterfind("attribute"), start=1):
-        name = (attr.findtext("name") or attr.get("name") or "").strip()
-        value = attr.findtext("value")
+    for k, attr in enumerate(el.iterchildren("attribute"), start=1):
+        name = value = None
+        for child in attr:
+            if child.tag == "name" and name is None:
+                name = child.text or ""
+            elif child.tag == "value" and value is None:
+                value = child.text or ""
+        name = (name if name is not None else attr.get("name") or "").strip()
         if value is None:
             value = attr.get("value")
         if not name:
@@ -346,17 +372,17 @@ def _attributes(el: etree._Element | None, where: str, b: ChunkBuilder) -> dict[
 
 
 def _landmarks(
-    obj: etree._Element, element: str, b: ChunkBuilder
+    f: dict[str, etree._Element], element: str, b: ChunkBuilder
 ) -> tuple[list[tuple[str, float, float, int]] | None, str]:
-    kp = obj.find("keypoints")
+    kp = f.get("keypoints")
     if kp is not None:
-        children = kp.findall("keypoint")
+        children = list(kp.iterchildren("keypoint"))
         if children:
             return _named_keypoints(children, f"{element}/keypoints", b), "keypoints/keypoint"
         return _list_keypoints(kp.text or "", f"{element}/keypoints", b), "keypoints"
-    lm = obj.find("lm")
+    lm = f.get("lm")
     if lm is not None:
-        has = obj.findtext("has_lm")
+        has = _text(f, "has_lm")
         if has is not None and parse_flag(has) is False:
             return None, "lm"
         return _retinaface_points(lm, f"{element}/lm", b), "lm"
@@ -391,6 +417,14 @@ def _visibility(text: str | None) -> int | None:
 def _named_keypoints(children: list, where: str, b: ChunkBuilder) -> list[tuple[str, float, float, int]]:
     points: list[tuple[str, float, float, int]] = []
     for k, child in enumerate(children, start=1):
+        get = child.get
+        name, xs, ys, vs = get("name"), get("x"), get("y"), get("visible")
+        if name and xs is not None and ys is not None and vs in (None, "0", "1", "2"):
+            try:  # the common, well-formed case: all attributes present
+                points.append((name.strip(), float(xs), float(ys), 2 if vs is None else int(vs)))
+                continue
+            except ValueError:
+                pass
         at = f"{where}/keypoint[{k}]"
         name = (_field(child, "name", "label") or "").strip()
         if not name:
