@@ -50,6 +50,8 @@ def scan_files(
             entries = list(os.scandir(folder))
         except OSError:
             continue
+        prefix = os.path.relpath(folder, root)  # once per folder: relpath per file is slow
+        prefix = "" if prefix == "." else prefix + os.sep
         for entry in entries:
             name = entry.name
             if entry.is_dir(follow_symlinks=True):
@@ -57,7 +59,7 @@ def scan_files(
                     stack.append(entry.path)
             elif name.lower().endswith(suffixes):
                 st = entry.stat()
-                out.append((os.path.relpath(entry.path, root), st.st_mtime_ns, st.st_size))
+                out.append((prefix + name, st.st_mtime_ns, st.st_size))
     out.sort()
     return out
 
