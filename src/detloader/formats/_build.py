@@ -274,7 +274,9 @@ class ChunkBuilder:
     ) -> bool:
         """Add one object to the current image. ``box`` is xyxy as in the file; ``landmarks``
         are ``(name, x, y, visibility)`` with visibility 0/1/2; a point's problems are reported
-        at ``{element}/{landmark_field}[k]``, k counting from 1. Returns False if skipped."""
+        at ``{element}/{landmark_field}[k]``, k counting from 1; the box's at
+        ``{element}/{box_field}`` (``element`` alone when ``box_field`` is empty). Returns False
+        if skipped."""
         if not self._open:
             raise RuntimeError("add_object before add_image")
         name = name.strip()
@@ -295,7 +297,7 @@ class ChunkBuilder:
         x1, y1, x2, y2 = (float(v) for v in box)
         if self.options.one_based:
             x1, y1 = x1 - 1.0, y1 - 1.0
-        where = f"{element}/{box_field}"
+        where = f"{element}/{box_field}" if box_field else element
         if not all(math.isfinite(v) for v in (x1, y1, x2, y2)):
             self.problem(
                 "non_finite",
