@@ -1,0 +1,378 @@
+"""Batching for detection: images of different sizes and a varying number of objects.
+
+``collate_detection(samples) -> Batch`` pads the images into one uint8 tensor and concatenates
+the objects of all images into flat tensors with a ``batch_index`` column (the layout
+torchvision's ``roi_align`` and most detection losses use), so no Python list of per-image
+dicts crosses the worker -> main process boundary.
+
+It takes :class:`~detloader.dataset.Sample` objects, and also what a user's own dataset may
+return: ``(image, boxes, labels)``, ``(image, boxes, labels, landmarks)``,
+``(image, boxes, labels, landmarks, visibility)`` or ``(image, target_dict)`` with keys
+``boxes``, ``labels`` and optionally ``landmarks``/``keypoints``, ``visibility``,
+``image_label``. An image is a numpy ``[H, W, 3]`` (or ``[H, W]``) uint8 array or a torch
+``[3, H, W]`` (or ``[H, W]``) uint8 tensor. Landmarks ``[N, K, 2]`` come with visibility 2
+(NaN coordinates: 0); ``[N, K, 3]`` carry COCO visibility in the last column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from detloader.dataset import Sample
+from detloader.index import MISSING
+
+#: ImageNet statistics in 0..1 units, the usual default for pretrained backbones.
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass(frozen=True, eq=False)
+class Batch:
+    """A batch of ``B`` images with ``M`` objects in all.
+
+    Attributes:
+        images: uint8 ``[B, 3, H, W]``; image ``b`` occupies ``[:, :h_b, :w_b]`` (top-left),
+            the rest is padding.
+        image_sizes: int64 ``[B, 2]`` (w_b, h_b) of each image inside the padding.
+        orig_sizes: int64 ``[B, 2]`` (width, height) of each annotation frame.
+        scale, offset: float32 ``[B, 2]``: ``x_batch = x_orig * scale + offset`` per axis
+            (see :meth:`boxes_to_original`).
+        image_ids: int64 ``[B]`` rows in the index (``MISSING`` when unknown).
+        image_labels: int64 ``[B]`` image-level class ids (``MISSING`` allowed).
+        boxes: float32 ``[M, 4]`` xyxy pixels of the batch images.
+        batch_index: int64 ``[M]`` image of each object, non-decreasing.
+        labels: int64 ``[M]``.
+        landmarks: float32 ``[M, K, 2]``; visibility: uint8 ``[M, K]`` (0 absent, 1 hidden,
+            2 visible).
+        object_ids: int64 ``[M]`` rows in the index (``MISSING`` when unknown).
+        object_counts: objects per image, a tuple of ``B`` ints (kept on the host so that
+            :meth:`targets` needs no device synchronisation).
+    """
+
+    images: torch.Tensor
+    image_sizes: torch.Tensor
+    orig_sizes: torch.Tensor
+    scale: torch.Tensor
+    offset: torch.Tensor
+    image_ids: torch.Tensor
+    image_labels: torch.Tensor
+    boxes: torch.Tensor
+    batch_index: torch.Tensor
+    labels: torch.Tensor
+    landmarks: torch.Tensor
+    visibility: torch.Tensor
+    object_ids: torch.Tensor
+    object_counts: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return int(self.images.shape[0])
+
+    @property
+    def num_objects(self) -> int:
+        return int(self.boxes.shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return self.images.device
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "Batch":
+        values = {
+            f.name: fn(v) if isinstance(v, torch.Tensor) else v
+            for f in fields(self)
+            for v in (getattr(self, f.name),)
+        }
+        return Batch(**values)
+
+    def pin_memory(self) -> "Batch":
+        """A copy in page-locked memory (DataLoader's ``pin_memory=True`` calls this)."""
+        return self._apply(lambda t: t.pin_memory())
+
+    def to(self, device: torch.device | str, non_blocking: bool = True) -> "Batch":
+        """All tensors on ``device``; asynchronous from pinned memory when ``non_blocking``."""
+        return self._apply(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def normalize(
+        self,
+        mean: Sequence[float] = IMAGENET_MEAN,
+        std: Sequence[float] = IMAGENET_STD,
+        dtype: torch.dtype = torch.float32,
+    ) -> torch.Tensor:
+        """``(images / 255 - mean) / std`` as ``dtype`` ``[B, 3, H, W]`` on the images' device
+        (call after :meth:`to`: uint8 travels, floats are made where the model runs). ``mean``
+        and ``std`` are per channel in 0..1 units."""
+        if len(mean) != 3 or len(std) != 3:
+            raise ValueError(f"mean={tuple(mean)}, std={tuple(std)} need 3 values each")
+        if any(s <= 0 for s in std):
+            raise ValueError(f"std={tuple(std)} must be positive")
+        dev = self.images.device
+        m = torch.tensor(mean, dtype=dtype, device=dev).view(1, 3, 1, 1) * 255
+        s = torch.tensor(std, dtype=dtype, device=dev).view(1, 3, 1, 1) * 255
+        return self.images.to(dtype).sub_(m).div_(s)
+
+    def valid_mask(self) -> torch.Tensor:
+        """bool ``[B, H, W]``: True on image pixels, False on padding."""
+        b, _, h, w = self.images.shape
+        dev = self.images.device
+        sizes = self.image_sizes
+        cols = torch.arange(w, device=dev).view(1, 1, w) < sizes[:, 0].view(b, 1, 1)
+        rows = torch.arange(h, device=dev).view(1, h, 1) < sizes[:, 1].view(b, 1, 1)
+        return cols & rows
+
+    def targets(self, label_offset: int = 0) -> list[dict[str, torch.Tensor]]:
+        """One dict per image, as torchvision detection models take them: ``boxes`` float32
+        ``[N, 4]``, ``labels`` int64 ``[N]`` (+ ``label_offset``: torchvision reserves 0 for
+        background, pass 1), ``keypoints`` float32 ``[N, K, 3]`` (x, y, visibility) when
+        ``K > 0``, ``image_label`` int64 scalar, ``image_id`` int64 scalar. Views into the
+        batch tensors (no copy)."""
+        counts = list(self.object_counts)
+        boxes = torch.split(self.boxes, counts)
+        labels = torch.split(self.labels + label_offset if label_offset else self.labels, counts)
+        k = self.landmarks.shape[1]
+        keypoints = None
+        if k:
+            kp = torch.cat([self.landmarks, self.visibility.unsqueeze(-1).to(self.landmarks.dtype)], dim=-1)
+            keypoints = torch.split(kp, counts)
+        out = []
+        for b in range(len(self)):
+            d = {
+                "boxes": boxes[b],
+                "labels": labels[b],
+                "image_label": self.image_labels[b],
+                "image_id": self.image_ids[b],
+            }
+            if keypoints is not None:
+                d["keypoints"] = keypoints[b]
+            out.append(d)
+        return out
+
+    def boxes_to_original(self, boxes: torch.Tensor, image_index: torch.Tensor) -> torch.Tensor:
+        """Boxes ``[P, 4]`` of batch images ``image_index`` ``[P]`` (e.g. predictions) in the
+        coordinates of their annotation frames (corners reordered after flips)."""
+        s = self.scale[image_index].to(boxes.dtype)
+        o = self.offset[image_index].to(boxes.dtype)
+        xs = (boxes[:, 0::2] - o[:, :1]) / s[:, :1]
+        ys = (boxes[:, 1::2] - o[:, 1:]) / s[:, 1:]
+        return torch.stack(
+            [xs.min(dim=1).values, ys.min(dim=1).values, xs.max(dim=1).values, ys.max(dim=1).values],
+            dim=1,
+        )
+
+    def landmarks_to_original(self, landmarks: torch.Tensor, image_index: torch.Tensor) -> torch.Tensor:
+        """Points ``[P, K, 2]`` of batch images ``image_index`` ``[P]`` in annotation
+        coordinates."""
+        s = self.scale[image_index].to(landmarks.dtype).unsqueeze(1)
+        o = self.offset[image_index].to(landmarks.dtype).unsqueeze(1)
+        return (landmarks - o) / s
+
+
+# -- inputs -----------------------------------------------------------------------------------
+@dataclass
+class _Item:
+    image: torch.Tensor  # uint8 [3, H, W]
+    boxes: np.ndarray
+    labels: np.ndarray
+    landmarks: np.ndarray
+    visibility: np.ndarray
+    image_label: int
+    image_id: int
+    orig_size: tuple[int, int]
+    scale: tuple[float, float]
+    offset: tuple[float, float]
+    object_ids: np.ndarray
+
+
+def _image_tensor(image: Any, position: int) -> torch.Tensor:
+    if isinstance(image, torch.Tensor):
+        t = image
+        if t.ndim == 2:
+            t = t.unsqueeze(0).expand(3, -1, -1)
+        if t.ndim != 3 or t.shape[0] != 3:
+            raise ValueError(f"samples[{position}]: torch image shape {tuple(image.shape)}; expected [3, H, W] or [H, W]")
+    else:
+        a = np.asarray(image)
+        if a.ndim == 2:
+            a = np.repeat(a[..., None], 3, axis=2)
+        if a.ndim != 3 or a.shape[2] != 3:
+            raise ValueError(f"samples[{position}]: numpy image shape {a.shape}; expected [H, W, 3] or [H, W]")
+        if any(s < 0 for s in a.strides) or not a.flags.writeable:
+            a = a.copy()
+        t = torch.from_numpy(a).permute(2, 0, 1)
+    if t.dtype != torch.uint8:
+        raise ValueError(
+            f"samples[{position}]: image dtype {t.dtype}; collate_detection batches uint8 images "
+            "(normalise on the device with Batch.normalize)"
+        )
+    return t
+
+
+def _from_parts(
+    image: Any,
+    boxes: Any,
+    labels: Any,
+    landmarks: Any,
+    visibility: Any,
+    image_label: int,
+    position: int,
+) -> _Item:
+    img = _image_tensor(image, position)
+    h, w = int(img.shape[1]), int(img.shape[2])
+    b = np.asarray(boxes if boxes is not None else np.zeros((0, 4)), dtype=np.float32)
+    if b.size == 0:
+        b = b.reshape(0, 4)
+    if b.ndim != 2 or b.shape[1] != 4:
+        raise ValueError(f"samples[{position}]: boxes shape {b.shape}; expected [N, 4]")
+    n = len(b)
+    lab = np.asarray(labels if labels is not None else np.zeros(0), dtype=np.int64).reshape(-1)
+    if len(lab) != n:
+        raise ValueError(f"samples[{position}]: {len(lab)} labels for {n} boxes")
+    if landmarks is None:
+        lm = np.zeros((n, 0, 2), dtype=np.float32)
+        vis = np.zeros((n, 0), dtype=np.uint8)
+    else:
+        raw = np.asarray(landmarks, dtype=np.float32)
+        if n == 0 and raw.ndim != 3:  # e.g. an empty list for an image without objects
+            raw = np.zeros((0, 0, 2), dtype=np.float32)
+        if raw.ndim != 3 or raw.shape[0] != n or raw.shape[2] not in (2, 3):
+            raise ValueError(f"samples[{position}]: landmarks shape {raw.shape}; expected [N={n}, K, 2 or 3]")
+        lm = np.ascontiguousarray(raw[..., :2])
+        if visibility is not None:
+            vis = np.asarray(visibility, dtype=np.uint8)
+            if vis.shape != lm.shape[:2]:
+                raise ValueError(f"samples[{position}]: visibility shape {vis.shape}; expected {lm.shape[:2]}")
+        elif raw.shape[2] == 3:
+            vis = raw[..., 2].astype(np.uint8)
+        else:
+            vis = np.full(lm.shape[:2], 2, dtype=np.uint8)
+        vis = np.where(np.isfinite(lm).all(axis=-1), vis, 0).astype(np.uint8)
+        lm = np.where((vis > 0)[..., None], lm, 0).astype(np.float32)
+    return _Item(
+        img, b, lab, lm, vis, int(image_label), MISSING, (w, h), (1.0, 1.0), (0.0, 0.0),
+        np.full(n, MISSING, dtype=np.int64),
+    )
+
+
+def _item(sample: Any, position: int) -> _Item:
+    if isinstance(sample, Sample):
+        return _Item(
+            sample.image, sample.boxes, sample.labels, sample.landmarks, sample.visibility,
+            sample.image_label, sample.image_id, sample.orig_size, sample.scale, sample.offset,
+            sample.object_ids,
+        )
+    if isinstance(sample, (tuple, list)):
+        if len(sample) == 2 and isinstance(sample[1], Mapping):
+            image, target = sample
+            if "boxes" not in target:
+                raise ValueError(f"samples[{position}]: target dict has no 'boxes' (keys: {sorted(target)})")
+            landmarks = target.get("landmarks", target.get("keypoints"))
+            image_label = target.get("image_label", MISSING)
+            return _from_parts(
+                image, target["boxes"], target.get("labels"), landmarks,
+                target.get("visibility"), int(image_label), position,
+            )
+        if 3 <= len(sample) <= 5:
+            parts = list(sample) + [None] * (5 - len(sample))
+            return _from_parts(*parts, image_label=MISSING, position=position)
+    raise TypeError(
+        f"samples[{position}]: {type(sample).__name__} is not a Sample, (image, boxes, labels"
+        "[, landmarks[, visibility]]) or (image, target_dict)"
+    )
+
+
+def _shared_uint8(shape: tuple[int, ...]) -> torch.Tensor:
+    """An uninitialised uint8 tensor, in shared memory inside a DataLoader worker so that
+    sending it to the main process costs no copy (what torch's default_collate does)."""
+    if torch.utils.data.get_worker_info() is not None:
+        numel = int(np.prod(shape))
+        base = torch.empty(0, dtype=torch.uint8)
+        storage = base._typed_storage()._new_shared(numel, device=base.device)
+        return base.new(storage).view(shape)
+    return torch.empty(shape, dtype=torch.uint8)
+
+
+def _round_up(value: int, divisor: int) -> int:
+    return -(-value // divisor) * divisor
+
+
+def collate_detection(
+    samples: Sequence[Any],
+    *,
+    pad_to: tuple[int, int] | None = None,
+    size_divisor: int = 1,
+    fill: int = 0,
+) -> Batch:
+    """Stack ``samples`` into a :class:`Batch` (see the module docstring for what a sample
+    may be).
+
+    Args:
+        pad_to: fixed (width, height) of the padded images; default: the largest width and
+            height in the batch. A larger image is an error.
+        size_divisor: round the padded size up to a multiple (e.g. 32 for FPN backbones).
+        fill: value of padding pixels.
+
+    Use ``functools.partial(collate_detection, pad_to=(640, 640))`` as a DataLoader's
+    ``collate_fn`` (it pickles, so it works with worker processes).
+    """
+    if len(samples) == 0:
+        raise ValueError("collate_detection: samples is empty")
+    if size_divisor < 1:
+        raise ValueError(f"size_divisor={size_divisor} must be >= 1")
+    if not 0 <= fill <= 255:
+        raise ValueError(f"fill={fill} must be in 0..255")
+    items = [_item(s, p) for p, s in enumerate(samples)]
+    ks = {it.landmarks.shape[1] for it in items if len(it.boxes)}
+    if len(ks) > 1:
+        raise ValueError(f"collate_detection: samples have different landmark counts K={sorted(ks)}")
+    k = ks.pop() if ks else max(it.landmarks.shape[1] for it in items)
+    for it in items:  # an image without objects may come with landmarks of any K
+        if not len(it.boxes) and it.landmarks.shape[1] != k:
+            it.landmarks = np.zeros((0, k, 2), dtype=np.float32)
+            it.visibility = np.zeros((0, k), dtype=np.uint8)
+    sizes = np.array([(it.image.shape[2], it.image.shape[1]) for it in items], dtype=np.int64)
+    if pad_to is not None:
+        pw, ph = int(pad_to[0]), int(pad_to[1])
+        too_big = np.flatnonzero((sizes[:, 0] > pw) | (sizes[:, 1] > ph))
+        if len(too_big):
+            j = int(too_big[0])
+            raise ValueError(
+                f"samples[{j}]: image {sizes[j, 0]}x{sizes[j, 1]} is larger than pad_to={pad_to}"
+            )
+    else:
+        pw, ph = int(sizes[:, 0].max()), int(sizes[:, 1].max())
+    pw, ph = _round_up(pw, size_divisor), _round_up(ph, size_divisor)
+    b = len(items)
+    images = _shared_uint8((b, 3, ph, pw))
+    for j, it in enumerate(items):
+        w, h = int(sizes[j, 0]), int(sizes[j, 1])
+        images[j, :, :h, :w].copy_(it.image)
+        if w < pw:
+            images[j, :, :h, w:].fill_(fill)
+        if h < ph:
+            images[j, :, h:, :].fill_(fill)
+    counts = np.array([len(it.boxes) for it in items], dtype=np.int64)
+    m = int(counts.sum())
+
+    def cat(arrays: list[np.ndarray], shape: tuple[int, ...], dtype: Any) -> torch.Tensor:
+        if m == 0:
+            return torch.from_numpy(np.zeros((0, *shape), dtype=dtype))
+        return torch.from_numpy(np.concatenate(arrays).astype(dtype, copy=False).reshape(m, *shape))
+
+    return Batch(
+        images=images,
+        image_sizes=torch.from_numpy(sizes),
+        orig_sizes=torch.tensor([it.orig_size for it in items], dtype=torch.int64).view(b, 2),
+        scale=torch.tensor([it.scale for it in items], dtype=torch.float32).view(b, 2),
+        offset=torch.tensor([it.offset for it in items], dtype=torch.float32).view(b, 2),
+        image_ids=torch.tensor([it.image_id for it in items], dtype=torch.int64),
+        image_labels=torch.tensor([it.image_label for it in items], dtype=torch.int64),
+        boxes=cat([it.boxes for it in items], (4,), np.float32),
+        batch_index=torch.from_numpy(np.repeat(np.arange(b, dtype=np.int64), counts)),
+        labels=cat([it.labels for it in items], (), np.int64),
+        landmarks=cat([it.landmarks for it in items], (k, 2), np.float32),
+        visibility=cat([it.visibility for it in items], (k,), np.uint8),
+        object_ids=cat([it.object_ids for it in items], (), np.int64),
+        object_counts=tuple(int(c) for c in counts),
+    )

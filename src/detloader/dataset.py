@@ -1,0 +1,263 @@
+"""DetectionDataset: a map-style torch Dataset over an AnnotationIndex.
+
+``dataset[i]`` reads image ``i``, decodes it (:mod:`detloader.images`), runs the transform
+(:mod:`detloader.transforms`) on the image and its objects together, and returns a
+:class:`Sample`. The dataset holds the index (flat numpy arrays, memory-mapped when the index
+comes from the cache) and a few parameters: no per-sample Python lists or dicts, so DataLoader
+workers share the index pages instead of copying them (pytorch issue 13246).
+
+Randomness and epochs: each sample's transform gets its own generator,
+``numpy.random.default_rng((seed, epoch, i))``, so sample ``i`` of an epoch is the same whichever
+worker makes it and whatever ``num_workers`` is. Call :meth:`DetectionDataset.set_epoch` at the
+start of every epoch (before iterating the loader), as with ``DistributedSampler``: the epoch
+lives in a one-element shared-memory tensor, so the call reaches workers that already run
+(``persistent_workers=True``) as well as new ones. Forgetting it repeats the same augmentation
+every epoch.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from detloader.images import ExifPolicy, check_exif_policy, read_image
+from detloader.index import AnnotationIndex
+from detloader.transforms import Annotated, affine_boxes, affine_points, min_input_size
+
+
+@dataclass(frozen=True, eq=False)
+class Sample:
+    """One transformed image and its targets.
+
+    Attributes:
+        image: uint8 ``[3, H, W]`` RGB tensor (may be a non-contiguous view of ``[H, W, 3]``
+            memory; :func:`~detloader.collate.collate_detection` copies it into the batch).
+        boxes: float32 ``[N, 4]`` xyxy pixels of ``image``.
+        labels: int64 ``[N]`` object class ids.
+        landmarks: float32 ``[N, K, 2]`` pixels of ``image``; (0, 0) where visibility is 0.
+        visibility: uint8 ``[N, K]``: 0 absent or outside the image, 1 hidden, 2 visible.
+        image_label: image-level class id, or ``MISSING``.
+        image_id: row of the image in the dataset's index, or ``MISSING``.
+        orig_size: (width, height) of the annotation frame (the size the annotation states).
+        scale, offset: the map from annotation coordinates to ``image`` coordinates,
+            ``x' = x * scale[0] + offset[0]``, ``y' = y * scale[1] + offset[1]`` (``scale[0] <
+            0`` after a horizontal flip); :meth:`boxes_to_original` inverts it.
+        object_ids: int64 ``[N]`` rows of the objects in the index (crops drop some), or
+            ``MISSING`` when unknown; use them to look up other per-object fields
+            (``index.difficult[ids]``, ``index.object_attributes[ids]``).
+    """
+
+    image: torch.Tensor
+    boxes: np.ndarray
+    labels: np.ndarray
+    landmarks: np.ndarray
+    visibility: np.ndarray
+    image_label: int
+    image_id: int
+    orig_size: tuple[int, int]
+    scale: tuple[float, float]
+    offset: tuple[float, float]
+    object_ids: np.ndarray
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height) of ``image``."""
+        return int(self.image.shape[2]), int(self.image.shape[1])
+
+    def boxes_to_original(self, boxes: np.ndarray) -> np.ndarray:
+        """float32 ``[N, 4]`` boxes of ``image`` (e.g. predictions) in annotation coordinates."""
+        (sx, sy), (ox, oy) = self.scale, self.offset
+        return affine_boxes(boxes, 1 / sx, 1 / sy, -ox / sx, -oy / sy)
+
+    def landmarks_to_original(self, landmarks: np.ndarray) -> np.ndarray:
+        """float32 ``[N, K, 2]`` points of ``image`` in annotation coordinates (all points are
+        mapped; use the visibility to ignore absent ones)."""
+        (sx, sy), (ox, oy) = self.scale, self.offset
+        vis = np.ones(np.shape(landmarks)[:-1], dtype=np.uint8)
+        return affine_points(landmarks, vis, 1 / sx, 1 / sy, -ox / sx, -oy / sy)
+
+
+def _new_seed() -> int:
+    return int(np.random.SeedSequence().entropy % (2**63))  # type: ignore[operator]
+
+
+class DetectionDataset(torch.utils.data.Dataset):
+    """Map-style dataset: ``dataset[i] -> Sample`` for image ``i`` of ``index``.
+
+    Args:
+        index: the :class:`AnnotationIndex` (from :func:`detloader.read_annotations`).
+        transform: ``transform(data: Annotated, rng) -> Annotated``, e.g. a
+            :class:`~detloader.transforms.Compose`; None returns the decoded image as is. When
+            the transform starts with a :class:`~detloader.transforms.Resize` (after any
+            size-keeping transforms), JPEGs are decoded at a reduced size when that resize
+            shrinks them at least 2x (``reduced_decode``); annotations follow exactly.
+        seed: base seed of the per-sample generators; None draws one now (random runs that
+            still give the same batches for any ``num_workers``).
+        exif: EXIF orientation policy, see :mod:`detloader.images` (``"auto"``: rotate when
+            the annotation's size matches the rotated image).
+        reduced_decode: allow DCT-scaled JPEG decoding (above).
+
+    When the decoded image's size differs from the size the annotation states, annotations
+    are scaled to the image (per axis) and a warning is given once per process.
+    """
+
+    def __init__(
+        self,
+        index: AnnotationIndex,
+        transform: Callable[[Annotated, np.random.Generator], Annotated] | None = None,
+        *,
+        seed: int | None = None,
+        exif: ExifPolicy = "auto",
+        reduced_decode: bool = True,
+    ) -> None:
+        if not isinstance(index, AnnotationIndex):
+            raise TypeError(f"index={type(index).__name__}: expected an AnnotationIndex")
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform={transform!r} is not callable")
+        check_exif_policy(exif)
+        self.index = index
+        self.transform = transform
+        self.seed = _new_seed() if seed is None else int(seed)
+        self.exif: ExifPolicy = exif
+        self.reduced_decode = bool(reduced_decode)
+        self._flip_permutation = index.landmark_schema.flip_permutation()
+        # One shared int64: set_epoch in the main process is seen by running workers.
+        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self._warned: set[str] = set()
+
+    # -- epochs -----------------------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch that seeds the per-sample generators; call it before each epoch."""
+        epoch = operator.index(epoch)
+        if epoch < 0:
+            raise ValueError(f"epoch={epoch} must be >= 0")
+        self._epoch[0] = epoch
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch[0])
+
+    def generator(self, i: int) -> np.random.Generator:
+        """The generator the transform of sample ``i`` gets in the current epoch."""
+        return np.random.default_rng((self.seed, self.epoch, int(i)))
+
+    # -- access -----------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return self.index.classes
+
+    def _warn_once(self, kind: str, message: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            warnings.warn(message + " (warned once per process)", RuntimeWarning, stacklevel=3)
+
+    def load(self, i: int) -> Annotated:
+        """Image ``i`` decoded, with its objects in decoded-image coordinates, before the
+        transform. ``affine`` already holds any decode-time scaling."""
+        idx = self.index
+        ann_size = (int(idx.width[i]), int(idx.height[i]))
+        hint = None
+        if self.reduced_decode and self.transform is not None:
+            transform = self.transform
+
+            def hint(w: int, h: int) -> tuple[int, int] | None:
+                return min_input_size((transform,), w, h)
+
+        path = idx.image_path(i)
+        decoded = read_image(path, expected_size=ann_size, exif=self.exif, min_size=hint)
+        if decoded.exif_ignored:
+            self._warn_once(
+                "exif",
+                f"{os.fspath(path)}: EXIF orientation {decoded.orientation} not applied because "
+                f"the annotation size {ann_size[0]}x{ann_size[1]} is the stored (unrotated) "
+                "size: boxes are taken to be drawn on the raw pixels",
+            )
+        full_w, full_h = decoded.full_size
+        if (full_w, full_h) != ann_size:
+            self._warn_once(
+                "size",
+                f"{os.fspath(path)}: image is {full_w}x{full_h} but its annotation says "
+                f"{ann_size[0]}x{ann_size[1]}; annotations are scaled to the image",
+            )
+        lo, hi = int(idx.object_offsets[i]), int(idx.object_offsets[i + 1])
+        data = Annotated(
+            image=decoded.image,
+            boxes=np.array(idx.boxes[lo:hi], dtype=np.float32),
+            labels=np.array(idx.labels[lo:hi], dtype=np.int64),
+            landmarks=np.array(idx.landmarks[lo:hi], dtype=np.float32),
+            visibility=np.array(idx.visibility[lo:hi], dtype=np.uint8),
+            object_ids=np.arange(lo, hi, dtype=np.int64),
+            flip_permutation=self._flip_permutation,
+        )
+        # Annotation frame -> decoded pixels (DCT scale, size mismatch); clips boxes and drops
+        # landmarks that lie outside the image.
+        data.map_annotations(
+            decoded.scale * full_w / ann_size[0], decoded.scale * full_h / ann_size[1], 0.0, 0.0
+        )
+        return data
+
+    def __getitem__(self, i: int) -> Sample:
+        n = len(self.index)
+        i = operator.index(i)
+        if not -n <= i < n:
+            raise IndexError(f"index i={i} out of range for {n} images")
+        i %= n
+        data = self.load(i)
+        if self.transform is not None:
+            data = self.transform(data, self.generator(i))
+            _check_output(data, self.transform)
+        image = data.image
+        if any(s < 0 for s in image.strides) or not image.flags.writeable:
+            image = np.ascontiguousarray(image) if image.flags.writeable else image.copy()
+        a = data.affine
+        return Sample(
+            image=torch.from_numpy(image).permute(2, 0, 1),
+            boxes=data.boxes,
+            labels=data.labels,
+            landmarks=data.landmarks,
+            visibility=data.visibility,
+            image_label=int(self.index.image_labels[i]),
+            image_id=i,
+            orig_size=(int(self.index.width[i]), int(self.index.height[i])),
+            scale=(float(a[0]), float(a[1])),
+            offset=(float(a[2]), float(a[3])),
+            object_ids=data.object_ids,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"DetectionDataset(images={len(self)}, transform={self.transform!r}, "
+            f"seed={self.seed}, exif={self.exif!r})"
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_warned"] = set()  # each process warns for itself
+        return state
+
+
+def _check_output(data: Any, transform: object) -> None:
+    if not isinstance(data, Annotated):
+        raise TypeError(f"transform {transform!r} returned {type(data).__name__}, not Annotated")
+    image = data.image
+    if not (isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3):
+        raise ValueError(
+            f"transform {transform!r} returned an image of type {type(image).__name__}, "
+            f"dtype={getattr(image, 'dtype', None)}, shape={getattr(image, 'shape', None)}; "
+            "expected numpy uint8 [H, W, 3]"
+        )
+    n = len(data.boxes)
+    if not (len(data.labels) == len(data.landmarks) == len(data.visibility) == len(data.object_ids) == n):
+        raise ValueError(
+            f"transform {transform!r} returned {n} boxes but {len(data.labels)} labels, "
+            f"{len(data.landmarks)} landmark rows, {len(data.object_ids)} object ids"
+        )

@@ -1,0 +1,221 @@
+"""make_loader: a plain ``torch.utils.data.DataLoader`` with detection defaults and checks.
+
+What it adds to ``DataLoader(...)``:
+
+* ``collate_fn=collate_detection`` by default;
+* conflicting options are refused with a message that names them, before any worker starts;
+* ``pin_memory=True`` without an accelerator is dropped with a warning (pinning then only
+  costs time);
+* every worker runs with one intra-op thread (torch, OpenCV, OpenMP): N workers with N threads
+  each oversubscribe the cores and run slower;
+* ``seed`` makes the run reproducible: it seeds the loader's ``torch.Generator`` (shuffle
+  order, worker base seeds) and each worker seeds ``random`` and ``numpy``'s global state from
+  its torch seed. With :class:`~detloader.dataset.DetectionDataset` (per-sample generators)
+  the batches are then bitwise identical for any ``num_workers``.
+
+The loader never changes the dataset: its augmentation seed is ``DetectionDataset(seed=...)``
+and its epoch :meth:`~detloader.dataset.DetectionDataset.set_epoch`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from detloader.collate import collate_detection
+
+
+def accelerator_available() -> bool:
+    """Whether torch sees a device worth pinning memory for (CUDA, ROCm, XPU, MPS...)."""
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None and hasattr(acc, "is_available"):
+        return bool(acc.is_available())
+    return bool(torch.cuda.is_available())
+
+
+class WorkerInit:
+    """``worker_init_fn`` of loaders made here (a picklable class, for ``spawn``).
+
+    In each worker: one thread for torch, OpenCV (when imported) and OpenMP libraries started
+    later; ``random`` and ``numpy``'s global generator seeded from the worker's torch seed
+    (``base_seed + worker_id``, which the loader's generator fixes); then the user's function.
+    """
+
+    def __init__(self, user_fn: Callable[[int], None] | None = None) -> None:
+        self.user_fn = user_fn
+
+    def __call__(self, worker_id: int) -> None:
+        torch.set_num_threads(1)
+        os.environ["OMP_NUM_THREADS"] = "1"
+        cv2 = sys.modules.get("cv2")
+        if cv2 is not None:
+            cv2.setNumThreads(0)  # 0: no OpenCV thread pool, run in the calling thread
+        seed = torch.initial_seed()
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        if self.user_fn is not None:
+            self.user_fn(worker_id)
+
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    """The resolved options of :func:`make_loader` (one place to add new ones)."""
+
+    batch_size: int | None = 1
+    shuffle: bool = False
+    sampler: Sampler[Any] | Sequence[int] | None = None
+    batch_sampler: Sampler[list[int]] | Sequence[Sequence[int]] | None = None
+    num_workers: int = 0
+    collate_fn: Callable[[list[Any]], Any] | None = collate_detection
+    pin_memory: bool = False
+    drop_last: bool = False
+    timeout: float = 0
+    worker_init_fn: Callable[[int], None] | None = None
+    multiprocessing_context: Any = None
+    prefetch_factor: int | None = None
+    persistent_workers: bool = False
+    seed: int | None = None
+
+
+def check_options(o: LoaderOptions) -> None:
+    """Refuse conflicting or invalid options, naming them (ValueError)."""
+    if o.batch_sampler is not None:
+        clash = [
+            name
+            for name, bad in (
+                (f"batch_size={o.batch_size}", o.batch_size != 1),
+                ("shuffle=True", bool(o.shuffle)),
+                ("sampler", o.sampler is not None),
+                ("drop_last=True", bool(o.drop_last)),
+            )
+            if bad
+        ]
+        if clash:
+            raise ValueError(
+                f"batch_sampler is given, so {', '.join(clash)} must be left out: the batch "
+                "sampler decides the batch size, order, sampling and last batch"
+            )
+    elif o.batch_size is not None and (not isinstance(o.batch_size, int) or o.batch_size < 1):
+        raise ValueError(f"batch_size={o.batch_size!r} must be a positive int")
+    if o.batch_size is None and o.batch_sampler is None and o.collate_fn is collate_detection:
+        raise ValueError(
+            "batch_size=None turns batching off, but collate_fn=collate_detection makes "
+            "batches: pass a batch_size or your own collate_fn"
+        )
+    if o.sampler is not None and o.shuffle:
+        raise ValueError(
+            "shuffle=True and sampler are exclusive: the sampler decides the order "
+            "(shuffle inside the sampler, or pass shuffle=True without a sampler)"
+        )
+    if not isinstance(o.num_workers, int) or o.num_workers < 0:
+        raise ValueError(f"num_workers={o.num_workers!r} must be an int >= 0")
+    if o.timeout < 0:
+        raise ValueError(f"timeout={o.timeout!r} must be >= 0")
+    if o.num_workers == 0:
+        clash = [
+            name
+            for name, bad in (
+                (f"prefetch_factor={o.prefetch_factor}", o.prefetch_factor is not None),
+                ("persistent_workers=True", bool(o.persistent_workers)),
+                (f"timeout={o.timeout}", o.timeout > 0),
+                (f"multiprocessing_context={o.multiprocessing_context!r}", o.multiprocessing_context is not None),
+            )
+            if bad
+        ]
+        if clash:
+            raise ValueError(
+                f"num_workers=0 loads in the main process, so {', '.join(clash)} cannot "
+                "apply: use num_workers >= 1 or leave them out"
+            )
+    if o.prefetch_factor is not None and (not isinstance(o.prefetch_factor, int) or o.prefetch_factor < 1):
+        raise ValueError(f"prefetch_factor={o.prefetch_factor!r} must be a positive int")
+    if o.seed is not None and not isinstance(o.seed, (int, np.integer)):
+        raise ValueError(f"seed={o.seed!r} must be an int or None")
+
+
+def dataloader_kwargs(o: LoaderOptions) -> dict[str, Any]:
+    """Checked options -> keyword arguments of ``torch.utils.data.DataLoader``."""
+    check_options(o)
+    pin = bool(o.pin_memory)
+    if pin and not accelerator_available():
+        warnings.warn(
+            "pin_memory=True ignored: no accelerator is available (pinning would only cost time)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        pin = False
+    kwargs: dict[str, Any] = {
+        "batch_size": o.batch_size,
+        "shuffle": o.shuffle,
+        "sampler": o.sampler,
+        "batch_sampler": o.batch_sampler,
+        "num_workers": o.num_workers,
+        "collate_fn": o.collate_fn,
+        "pin_memory": pin,
+        "drop_last": o.drop_last,
+        "timeout": o.timeout,
+        "worker_init_fn": WorkerInit(o.worker_init_fn) if o.num_workers > 0 else o.worker_init_fn,
+        "multiprocessing_context": o.multiprocessing_context,
+        "persistent_workers": o.persistent_workers,
+    }
+    if o.batch_sampler is not None:  # DataLoader wants its defaults here
+        kwargs.update(batch_size=1, shuffle=None, sampler=None, drop_last=False)
+    if o.prefetch_factor is not None:
+        kwargs["prefetch_factor"] = o.prefetch_factor
+    if o.seed is not None:
+        kwargs["generator"] = torch.Generator().manual_seed(int(o.seed))
+    return kwargs
+
+
+def make_loader(
+    dataset: Dataset[Any],
+    *,
+    batch_size: int | None = 1,
+    shuffle: bool = False,
+    sampler: Sampler[Any] | Sequence[int] | None = None,
+    batch_sampler: Sampler[list[int]] | Sequence[Sequence[int]] | None = None,
+    num_workers: int = 0,
+    collate_fn: Callable[[list[Any]], Any] | None = collate_detection,
+    pin_memory: bool = False,
+    drop_last: bool = False,
+    timeout: float = 0,
+    worker_init_fn: Callable[[int], None] | None = None,
+    multiprocessing_context: Any = None,
+    prefetch_factor: int | None = None,
+    persistent_workers: bool = False,
+    seed: int | None = None,
+) -> DataLoader[Any]:
+    """A ``torch.utils.data.DataLoader`` over ``dataset``; the parameters are DataLoader's
+    (see the module docstring for what is added), plus ``seed``: an int seeds the loader's
+    generator (shuffle order and worker seeds), None leaves them random.
+
+    Raises:
+        ValueError: conflicting options (shuffle with a sampler; batch_sampler with
+            batch_size/shuffle/sampler/drop_last; worker options with ``num_workers=0``) or
+            invalid values, named in the message.
+    """
+    options = LoaderOptions(
+        batch_size=batch_size,
+        shuffle=shuffle,
+        sampler=sampler,
+        batch_sampler=batch_sampler,
+        num_workers=num_workers,
+        collate_fn=collate_fn,
+        pin_memory=pin_memory,
+        drop_last=drop_last,
+        timeout=timeout,
+        worker_init_fn=worker_init_fn,
+        multiprocessing_context=multiprocessing_context,
+        prefetch_factor=prefetch_factor,
+        persistent_workers=persistent_workers,
+        seed=seed,
+    )
+    return DataLoader(dataset, **dataloader_kwargs(options))
