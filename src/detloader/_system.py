@@ -1,8 +1,25 @@
-"""Small facts about the machine that several stages need (CPU count for worker pools)."""
+"""Small facts about the machine that several stages need (CPU count for worker pools, memory).
+
+Everything here is cheap (a few small files under ``/proc`` and ``/sys/fs/cgroup``), except
+:func:`busy_cpus`, which watches the machine for a short window on purpose.
+
+cgroups: a process's cgroup is found from ``/proc/self/cgroup`` (``hierarchy:controllers:path``
+lines; cgroup v2 is the single ``0::/path`` line) and the mount points in
+``/proc/self/mountinfo``. A limit set on any ancestor cgroup applies too, so limits are read at
+every level from the process's cgroup up to the mount point and the smallest one wins.
+"""
 
 from __future__ import annotations
 
 import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+#: Memory limits at or above this are cgroup v1's way of saying "unlimited" (2**63 - page size).
+_UNLIMITED_BYTES = 1 << 60
 
 
 def affinity_cpus() -> int:
@@ -13,24 +30,190 @@ def affinity_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def cgroup_cpu_limit(cgroup_root: str = "/sys/fs/cgroup") -> float | None:
+def affinity_set() -> frozenset[int]:
+    """Ids of the CPUs this process may run on (all CPUs where affinity is not supported)."""
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return frozenset(range(os.cpu_count() or 1))
+
+
+def logical_cores() -> int:
+    """Logical CPUs of the machine (hardware threads), whatever this process may use."""
+    return max(1, os.cpu_count() or 1)
+
+
+def physical_cores() -> int | None:
+    """Physical cores of the machine (hyper-threads counted once), or None when unknown."""
+    try:
+        import psutil
+
+        n = psutil.cpu_count(logical=False)
+    except Exception:  # psutil missing or the platform does not say
+        return None
+    return int(n) if n else None
+
+
+# -- cgroup discovery ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CgroupMount:
+    """One cgroup file system mount from ``/proc/self/mountinfo``.
+
+    ``root`` is the cgroup path that the mount point shows (``/`` on the host; a container's
+    own cgroup when the mount is a bind of a sub-tree), ``controllers`` the v1 controllers of
+    the hierarchy (empty for cgroup v2).
+    """
+
+    mount_point: Path
+    root: str
+    version: int
+    controllers: frozenset[str]
+
+
+def parse_proc_cgroup(text: str) -> dict[str, str]:
+    """``/proc/self/cgroup`` -> {controller: cgroup path}; the v2 hierarchy has the key ``""``.
+
+    ``"4:memory:/a/b"`` gives ``{"memory": "/a/b"}``; ``"3:cpu,cpuacct:/x"`` gives both
+    ``cpu`` and ``cpuacct``; ``"0::/user.slice"`` gives ``{"": "/user.slice"}``; named
+    hierarchies (``name=systemd``) are kept under their name.
+    """
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.strip().split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if not controllers:
+            out[""] = path
+        for name in controllers.split(","):
+            if name:
+                out[name] = path
+    return out
+
+
+def _unescape(field: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as \ooo octal
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def parse_mountinfo(text: str) -> list[CgroupMount]:
+    """The cgroup (v1) and cgroup2 mounts listed in a ``/proc/self/mountinfo`` text.
+
+    Line layout: ``id parent major:minor root mount_point options [optional...] - fstype
+    source super_options``; v1 controllers are among the super options.
+    """
+    mounts: list[CgroupMount] = []
+    for line in text.splitlines():
+        fields = line.split()
+        if "-" not in fields:
+            continue
+        sep = fields.index("-")
+        if sep < 5 or len(fields) < sep + 3:
+            continue
+        fstype, super_options = fields[sep + 1], fields[sep + 3] if len(fields) > sep + 3 else ""
+        if fstype not in ("cgroup", "cgroup2"):
+            continue
+        root, mount_point = _unescape(fields[3]), _unescape(fields[4])
+        if fstype == "cgroup2":
+            mounts.append(CgroupMount(Path(mount_point), root, 2, frozenset()))
+        else:
+            opts = frozenset(o for o in super_options.split(",") if o and "=" not in o)
+            named = frozenset(o for o in super_options.split(",") if o.startswith("name="))
+            mounts.append(CgroupMount(Path(mount_point), root, 1, opts | named))
+    return mounts
+
+
+def cgroup_chain(
+    controller: str,
+    proc_cgroup: str,
+    mountinfo: str,
+) -> tuple[int, list[Path]]:
+    """Folders of this process's cgroup for ``controller``, leaf first, up to the mount point.
+
+    Returns ``(version, folders)``; cgroup v1 is preferred when the controller is mounted
+    there (hybrid systems mount controllers on v1 and leave v2 empty), else v2. ``folders`` is
+    empty when the controller is not found. The cgroup path is taken relative to the mount's
+    root; when it is not below it (a cgroup namespace shows ``/``) the mount point is the leaf.
+    """
+    paths = parse_proc_cgroup(proc_cgroup)
+    mounts = parse_mountinfo(mountinfo)
+    choice: tuple[int, CgroupMount, str] | None = None
+    for m in mounts:
+        if m.version == 1 and controller in m.controllers and controller in paths:
+            choice = (1, m, paths[controller])
+            break
+    if choice is None and "" in paths:
+        for m in mounts:
+            if m.version == 2:
+                choice = (2, m, paths[""])
+                break
+    if choice is None:
+        return 0, []
+    version, mount, path = choice
+    root = mount.root.rstrip("/")
+    if root and (path == root or path.startswith(root + "/")):
+        rel = path[len(root):]
+    elif not root:
+        rel = path
+    else:
+        rel = ""
+    parts = [p for p in rel.split("/") if p and p not in (".", "..")]
+    chain = [mount.mount_point.joinpath(*parts[:i]) for i in range(len(parts), -1, -1)]
+    return version, chain
+
+
+def _read_text(path: Path | str) -> str | None:
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _proc_chain(controller: str, proc_self: Path | str) -> tuple[int, list[Path]]:
+    cgroup = _read_text(Path(proc_self) / "cgroup")
+    mountinfo = _read_text(Path(proc_self) / "mountinfo")
+    if cgroup is None or mountinfo is None:
+        return 0, []
+    return cgroup_chain(controller, cgroup, mountinfo)
+
+
+# -- CPU quota ----------------------------------------------------------------------------------
+def cgroup_cpu_limit(cgroup_root: str | None = None, proc_self: str = "/proc/self") -> float | None:
     """CPU quota of this process's cgroup in CPUs (e.g. 1.5), or None when unlimited/unknown.
 
     Reads cgroup v2 ``cpu.max`` ("QUOTA PERIOD" or "max PERIOD"), else cgroup v1
-    ``cpu/cpu.cfs_quota_us`` and ``cpu/cpu.cfs_period_us`` (quota -1: unlimited).
+    ``cpu.cfs_quota_us`` and ``cpu.cfs_period_us`` (quota -1: unlimited), at every level from
+    the process's cgroup up to the mount point; the smallest quota wins. ``cgroup_root``: read
+    only that folder instead (v2 files in it, v1 files in its ``cpu/`` sub-folder), as inside a
+    container whose own cgroup is mounted at ``/sys/fs/cgroup``.
     """
-    v2 = os.path.join(cgroup_root, "cpu.max")
-    try:
-        with open(v2) as fh:
-            return parse_cpu_max(fh.read())
-    except OSError:
-        pass
-    try:
-        with open(os.path.join(cgroup_root, "cpu", "cpu.cfs_quota_us")) as fh:
-            quota = fh.read()
-        with open(os.path.join(cgroup_root, "cpu", "cpu.cfs_period_us")) as fh:
-            period = fh.read()
-    except OSError:
+    if cgroup_root is not None:
+        return _cpu_limit_at_root(Path(cgroup_root))
+    version, chain = _proc_chain("cpu", proc_self)
+    if not chain:
+        return _cpu_limit_at_root(Path("/sys/fs/cgroup"))
+    limits: list[float] = []
+    for folder in chain:
+        if version == 2:
+            text = _read_text(folder / "cpu.max")
+            value = parse_cpu_max(text) if text is not None else None
+        else:
+            quota = _read_text(folder / "cpu.cfs_quota_us")
+            period = _read_text(folder / "cpu.cfs_period_us")
+            value = parse_cfs(quota, period) if quota is not None and period is not None else None
+        if value is not None:
+            limits.append(value)
+    return min(limits) if limits else None
+
+
+def _cpu_limit_at_root(root: Path) -> float | None:
+    text = _read_text(root / "cpu.max")
+    if text is not None:
+        return parse_cpu_max(text)
+    quota = _read_text(root / "cpu" / "cpu.cfs_quota_us")
+    period = _read_text(root / "cpu" / "cpu.cfs_period_us")
+    if quota is None or period is None:
         return None
     return parse_cfs(quota, period)
 
@@ -64,3 +247,158 @@ def usable_cpus() -> int:
     if limit is not None:
         n = min(n, max(1, int(limit)))
     return n
+
+
+# -- memory -------------------------------------------------------------------------------------
+def parse_memory_limit(text: str) -> int | None:
+    """cgroup ``memory.max`` (v2) or ``memory.limit_in_bytes`` (v1) -> bytes, None if unlimited."""
+    value = text.strip()
+    if not value or value == "max":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        return None
+    return n if 0 < n < _UNLIMITED_BYTES else None
+
+
+def cgroup_memory_limit(cgroup_root: str | None = None, proc_self: str = "/proc/self") -> int | None:
+    """Memory limit of this process's cgroup in bytes, or None when unlimited/unknown.
+
+    cgroup v2 ``memory.max``, else v1 ``memory.limit_in_bytes``; the smallest limit from the
+    process's cgroup up to the mount point. ``cgroup_root``: read only that folder (v2 file in
+    it, v1 file in its ``memory/`` sub-folder).
+    """
+    if cgroup_root is not None:
+        root = Path(cgroup_root)
+        for candidate in (root / "memory.max", root / "memory" / "memory.limit_in_bytes"):
+            text = _read_text(candidate)
+            if text is not None:
+                return parse_memory_limit(text)
+        return None
+    version, chain = _proc_chain("memory", proc_self)
+    name = "memory.max" if version == 2 else "memory.limit_in_bytes"
+    limits = []
+    for folder in chain:
+        text = _read_text(folder / name)
+        value = parse_memory_limit(text) if text is not None else None
+        if value is not None:
+            limits.append(value)
+    return min(limits) if limits else None
+
+
+def cgroup_memory_usage(cgroup_root: str | None = None, proc_self: str = "/proc/self") -> int | None:
+    """Bytes charged to this process's cgroup (v2 ``memory.current``, v1
+    ``memory.usage_in_bytes``), or None when unknown."""
+    if cgroup_root is not None:
+        root = Path(cgroup_root)
+        files = [root / "memory.current", root / "memory" / "memory.usage_in_bytes"]
+    else:
+        version, chain = _proc_chain("memory", proc_self)
+        if not chain:
+            return None
+        files = [chain[0] / ("memory.current" if version == 2 else "memory.usage_in_bytes")]
+    for f in files:
+        text = _read_text(f)
+        if text is not None:
+            try:
+                return int(text.strip())
+            except ValueError:
+                return None
+    return None
+
+
+@dataclass(frozen=True)
+class MemoryFacts:
+    """Host and cgroup memory in bytes. ``available`` is what a new process can still take:
+    the host's available memory, capped by the cgroup's remaining room when it has a limit."""
+
+    total: int
+    available: int
+    cgroup_limit: int | None
+    cgroup_usage: int | None
+
+
+def memory_facts() -> MemoryFacts:
+    """RAM total/available (psutil) combined with the cgroup memory limit and usage."""
+    import psutil
+
+    vm = psutil.virtual_memory()
+    limit = cgroup_memory_limit()
+    usage = cgroup_memory_usage() if limit is not None else None
+    available = int(vm.available)
+    if limit is not None:
+        available = min(available, max(0, limit - (usage or 0)))
+    return MemoryFacts(int(vm.total), available, limit, usage)
+
+
+# -- CPUs taken by others -----------------------------------------------------------------------
+def parse_proc_stat(text: str) -> dict[int, tuple[float, float]]:
+    """Per-CPU ``(busy, total)`` ticks from a ``/proc/stat`` text.
+
+    busy = user + nice + system + irq + softirq + steal (guest time is already inside user);
+    idle and iowait are not busy: a CPU waiting for a disk can run our workers.
+    """
+    out: dict[int, tuple[float, float]] = {}
+    for line in text.splitlines():
+        if not line.startswith("cpu") or line.startswith("cpu "):
+            continue
+        fields = line.split()
+        try:
+            cpu = int(fields[0][3:])
+            values = [float(v) for v in fields[1:9]]
+        except (ValueError, IndexError):
+            continue
+        values += [0.0] * (8 - len(values))
+        user, nice, system, idle, iowait, irq, softirq, steal = values
+        busy = user + nice + system + irq + softirq + steal
+        out[cpu] = (busy, busy + idle + iowait)
+    return out
+
+
+def busy_from_samples(
+    before: dict[int, tuple[float, float]],
+    after: dict[int, tuple[float, float]],
+    own_cpu_s: float,
+    wall_s: float,
+    cpus: Iterable[int] | None = None,
+) -> float:
+    """CPUs' worth of work done by other processes between two ``parse_proc_stat`` samples.
+
+    Sums, over ``cpus`` (default all), the busy share of each CPU in the window, then takes
+    away ``own_cpu_s / wall_s`` (this process's own CPU time). Clamped to ``[0, len(cpus)]``.
+    """
+    ids = sorted(set(before) & set(after) if cpus is None else set(cpus) & set(before) & set(after))
+    busy = 0.0
+    for c in ids:
+        db = after[c][0] - before[c][0]
+        dt = after[c][1] - before[c][1]
+        if dt > 0:
+            busy += min(1.0, max(0.0, db / dt))
+    own = own_cpu_s / wall_s if wall_s > 0 else 0.0
+    return float(min(len(ids), max(0.0, busy - own)))
+
+
+def busy_cpus(window_s: float = 0.5) -> float:
+    """CPUs kept busy by other processes, measured over ``window_s`` seconds (this call sleeps).
+
+    Counts only the CPUs this process may run on; this process's own CPU time is taken out
+    (its child processes are not: a background job started by us competes like any other).
+    Linux reads ``/proc/stat``; elsewhere psutil's system-wide CPU percentage is used.
+    """
+    import psutil
+
+    me = psutil.Process()
+    cpus = affinity_set()
+    text = _read_text("/proc/stat")
+    if text is None:
+        t0, own0 = time.perf_counter(), sum(me.cpu_times()[:2])
+        percent = psutil.cpu_percent(interval=window_s)
+        wall, own = time.perf_counter() - t0, sum(me.cpu_times()[:2]) - own0
+        total = percent / 100.0 * logical_cores()
+        return float(min(len(cpus), max(0.0, total - own / max(wall, 1e-9))))
+    before, own0, t0 = parse_proc_stat(text), sum(me.cpu_times()[:2]), time.perf_counter()
+    time.sleep(window_s)
+    after_text = _read_text("/proc/stat") or text
+    own, wall = sum(me.cpu_times()[:2]) - own0, time.perf_counter() - t0
+    return busy_from_samples(before, parse_proc_stat(after_text), own, wall, cpus)
