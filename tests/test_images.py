@@ -1,0 +1,208 @@
+"""Decoding: formats and modes to RGB uint8, EXIF orientation rule, reduced-size JPEG decode."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+import simplejpeg
+from PIL import Image, ImageOps
+
+from detloader.images import (
+    ImageDecodeError,
+    apply_orientation,
+    decode_image,
+    jpeg_exif_orientation,
+    oriented_size,
+    read_image,
+    should_apply_orientation,
+)
+
+
+def _pattern(w: int, h: int) -> np.ndarray:
+    """A smooth, asymmetric RGB image (JPEG keeps it close)."""
+    yy, xx = np.mgrid[0:h, 0:w]
+    return np.stack([xx * 255 // max(w - 1, 1), yy * 255 // max(h - 1, 1), (xx + yy) % 256 // 2], -1).astype(np.uint8)
+
+
+def _encode(img: Image.Image, fmt: str, **kw: object) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def _exif(orientation: int) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return exif.tobytes()
+
+
+# -- formats and modes ------------------------------------------------------------------------
+def test_jpeg_decodes_like_pillow() -> None:
+    pixels = _pattern(64, 48)
+    data = simplejpeg.encode_jpeg(pixels, quality=95, colorspace="RGB")
+    out = decode_image(data)
+    assert out.image.dtype == np.uint8 and out.image.shape == (48, 64, 3)
+    assert out.image.flags.c_contiguous and out.scale == 1.0 and out.full_size == (64, 48)
+    ref = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    assert np.abs(out.image.astype(int) - ref).mean() < 2.0
+
+
+def test_grayscale_jpeg_becomes_rgb() -> None:
+    gray = _pattern(32, 16)[..., :1].copy()
+    out = decode_image(simplejpeg.encode_jpeg(gray, colorspace="GRAY")).image
+    assert out.shape == (16, 32, 3)
+    assert (out[..., 0] == out[..., 1]).all() and (out[..., 1] == out[..., 2]).all()
+
+
+def test_cmyk_jpeg_goes_through_pillow() -> None:
+    img = Image.fromarray(_pattern(32, 24)).convert("CMYK")
+    data = _encode(img, "JPEG", quality=95)
+    out = decode_image(data).image
+    ref = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    assert out.shape == (24, 32, 3) and np.array_equal(out, ref)
+
+
+@pytest.mark.parametrize(
+    ("mode", "value", "expected"),
+    [
+        ("L", 77, (77, 77, 77)),
+        ("LA", (77, 0), (77, 77, 77)),  # alpha dropped, colour kept
+        ("RGBA", (10, 20, 30, 0), (10, 20, 30)),
+        ("1", 1, (255, 255, 255)),
+        ("P", 3, None),
+        ("I;16", 65535, (255, 255, 255)),
+        ("I;16", 257 * 100, (100, 100, 100)),
+        ("I", 257 * 7, (7, 7, 7)),
+    ],
+)
+def test_png_modes_become_rgb_uint8(mode: str, value: object, expected: tuple[int, int, int] | None) -> None:
+    img = Image.new(mode, (5, 4), value)  # type: ignore[arg-type]
+    if mode == "P":
+        img.putpalette([0, 0, 0, 1, 1, 1, 2, 2, 2, 200, 100, 50] + [0] * (256 * 3 - 12))
+        expected = (200, 100, 50)
+    data = _encode(img, "TIFF" if mode == "I" else "PNG")  # Pillow writes mode I to TIFF only
+    assert Image.open(io.BytesIO(data)).mode.startswith(mode[0])
+    out = decode_image(data).image
+    assert out.dtype == np.uint8 and out.shape == (4, 5, 3)
+    assert tuple(int(v) for v in out[2, 3]) == expected
+
+
+def test_float_tiff_is_clipped_like_pillow() -> None:
+    img = Image.fromarray(np.array([[-5.0, 12.4, 300.0]], dtype=np.float32), "F")
+    out = decode_image(_encode(img, "TIFF")).image
+    assert out.shape == (1, 3, 3)
+    assert out[0, :, 0].tolist() == [0, 12, 255]
+
+
+def test_bmp_and_png_decode_exactly() -> None:
+    pixels = _pattern(16, 8)
+    for fmt in ("BMP", "PNG"):
+        out = decode_image(_encode(Image.fromarray(pixels), fmt)).image
+        assert np.array_equal(out, pixels)
+
+
+def test_bad_bytes_raise_with_the_source_name(tmp_path: Path) -> None:
+    with pytest.raises(ImageDecodeError, match="broken.jpg"):
+        decode_image(b"not an image at all", source="broken.jpg")
+    with pytest.raises(ImageDecodeError, match="missing.png"):
+        read_image(tmp_path / "missing.png")
+    assert issubclass(ImageDecodeError, ValueError)
+
+
+def test_truncated_jpeg_decodes_with_a_warning() -> None:
+    data = simplejpeg.encode_jpeg(_pattern(64, 64), quality=90, colorspace="RGB")
+    cut = data[: len(data) * 2 // 3]
+    with pytest.warns(RuntimeWarning, match="cut.jpg: damaged JPEG"):
+        out = decode_image(cut, source="cut.jpg")
+    assert out.image.shape == (64, 64, 3)
+
+
+# -- EXIF -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_orientation_matches_pillow_exif_transpose(orientation: int) -> None:
+    pixels = _pattern(6, 4)
+    pixels[0, 0] = (255, 0, 255)
+    data = _encode(Image.fromarray(pixels), "PNG", exif=_exif(orientation))
+    ref = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB"))
+    out = decode_image(data)
+    assert out.orientation == orientation and out.exif_applied == (orientation != 1)
+    assert np.array_equal(out.image, ref)
+    assert np.array_equal(apply_orientation(pixels, orientation), ref)
+    assert out.full_size == oriented_size(6, 4, orientation)
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_jpeg_orientation_parser(orientation: int) -> None:
+    data = _encode(Image.fromarray(_pattern(8, 8)), "JPEG", exif=_exif(orientation))
+    assert jpeg_exif_orientation(data) == orientation
+
+
+def test_jpeg_orientation_parser_tolerates_junk() -> None:
+    plain = simplejpeg.encode_jpeg(_pattern(8, 8), colorspace="RGB")
+    assert jpeg_exif_orientation(plain) == 1
+    assert jpeg_exif_orientation(b"\xff\xd8\xff\xe1\x00\x10Exif\x00\x00MM\x00") == 1
+    assert jpeg_exif_orientation(b"\xff\xd8") == 1
+
+
+@pytest.mark.parametrize(
+    ("orientation", "expected", "policy", "apply"),
+    [
+        (1, (40, 20), "auto", False),
+        (3, (40, 20), "auto", True),  # size unchanged: always applied
+        (6, (20, 40), "auto", True),  # annotation drawn on the rotated image
+        (6, (40, 20), "auto", False),  # annotation drawn on the raw pixels
+        (8, None, "auto", True),  # no annotation size: as viewers do
+        (6, (40, 20), "apply", True),
+        (6, (20, 40), "ignore", False),
+    ],
+)
+def test_orientation_rule(orientation: int, expected: tuple[int, int] | None, policy: str, apply: bool) -> None:
+    assert should_apply_orientation(orientation, (40, 20), expected, policy) is apply  # type: ignore[arg-type]
+
+
+def test_rotated_jpeg_follows_the_annotation_size() -> None:
+    data = _encode(Image.fromarray(_pattern(40, 20)), "JPEG", quality=95, exif=_exif(6))
+    rotated = decode_image(data, expected_size=(20, 40))
+    assert rotated.image.shape == (40, 20, 3) and rotated.exif_applied and not rotated.exif_ignored
+    raw = decode_image(data, expected_size=(40, 20))
+    assert raw.image.shape == (20, 40, 3) and raw.exif_ignored and not raw.exif_applied
+    with pytest.raises(ValueError, match="exif='sideways'"):
+        decode_image(data, exif="sideways")  # type: ignore[arg-type]
+
+
+# -- reduced-size decode ----------------------------------------------------------------------
+def test_reduced_decode_picks_a_dct_scale_and_reports_it() -> None:
+    data = simplejpeg.encode_jpeg(_pattern(640, 480), quality=90, colorspace="RGB")
+    out = decode_image(data, min_size=(200, 150))
+    h, w = out.image.shape[:2]
+    assert (w, h) == (240, 180) and out.scale == 3 / 8
+    assert out.full_size == (640, 480)
+    # shrinking less than 2x: full size
+    assert decode_image(data, min_size=(400, 300)).image.shape == (480, 640, 3)
+    # a function of the full size
+    calls = []
+
+    def need(fw: int, fh: int) -> tuple[int, int]:
+        calls.append((fw, fh))
+        return fw // 8, fh // 8
+
+    small = decode_image(data, min_size=need)
+    assert calls == [(640, 480)] and small.image.shape == (60, 80, 3) and small.scale == 1 / 8
+
+
+def test_reduced_decode_of_an_odd_size_uses_the_exact_factor() -> None:
+    data = simplejpeg.encode_jpeg(_pattern(101, 67), quality=90, colorspace="RGB")
+    out = decode_image(data, min_size=(30, 20))
+    h, w = out.image.shape[:2]
+    m = round(out.scale * 8)
+    assert out.scale == m / 8 and w == -(-101 * m // 8) and h == -(-67 * m // 8)
+    assert w >= 30 and h >= 20
+
+
+def test_reduced_decode_of_a_rotated_jpeg_counts_in_the_rotated_frame() -> None:
+    data = _encode(Image.fromarray(_pattern(64, 32)), "JPEG", quality=90, exif=_exif(6))
+    out = decode_image(data, expected_size=(32, 64), min_size=(16, 32))
+    assert out.exif_applied and out.image.shape == (32, 16, 3) and out.scale == 0.5
