@@ -1,0 +1,131 @@
+"""TuneResult: what the tuner measured, what it recommends and why; JSON in and out."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from detloader.tune.measure import Trial
+from detloader.tune.probe import DatasetProbe, MachineProbe
+
+#: Bumped when the JSON layout changes; older cached results are then measured again.
+RESULT_VERSION = 1
+
+#: Why the search did not go beyond ``worker_cap`` workers.
+CAP_REASONS = ("usable", "busy", "max_workers", "candidates")
+
+
+@dataclass
+class TuneResult:
+    """The outcome of :func:`detloader.tune_loader`.
+
+    ``recommended``: DataLoader keyword arguments ``num_workers``, ``pin_memory``,
+    ``prefetch_factor`` (None with 0 workers), ``persistent_workers``, ready for
+    ``DataLoader(dataset, **result.recommended)``. ``explanation``: the reasons in plain
+    language, with the numbers. ``trials``: every measured setting in the order measured;
+    ``chosen`` indexes the one recommended. ``stop``: why the search ended (``converged``,
+    ``cap``, ``budget``, ``memory``, ``grid``). ``worker_cap`` / ``cap_reason``: the most
+    workers the search would try and why (``usable`` CPUs, ``busy``: only the free CPUs,
+    ``max_workers`` given, ``candidates`` given). ``key``: the fingerprints the cache uses
+    (machine, dataset, transform, batch size).
+    """
+
+    recommended: dict[str, Any]
+    explanation: str
+    summary: str
+    machine: MachineProbe
+    data: DatasetProbe | None
+    trials: list[Trial]
+    chosen: int
+    batch_size: int
+    dataset_size: int
+    budget_s: float
+    spent_s: float
+    window_s: float
+    stop: str
+    worker_cap: int
+    cap_reason: str
+    tolerance: float
+    step_time: float | str | None = None
+    device: str | None = None
+    key: dict[str, Any] = field(default_factory=dict)
+    created: str = ""
+    version: int = RESULT_VERSION
+
+    @property
+    def chosen_trial(self) -> Trial:
+        return self.trials[self.chosen]
+
+    @property
+    def cpus(self) -> dict[str, Any]:
+        """CPU facts: ``usable`` (affinity and quota), ``busy`` (by other processes during the
+        probe), ``free``, ``logical``, ``physical``."""
+        m = self.machine
+        return {
+            "usable": m.usable_cpus,
+            "busy": m.busy_cpus,
+            "free": m.free_cpus,
+            "logical": m.logical_cpus,
+            "physical": m.physical_cpus,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict; ``cpus`` is included for readers of the JSON."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["machine"] = self.machine.to_dict()
+        out["data"] = self.data.to_dict() if self.data is not None else None
+        out["trials"] = [t.to_dict() for t in self.trials]
+        out["cpus"] = self.cpus
+        return out
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False,
+                          default=_json_default)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TuneResult":
+        """Inverse of :meth:`to_dict`. Raises ValueError naming the missing field or a version
+        this detloader does not read."""
+        version = data.get("version")
+        if version != RESULT_VERSION:
+            raise ValueError(f"TuneResult: version={version!r}, this detloader reads {RESULT_VERSION}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        required = {f.name for f in dataclasses.fields(cls)
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+        missing = sorted(required - set(data))
+        if missing:
+            raise ValueError(f"TuneResult: missing field(s) {missing}")
+        values = {k: v for k, v in data.items() if k in names}
+        values["machine"] = MachineProbe.from_dict(data["machine"])
+        values["data"] = DatasetProbe.from_dict(data["data"]) if data["data"] is not None else None
+        values["trials"] = [Trial.from_dict(t) for t in data["trials"]]
+        result = cls(**values)
+        if not 0 <= result.chosen < len(result.trials):
+            raise ValueError(f"TuneResult: chosen={result.chosen} is not a trial index (0..{len(result.trials) - 1})")
+        return result
+
+    @classmethod
+    def from_json(cls, text: str) -> "TuneResult":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"TuneResult: not JSON ({err})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"TuneResult: expected a JSON object, got {type(data).__name__}")
+        return cls.from_dict(data)
+
+    def plot(self, path: str) -> str:
+        """Save images/s and worker memory against ``num_workers`` to ``path`` (needs
+        matplotlib); returns the path."""
+        from detloader.tune.plot import plot_result
+
+        return plot_result(self, path)
+
+
+def _json_default(value: Any) -> Any:
+    # numpy scalars that slipped into settings or figures
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

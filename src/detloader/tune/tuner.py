@@ -1,0 +1,216 @@
+"""``tune_loader``: probe, search, explain, cache, in that order."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import math
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+from detloader.tune.explain import explain, summary
+from detloader.tune.measure import Consumer, LoaderFactory, loader_kwargs, make_consumer
+from detloader.tune.probe import DatasetProbe, MachineProbe, probe_dataset, probe_machine
+from detloader.tune.result import TuneResult
+from detloader.tune.search import Progress, search_settings
+
+#: Seconds the probe watches the CPUs to count those busy with other processes.
+BUSY_WINDOW_S = 1.0
+CACHE_CHOICES = (True, False, "refresh")
+_SETTING_NAMES = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
+
+
+def grid_candidates(max_workers: int, can_pin: bool = False, prefetch: Sequence[int] = (2, 4)) -> list[dict[str, Any]]:
+    """Every setting the search chooses from: ``num_workers`` 0..``max_workers`` x
+    ``prefetch_factor`` (for workers > 0) x ``pin_memory`` (False, and True when ``can_pin``),
+    with persistent workers. What an exhaustive grid measures."""
+    pins = (False, True) if can_pin else (False,)
+    out: list[dict[str, Any]] = []
+    for w in range(max_workers + 1):
+        for pf in (prefetch if w > 0 else (None,)):
+            for pin in pins:
+                out.append(loader_kwargs(w, pin_memory=pin, prefetch_factor=pf, persistent_workers=True))
+    return out
+
+
+def normalise_candidate(candidate: Mapping[str, Any]) -> dict[str, Any]:
+    """Fill a partial setting (``{"num_workers": 4}``) with the tuner's defaults and make it
+    valid for DataLoader; unknown keys are refused."""
+    unknown = sorted(set(candidate) - set(_SETTING_NAMES))
+    if unknown:
+        raise ValueError(f"candidate={dict(candidate)}: unknown key(s) {unknown}; valid: {list(_SETTING_NAMES)}")
+    w = int(candidate.get("num_workers", 0))
+    return loader_kwargs(
+        w,
+        pin_memory=bool(candidate.get("pin_memory", False)),
+        prefetch_factor=candidate.get("prefetch_factor", 2) if w > 0 else None,
+        persistent_workers=bool(candidate.get("persistent_workers", True)),
+    )
+
+
+def default_loader_factory(
+    dataset: Any, batch_size: int, collate_fn: Callable[[list[Any]], Any] | None, seed: int = 0
+) -> LoaderFactory:
+    """``make_loader(dataset, batch_size=..., shuffle=True, collate_fn=..., seed=...)`` awaiting
+    the four settings: the loader the user will train with."""
+    from detloader.loader import make_loader
+
+    return functools.partial(
+        make_loader, dataset, batch_size=batch_size, shuffle=True, collate_fn=collate_fn, seed=seed
+    )
+
+
+def default_collate_for(dataset: Any) -> Callable[[list[Any]], Any] | None:
+    """The collate function make_loader would use for ``dataset`` (None: torch's default)."""
+    try:
+        from detloader.dataset import DetectionDataset
+        from detloader.collate import collate_detection
+    except ImportError:
+        return None
+    return collate_detection if isinstance(dataset, DetectionDataset) else None
+
+
+def _step_label(step_time: float | Consumer | None) -> float | str | None:
+    if step_time is None or isinstance(step_time, (int, float)):
+        return None if step_time is None else float(step_time)
+    return f"callable:{getattr(step_time, '__qualname__', type(step_time).__name__)}"
+
+
+def worker_cap(machine: MachineProbe, max_workers: int | None, respect_busy: bool) -> tuple[int, str]:
+    """Most workers worth trying, and why (a :data:`~detloader.tune.result.CAP_REASONS` value).
+
+    The usable CPUs; with ``respect_busy``, only the free ones (rounded, at least 1): more
+    workers than free CPUs take time slices from the other processes, which a greedy
+    measurement would even reward. ``max_workers`` replaces both.
+    """
+    if max_workers is not None:
+        if max_workers < 0:
+            raise ValueError(f"max_workers={max_workers} must be >= 0")
+        return int(max_workers), "max_workers"
+    cap, reason = machine.usable_cpus, "usable"
+    if respect_busy:
+        free = max(1, int(machine.free_cpus + 0.5))
+        if free < cap:
+            cap, reason = free, "busy"
+    return cap, reason
+
+
+def tune_loader(
+    dataset: Any,
+    *,
+    batch_size: int = 32,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+    budget_s: float = 60.0,
+    step_time: float | Consumer | None = None,
+    candidates: Sequence[Mapping[str, Any]] | None = None,
+    max_workers: int | None = None,
+    respect_busy: bool = True,
+    tolerance: float = 0.04,
+    device: str | None = "auto",
+    loader_factory: LoaderFactory | None = None,
+    cache: bool | str = True,
+    progress: Progress | None = None,
+) -> TuneResult:
+    """Measure the loader on this machine and recommend ``num_workers``, ``pin_memory``,
+    ``prefetch_factor`` and ``persistent_workers``, with the reasons.
+
+    Probes the machine (usable, busy and free CPUs, memory, accelerator copy speed) and the
+    dataset (single-core cost per image, batch bytes, file read speed), then searches real
+    loaders within ``budget_s`` seconds (see :mod:`detloader.tune.search`).
+
+    ``loader_factory``: a callable taking the four settings as keyword arguments and returning
+    an iterable of batches (default: ``make_loader(dataset, batch_size=..., shuffle=True,
+    collate_fn=...)``); ``collate_fn`` defaults to ``collate_detection`` for a
+    ``DetectionDataset``. ``step_time``: the training step, as seconds per batch (slept) or a
+    callable run on each batch, to answer "is the loader the bottleneck?". ``device``: copy
+    each batch there as a training loop would ("auto": the CUDA/XPU device if any; None: no
+    copy). ``candidates``: measure exactly these settings (partial dicts are completed).
+    ``respect_busy``: try no more workers than free CPUs. ``tolerance``: fewer workers win
+    when within this fraction of the best throughput. ``cache``: True reads and writes the
+    tuning cache, "refresh" measures again and writes, False neither.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size} must be >= 1")
+    if budget_s <= 0 or not math.isfinite(budget_s):
+        raise ValueError(f"budget_s={budget_s} must be a positive number of seconds")
+    if cache not in CACHE_CHOICES:
+        raise ValueError(f"cache={cache!r}; valid: {list(CACHE_CHOICES)}")
+    if len(dataset) == 0:
+        raise ValueError("tune_loader: the dataset is empty (len(dataset)=0)")
+    grid = [normalise_candidate(c) for c in candidates] if candidates is not None else None
+    if grid is not None and not grid:
+        raise ValueError("candidates=[]: give at least one setting, or None to search")
+    step_label = _step_label(step_time)
+
+    from detloader.tune.store import cache_key, load_result, save_result
+
+    key = cache_key(dataset, batch_size) if cache else {}
+    if cache is True and grid is None:
+        cached = load_result(key)
+        if cached is not None and cached.step_time == step_label:
+            return cached
+
+    start = time.perf_counter()
+
+    def report(done: int, total: int) -> None:
+        if progress is not None:
+            progress(min(int(time.perf_counter() - start), int(budget_s)), int(budget_s))
+
+    machine = probe_machine(busy_window_s=BUSY_WINDOW_S)
+    report(0, 0)
+    if collate_fn is None:
+        collate_fn = default_collate_for(dataset)
+    data: DatasetProbe | None = probe_dataset(dataset, batch_size, collate_fn)
+    report(0, 0)
+    if grid is not None:
+        cap, cap_reason = max(c["num_workers"] for c in grid), "candidates"
+    else:
+        cap, cap_reason = worker_cap(machine, max_workers, respect_busy)
+    if device == "auto":
+        device = machine.accelerator if machine.can_pin else None
+    factory = loader_factory if loader_factory is not None else default_loader_factory(dataset, batch_size, collate_fn)
+    outcome = search_settings(
+        factory,
+        batch_size=batch_size,
+        cap=cap,
+        can_pin=machine.can_pin,
+        budget_s=max(0.5, budget_s - (time.perf_counter() - start)),
+        tolerance=tolerance,
+        consumer_for=lambda pin: make_consumer(step_time, device, pin),
+        memory_available=machine.memory_available,
+        candidates=grid,
+        progress=report,
+    )
+    chosen = outcome.chosen_trial
+    result = TuneResult(
+        recommended=loader_kwargs(
+            chosen.num_workers,
+            pin_memory=bool(chosen.settings.get("pin_memory", False)),
+            prefetch_factor=chosen.settings.get("prefetch_factor") or 2,
+            persistent_workers=bool(chosen.settings.get("persistent_workers", True)),
+        ),
+        explanation="",
+        summary="",
+        machine=machine,
+        data=data,
+        trials=outcome.trials,
+        chosen=outcome.chosen,
+        batch_size=batch_size,
+        dataset_size=len(dataset),
+        budget_s=float(budget_s),
+        spent_s=time.perf_counter() - start,
+        window_s=outcome.window_s,
+        stop=outcome.stop,
+        worker_cap=cap,
+        cap_reason=cap_reason,
+        tolerance=tolerance,
+        step_time=step_label,
+        device=device,
+        key=key,
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    )
+    result.explanation = explain(result)
+    result.summary = summary(result)
+    if cache and grid is None:
+        save_result(result)
+    return result

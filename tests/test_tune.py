@@ -1,0 +1,566 @@
+"""The loader tuner: search logic against machine models, real loaders on tiny data, the
+explanation, the heuristic, TuneResult JSON and the cache."""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+import warnings
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import psutil
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader, Dataset
+
+from detloader.tune import (
+    MachineProbe,
+    Trial,
+    TuneResult,
+    TuneWarning,
+    auto_loader_kwargs,
+    choose,
+    grid_candidates,
+    heuristic_loader_kwargs,
+    loader_kwargs,
+    measure_setting,
+    probe_dataset,
+    probe_machine,
+    search_settings,
+    tune_loader,
+    worker_ladder,
+)
+from detloader.tune import search as search_module
+from detloader.tune import store, tuner
+from detloader.tune.heuristic import MAX_HEURISTIC_WORKERS, WORKER_MEMORY_GUESS
+from detloader.tune.tuner import normalise_candidate, worker_cap
+
+GIB = 2**30
+
+
+# -- fixtures -----------------------------------------------------------------------------------
+class SpinDataset(Dataset):
+    """Each item burns ``ms`` of CPU time (a stand-in for decode + transform) and returns a
+    small uint8 image, as the real dataset does."""
+
+    def __init__(self, n: int = 96, ms: float = 1.0) -> None:
+        self.n, self.ms = n, ms
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        end = time.thread_time() + self.ms / 1000.0
+        while time.thread_time() < end:
+            pass
+        return torch.full((3, 16, 16), i % 256, dtype=torch.uint8)
+
+    def __repr__(self) -> str:
+        return f"SpinDataset(n={self.n}, ms={self.ms})"
+
+
+class FileDataset(Dataset):
+    """Reads the image files of an index (exposes ``index`` as DetectionDataset does)."""
+
+    def __init__(self, index: Any) -> None:
+        self.index = index
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.tensor(len(self.index.image_path(i).read_bytes()))
+
+
+def machine(usable: int = 2, busy: float = 0.0, can_pin: bool = False, available: int = 16 * GIB) -> MachineProbe:
+    return MachineProbe(
+        logical_cpus=usable, physical_cpus=usable, affinity_cpus=usable, cgroup_cpu_quota=None,
+        usable_cpus=usable, busy_cpus=busy, free_cpus=max(0.0, usable - busy), busy_window_s=1.0,
+        memory_total=32 * GIB, memory_available=available, cgroup_memory_limit=None,
+        accelerator="cuda" if can_pin else None, accelerator_name="model GPU" if can_pin else None,
+        accelerator_count=1 if can_pin else 0,
+        h2d_pageable_gbps=6.0 if can_pin else None, h2d_pinned_gbps=20.0 if can_pin else None,
+    )
+
+
+def model(rate: Callable[[Mapping[str, Any]], float], uss: float = 100.0, calls: list | None = None):
+    """A ``measure`` replacement: images/s from ``rate(settings)``, no time spent."""
+
+    def fake(factory: Any, settings: Mapping[str, Any], *, batch_size: int, window_s: float,
+             min_batches: int, consumer: Any, deadline: float | None, phase: str) -> Trial:
+        if calls is not None:
+            calls.append(dict(settings))
+        w = int(settings["num_workers"])
+        r = float(rate(settings))
+        return Trial(
+            settings=dict(settings), images_per_s=r, images=max(1, int(r * window_s)),
+            batches=min_batches, seconds=window_s, startup_s=0.05 * w, latency_p50_ms=1000 * batch_size / r,
+            latency_p95_ms=2000 * batch_size / r, main_cpu=1.0 if w == 0 else 0.1, workers_cpu=float(w),
+            workers=w, worker_uss_mib=uss if w else None, worker_pss_mib=uss * 1.5 if w else None,
+            main_rss_mib=300.0, phase=phase,
+        )
+
+    return fake
+
+
+def knee(at: int, per_worker: float = 100.0, fall: float = 0.0) -> Callable[[Mapping[str, Any]], float]:
+    """Throughput rising linearly to ``at`` workers, then flat (or falling by ``fall`` per worker)."""
+
+    def rate(s: Mapping[str, Any]) -> float:
+        w = s["num_workers"]
+        if w == 0:
+            return 0.9 * per_worker
+        return per_worker * min(w, at) - fall * max(0, w - at)
+
+    return rate
+
+
+# -- search logic against machine models --------------------------------------------------------
+def test_worker_ladder() -> None:
+    assert worker_ladder(0) == [0]
+    assert worker_ladder(1) == [0, 1]
+    assert worker_ladder(2) == [0, 1, 2]
+    assert worker_ladder(6) == [0, 1, 2, 4, 6]
+    assert worker_ladder(64) == [0, 1, 2, 4, 8, 16, 32, 64]
+    with pytest.raises(ValueError, match="cap=-1"):
+        worker_ladder(-1)
+
+
+def test_search_on_64_cpus_finds_the_knee_with_few_trials() -> None:
+    calls: list[dict] = []
+    out = search_settings(None, batch_size=32, cap=64, budget_s=60, measure_fn=model(knee(12), calls=calls))
+    assert out.chosen_trial.num_workers == 12
+    assert out.stop == "converged"
+    assert len(out.trials) <= 12  # 0 1 2 4 8 16 | 12 10 (11) + prefetch: not 65 x 2
+    assert [t.phase for t in out.trials][:6] == ["climb"] * 6
+    grid = search_settings(None, batch_size=32, cap=64, budget_s=60, measure_fn=model(knee(12)),
+                  candidates=grid_candidates(64))
+    assert grid.chosen_trial.num_workers == 12
+    assert len(grid.trials) == 129
+
+
+def test_search_stops_below_a_falling_curve() -> None:
+    # contention: more than 8 workers get slower
+    out = search_settings(None, batch_size=8, cap=32, budget_s=60, measure_fn=model(knee(8, fall=40.0)))
+    assert out.chosen_trial.num_workers == 8
+    assert {t.num_workers for t in out.trials} >= {0, 1, 2, 4, 8, 16}
+    assert 32 not in {t.num_workers for t in out.trials}
+
+
+def test_search_on_two_cpus_measures_every_count() -> None:
+    out = search_settings(None, batch_size=8, cap=2, budget_s=60, measure_fn=model(knee(4)))
+    assert [t.num_workers for t in out.trials if t.phase == "climb"] == [0, 1, 2]
+    assert out.chosen_trial.num_workers == 2
+    assert out.stop == "cap"
+
+
+def test_flat_throughput_keeps_the_loading_in_the_main_process() -> None:
+    # an I/O-bound or trivial dataset: workers add nothing, so none are recommended
+    out = search_settings(None, batch_size=8, cap=16, budget_s=60, measure_fn=model(lambda s: 1000.0 + s["num_workers"]))
+    assert out.chosen_trial.num_workers == 0
+    assert out.chosen_trial.settings == loader_kwargs(0)
+
+
+def test_prefetch_win_is_confirmed_and_kept() -> None:
+    rate = lambda s: knee(4)(s) * (1.2 if s.get("prefetch_factor") == 4 else 1.0)
+    out = search_settings(None, batch_size=8, cap=4, budget_s=60, measure_fn=model(rate))
+    assert out.chosen_trial.settings["prefetch_factor"] == 4
+    assert [t.phase for t in out.trials].count("confirm") == 2
+
+
+def test_small_prefetch_gain_is_not_worth_it() -> None:
+    rate = lambda s: knee(4)(s) * (1.02 if s.get("prefetch_factor") == 4 else 1.0)
+    out = search_settings(None, batch_size=8, cap=4, budget_s=60, measure_fn=model(rate))
+    assert out.chosen_trial.settings["prefetch_factor"] == 2
+    assert "confirm" not in {t.phase for t in out.trials}
+
+
+@pytest.mark.parametrize("pinned_gain", [1.3, 0.7])
+def test_pin_memory_is_measured_both_ways(pinned_gain: float) -> None:
+    rate = lambda s: knee(2)(s) * (pinned_gain if s["pin_memory"] else 1.0)
+    out = search_settings(None, batch_size=8, cap=2, can_pin=True, budget_s=60, measure_fn=model(rate))
+    assert out.chosen_trial.settings["pin_memory"] is (pinned_gain > 1)
+    assert {t.settings["pin_memory"] for t in out.trials} == {True, False}
+
+
+def test_memory_stops_the_climb() -> None:
+    # 1000 MiB per worker, 5 GiB available: 4 workers fit (80 % rule), 8 do not
+    out = search_settings(None, batch_size=8, cap=64, budget_s=60, measure_fn=model(knee(32), uss=1000.0),
+                 memory_available=5 * GIB)
+    assert out.stop == "memory"
+    assert max(t.num_workers for t in out.trials) == 4
+    assert out.chosen_trial.num_workers == 4
+    assert out.skipped and out.skipped[0]["reason"] == "memory"
+
+
+def test_budget_stops_the_search() -> None:
+    fake = model(knee(32))
+
+    def slow(*args: Any, **kwargs: Any) -> Trial:
+        time.sleep(0.05)
+        return fake(*args, **kwargs)
+
+    out = search_settings(None, batch_size=8, cap=64, budget_s=0.2, window_s=0.1, measure_fn=slow)
+    assert out.stop == "budget"
+    assert 1 <= len(out.trials) < len(worker_ladder(64))
+
+
+def test_choose_takes_the_cheapest_setting_within_tolerance() -> None:
+    fake = model(lambda s: {0: 100.0, 1: 180.0, 2: 300.0, 3: 305.0, 4: 310.0}[s["num_workers"]])
+    trials = [fake(None, loader_kwargs(w), batch_size=1, window_s=1, min_batches=1, consumer=None,
+                   deadline=None, phase="") for w in range(5)]
+    assert trials[choose(trials, 0.04)].num_workers == 2  # 300 * 1.04 >= 310
+    assert trials[choose(trials, 0.01)].num_workers == 4
+    failed = measure_failure = Trial(loader_kwargs(1), 0.0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, None,
+                                     None, 0.0, error="RuntimeError: worker died")
+    assert not measure_failure.ok
+    with pytest.raises(ValueError, match="worker died"):
+        choose([failed], 0.04)
+
+
+def test_choose_averages_repeated_settings() -> None:
+    fake = model(lambda s: 100.0)
+    a, b = (fake(None, loader_kwargs(1), batch_size=1, window_s=1, min_batches=1, consumer=None,
+                 deadline=None, phase="") for _ in range(2))
+    c = fake(None, loader_kwargs(2), batch_size=1, window_s=1, min_batches=1, consumer=None, deadline=None, phase="")
+    a.images_per_s, b.images_per_s, c.images_per_s = 130.0, 90.0, 105.0  # mean of w=1: 110
+    assert [a, b, c][choose([a, b, c], 0.0)].num_workers == 1
+
+
+@given(st.lists(st.floats(1.0, 1e4), min_size=1, max_size=10), st.floats(0.0, 0.5))
+def test_choice_is_within_tolerance_of_the_best(rates: list[float], tolerance: float) -> None:
+    fake = model(lambda s: rates[s["num_workers"]])
+    trials = [fake(None, loader_kwargs(w), batch_size=1, window_s=1, min_batches=1, consumer=None,
+                   deadline=None, phase="") for w in range(len(rates))]
+    chosen = trials[choose(trials, tolerance)]
+    assert chosen.images_per_s * (1 + tolerance) >= max(rates)
+    # and nothing cheaper would have been
+    assert all(r * (1 + tolerance) < max(rates) for r in rates[: chosen.num_workers])
+
+
+def test_search_arguments_are_checked() -> None:
+    with pytest.raises(ValueError, match="budget_s=0"):
+        search_settings(None, batch_size=1, cap=2, budget_s=0)
+    with pytest.raises(ValueError, match="tolerance=1.5"):
+        search_settings(None, batch_size=1, cap=2, tolerance=1.5)
+
+
+# -- settings -----------------------------------------------------------------------------------
+def test_loader_kwargs_are_valid_for_dataloader() -> None:
+    for kwargs in [loader_kwargs(0, pin_memory=True), *grid_candidates(2, can_pin=True)]:
+        DataLoader(list(range(4)), **kwargs)  # DataLoader refuses invalid combinations
+    assert loader_kwargs(0) == {"num_workers": 0, "pin_memory": False, "prefetch_factor": None,
+                                "persistent_workers": False}
+    with pytest.raises(ValueError, match="num_workers=-1"):
+        loader_kwargs(-1)
+    with pytest.raises(ValueError, match="prefetch_factor=0"):
+        loader_kwargs(2, prefetch_factor=0)
+
+
+def test_candidates_are_completed_and_checked() -> None:
+    assert normalise_candidate({"num_workers": 3}) == loader_kwargs(3)
+    assert normalise_candidate({"num_workers": 0, "prefetch_factor": 4})["prefetch_factor"] is None
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['workers'\]"):
+        normalise_candidate({"workers": 2})
+
+
+def test_grid_candidates_cover_the_search_space() -> None:
+    grid = grid_candidates(3, can_pin=True)
+    assert len(grid) == 2 * (1 + 3 * 2)
+    assert {g["num_workers"] for g in grid} == {0, 1, 2, 3}
+
+
+# -- busy machines: fewer workers, and the explanation says why ----------------------------------
+def test_worker_cap_follows_free_cpus() -> None:
+    assert worker_cap(machine(8), None, True) == (8, "usable")
+    assert worker_cap(machine(8, busy=3.0), None, True) == (5, "busy")
+    assert worker_cap(machine(2, busy=2.0), None, True) == (1, "busy")
+    assert worker_cap(machine(8, busy=3.0), None, False) == (8, "usable")
+    assert worker_cap(machine(8, busy=3.0), 12, True) == (12, "max_workers")
+
+
+def _tune_on_model(monkeypatch: pytest.MonkeyPatch, probe: MachineProbe, rate: Callable, **kwargs: Any) -> TuneResult:
+    monkeypatch.setattr(tuner, "probe_machine", lambda busy_window_s: probe)
+    monkeypatch.setattr(tuner, "search_settings", functools.partial(search_module.search_settings, measure_fn=model(rate)))
+    ds = SpinDataset(64, ms=0.0)
+    return tune_loader(ds, batch_size=8, loader_factory=lambda **kw: None, cache=False, **kwargs)
+
+
+def test_busy_machine_gets_fewer_workers_and_is_told_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a CPU-hungry loader that, greedily measured, would take every CPU it can get
+    idle = _tune_on_model(monkeypatch, machine(8), knee(16))
+    busy = _tune_on_model(monkeypatch, machine(8, busy=5.0), knee(16))
+    assert idle.recommended["num_workers"] == 8
+    assert busy.recommended["num_workers"] == 3
+    assert busy.cap_reason == "busy"
+    assert "5 busy with other processes" in busy.explanation
+    assert "3 free" in busy.explanation
+    assert "only 3 of 8 CPUs are free" in busy.explanation
+    assert busy.cpus == {"usable": 8, "busy": 5.0, "free": 3.0, "logical": 8, "physical": 8}
+
+
+def test_explanation_gives_the_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    r = _tune_on_model(monkeypatch, machine(64), knee(12))
+    text = r.explanation
+    assert r.recommended["num_workers"] == 12
+    assert "12 workers give 1200 img/s" in text
+    assert "16 workers: 1200 img/s (+0 %)" in text and "11 workers: 1100 img/s" in text
+    assert "each worker holds 100 MiB" in text
+    assert "pin_memory=False: no CUDA/XPU device" in text
+    assert "persistent_workers=True" in text
+    assert text.count("\n") >= 5
+    assert "1200 img/s" in r.summary
+
+
+def test_explanation_with_an_accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
+    rate = lambda s: knee(2)(s) * (1.25 if s["pin_memory"] else 1.0)
+    r = _tune_on_model(monkeypatch, machine(2, can_pin=True), rate)
+    assert r.recommended["pin_memory"] is True
+    assert "20.0 GB/s pinned vs 6.0 GB/s pageable" in r.explanation
+    assert "without pinning the loop gave" in r.explanation
+
+
+# -- real loaders, tiny data --------------------------------------------------------------------
+def _children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def test_measure_a_real_loader() -> None:
+    ds = SpinDataset(48, ms=0.5)
+    factory = functools.partial(DataLoader, ds, batch_size=4)
+    before = _children()
+    t0 = measure_setting(factory, loader_kwargs(0), batch_size=4, window_s=0.1)
+    t1 = measure_setting(factory, loader_kwargs(1), batch_size=4, window_s=0.1)
+    assert t0.ok and t1.ok
+    assert t0.images == 4 * t0.batches and t0.images_per_s > 0
+    assert t0.workers == 0 and t0.worker_uss_mib is None and t0.main_cpu > 0.3
+    assert t1.workers == 1 and t1.worker_uss_mib is not None and t1.worker_uss_mib > 0
+    assert t1.latency_p95_ms >= t1.latency_p50_ms >= 0
+    assert t1.startup_s > 0
+    assert _children() == before  # workers were stopped
+
+
+def test_measure_records_a_failing_setting() -> None:
+    def broken(**kwargs: Any) -> DataLoader:
+        return DataLoader(SpinDataset(8, 0.0), batch_size=4, multiprocessing_context="nope", **kwargs)
+
+    t = measure_setting(broken, loader_kwargs(1), batch_size=4, window_s=0.05)
+    assert not t.ok and "nope" in (t.error or "")
+
+
+def test_measure_with_a_consumer_reports_the_wait() -> None:
+    from detloader.tune.measure import make_consumer
+
+    ds = SpinDataset(32, ms=0.0)
+    consumer = make_consumer(0.01, None, False)  # a 10 ms step, data is free
+    t = measure_setting(functools.partial(DataLoader, ds, batch_size=4), loader_kwargs(0), batch_size=4,
+                window_s=0.1, consumer=consumer)
+    assert t.step_ms is not None and t.step_ms >= 9.0
+    assert t.wait_fraction is not None and t.wait_fraction < 0.5
+    with pytest.raises(ValueError, match="step_time=-1"):
+        make_consumer(-1, None, False)
+
+
+def test_probe_dataset_times_items_and_reads_files(small_synth_root) -> None:
+    from detloader import read_annotations
+
+    index = read_annotations(small_synth_root)
+    probe = probe_dataset(FileDataset(index), batch_size=4, max_images=8)
+    assert probe.images >= 1 and probe.ms_per_image > 0
+    assert probe.batch_bytes == 4 * 8  # four int64 sizes
+    assert probe.read_files > 0 and probe.read_mb_per_s and probe.read_mb_per_s > 0
+    plain = probe_dataset(SpinDataset(3, ms=1.0), batch_size=2)
+    assert plain.read_files == 0 and plain.read_ms_per_file is None
+    assert plain.ms_per_image >= 0.9
+    assert plain.batch_bytes == 2 * 3 * 16 * 16
+    with pytest.raises(ValueError, match="empty"):
+        probe_dataset(SpinDataset(0), batch_size=2)
+
+
+def test_probe_machine_is_consistent() -> None:
+    m = probe_machine(busy_window_s=0.05)
+    assert 1 <= m.usable_cpus <= m.affinity_cpus <= m.logical_cpus
+    assert 0.0 <= m.free_cpus <= m.usable_cpus
+    assert m.memory_available > 0 and m.memory_total > 0
+    assert MachineProbe.from_dict(m.to_dict()) == m
+
+
+@pytest.fixture
+def fast_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tuner, "BUSY_WINDOW_S", 0.1)
+
+
+def test_tune_loader_on_a_tiny_dataset(fast_probe: None) -> None:
+    ds = SpinDataset(64, ms=1.0)
+    factory = functools.partial(DataLoader, ds, batch_size=8, shuffle=True)
+    seen: list[tuple[int, int]] = []
+    r = tune_loader(ds, batch_size=8, loader_factory=factory, budget_s=2.5,
+                    progress=lambda done, total: seen.append((done, total)))
+    assert set(r.recommended) == {"num_workers", "pin_memory", "prefetch_factor", "persistent_workers"}
+    DataLoader(ds, batch_size=8, **r.recommended)  # valid as given
+    assert r.trials and all(t.ok for t in r.trials)
+    assert r.recommended["num_workers"] <= r.worker_cap
+    best = max(t.images_per_s for t in r.trials)
+    assert r.chosen_trial.images_per_s * 2 > best  # sane, whatever the shared machine does
+    assert r.spent_s < 2.5 + 2.0
+    assert seen and all(total == 2 for _, total in seen)
+    assert "img/s" in r.explanation and "CPUs:" in r.explanation
+    # JSON round trip
+    again = TuneResult.from_json(r.to_json())
+    assert again.to_dict() == r.to_dict()
+    assert again.recommended == r.recommended and again.trials == r.trials
+    # cached: the same call returns the stored result without measuring
+    assert store.cache_file(r.key).is_file()
+    t = time.perf_counter()
+    cached = tune_loader(ds, batch_size=8, loader_factory=factory, budget_s=2.5)
+    assert time.perf_counter() - t < 1.0
+    assert cached.created == r.created and cached.recommended == r.recommended
+    # a different batch size or transform is another entry
+    assert store.cache_key(ds, 16)["batch_size"] == 16
+    assert store.load_result(store.cache_key(ds, 16)) is None
+    # make_loader(num_workers="auto") uses it
+    kwargs, reason = auto_loader_kwargs(ds, 8)
+    assert kwargs == r.recommended and reason.startswith("tuned:")
+
+
+@pytest.mark.slow
+def test_tune_loader_refresh_and_grid(fast_probe: None) -> None:
+    ds = SpinDataset(64, ms=1.0)
+    factory = functools.partial(DataLoader, ds, batch_size=8)
+    first = tune_loader(ds, batch_size=8, loader_factory=factory, budget_s=2.0)
+    time.sleep(1.1)
+    fresh = tune_loader(ds, batch_size=8, loader_factory=factory, budget_s=2.0, cache="refresh")
+    assert fresh.created != first.created
+    assert store.load_result(first.key).created == fresh.created
+    grid = tune_loader(ds, batch_size=8, loader_factory=factory, budget_s=5.0,
+                       candidates=[{"num_workers": 0}, {"num_workers": 1}, {"num_workers": 2, "prefetch_factor": 4}])
+    assert grid.stop == "grid" and [t.num_workers for t in grid.trials] == [0, 1, 2]
+    assert grid.cap_reason == "candidates"
+
+
+def test_tune_loader_checks_its_arguments() -> None:
+    ds = SpinDataset(4)
+    with pytest.raises(ValueError, match="batch_size=0"):
+        tune_loader(ds, batch_size=0)
+    with pytest.raises(ValueError, match="budget_s=-1"):
+        tune_loader(ds, budget_s=-1)
+    with pytest.raises(ValueError, match="cache='always'"):
+        tune_loader(ds, cache="always")
+    with pytest.raises(ValueError, match="empty"):
+        tune_loader(SpinDataset(0))
+    with pytest.raises(ValueError, match="candidates=\\[\\]"):
+        tune_loader(ds, candidates=[])
+
+
+def test_plot_is_written(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("matplotlib")
+    r = _tune_on_model(monkeypatch, machine(8), knee(4))
+    out = r.plot(str(tmp_path / "tune.png"))
+    assert (tmp_path / "tune.png").stat().st_size > 1000 and out.endswith("tune.png")
+
+
+# -- JSON and cache -----------------------------------------------------------------------------
+def test_result_json_refuses_other_versions_and_missing_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    r = _tune_on_model(monkeypatch, machine(4), knee(2))
+    data = json.loads(r.to_json())
+    assert set(data["cpus"]) >= {"usable", "busy"}
+    assert data["trials"][0]["images_per_s"] > 0
+    with pytest.raises(ValueError, match="version=99"):
+        TuneResult.from_dict({**data, "version": 99})
+    broken = dict(data)
+    del broken["trials"]
+    with pytest.raises(ValueError, match="trials"):
+        TuneResult.from_dict(broken)
+    with pytest.raises(ValueError, match="not JSON"):
+        TuneResult.from_json("{")
+    with pytest.raises(ValueError, match="chosen=7"):
+        TuneResult.from_dict({**data, "chosen": 7})
+
+
+def test_cache_round_trip_and_damage(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    r = _tune_on_model(monkeypatch, machine(4), knee(2))
+    ds = SpinDataset(64, ms=0.0)
+    r.key = store.cache_key(ds, 8)
+    path = store.save_result(r)
+    assert path.parent == store.tune_cache_dir()
+    assert store.load_result(r.key).to_dict() == r.to_dict()
+    path.write_text("{ damaged")
+    assert store.load_result(r.key) is None  # measured again, not an error
+    assert store.load_result({**r.key, "batch_size": 9}) is None
+    r.key = {}
+    with pytest.raises(ValueError, match="no key"):
+        store.save_result(r)
+
+
+def test_fingerprints_ignore_memory_addresses() -> None:
+    class WithTransform(SpinDataset):
+        def __init__(self, transform: Any) -> None:
+            super().__init__(8)
+            self.transform = transform
+
+    f1 = store.transform_fingerprint(WithTransform(lambda x: x))
+    assert " at 0x" not in f1
+    assert store.dataset_fingerprint(SpinDataset(8)) == store.dataset_fingerprint(SpinDataset(8))
+    assert store.dataset_fingerprint(SpinDataset(8)) != store.dataset_fingerprint(SpinDataset(9))
+    assert store.machine_fingerprint() == store.machine_fingerprint()
+
+
+def test_index_fingerprint_follows_the_annotations(small_synth_root) -> None:
+    from detloader import read_annotations
+
+    index = read_annotations(small_synth_root)
+    fp = store.dataset_fingerprint(FileDataset(index))
+    assert fp == store.dataset_fingerprint(FileDataset(read_annotations(small_synth_root)))
+    assert fp != store.dataset_fingerprint(FileDataset(index.subset(np.arange(5))))
+
+
+# -- heuristic ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("free", "processes", "memory", "workers"),
+    [
+        (8.0, 1, 64 * GIB, 7),  # one CPU stays with the training process
+        (1.9, 1, 64 * GIB, 1),  # 1.9 free CPUs count as 2
+        (1.4, 1, 64 * GIB, 0),  # a single CPU: loading in the main process
+        (0.0, 1, 64 * GIB, 0),
+        (64.0, 1, 64 * GIB, MAX_HEURISTIC_WORKERS),
+        (64.0, 8, 64 * GIB, 7),  # torchrun with 8 processes: 8 CPUs each
+        (32.0, 1, 2 * WORKER_MEMORY_GUESS * 3, 3),  # memory for 3 workers at half the available
+    ],
+)
+def test_heuristic(free: float, processes: int, memory: int, workers: int) -> None:
+    kwargs, reason = heuristic_loader_kwargs(free=free, memory_available=memory, can_pin=False, processes=processes)
+    assert kwargs["num_workers"] == workers
+    assert kwargs == loader_kwargs(workers, prefetch_factor=2, persistent_workers=True)
+    assert reason.startswith("heuristic:") and f"num_workers={workers}" in reason
+
+
+def test_heuristic_pins_with_an_accelerator() -> None:
+    kwargs, reason = heuristic_loader_kwargs(free=4.0, memory_available=8 * GIB, can_pin=True)
+    assert kwargs["pin_memory"] is True and "pin_memory=True" in reason
+    with pytest.raises(ValueError, match="processes=0"):
+        heuristic_loader_kwargs(free=4.0, memory_available=GIB, can_pin=False, processes=0)
+
+
+@given(st.floats(0, 256), st.floats(0, 256), st.integers(1, 8))
+def test_heuristic_is_monotone_in_free_cpus(a: float, b: float, processes: int) -> None:
+    lo, hi = sorted((a, b))
+    w_lo = heuristic_loader_kwargs(free=lo, memory_available=64 * GIB, can_pin=False, processes=processes)[0]
+    w_hi = heuristic_loader_kwargs(free=hi, memory_available=64 * GIB, can_pin=False, processes=processes)[0]
+    assert w_lo["num_workers"] <= w_hi["num_workers"] <= max(0, round(hi / processes + 1e-9))
+
+
+def test_auto_without_a_result_warns_and_uses_the_heuristic(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    with pytest.warns(TuneWarning, match="heuristic"):
+        kwargs, reason = auto_loader_kwargs(SpinDataset(8), 4, busy_window_s=0.0)
+    assert reason.startswith("heuristic:")
+    DataLoader(SpinDataset(8), batch_size=4, **kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        auto_loader_kwargs(SpinDataset(8), 4, busy_window_s=0.0, warn=False)
+    with pytest.raises(ValueError, match="batch_size=0"):
+        auto_loader_kwargs(SpinDataset(8), 0)
