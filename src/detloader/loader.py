@@ -8,9 +8,10 @@ What it adds to ``DataLoader(...)``:
   costs time);
 * every worker runs with one intra-op thread (torch, OpenCV, OpenMP): N workers with N threads
   each oversubscribe the cores and run slower;
-* ``seed`` makes the run reproducible: it seeds the loader's ``torch.Generator`` (shuffle
-  order, worker base seeds) and each worker seeds ``random`` and ``numpy``'s global state from
-  its torch seed. With :class:`~detloader.dataset.DetectionDataset` (per-sample generators)
+* ``seed`` makes the run reproducible: it seeds the shuffle order (a ``RandomSampler`` with its
+  own generator, so the order of epoch ``e`` is the same with or without persistent workers)
+  and the loader's ``torch.Generator`` (worker base seeds); each worker seeds ``random`` and
+  ``numpy``'s global state from its torch seed. With :class:`~detloader.dataset.DetectionDataset` (per-sample generators)
   the batches are then bitwise identical for any ``num_workers``.
 
 The loader never changes the dataset: its augmentation seed is ``DetectionDataset(seed=...)``
@@ -28,7 +29,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
 
 from detloader.collate import collate_detection
 
@@ -141,8 +142,8 @@ def check_options(o: LoaderOptions) -> None:
         raise ValueError(f"seed={o.seed!r} must be an int or None")
 
 
-def dataloader_kwargs(o: LoaderOptions) -> dict[str, Any]:
-    """Checked options -> keyword arguments of ``torch.utils.data.DataLoader``."""
+def dataloader_kwargs(dataset: Dataset[Any], o: LoaderOptions) -> dict[str, Any]:
+    """Checked options -> keyword arguments of ``torch.utils.data.DataLoader(dataset, ...)``."""
     check_options(o)
     pin = bool(o.pin_memory)
     if pin and not accelerator_available():
@@ -171,7 +172,14 @@ def dataloader_kwargs(o: LoaderOptions) -> dict[str, Any]:
     if o.prefetch_factor is not None:
         kwargs["prefetch_factor"] = o.prefetch_factor
     if o.seed is not None:
-        kwargs["generator"] = torch.Generator().manual_seed(int(o.seed))
+        # Two streams from one seed: the shuffle order from the sampler's own generator (so
+        # it does not depend on how many worker seeds the loader drew before, which differs
+        # with persistent_workers), the worker base seeds from the loader's.
+        sampler_seed, worker_seed = np.random.SeedSequence(int(o.seed)).generate_state(2, np.uint64)
+        if o.shuffle:
+            order = torch.Generator().manual_seed(int(sampler_seed) & (2**63 - 1))
+            kwargs.update(shuffle=False, sampler=RandomSampler(dataset, generator=order))  # type: ignore[arg-type]
+        kwargs["generator"] = torch.Generator().manual_seed(int(worker_seed) & (2**63 - 1))
     return kwargs
 
 
@@ -218,4 +226,4 @@ def make_loader(
         persistent_workers=persistent_workers,
         seed=seed,
     )
-    return DataLoader(dataset, **dataloader_kwargs(options))
+    return DataLoader(dataset, **dataloader_kwargs(dataset, options))

@@ -1,0 +1,189 @@
+"""collate_detection and Batch: padding, flat targets, user tuples, device helpers."""
+
+from __future__ import annotations
+
+import functools
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from detloader import MISSING, read_annotations
+from detloader.collate import Batch, collate_detection
+from detloader.dataset import DetectionDataset
+from detloader.loader import accelerator_available
+from detloader.transforms import Compose, RandomHorizontalFlip, Resize
+
+
+@pytest.fixture
+def dataset(small_synth_root: Path) -> DetectionDataset:
+    index = read_annotations(small_synth_root)
+    return DetectionDataset(index, Resize(96, mode="longer"), seed=0)
+
+
+def _tall_and_wide() -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    a = np.full((10, 20, 3), 50, dtype=np.uint8)
+    b = np.full((16, 8, 3), 90, dtype=np.uint8)
+    return [
+        (a, np.array([[1, 1, 5, 5], [2, 2, 19, 9]], np.float32), np.array([3, 4])),
+        (b, np.zeros((0, 4), np.float32), np.zeros(0, np.int64)),
+    ]
+
+
+def test_batch_from_dataset_samples(synth_root: Path) -> None:
+    dataset = DetectionDataset(read_annotations(synth_root), Resize(96, mode="longer"), seed=0)
+    empty = int(np.flatnonzero(dataset.index.objects_per_image == 0)[0])
+    ids = [0, empty, 1, 2]
+    samples = [dataset[i] for i in ids]
+    batch = collate_detection(samples)
+    assert isinstance(batch, Batch) and len(batch) == 4
+    m = sum(len(s.boxes) for s in samples)
+    assert batch.images.dtype == torch.uint8 and batch.images.shape[:2] == (4, 3)
+    assert batch.boxes.shape == (m, 4) and batch.boxes.dtype == torch.float32
+    assert batch.labels.shape == (m,) and batch.labels.dtype == torch.int64
+    assert batch.landmarks.shape == (m, 5, 2) and batch.visibility.shape == (m, 5)
+    assert batch.visibility.dtype == torch.uint8
+    assert batch.batch_index.tolist() == [b for b, s in enumerate(samples) for _ in s.boxes]
+    assert batch.object_counts == tuple(len(s.boxes) for s in samples)
+    assert batch.image_ids.tolist() == ids
+    assert batch.image_labels.tolist() == [s.image_label for s in samples]
+    assert batch.object_ids.tolist() == [int(o) for s in samples for o in s.object_ids]
+    for b, s in enumerate(samples):
+        w, h = s.size
+        assert batch.image_sizes[b].tolist() == [w, h]
+        assert torch.equal(batch.images[b, :, :h, :w], s.image)
+        assert batch.orig_sizes[b].tolist() == list(s.orig_size)
+        assert batch.scale[b].tolist() == pytest.approx(s.scale)
+    assert batch.images.is_contiguous()
+
+
+def test_padding_largest_fixed_and_divisible() -> None:
+    items = _tall_and_wide()
+    batch = collate_detection(items)
+    assert batch.images.shape == (2, 3, 16, 20)
+    assert (batch.images[0, :, :10, :20] == 50).all() and (batch.images[0, :, 10:] == 0).all()
+    assert (batch.images[1, :, :, :8] == 90).all() and (batch.images[1, :, :, 8:] == 0).all()
+    assert batch.valid_mask().sum(dim=(1, 2)).tolist() == [200, 128]
+    padded = collate_detection(items, pad_to=(24, 24), fill=7)
+    assert padded.images.shape == (2, 3, 24, 24) and (padded.images[0, :, 10:] == 7).all()
+    assert collate_detection(items, size_divisor=32).images.shape == (2, 3, 32, 32)
+    with pytest.raises(ValueError, match=r"samples\[0\]: image 20x10 is larger than pad_to=\(12, 12\)"):
+        collate_detection(items, pad_to=(12, 12))
+    as_fn = functools.partial(collate_detection, pad_to=(24, 24))
+    assert pickle.loads(pickle.dumps(as_fn))(items).images.shape == (2, 3, 24, 24)
+
+
+def test_user_tuples_in_every_form() -> None:
+    hwc = np.zeros((4, 6, 3), np.uint8)
+    chw = torch.zeros(3, 4, 6, dtype=torch.uint8)
+    gray = np.zeros((4, 6), np.uint8)
+    box = np.array([[0, 0, 2, 2]], np.float32)
+    lm2 = np.array([[[1, 1], [np.nan, np.nan]]], np.float32)
+    lm3 = np.array([[[1, 1, 1], [3, 3, 2]]], np.float32)
+    batch = collate_detection(
+        [
+            (hwc, box, [1], lm2),
+            (chw, torch.tensor(box), torch.tensor([2]), lm3),
+            (gray, box, [0], lm3[..., :2], np.array([[0, 2]])),
+            (hwc, {"boxes": box, "labels": [5], "keypoints": lm3, "image_label": 2}),
+            (hwc, [], [], []),  # an image without objects
+        ]
+    )
+    assert batch.images.shape == (5, 3, 4, 6)
+    assert batch.labels.tolist() == [1, 2, 0, 5]
+    assert batch.visibility.tolist() == [[2, 0], [1, 2], [0, 2], [1, 2]]
+    assert batch.landmarks[0].tolist() == [[1, 1], [0, 0]]  # NaN -> absent, zeroed
+    assert batch.landmarks[2, 0].tolist() == [0, 0]
+    assert batch.image_labels.tolist() == [MISSING, MISSING, MISSING, 2, MISSING]
+    assert batch.image_ids.tolist() == [MISSING] * 5
+    assert (batch.object_ids == MISSING).all()
+    assert batch.scale.tolist() == [[1, 1]] * 5 and batch.orig_sizes[0].tolist() == [6, 4]
+    plain = collate_detection([(hwc, box, [1]), (chw, box, [0])])
+    assert plain.landmarks.shape == (2, 0, 2) and "keypoints" not in plain.targets()[0]
+
+
+def test_bad_samples_are_named() -> None:
+    box = np.zeros((1, 4), np.float32)
+    with pytest.raises(ValueError, match=r"samples\[1\]: image dtype torch.float32.*uint8"):
+        collate_detection([(np.zeros((2, 2, 3), np.uint8), box, [0]), (torch.zeros(3, 2, 2), box, [0])])
+    with pytest.raises(ValueError, match=r"samples\[0\]: 2 labels for 1 boxes"):
+        collate_detection([(np.zeros((2, 2, 3), np.uint8), box, [0, 1])])
+    with pytest.raises(ValueError, match=r"samples\[0\]: boxes shape \(1, 3\)"):
+        collate_detection([(np.zeros((2, 2, 3), np.uint8), np.zeros((1, 3)), [0])])
+    with pytest.raises(ValueError, match="different landmark counts K=\\[1, 2\\]"):
+        collate_detection(
+            [
+                (np.zeros((2, 2, 3), np.uint8), box, [0], np.zeros((1, 1, 2))),
+                (np.zeros((2, 2, 3), np.uint8), box, [0], np.zeros((1, 2, 2))),
+            ]
+        )
+    with pytest.raises(TypeError, match=r"samples\[0\]: str is not a Sample"):
+        collate_detection(["image.jpg"])
+    with pytest.raises(ValueError, match="samples is empty"):
+        collate_detection([])
+    with pytest.raises(ValueError, match=r"samples\[0\]: numpy image shape \(2, 2, 4\)"):
+        collate_detection([(np.zeros((2, 2, 4), np.uint8), box, [0])])
+
+
+def test_targets_for_torchvision(dataset: DetectionDataset) -> None:
+    batch = collate_detection([dataset[i] for i in range(4)])
+    targets = batch.targets()
+    assert len(targets) == 4
+    for b, t in enumerate(targets):
+        n = batch.object_counts[b]
+        assert t["boxes"].shape == (n, 4) and t["labels"].shape == (n,)
+        assert t["keypoints"].shape == (n, 5, 3)
+        rows = batch.batch_index == b
+        assert torch.equal(t["boxes"], batch.boxes[rows])
+        assert torch.equal(t["keypoints"][..., 2], batch.visibility[rows].float())
+        assert int(t["image_id"]) == b
+    shifted = batch.targets(label_offset=1)
+    assert torch.equal(torch.cat([t["labels"] for t in shifted]), batch.labels + 1)
+
+
+def test_normalize_to_and_mapping_back(dataset: DetectionDataset) -> None:
+    batch = collate_detection([dataset[i] for i in range(3)])
+    x = batch.normalize(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
+    assert x.dtype == torch.float32 and x.shape == batch.images.shape
+    expect = (batch.images.float() / 255 - 0.5) / 0.25
+    torch.testing.assert_close(x, expect)
+    with pytest.raises(ValueError, match="std=\\(0.1, 0.0, 0.1\\)"):
+        batch.normalize(std=(0.1, 0.0, 0.1))
+    moved = batch.to("cpu")
+    assert torch.equal(moved.boxes, batch.boxes) and moved.object_counts == batch.object_counts
+    back = batch.boxes_to_original(batch.boxes, batch.batch_index)
+    orig = dataset.index.boxes[batch.object_ids.numpy()]
+    torch.testing.assert_close(back, torch.from_numpy(orig), atol=1e-3, rtol=0)
+    pts = batch.landmarks_to_original(batch.landmarks, batch.batch_index)
+    shown = batch.visibility > 0
+    ref = torch.from_numpy(dataset.index.landmarks[batch.object_ids.numpy()])
+    torch.testing.assert_close(pts[shown], ref[shown], atol=1e-3, rtol=0)
+
+
+def test_flipped_boxes_map_back(small_synth_root: Path) -> None:
+    index = read_annotations(small_synth_root)
+    ds = DetectionDataset(index, Compose([RandomHorizontalFlip(p=1.0), Resize(64, mode="shorter")]), seed=0)
+    batch = collate_detection([ds[i] for i in range(4)])
+    back = batch.boxes_to_original(batch.boxes, batch.batch_index)
+    torch.testing.assert_close(back, torch.from_numpy(index.boxes[batch.object_ids.numpy()]), atol=1e-3, rtol=0)
+
+
+def test_batch_pickles_and_empty_batches_work() -> None:
+    img = np.zeros((4, 4, 3), np.uint8)
+    batch = collate_detection([(img, np.zeros((0, 4)), []), (img, [], [])])
+    assert batch.num_objects == 0 and batch.boxes.shape == (0, 4)
+    assert [t["boxes"].shape for t in batch.targets()] == [(0, 4), (0, 4)]
+    copy = pickle.loads(pickle.dumps(batch))
+    assert torch.equal(copy.images, batch.images) and copy.object_counts == (0, 0)
+
+
+@pytest.mark.skipif(not accelerator_available(), reason="pinning needs an accelerator")
+def test_pin_memory_and_non_blocking_copy(dataset: DetectionDataset) -> None:
+    batch = collate_detection([dataset[i] for i in range(2)]).pin_memory()
+    assert batch.images.is_pinned() and batch.boxes.is_pinned()
+    device = torch.accelerator.current_accelerator()
+    on = batch.to(device, non_blocking=True)
+    x = on.normalize()
+    assert x.device.type == device.type and torch.equal(on.boxes.cpu(), batch.boxes)
