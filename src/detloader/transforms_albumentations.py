@@ -1,0 +1,214 @@
+"""Use an albumentations ``Compose`` as a detloader transform (optional extra).
+
+``pip install detloader[albumentations]``. albumentations is imported only by
+:meth:`AlbumentationsTransform.build`; wrapping a ``Compose`` you built yourself needs no
+import here. The ``Compose`` must declare::
+
+    bbox_params=A.BboxParams(format="pascal_voc", label_fields=["object_index"], ...)
+    keypoint_params=A.KeypointParams(format="xy", label_fields=["point_index"],
+                                     remove_invisible=False)
+
+(``coord_format=`` in albumentations versions that renamed it); ``build`` does this for you.
+``pascal_voc`` is absolute ``xyxy`` pixels and ``xy`` absolute pixels: the index's units.
+Boxes filtered by albumentations (``min_visibility``, ``min_area``) drop their labels and
+landmarks too, through the ``object_index`` field.
+
+Left/right landmarks: albumentations moves points but does not rename them, so a flipped left
+eye would still be stored as ``left_eye``. The adapter adds three probe points, and when the
+transform turned out to be a reflection (their triangle changed orientation: horizontal or
+vertical flip, transpose) it applies the schema's flip permutation. Landmarks that end up
+outside the image get visibility 0.
+
+Randomness: each call seeds the Compose from the sample's generator
+(``Compose.set_random_seed`` where albumentations has it, else the ``random`` and
+``numpy.random`` global state it draws from), so results follow ``(seed, epoch, index)`` like
+the built-in transforms.
+
+``Annotated.affine`` (the sample's scale/offset) is re-estimated from the probes when the
+albumentations transform is axis-aligned; after a rotation or a perspective warp it is NaN:
+such a map cannot be written as scale and offset.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Sequence
+
+import numpy as np
+
+from detloader.index import LandmarkSchema
+from detloader.transforms import Annotated, clip_boxes, invalidate_outside
+
+BOX_FIELD = "object_index"
+POINT_FIELD = "point_index"
+_N_PROBES = 3
+
+
+def _params_format(params: Any) -> str | None:
+    for attr in ("coord_format", "format"):
+        value = getattr(params, attr, None)
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def _check_processor(compose: Any, key: str, fmt: str, field: str, extra: str) -> None:
+    processors = getattr(compose, "processors", None)
+    if not isinstance(processors, dict) or key not in processors:
+        raise ValueError(f"albumentations Compose has no {key} processor: build it with {extra}")
+    params = processors[key].params
+    got = _params_format(params)
+    fields = list(getattr(params, "label_fields", None) or [])
+    if got != fmt or field not in fields:
+        raise ValueError(
+            f"albumentations Compose: {key} format={got!r}, label_fields={fields}; "
+            f"expected format={fmt!r} with {field!r} in label_fields ({extra})"
+        )
+
+
+class AlbumentationsTransform:
+    """Wrap an albumentations ``Compose`` (see the module docstring for its parameters).
+
+    Args:
+        compose: the albumentations ``Compose``.
+        schema: landmark schema for the flip permutation; default: the data's (set by
+            :class:`~detloader.dataset.DetectionDataset`).
+    """
+
+    preserves_size = False
+
+    def __init__(self, compose: Any, *, schema: LandmarkSchema | None = None) -> None:
+        if not callable(compose):
+            raise TypeError(f"compose={compose!r} is not callable")
+        _check_processor(
+            compose, "bboxes", "pascal_voc", BOX_FIELD,
+            f"A.BboxParams(format='pascal_voc', label_fields=[{BOX_FIELD!r}])",
+        )
+        _check_processor(
+            compose, "keypoints", "xy", POINT_FIELD,
+            f"A.KeypointParams(format='xy', label_fields=[{POINT_FIELD!r}], remove_invisible=False)",
+        )
+        kp_params = compose.processors["keypoints"].params
+        if getattr(kp_params, "remove_invisible", False):
+            raise ValueError(
+                "albumentations Compose: KeypointParams(remove_invisible=True) would drop "
+                "landmark slots; use remove_invisible=False (the adapter sets visibility 0)"
+            )
+        self.compose = compose
+        self.permutation = schema.flip_permutation() if schema is not None else None
+
+    @classmethod
+    def build(
+        cls,
+        transforms: Sequence[Any],
+        *,
+        min_visibility: float = 0.0,
+        min_area: float = 0.0,
+        schema: LandmarkSchema | None = None,
+        **compose_kwargs: Any,
+    ) -> "AlbumentationsTransform":
+        """``A.Compose(transforms, bbox_params=..., keypoint_params=...)`` with the parameters
+        this adapter needs, wrapped. Imports albumentations (ImportError names the extra)."""
+        try:
+            import albumentations as A
+        except ImportError as err:
+            raise ImportError(
+                "AlbumentationsTransform.build needs albumentations: "
+                "pip install 'detloader[albumentations]'"
+            ) from err
+
+        def params(cls_: Any, fmt: str, **kw: Any) -> Any:
+            try:
+                return cls_(format=fmt, **kw)
+            except TypeError:  # versions that renamed the argument
+                return cls_(coord_format=fmt, **kw)
+
+        bbox = params(
+            A.BboxParams, "pascal_voc", label_fields=[BOX_FIELD],
+            min_visibility=min_visibility, min_area=min_area,
+        )
+        keypoints = params(A.KeypointParams, "xy", label_fields=[POINT_FIELD], remove_invisible=False)
+        compose = A.Compose(list(transforms), bbox_params=bbox, keypoint_params=keypoints, **compose_kwargs)
+        return cls(compose, schema=schema)
+
+    def _seed(self, rng: np.random.Generator) -> None:
+        seed = int(rng.integers(0, 2**31 - 1))
+        setter = getattr(self.compose, "set_random_seed", None)
+        if callable(setter):
+            setter(seed)
+        else:  # albumentations 1.x draws from the global generators
+            random.seed(seed)
+            np.random.seed(seed)
+
+    def __call__(self, data: Annotated, rng: np.random.Generator) -> Annotated:
+        self._seed(rng)
+        w, h = data.width, data.height
+        n, k = data.landmarks.shape[:2]
+        probes = np.array([[0.25 * w, 0.25 * h], [0.75 * w, 0.25 * h], [0.25 * w, 0.75 * h]])
+        points = np.concatenate([data.landmarks.reshape(-1, 2).astype(np.float64), probes])
+        points = np.minimum(points, [w - 1e-3, h - 1e-3])  # albumentations wants x < width
+        out = self.compose(
+            image=np.ascontiguousarray(data.image),
+            bboxes=data.boxes.astype(np.float64).reshape(-1, 4),
+            **{BOX_FIELD: list(range(n))},
+            keypoints=points,
+            **{POINT_FIELD: list(range(len(points)))},
+        )
+        image = np.asarray(out["image"])
+        if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+            raise ValueError(
+                f"albumentations returned an image of dtype={image.dtype}, shape={image.shape}; "
+                "expected uint8 [H, W, 3] (leave normalisation to Batch.normalize)"
+            )
+        moved = np.full((len(points), 2), np.nan)  # points albumentations dropped stay NaN
+        idx = np.asarray(out[POINT_FIELD], dtype=np.int64).reshape(-1)
+        if len(idx):
+            moved[idx] = np.asarray(out["keypoints"], dtype=np.float64).reshape(len(idx), -1)[:, :2]
+        before, after = probes, moved[n * k :]
+
+        def orientation(p: np.ndarray) -> float:
+            (x0, y0), (x1, y1), (x2, y2) = p
+            return float((x1 - x0) * (y2 - y0) - (y1 - y0) * (x2 - x0))
+
+        reflected = bool(np.isfinite(after).all() and orientation(after) * orientation(before) < 0)
+        landmarks = moved[: n * k].reshape(n, k, 2)
+        visibility = np.array(data.visibility, dtype=np.uint8)
+        visibility[~np.isfinite(landmarks).all(axis=-1)] = 0
+        if reflected and k:
+            perm = self.permutation if self.permutation is not None else data.flip_permutation
+            if perm is None:
+                raise ValueError(
+                    "AlbumentationsTransform: the transform mirrored the image but no flip "
+                    "permutation is known; pass schema="
+                )
+            landmarks, visibility = landmarks[:, perm], visibility[:, perm]
+        kept = np.asarray(out[BOX_FIELD], dtype=np.int64).reshape(-1)
+        boxes = np.asarray(out["bboxes"], dtype=np.float32).reshape(len(kept), -1)[:, :4]
+        oh, ow = image.shape[:2]
+        landmarks, visibility = invalidate_outside(
+            np.nan_to_num(landmarks[kept]), visibility[kept], ow, oh
+        )
+        data.image = image
+        data.boxes = clip_boxes(boxes, ow, oh)
+        data.labels = data.labels[kept]
+        data.object_ids = data.object_ids[kept]
+        data.landmarks, data.visibility = landmarks, visibility
+        data.affine = _compose_affine(data.affine, before, after)
+        return data
+
+    def __repr__(self) -> str:
+        return f"AlbumentationsTransform({self.compose!r})"
+
+
+def _compose_affine(affine: np.ndarray, before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """The previous map followed by the axis-aligned map that took the probes ``before`` to
+    ``after``; NaN when that map is not axis-aligned (rotation, shear, warp)."""
+    (x0, y0), (x1, _), (_, y2) = before
+    (u0, v0), (u1, v1), (u2, v2) = after
+    scale = max(abs(x1 - x0), abs(y2 - y0))
+    if not np.isfinite(after).all() or abs(v1 - v0) > 1e-3 * scale or abs(u2 - u0) > 1e-3 * scale:
+        return np.full(4, np.nan)
+    sx, sy = (u1 - u0) / (x1 - x0), (v2 - v0) / (y2 - y0)
+    ox, oy = u0 - sx * x0, v0 - sy * y0
+    a = affine
+    return np.array([a[0] * sx, a[1] * sy, a[2] * sx + ox, a[3] * sy + oy])
