@@ -10,17 +10,40 @@ from detloader.validate import AnnotationError, AnnotationWarning, Problem, Prob
 
 __version__ = "0.1.0"
 
+# The torch-side stages load on first use, so that `import detloader` (and the CLI) stays
+# quick for work that needs no torch: name -> module.
+_LAZY = {
+    "Batch": "detloader.collate",
+    "DetectionDataset": "detloader.dataset",
+    "Sample": "detloader.dataset",
+    "collate_detection": "detloader.collate",
+    "make_loader": "detloader.loader",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'detloader' has no attribute {name!r}")
+
 __all__ = [
     "FACE5",
     "MISSING",
     "AnnotationError",
     "AnnotationIndex",
     "AnnotationWarning",
+    "Batch",
+    "DetectionDataset",
     "ImageView",
     "LandmarkSchema",
     "Problem",
     "ProblemReport",
+    "Sample",
     "available_formats",
+    "collate_detection",
     "detect_format",
+    "make_loader",
     "read_annotations",
 ]
