@@ -1,8 +1,10 @@
 """Annotation readers. Every format produces the same :class:`~detloader.index.AnnotationIndex`.
 
 A reader is a module with ``NAME``, ``sniff(path) -> bool``, ``discover(path, options) ->
-Source``, ``parse(source, files, builder)`` and optionally ``splits(source, index)`` and
-``DEFAULT_LANDMARKS``. :func:`read_annotations` finds the format, looks for a cached index,
+Source``, ``parse(source, files, builder)`` and optionally ``splits(source, index)``,
+``PARALLEL = False`` (single-file formats), ``DEFAULT_LANDMARKS`` or
+``default_landmarks(source, names)`` (the schema to use when the landmark names found, in
+order of first appearance, fit it). :func:`read_annotations` finds the format, looks for a cached index,
 and otherwise parses the files (in parallel for many-file formats), merges, caches and applies
 the error policy.
 """
@@ -21,14 +23,23 @@ from typing import Any, Callable, Mapping, Sequence
 
 from detloader import cache as _cache
 from detloader._system import usable_cpus
-from detloader.formats import voc
+from detloader.formats import coco, cvat, imglab, txt, voc, yolo
 from detloader.formats._build import ChunkBuilder, Partial, ReadOptions, merge
 from detloader.formats._common import Source
 from detloader.index import AnnotationIndex, LandmarkSchema
 from detloader.validate import OnError, apply_policy, check_on_error
 
-#: Readers by name, in the order ``format="auto"`` tries them.
-READERS: dict[str, ModuleType] = {"voc": voc}
+#: Readers by name, in the order ``format="auto"`` tries them: a COCO folder has an
+#: ``annotations/`` folder too, so COCO (JSON only) goes before VOC; an XML file is told by
+#: its root element (``<annotation>`` VOC, ``<annotations>`` CVAT, ``<dataset>`` imglab).
+READERS: dict[str, ModuleType] = {
+    "coco": coco,
+    "voc": voc,
+    "cvat": cvat,
+    "imglab": imglab,
+    "yolo": yolo,
+    "txt": txt,
+}
 
 #: Below this many files the index is built in this process (a pool costs more than it saves).
 PARALLEL_MIN_FILES = 512
@@ -146,7 +157,9 @@ def read_annotations(
 
     cache_file = None
     if cache:
-        options_tag = hashlib.blake2b(options_json.encode(), digest_size=8).hexdigest()
+        # files beside each other in one folder (training.xml, testing.xml) get their own cache
+        tag_text = options_json + (f"\0{p.name}" if p.is_file() else "")
+        options_tag = hashlib.blake2b(tag_text.encode(), digest_size=8).hexdigest()
         cache_file = _cache.cache_dir_for(source.root) / f"{name}-{options_tag}.dlindex"
         if cache != "rebuild" and _cache.read_key(cache_file) == key:
             try:
@@ -185,6 +198,19 @@ def _parse_chunk(reader_name: str, source: Source, files: Sequence[str], options
 def _chunks(files: Sequence[str], n_chunks: int) -> list[list[str]]:
     size = max(1, -(-len(files) // max(1, n_chunks)))
     return [list(files[i : i + size]) for i in range(0, len(files), size)]
+
+
+def _default_landmarks(reader: ModuleType, source: Source, partials: Sequence[Partial]) -> LandmarkSchema | None:
+    """The reader's ``default_landmarks(source, names)`` for the names found, else its
+    ``DEFAULT_LANDMARKS``; :func:`merge` uses it when the names found fit it."""
+    choose = getattr(reader, "default_landmarks", None)
+    if choose is None:
+        return getattr(reader, "DEFAULT_LANDMARKS", None)
+    seen: dict[str, None] = {}
+    for part in partials:
+        for name in part.landmark_names:
+            seen.setdefault(name, None)
+    return choose(source, tuple(seen))
 
 
 def build_index(
@@ -232,7 +258,7 @@ def build_index(
         options,
         root=str(source.root),
         meta={"format": reader.NAME, "source": source.extra, "files": total},
-        default_landmarks=getattr(reader, "DEFAULT_LANDMARKS", None),
+        default_landmarks=_default_landmarks(reader, source, partials),
     )
     split_fn = getattr(reader, "splits", None)
     if split_fn is not None:

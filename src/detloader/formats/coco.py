@@ -1,0 +1,352 @@
+"""COCO JSON: instances and person_keypoints files (and what CVAT / Datumaro export as COCO).
+
+Pass the ``.json`` file, or a folder holding exactly one COCO file (itself or in
+``annotations/``). The dataset root is the JSON's folder, or its parent when that folder is
+named ``annotations`` (``coco/annotations/instances_val2017.json`` -> ``coco/``). Images
+(``file_name``) are looked up in ``images/<split>``, ``<split>``, ``images`` and the root,
+where ``<split>`` is the file name without its ``instances_`` / ``person_keypoints_``
+prefix (``val2017``); ``image_dir`` overrides.
+
+Mapping to the index:
+
+* ``bbox`` ``[x, y, w, h]`` -> xyxy ``(x, y, x + w, y + h)``.
+* ``category_id`` -> the category's ``name`` (ids may start at 0 or have gaps; only names
+  reach the index). Categories that share a name share a class.
+* ``keypoints`` ``[x1, y1, v1, ...]`` with v 0 (absent), 1 (hidden), 2 (visible), named by the
+  category's ``keypoints`` list (``p0, p1, ..`` when it has none). The landmark schema is
+  those names in category order; flip pairs come from left/right names (COCO person:
+  ``left_eye`` / ``right_eye`` ...), or the iBUG 68-point preset for names ``00`` .. ``67``.
+  A category's ``skeleton`` (limbs) has no place in the index and is not read.
+* ``iscrowd: 1`` -> object attribute ``iscrowd = "1"`` (absent otherwise).
+* An annotation's ``attributes`` object (CVAT and Datumaro write one) -> object attributes;
+  ``occluded``, ``difficult`` and ``truncated`` in it set the flags instead.
+* An image's ``attributes`` object -> image attributes; the one named
+  ``image_class_attribute`` (default ``class``) is the image-level class.
+* Images without annotations are kept (no objects). ``segmentation``, ``area`` and
+  ``num_keypoints`` are derived data and not read.
+
+The JSON is loaded whole (that is what the format allows); the size cap is the format option
+``max_json_bytes`` (default 4 GiB) rather than ``max_file_bytes``, which is for per-image
+files. JSON positions in problems are 0-based, as in the file: ``annotations[17]/bbox`` is
+the bbox of the 18th annotation; the record of an image is its ``file_name``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+from detloader.formats._build import ChunkBuilder, ReadOptions
+from detloader.formats._common import Source, find_child_dir, parse_flag
+from detloader.formats._landmarks import preset_schema
+from detloader.formats._support import (
+    ImageLocator,
+    candidate_dirs,
+    file_source,
+    header_size,
+    int_or_none,
+    read_head,
+)
+from detloader.index import LandmarkSchema
+
+NAME = "coco"
+PARALLEL = False
+MAX_JSON_BYTES = 4 * 1024**3
+_PREFIX = re.compile(r"^(instances|person_keypoints|image_info|annotations?)_", re.IGNORECASE)
+_FLAGS = ("occluded", "difficult", "truncated")
+
+
+def sniff(path: Path) -> bool:
+    """A ``.json`` file that opens with an object holding ``images`` or ``annotations``, or a
+    folder (or its ``annotations/``) with such files and no XML annotations."""
+    if path.is_file():
+        return path.suffix.lower() == ".json" and _looks_like_coco(path)
+    if not path.is_dir():
+        return False
+    return bool(_coco_files(path))
+
+
+def _looks_like_coco(path: Path) -> bool:
+    head = read_head(path, 1 << 20).lstrip()
+    return head.startswith(b"{") and (b'"images"' in head or b'"annotations"' in head)
+
+
+def _coco_files(folder: Path) -> list[Path]:
+    places = [folder]
+    ann = find_child_dir(folder, ("annotations",))
+    if ann is not None:
+        if any(ann.glob("*.xml")):
+            return []  # a VOC layout
+        places.append(ann)
+    return [p for place in places for p in sorted(place.glob("*.json")) if _looks_like_coco(p)]
+
+
+def _annotation_file(path: Path) -> Path:
+    if path.is_file():
+        return path
+    found = _coco_files(path)
+    if len(found) != 1:
+        names = ", ".join(p.name for p in found) or "none"
+        raise ValueError(f"path={str(path)!r} holds {len(found)} COCO files ({names}); pass one of them")
+    return found[0]
+
+
+def discover(path: Path, options: ReadOptions) -> Source:
+    js = _annotation_file(path.resolve())
+    root = js.parent.parent if js.parent.name.lower() == "annotations" else js.parent
+    split = _PREFIX.sub("", js.stem)
+    rel_dir = os.path.relpath(js.parent, root)
+    names = [f"images/{split}", split, "images", "", rel_dir if rel_dir != "." else ""]
+    dirs = candidate_dirs(root, names, options.image_dir)
+    cap = int(options.option("max_json_bytes", MAX_JSON_BYTES))
+    return file_source(NAME, js, root, dirs, extra={"max_json_bytes": cap})
+
+
+def default_landmarks(source: Source, names: Sequence[str]) -> LandmarkSchema | None:
+    """The iBUG 68-point preset for names ``00`` .. ``67``; else names in category order with
+    flip pairs from left/right spelling (None: the builder's default does exactly that)."""
+    return preset_schema(names)
+
+
+def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
+    for rel in files:
+        builder.begin_file(rel)
+        _parse_file(str(source.root), rel, source, builder)
+
+
+def _load(full: str, cap: int, b: ChunkBuilder) -> Any:
+    try:
+        size = os.path.getsize(full)
+        if size > cap:
+            b.problem("file_too_large", "", f"size={size} bytes exceeds max_json_bytes={cap}", "file skipped")
+            return None
+        with open(full, "rb") as fh:
+            return json.load(fh)
+    except OSError as err:
+        b.problem("unreadable_file", "", f"{err.strerror or err}", "file skipped")
+    except json.JSONDecodeError as err:
+        b.problem("unparseable", f"line {err.lineno} column {err.colno}", err.msg, "file skipped")
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        b.problem("unparseable", "", f"not JSON text: {err}", "file skipped")
+    return None
+
+
+def _number(value: Any, where: str, field: str, action: str, b: ChunkBuilder) -> float | None:
+    if value is None:
+        b.problem("missing_field", where, f"{field} is missing", action)
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        b.problem("bad_value", where, f"{field}={value!r} is not a number", action)
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        b.problem("bad_value", where, f"{field}={value!r} is not a number", action)
+        return None
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return str(value).strip()
+
+
+def _attributes(value: Any, where: str, b: ChunkBuilder) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        b.problem("bad_value", where, f"attributes={value!r} is not an object", "attributes skipped")
+        return {}
+    return {str(k).strip(): _text(v) for k, v in value.items() if str(k).strip()}
+
+
+def _records(data: dict, key: str, b: ChunkBuilder) -> list | None:
+    value = data.get(key, [])
+    if not isinstance(value, list):
+        b.problem("bad_value", key, f"{key} is a {type(value).__name__}, not a list", "file skipped")
+        return None
+    return value
+
+
+def _categories(records: list, b: ChunkBuilder) -> dict[Any, tuple[str, list[str] | None]]:
+    out: dict[Any, tuple[str, list[str] | None]] = {}
+    for i, cat in enumerate(records):
+        where = f"categories[{i}]"
+        if not isinstance(cat, dict):
+            b.problem("bad_value", where, "not an object", "category skipped")
+            continue
+        cid, name = cat.get("id"), cat.get("name")
+        if cid is None or name is None or not str(name).strip():
+            field = "id" if cid is None else "name"
+            b.problem("missing_field", f"{where}/{field}", f"{field} is missing", "category skipped")
+            continue
+        if cid in out:
+            b.problem("bad_value", f"{where}/id", f"id={cid!r} repeats an earlier category", "category skipped")
+            continue
+        kp = cat.get("keypoints")
+        names = [str(n) for n in kp] if isinstance(kp, list) and kp else None
+        out[cid] = (str(name).strip(), names)
+    return out
+
+
+def _parse_file(root: str, rel: str, source: Source, b: ChunkBuilder) -> None:
+    data = _load(os.path.join(root, rel), source.extra["max_json_bytes"], b)
+    if data is None:
+        return
+    if not isinstance(data, dict):
+        b.problem("unsupported", "", f"top level is a {type(data).__name__}, not a COCO object", "file skipped")
+        return
+    images = _records(data, "images", b)
+    annotations = _records(data, "annotations", b)
+    cats = _records(data, "categories", b)
+    if images is None or annotations is None or cats is None:
+        return
+    categories = _categories(cats, b)
+
+    image_ids: dict[Any, int] = {}
+    for i, img in enumerate(images):
+        if isinstance(img, dict) and "id" in img:
+            if img["id"] in image_ids:
+                b.problem("duplicate_image", f"images[{i}]/id", f"id={img['id']!r} repeats images[{image_ids[img['id']]}]", "image skipped")
+                continue
+            image_ids[img["id"]] = i
+    per_image: dict[int, list[int]] = {}
+    for j, ann in enumerate(annotations):
+        where = f"annotations[{j}]"
+        if not isinstance(ann, dict):
+            b.problem("bad_value", where, "not an object", "object skipped")
+            continue
+        owner = image_ids.get(ann.get("image_id"))
+        if owner is None:
+            b.problem("bad_value", f"{where}/image_id", f"image_id={ann.get('image_id')!r} is not in images", "object skipped")
+            continue
+        per_image.setdefault(owner, []).append(j)
+
+    locator = ImageLocator(root, source.extra["image_dirs"], b.options.check_images)
+    for i, img in enumerate(images):
+        where = f"images[{i}]"
+        if not isinstance(img, dict):
+            b.problem("bad_value", where, "not an object", "image skipped")
+            continue
+        if image_ids.get(img.get("id")) != i:
+            if "id" not in img:
+                b.problem("missing_field", f"{where}/id", "id is missing", "image skipped")
+            continue
+        if _image(img, where, locator, b):
+            for j in per_image.get(i, ()):
+                _annotation(annotations[j], f"annotations[{j}]", categories, b)
+
+
+def _image(img: dict, where: str, locator: ImageLocator, b: ChunkBuilder) -> bool:
+    name = img.get("file_name")
+    if not isinstance(name, str) or not name.strip():
+        b.problem("missing_field", f"{where}/file_name", "file_name is missing", "image skipped")
+        return False
+    rel = locator.find(name)
+    if rel is None:
+        b.problem("missing_image", f"{where}/file_name", f"file_name={name!r} not found in {locator.describe()}", "image skipped")
+        return False
+    width, height = int_or_none(_text(img.get("width", ""))), int_or_none(_text(img.get("height", "")))
+    if not width or not height or width <= 0 or height <= 0:
+        raw = f"width={img.get('width')!r} height={img.get('height')!r}"
+        size = header_size(b, locator.root, rel, where, raw)
+        if size is None:
+            return False
+        width, height = size
+    attrs = _attributes(img.get("attributes"), f"{where}/attributes", b)
+    image_class = attrs.pop(b.options.image_class_attribute, None)
+    return b.add_image(rel, width, height, image_class=image_class, attributes=attrs, record=name)
+
+
+def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> None:
+    cat = categories.get(ann.get("category_id"))
+    if cat is None:
+        b.problem("bad_value", f"{where}/category_id", f"category_id={ann.get('category_id')!r} is not in categories", "object skipped")
+        return
+    name, kp_names = cat
+    bbox = ann.get("bbox")
+    if bbox is None:
+        b.problem("missing_field", f"{where}/bbox", "bbox is missing", "object skipped")
+        return
+    if not isinstance(bbox, list) or len(bbox) != 4:
+        b.problem("bad_value", f"{where}/bbox", f"bbox={bbox!r} is not [x, y, w, h]", "object skipped")
+        return
+    xywh = []
+    for field, value in zip("xywh", bbox):
+        v = _number(value, f"{where}/bbox", field, "object skipped", b)
+        if v is None:
+            return
+        xywh.append(v)
+    x, y, w, h = xywh
+    attrs = _attributes(ann.get("attributes"), f"{where}/attributes", b)
+    flags = {}
+    for flag in _FLAGS:
+        text = attrs.pop(flag, None)
+        value = parse_flag(text) if text is not None else False
+        if value is None:
+            b.problem("bad_value", f"{where}/attributes/{flag}", f"{flag}={text!r} is not a boolean", "treated as false")
+            value = False
+        flags[flag] = value
+    crowd = ann.get("iscrowd", 0)
+    crowd_flag = parse_flag(_text(crowd)) if crowd is not None else False
+    if crowd_flag is None:
+        b.problem("bad_value", f"{where}/iscrowd", f"iscrowd={crowd!r} is not 0/1", "treated as 0")
+    elif crowd_flag:
+        attrs["iscrowd"] = "1"
+    b.add_object(
+        (x, y, x + w, y + h),
+        name,
+        element=where,
+        box_field="bbox",
+        difficult=flags["difficult"],
+        truncated=flags["truncated"],
+        occluded=flags["occluded"],
+        attributes=attrs,
+        landmarks=_keypoints(ann.get("keypoints"), kp_names, f"{where}/keypoints", b),
+        landmark_field="keypoints",
+    )
+
+
+def _keypoints(
+    values: Any, names: list[str] | None, where: str, b: ChunkBuilder
+) -> list[tuple[str, float, float, int]] | None:
+    if values is None:
+        return None
+    if not isinstance(values, list) or len(values) % 3:
+        shown = len(values) if isinstance(values, list) else type(values).__name__
+        b.problem("landmark_count", where, f"{shown} values is not x,y,v triples", "landmarks skipped")
+        return None
+    if not values:
+        return None
+    n = len(values) // 3
+    if names is None:
+        got = b.positional_names(n, where)
+        if got is None:
+            return None
+        names = got
+    elif len(names) != n:
+        b.problem("landmark_count", where, f"{n} points, category names {len(names)} keypoints", "landmarks skipped")
+        return None
+    points: list[tuple[str, float, float, int]] = []
+    for k, name in enumerate(names):
+        at = f"{where}[{3 * k}]"
+        v = _number(values[3 * k + 2], at, f"{name}: v", "point skipped", b)
+        if v is None:
+            continue
+        if v not in (0.0, 1.0, 2.0):
+            b.problem("bad_value", at, f"{name}: v={values[3 * k + 2]!r} is not 0, 1 or 2", "point skipped")
+            continue
+        if v == 0:
+            points.append((name, 0.0, 0.0, 0))
+            continue
+        x = _number(values[3 * k], at, f"{name}: x", "point skipped", b)
+        y = _number(values[3 * k + 1], at, f"{name}: y", "point skipped", b)
+        if x is None or y is None:
+            continue
+        points.append((name, x, y, int(v)))
+    return points

@@ -1,0 +1,221 @@
+"""dlib imglab XML: ``<dataset><images><image file width height><box top left width height>``.
+
+One XML file holds the whole dataset; pass that file (or a folder holding exactly one such
+file)::
+
+    <image file='2007_007763.jpg' width='500' height='375'>
+      <box top='90' left='194' width='37' height='37' ignore='1'>
+        <label>face</label>
+        <part name='00' x='201' y='107'/>
+      </box>
+    </image>
+
+* **Boxes**: dlib's rectangle covers the pixels ``left .. left + width - 1``, so in continuous
+  pixel coordinates the box is ``(left, top, left + width, top + height)``.
+* **Class**: the box's ``<label>``; boxes without one get the format option
+  ``default_class`` (default ``"object"``).
+* **Flags**: ``difficult``, ``truncated``, ``occluded`` map to the index's flags.
+  ``ignore='1'`` (dlib: neither a positive nor a negative) sets ``difficult`` (the flag that
+  evaluation and training code already skip) and the object attribute ``ignore = "1"``, so the
+  two stay distinguishable.
+* Other box attributes (``pose``, ``angle``, ``age``, ``gender``, ``detection_score``) become
+  object attributes.
+* **Landmarks**: ``<part name x y>``, named by ``name``. Parts dlib marks as not present
+  (coordinates of +-2**31) are absent (visibility 0). When the part names are exactly
+  ``"00"`` .. ``"67"`` the schema is :data:`IBUG68` (iBUG 300-W, with its 29 flip pairs).
+* Images without ``width``/``height`` (older imglab files) take the size from the image
+  header (a ``missing_size`` repair).
+* Image paths are relative to the XML file's folder (or ``image_dir``).
+
+The file is streamed (:func:`~detloader.formats._support.iter_xml`), so large landmark files
+(the iBUG 300-W training list is ~30 MB) need no size cap. Element paths in problems are
+1-based: ``image[5]/box[2]/part[3]`` is the third part of the second box of the fifth
+``<image>``; the record of an image is its ``file``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+from lxml import etree
+
+from detloader.formats._build import ChunkBuilder, ReadOptions
+from detloader.formats._common import Source, parse_flag
+from detloader.formats._landmarks import IBUG68, preset_schema
+from detloader.formats._support import (
+    ImageLocator,
+    candidate_dirs,
+    file_source,
+    header_size,
+    int_or_none,
+    iter_xml,
+    root_tag,
+    syntax_message,
+    xml_files_with_root,
+)
+from detloader.formats._xml import UnsafeXMLError
+from detloader.index import LandmarkSchema
+
+NAME = "imglab"
+PARALLEL = False
+ROOT_TAG = "dataset"
+#: Box attributes that are index flags, not object attributes.
+_FLAGS = ("difficult", "truncated", "occluded", "ignore")
+_BOX_FIELDS = ("top", "left", "width", "height")
+#: dlib's OBJECT_PART_NOT_PRESENT coordinates.
+_NOT_PRESENT = (2**31 - 1, -(2**31))
+
+__all__ = ["IBUG68", "NAME", "default_landmarks", "discover", "parse", "sniff"]
+
+
+def sniff(path: Path) -> bool:
+    """An ``.xml`` file whose root element is ``<dataset>``, or a folder holding one."""
+    if path.is_file():
+        return path.suffix.lower() == ".xml" and root_tag(path) == ROOT_TAG
+    return path.is_dir() and bool(xml_files_with_root(path, ROOT_TAG))
+
+
+def _annotation_file(path: Path) -> Path:
+    if path.is_file():
+        return path
+    found = xml_files_with_root(path, ROOT_TAG)
+    if len(found) != 1:
+        names = ", ".join(p.name for p in found) or "none"
+        raise ValueError(
+            f"path={str(path)!r} holds {len(found)} imglab files ({names}); pass one of them"
+        )
+    return found[0]
+
+
+def discover(path: Path, options: ReadOptions) -> Source:
+    xml = _annotation_file(path.resolve())
+    root = xml.parent
+    dirs = candidate_dirs(root, ("", "images"), options.image_dir)
+    return file_source(
+        NAME, xml, root, dirs, extra={"default_class": str(options.option("default_class", "object"))}
+    )
+
+
+def default_landmarks(source: Source, names: Sequence[str]) -> LandmarkSchema | None:
+    """:data:`IBUG68` when the parts are dlib's 68 points, else None (names and flip pairs
+    as found)."""
+    return preset_schema(names)
+
+
+def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
+    for rel in files:
+        builder.begin_file(rel)
+        _parse_file(str(source.root), rel, source, builder)
+
+
+def _parse_file(root: str, rel: str, source: Source, b: ChunkBuilder) -> None:
+    locator = ImageLocator(root, source.extra["image_dirs"], b.options.check_images)
+    default_class = source.extra["default_class"]
+    seen_root = False
+    try:
+        for k, image in enumerate(iter_xml(os.path.join(root, rel), ("image", ROOT_TAG)), start=1):
+            if image.tag == ROOT_TAG:
+                seen_root = True
+                continue
+            _image(image, f"image[{k}]", locator, default_class, b)
+    except UnsafeXMLError as err:
+        b.problem("unsafe_xml", "", str(err), "file skipped")
+        return
+    except etree.XMLSyntaxError as err:
+        b.problem("unparseable", f"line {err.lineno}", syntax_message(err), "rest of the file skipped")
+        return
+    except OSError as err:
+        b.problem("unreadable_file", "", f"{err.strerror or err}", "file skipped")
+        return
+    if not seen_root:
+        b.problem("unsupported", "", f"root element is not <{ROOT_TAG}>", "file skipped")
+
+
+def _image(image: etree._Element, element: str, locator: ImageLocator, default_class: str, b: ChunkBuilder) -> None:
+    name = (image.get("file") or "").strip()
+    if not name:
+        b.problem("missing_field", element, "file= is missing", "image skipped")
+        return
+    rel = locator.find(name)
+    if rel is None:
+        b.problem("missing_image", f"{element}/file", f"file={name!r} not found in {locator.describe()}", "image skipped")
+        return
+    width, height = int_or_none(image.get("width")), int_or_none(image.get("height"))
+    if not width or not height or width <= 0 or height <= 0:
+        raw = f"width={image.get('width')!r} height={image.get('height')!r}"
+        size = header_size(b, locator.root, rel, element, raw)
+        if size is None:
+            return
+        width, height = size
+    if not b.add_image(rel, width, height, record=name):
+        return
+    for j, box in enumerate(image.iterfind("box"), start=1):
+        _box(box, f"{element}/box[{j}]", default_class, b)
+
+
+def _box(box: etree._Element, where: str, default_class: str, b: ChunkBuilder) -> None:
+    values = []
+    for field in _BOX_FIELDS:
+        v = b.number(box.get(field), where, field, "object skipped")
+        if v is None:
+            return
+        values.append(v)
+    top, left, width, height = values
+    flags: dict[str, bool] = {}
+    for field in _FLAGS:
+        text = box.get(field)
+        flag = parse_flag(text)
+        if flag is None:
+            b.problem("bad_value", f"{where}/{field}", f"{field}={text!r} is not 0/1", "treated as 0")
+            flag = False
+        flags[field] = flag
+    attrs = {
+        key: value.strip()
+        for key, value in box.attrib.items()
+        if key not in _BOX_FIELDS and key not in _FLAGS and value.strip()
+    }
+    if flags["ignore"]:
+        attrs["ignore"] = "1"
+    label = box.findtext("label")
+    name = label.strip() if label is not None and label.strip() else default_class
+    b.add_object(
+        (left, top, left + width, top + height),
+        name,
+        element=where,
+        box_field="",
+        difficult=flags["difficult"] or flags["ignore"],
+        truncated=flags["truncated"],
+        occluded=flags["occluded"],
+        attributes=attrs,
+        landmarks=_parts(box, where, b),
+        landmark_field="part",
+    )
+
+
+def _parts(box: etree._Element, where: str, b: ChunkBuilder) -> list[tuple[str, float, float, int]] | None:
+    parts = box.findall("part")
+    if not parts:
+        return None
+    points: list[tuple[str, float, float, int]] = []
+    seen: set[str] = set()
+    for k, part in enumerate(parts, start=1):
+        at = f"{where}/part[{k}]"
+        name = (part.get("name") or "").strip()
+        if not name:
+            b.problem("missing_field", at, "name= is missing", "point skipped")
+            continue
+        if name in seen:
+            b.problem("bad_value", at, f"part name={name!r} given twice in one box", "point skipped")
+            continue
+        seen.add(name)
+        x = b.number(part.get("x"), at, f"{name}: x", "point skipped")
+        y = b.number(part.get("y"), at, f"{name}: y", "point skipped")
+        if x is None or y is None:
+            continue
+        if x in _NOT_PRESENT or y in _NOT_PRESENT:
+            points.append((name, 0.0, 0.0, 0))
+        else:
+            points.append((name, x, y, 2))
+    return points

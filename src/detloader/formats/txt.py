@@ -1,0 +1,363 @@
+"""Plain-text annotation lists: classification lists, RetinaFace ``label.txt``, WIDER FACE.
+
+Three kinds, recognised from the first lines (format option ``kind`` overrides):
+
+``list``
+    ``path label`` per line, the classification list most projects start from: each image
+    gets the image-level class ``label`` and no objects. The path may contain spaces (the
+    label is the last field; ``path,label`` works too); ``#`` lines are comments. Integer
+    labels are looked up in a names list when there is one (format option ``names``: a list
+    or a file; else ``classes.txt`` / ``names.txt`` beside the list), else kept as written.
+``retinaface``
+    The RetinaFace / WIDER FACE ``label.txt``: a ``# path`` line per image, then one face per
+    line: ``x y w h`` and optionally five landmarks ``x y flag`` (RetinaFace order: left eye,
+    right eye, nose, left and right mouth corner, see :data:`~detloader.index.FACE5`) and a
+    score. ``-1`` coordinates mean the face has no landmarks (visibility 0); flag ``1`` is a
+    hidden point (visibility 1), ``0`` a visible one. The score is not kept. Class ``face``.
+``wider``
+    The original WIDER FACE ``wider_face_*_bbx_gt.txt``: image path, face count, then per
+    face ``x y w h blur expression illumination invalid occlusion pose``. ``invalid`` sets
+    ``difficult``, ``occlusion`` > 0 sets ``occluded``; every field is also an object
+    attribute in words (``blur``: clear/normal/heavy, ``occlusion``: none/partial/heavy, ...).
+
+Pass the list file, or a folder holding ``label.txt`` or split lists named ``train.txt``,
+``val.txt``, ``test.txt`` (also ``valid``, ``validation``, ``trainval``); several lists
+become one split each, named after the file. Image paths are relative to the list's folder
+(``images/`` is tried first; ``image_dir`` overrides). Sizes are read from each image header.
+Problems name the list and its line: ``train.txt: line 14: ...``; the record of an image is
+its path as written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from detloader.formats._build import ChunkBuilder, ReadOptions
+from detloader.formats._common import IMAGE_EXTENSIONS, Source, stat_entry
+from detloader.formats._support import ImageLocator, candidate_dirs, dir_mtime, image_size, read_head
+from detloader.index import FACE5, AnnotationIndex
+
+NAME = "txt"
+PARALLEL = False
+DEFAULT_LANDMARKS = FACE5
+KINDS = ("list", "retinaface", "wider")
+LIST_NAMES = ("label", "labels", "train", "val", "valid", "validation", "test", "trainval")
+NAMES_FILES = ("classes.txt", "names.txt")
+FACE_CLASS = "face"
+_IMAGE_SUFFIXES = tuple(sorted({e.lower() for e in IMAGE_EXTENSIONS}))
+_INT = re.compile(r"^[+-]?\d+$")
+
+#: WIDER FACE attribute columns and the words for their values.
+WIDER_ATTRIBUTES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("blur", ("clear", "normal", "heavy")),
+    ("expression", ("typical", "exaggerate")),
+    ("illumination", ("normal", "extreme")),
+    ("invalid", ("false", "true")),
+    ("occlusion", ("none", "partial", "heavy")),
+    ("pose", ("typical", "atypical")),
+)
+
+
+def _is_image_path(token: str) -> bool:
+    return token.lower().endswith(_IMAGE_SUFFIXES)
+
+
+def _split_list_line(line: str) -> tuple[str, str] | None:
+    parts = line.rsplit(None, 1)
+    if len(parts) == 2:
+        return parts[0].strip(), parts[1].strip()
+    if "," in line:
+        path, label = line.rsplit(",", 1)
+        return path.strip(), label.strip()
+    return None
+
+
+def detect_kind(path: Path) -> str | None:
+    """``list``, ``retinaface`` or ``wider`` from the first lines of ``path``; None if none fits."""
+    raw = read_head(path, 16384)
+    try:
+        head = raw.decode("utf-8", errors="strict" if len(raw) < 16384 else "ignore")
+    except UnicodeDecodeError:
+        return None
+    rows = head.splitlines()
+    if len(raw) == 16384 and len(rows) > 1:
+        rows = rows[:-1]  # the last line may be cut
+    lines = [line.strip() for line in rows if line.strip()]
+    if not lines:
+        return None
+    first = lines[0]
+    if first.startswith("#") and len(first) > 1:
+        rest = first[1:].split()
+        if rest and _is_image_path(rest[0]):
+            return "retinaface"
+    if _is_image_path(first) and len(lines) > 1 and _INT.match(lines[1]):
+        return "wider"
+    rows = [_split_list_line(line) for line in lines[:50] if not line.startswith("#")]
+    if rows and all(r is not None and _is_image_path(r[0]) and r[1] for r in rows):
+        return "list"
+    return None
+
+
+def _list_files(folder: Path) -> list[Path]:
+    found = []
+    for name in LIST_NAMES:
+        candidate = folder / f"{name}.txt"
+        if candidate.is_file() and detect_kind(candidate) is not None:
+            found.append(candidate)
+    return found
+
+
+def sniff(path: Path) -> bool:
+    """A ``.txt`` file of one of the three kinds, or a folder with ``label.txt`` or split lists."""
+    if path.is_file():
+        return path.suffix.lower() == ".txt" and detect_kind(path) is not None
+    return path.is_dir() and bool(_list_files(path))
+
+
+def _names(value: Any, root: Path, stamp: list[tuple[str, int, int]]) -> list[str]:
+    if value is None:
+        for name in NAMES_FILES:
+            if (root / name).is_file():
+                value = str(root / name)
+                break
+        else:
+            return []
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    path = Path(value) if os.path.isabs(str(value)) else root / str(value)
+    if not path.is_file():
+        raise ValueError(f"names={str(value)!r} is neither a list nor an existing file")
+    stamp.append(stat_entry(path, root))
+    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def discover(path: Path, options: ReadOptions) -> Source:
+    path = path.resolve()
+    if path.is_file():
+        lists = [path]
+    else:
+        lists = _list_files(path)
+        if not lists:
+            raise ValueError(
+                f"path={str(path)!r} holds no list file ({', '.join(n + '.txt' for n in LIST_NAMES)})"
+            )
+        if any(p.stem in ("label", "labels") for p in lists) and len(lists) > 1:
+            lists = [p for p in lists if p.stem in ("label", "labels")][:1]
+    root = lists[0].parent
+    kind_option = options.option("kind")
+    if kind_option is not None and kind_option not in KINDS:
+        raise ValueError(f"kind={kind_option!r} is not one of {', '.join(KINDS)}")
+    kinds = {}
+    for p in lists:
+        kind = kind_option or detect_kind(p)
+        if kind is None:
+            raise ValueError(f"{p.name}: not a 'path label' list, RetinaFace label.txt or WIDER FACE file")
+        kinds[p.name] = kind
+    stamp = [stat_entry(p, root) for p in lists]
+    names = _names(options.option("names"), root, stamp)
+    dirs = candidate_dirs(root, ("images", ""), options.image_dir)
+    return Source(
+        format=NAME,
+        root=root,
+        files=[os.path.relpath(p, root) for p in lists],
+        stamp=stamp,
+        extra={
+            "kinds": kinds,
+            "names": names,
+            "image_dirs": dirs,
+            "image_dir_mtimes": [dir_mtime(root / d) for d in dirs],
+        },
+    )
+
+
+def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
+    """One split per list file when there are several (``train.txt`` -> ``train``)."""
+    if len(source.files) < 2:
+        return {}
+    owner = {rel: os.path.splitext(os.path.basename(rel))[0] for rel in source.files}
+    members: dict[str, list[int]] = {name: [] for name in owner.values()}
+    for i in range(len(index)):
+        rel = index.annotation_path(i).split("#", 1)[0]
+        if rel in owner:
+            members[owner[rel]].append(i)
+    return {name: np.asarray(ids, dtype=np.int64) for name, ids in members.items()}
+
+
+def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
+    root = str(source.root)
+    for rel in files:
+        builder.begin_file(rel)
+        locator = ImageLocator(root, source.extra["image_dirs"], builder.options.check_images)
+        kind = source.extra["kinds"][os.path.basename(rel)]
+        try:
+            with open(os.path.join(root, rel), encoding="utf-8") as fh:
+                lines = _numbered(fh)
+                if kind == "list":
+                    _parse_list(lines, locator, source.extra["names"], builder)
+                elif kind == "retinaface":
+                    _parse_retinaface(lines, locator, builder)
+                else:
+                    _parse_wider(lines, locator, builder)
+        except OSError as err:
+            builder.problem("unreadable_file", "", f"{err.strerror or err}", "file skipped")
+        except UnicodeDecodeError as err:
+            builder.problem("unparseable", "", f"not UTF-8 text: {err.reason}", "rest of the file skipped")
+
+
+def _numbered(fh) -> Iterator[tuple[int, str]]:
+    """(line number, stripped text) of the non-empty lines."""
+    for n, line in enumerate(fh, start=1):
+        text = line.strip()
+        if text:
+            yield n, text
+
+
+def _image(
+    locator: ImageLocator, name: str, where: str, b: ChunkBuilder, size: tuple[int, int] | None = None, **kwargs: Any
+) -> bool:
+    rel = locator.find(name)
+    if rel is None:
+        b.problem("missing_image", where, f"{name!r} not found in {locator.describe()}", "image skipped")
+        return False
+    if size is None:
+        size = image_size(b, locator.root, rel, where)
+        if size is None:
+            return False
+    return b.add_image(rel, size[0], size[1], record=name, **kwargs)
+
+
+def _parse_list(lines: Iterator[tuple[int, str]], locator: ImageLocator, names: list[str], b: ChunkBuilder) -> None:
+    for n, text in lines:
+        if text.startswith("#"):
+            continue
+        where = f"line {n}"
+        row = _split_list_line(text)
+        if row is None or not row[0] or not row[1]:
+            b.problem("bad_value", where, f"{text!r} is not 'path label'", "image skipped")
+            continue
+        path, label = row
+        if names and _INT.match(label):
+            i = int(label)
+            if not 0 <= i < len(names):
+                b.problem("bad_value", where, f"label={label} is not in names (0..{len(names) - 1})", "image skipped")
+                continue
+            label = names[i]
+        _image(locator, path, where, b, image_class=label)
+
+
+def _floats(tokens: list[str], where: str, b: ChunkBuilder, action: str) -> list[float] | None:
+    try:
+        return [float(t) for t in tokens]
+    except ValueError:
+        bad = next(t for t in tokens if not _is_float(t))
+        b.problem("bad_value", where, f"{bad!r} is not a number", action)
+        return None
+
+
+def _is_float(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def _parse_retinaface(lines: Iterator[tuple[int, str]], locator: ImageLocator, b: ChunkBuilder) -> None:
+    open_image = False
+    for n, text in lines:
+        where = f"line {n}"
+        if text.startswith("#"):
+            tokens = text[1:].split()
+            if not tokens:
+                b.problem("missing_field", where, "image path is missing after '#'", "image skipped")
+                open_image = False
+                continue
+            size = None
+            if len(tokens) >= 3 and _INT.match(tokens[-1]) and _INT.match(tokens[-2]):
+                size = (int(tokens[-2]), int(tokens[-1]))
+                tokens = tokens[:-2]
+            open_image = _image(locator, " ".join(tokens), where, b, size)
+            continue
+        if not open_image:
+            continue  # faces of a skipped image (its problem is reported)
+        values = _floats(text.split(), where, b, "object skipped")
+        if values is None:
+            continue
+        if len(values) not in (4, 5, 19, 20):
+            b.problem("bad_value", where, f"{len(values)} values: expected x y w h [+ 5 x (x y flag) + score]", "object skipped")
+            continue
+        x, y, w, h = values[:4]
+        points = None
+        if len(values) >= 19:
+            points = []
+            for k, name in enumerate(FACE5.names):
+                px, py, flag = values[4 + 3 * k : 7 + 3 * k]
+                if px < 0 and py < 0:
+                    points.append((name, 0.0, 0.0, 0))
+                else:
+                    points.append((name, px, py, 1 if flag == 1.0 else 2))
+        b.add_object((x, y, x + w, y + h), FACE_CLASS, element=where, box_field="", landmarks=points, landmark_field="landmarks")
+
+
+def _parse_wider(lines: Iterator[tuple[int, str]], locator: ImageLocator, b: ChunkBuilder) -> None:
+    for n, text in lines:
+        where = f"line {n}"
+        path = text
+        try:
+            n_count, count_text = next(lines)
+        except StopIteration:
+            b.problem("missing_field", where, f"{path!r}: the face count line is missing", "image skipped")
+            return
+        if not _INT.match(count_text):
+            b.problem("unparseable", f"line {n_count}", f"face count {count_text!r} is not an integer", "rest of the file skipped")
+            return
+        count = int(count_text)
+        rows: list[tuple[int, str]] = []
+        for _ in range(max(count, 1)):  # a count of 0 is followed by one line of zeros
+            try:
+                rows.append(next(lines))
+            except StopIteration:
+                break
+        if count == 0 and rows and set(rows[0][1].split()) != {"0"}:
+            b.problem("unparseable", f"line {rows[0][0]}", "expected a line of zeros after a count of 0", "rest of the file skipped")
+            return
+        if len(rows) < count:
+            b.problem("missing_field", where, f"{path!r}: {count} faces announced, {len(rows)} given", "image skipped")
+            return
+        if not _image(locator, path, where, b):
+            continue
+        for n_row, row in rows[:count]:
+            _wider_face(row, f"line {n_row}", b)
+
+
+def _wider_face(text: str, where: str, b: ChunkBuilder) -> None:
+    values = _floats(text.split(), where, b, "object skipped")
+    if values is None:
+        return
+    if len(values) != 10:
+        b.problem("bad_value", where, f"{len(values)} values: expected x y w h + 6 attributes", "object skipped")
+        return
+    x, y, w, h = values[:4]
+    attrs: dict[str, str] = {}
+    codes: dict[str, int] = {}
+    for (name, words), value in zip(WIDER_ATTRIBUTES, values[4:]):
+        code = int(value) if value.is_integer() else -1
+        if not 0 <= code < len(words):
+            b.problem("bad_value", f"{where}/{name}", f"{name}={value:g} is not one of 0..{len(words) - 1}", "attribute skipped")
+            continue
+        codes[name] = code
+        attrs[name] = words[code]
+    b.add_object(
+        (x, y, x + w, y + h),
+        FACE_CLASS,
+        element=where,
+        box_field="",
+        difficult=codes.get("invalid", 0) == 1,
+        occluded=codes.get("occlusion", 0) > 0,
+        attributes=attrs,
+    )

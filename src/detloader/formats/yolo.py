@@ -1,0 +1,446 @@
+"""YOLO txt labels (Darknet / Ultralytics), detection and pose, with ``data.yaml``.
+
+One label file per image, one object per line, coordinates normalised to 0..1 by the image
+size::
+
+    0 0.481 0.634 0.690 0.713                       class cx cy w h          (detection)
+    0 0.481 0.634 0.690 0.713 0.52 0.41 2 ...        + K x (px py v)          (pose, kpt_shape [K, 3])
+    3 0.10 0.20 0.30 0.25 0.40 0.60                  class x1 y1 x2 y2 ...    (segment: box = extent)
+
+Layouts found from the path given:
+
+* a ``data.yaml`` (any ``.yaml``/``.yml``) file, or a folder holding ``data.yaml`` /
+  ``dataset.yaml``: ``path`` (the root; default the YAML's folder), ``train`` / ``val`` /
+  ``test`` (folders of images or ``.txt`` lists of image paths, one or a list; each becomes a
+  split), ``names`` (list or ``{id: name}``), ``kpt_shape: [K, 2|3]``, ``flip_idx`` and
+  ``kpt_names`` (a list, or ``{class id: list}`` of which the first is used);
+* a folder with ``images/`` (and ``labels/``), or images with their ``.txt`` beside them;
+  class names from ``classes.txt`` / ``obj.names`` / ``names.txt`` (in the folder or
+  ``labels/``); without one, the class names are the ids (``"0"``, ``"1"``, ...).
+
+A label file is found as Ultralytics finds it: the last ``/images/`` of the image path
+replaced by ``/labels/``, extension ``.txt`` (so without an ``images`` folder it lies beside
+the image). An image without a label file is a background image (no objects).
+
+Sizes are not in the labels: each image header is read (PIL, header only), so an unreadable
+image is a ``missing_image`` / ``missing_size`` error even with ``check_images=False``.
+Rounding noise of normalised coordinates (up to 1e-6 outside 0..1, as ``%.6f`` writers
+leave at the image edges) is snapped to the edge silently; more is clipped and reported.
+
+Pose: with ``kpt_shape [K, 3]`` the third value is the visibility (0 absent, 1 hidden, 2
+visible); with ``[K, 2]`` a point at (0, 0) is absent. Landmark names are ``kpt_names`` or
+``p0 .. p{K-1}``; flip pairs come from ``flip_idx``. Problems name the label file and the
+line: ``labels/train/0001.txt: line 3: ...``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import yaml
+
+from detloader.formats._build import ChunkBuilder, ReadOptions
+from detloader.formats._common import (
+    IMAGE_EXTENSIONS,
+    Source,
+    find_child_dir,
+    read_capped,
+    scan_files,
+    stat_entry,
+)
+from detloader.formats._landmarks import preset_schema
+from detloader.formats._support import image_size, read_head
+from detloader.index import AnnotationIndex, LandmarkSchema
+from detloader.validate import Problem
+
+NAME = "yolo"
+PARALLEL = True
+YAML_NAMES = ("data.yaml", "dataset.yaml", "data.yml", "dataset.yml")
+NAMES_FILES = ("classes.txt", "obj.names", "names.txt", "classes.names")
+SPLIT_KEYS = ("train", "val", "test")
+_IMAGE_SUFFIXES = tuple(sorted({e.lower() for e in IMAGE_EXTENSIONS}))
+_YAML_KEY = re.compile(rb"^(names|train|val|kpt_shape|nc)\s*:", re.MULTILINE)
+#: Normalised coordinates this far outside 0..1 are rounding noise, snapped to the edge.
+SNAP = 1e-6
+
+
+class YoloConfigError(ValueError):
+    """A ``data.yaml`` that cannot be used; names the file, the key and the value."""
+
+
+def sniff(path: Path) -> bool:
+    """A YAML file with YOLO keys; a folder with ``data.yaml``, a ``labels/`` folder, or a
+    class-names file and images with ``.txt`` labels beside them."""
+    if path.is_file():
+        return path.suffix.lower() in (".yaml", ".yml") and bool(_YAML_KEY.search(read_head(path, 16384)))
+    if not path.is_dir():
+        return False
+    if _find_yaml(path) is not None:
+        return True
+    labels = find_child_dir(path, ("labels",))
+    if labels is not None and next(labels.rglob("*.txt"), None) is not None:
+        return True
+    if _names_file(path) is not None:
+        stems = {p.stem for p in path.iterdir() if p.suffix.lower() == ".txt"}
+        return any(p.stem in stems for p in path.iterdir() if p.suffix.lower() in _IMAGE_SUFFIXES)
+    return False
+
+
+def _find_yaml(folder: Path) -> Path | None:
+    for name in YAML_NAMES:
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def _names_file(*folders: Path | None) -> Path | None:
+    for folder in folders:
+        if folder is None:
+            continue
+        for name in NAMES_FILES:
+            if (folder / name).is_file():
+                return folder / name
+    return None
+
+
+def _load_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise YoloConfigError(f"{path.name}: not readable YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise YoloConfigError(f"{path.name}: top level is a {type(data).__name__}, not a mapping")
+    return data
+
+
+def _class_names(value: Any, where: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    if isinstance(value, dict):
+        try:
+            ids = {int(k): str(v) for k, v in value.items()}
+        except (TypeError, ValueError):
+            raise YoloConfigError(f"{where}: names={value!r} keys are not class ids") from None
+        if not ids:
+            return []
+        if min(ids) < 0:
+            raise YoloConfigError(f"{where}: names={value!r} has a negative class id")
+        return [ids.get(i, str(i)) for i in range(max(ids) + 1)]
+    raise YoloConfigError(f"{where}: names={value!r} is neither a list nor a mapping")
+
+
+def _kpt_config(data: dict[str, Any], where: str) -> dict[str, Any] | None:
+    shape = data.get("kpt_shape")
+    if shape is None:
+        return None
+    if not (isinstance(shape, list) and len(shape) == 2 and all(isinstance(v, int) for v in shape)):
+        raise YoloConfigError(f"{where}: kpt_shape={shape!r} is not [K, 2] or [K, 3]")
+    k, d = shape
+    if k < 1 or d not in (2, 3):
+        raise YoloConfigError(f"{where}: kpt_shape={shape!r} is not [K, 2] or [K, 3]")
+    flip = data.get("flip_idx")
+    pairs: list[list[int]] = []
+    if flip is not None:
+        if not (isinstance(flip, list) and len(flip) == k and sorted(flip) == list(range(k))):
+            raise YoloConfigError(f"{where}: flip_idx={flip!r} is not a permutation of 0..{k - 1}")
+        for i, j in enumerate(flip):
+            if flip[j] != i:
+                raise YoloConfigError(f"{where}: flip_idx={flip!r} is not symmetric ({i} -> {j} -> {flip[j]})")
+            if i < j:
+                pairs.append([i, j])
+    names_value = data.get("kpt_names")
+    if isinstance(names_value, dict) and names_value:
+        names_value = names_value[sorted(names_value, key=str)[0]]
+    names = [str(n) for n in names_value] if isinstance(names_value, list) else [f"p{i}" for i in range(k)]
+    if len(names) != k or len(set(names)) != k:
+        raise YoloConfigError(f"{where}: kpt_names={names_value!r} is not {k} distinct names")
+    return {"k": k, "dims": d, "names": names, "flip_pairs": pairs}
+
+
+def _images_under(folder: Path, root: Path) -> list[tuple[str, int, int]]:
+    return [
+        entry
+        for entry in scan_files(folder, _IMAGE_SUFFIXES, root=root)
+        if not os.path.basename(entry[0]).startswith(".")
+    ]
+
+
+def _split_images(entry: str, root: Path, where: str) -> list[tuple[str, int, int]]:
+    """Images of one ``train``/``val``/``test`` entry: a folder (recursive) or a list file."""
+    target = Path(entry) if os.path.isabs(entry) else root / entry
+    if target.is_dir():
+        return _images_under(target, root)
+    if target.is_file() and target.suffix.lower() == ".txt":
+        out: list[tuple[str, int, int]] = []
+        for line in target.read_text(encoding="utf-8").splitlines():
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("./"):
+                path = target.parent / line[2:]
+            elif os.path.isabs(line):
+                path = Path(line)
+            else:
+                path = root / line
+            try:
+                out.append(stat_entry(path, root))
+            except OSError:
+                out.append((os.path.relpath(path, root), 0, -1))  # reported when parsed
+        return out
+    raise YoloConfigError(f"{where}: {entry!r} is neither a folder nor a .txt list under {root.name}/")
+
+
+def label_path(root: str, image_rel: str) -> str:
+    """Label file of an image, relative to ``root``: the last ``/images/`` of the absolute
+    image path replaced by ``/labels/``, the extension by ``.txt`` (Ultralytics' rule)."""
+    full = os.path.join(root, image_rel)
+    sa, sb = f"{os.sep}images{os.sep}", f"{os.sep}labels{os.sep}"
+    if sa in full:
+        head, tail = full.rsplit(sa, 1)
+        full = head + sb + tail
+    return os.path.relpath(os.path.splitext(full)[0] + ".txt", root)
+
+
+def discover(path: Path, options: ReadOptions) -> Source:
+    path = path.resolve()
+    config = path if path.is_file() else _find_yaml(path)
+    stamp: list[tuple[str, int, int]] = []
+    split_specs: dict[str, list[str]] = {}
+    kpt = None
+    if config is not None:
+        data = _load_yaml(config)
+        where = config.name
+        root = config.parent
+        declared = data.get("path")
+        if isinstance(declared, str) and declared.strip():
+            candidate = Path(declared) if os.path.isabs(declared) else config.parent / declared
+            if candidate.is_dir():
+                root = candidate.resolve()
+        names = _class_names(data.get("names"), where)
+        kpt = _kpt_config(data, where)
+        images: dict[str, tuple[str, int, int]] = {}
+        for key in SPLIT_KEYS:
+            value = data.get(key)
+            if value is None or value == "":
+                continue
+            entries = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+            split_specs[key] = entries
+            for entry in entries:
+                for item in _split_images(entry, root, f"{where}: {key}"):
+                    images.setdefault(item[0], item)
+                list_file = Path(entry) if os.path.isabs(entry) else root / entry
+                if list_file.is_file():
+                    stamp.append(stat_entry(list_file, root))
+        if not split_specs:
+            raise YoloConfigError(f"{where}: none of {', '.join(SPLIT_KEYS)} names any images")
+        stamp.append(stat_entry(config, root))
+        names_file = None
+        image_list = sorted(images.values())
+    else:
+        root = path
+        image_top = Path(options.image_dir) if options.image_dir else (find_child_dir(root, ("images",)) or root)
+        image_list = _images_under(image_top, root)
+        names_file = _names_file(root, find_child_dir(root, ("labels",)))
+        names = []
+        if names_file is not None:
+            names = [line.strip() for line in names_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+            stamp.append(stat_entry(names_file, root))
+    files = [item[0] for item in image_list]
+    stamp.extend(image_list)
+    for rel in files:
+        label = label_path(str(root), rel)
+        try:
+            stamp.append(stat_entry(os.path.join(root, label), root))
+        except OSError:
+            pass
+    return Source(
+        format=NAME,
+        root=root,
+        files=files,
+        stamp=stamp,
+        extra={
+            "config": os.path.relpath(config, root) if config is not None else None,
+            "names_file": os.path.relpath(names_file, root) if names_file is not None else None,
+            "names": names,
+            "kpt": kpt,
+            "splits": split_specs,
+        },
+    )
+
+
+def default_landmarks(source: Source, names: Sequence[str]) -> LandmarkSchema | None:
+    """``kpt_names`` (or p0..) with the pairs of ``flip_idx``; without kpt_shape a preset."""
+    kpt = source.extra.get("kpt")
+    if kpt is None:
+        return preset_schema(names)
+    return LandmarkSchema(tuple(kpt["names"]), tuple(tuple(p) for p in kpt["flip_pairs"]))
+
+
+def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
+    """``train`` / ``val`` / ``test`` of data.yaml -> image positions."""
+    if not source.extra.get("splits"):
+        return {}
+    position: dict[str, int] = {}
+    for i in range(len(index)):
+        position.setdefault(index.relative_image_path(i), i)
+    out: dict[str, np.ndarray] = {}
+    where = source.extra.get("config") or "data.yaml"
+    for key, entries in source.extra["splits"].items():
+        members: list[int] = []
+        missing = 0
+        for entry in entries:
+            for rel, _, _ in _split_images(entry, source.root, f"{where}: {key}"):
+                pos = position.get(os.path.normpath(rel))
+                if pos is None:
+                    missing += 1
+                else:
+                    members.append(pos)
+        if missing:
+            index.problems.add(
+                Problem(
+                    "split_mismatch",
+                    where,
+                    key,
+                    f"{missing} images of {key} are not in the index",
+                    "left out of the split",
+                    "repaired",
+                )
+            )
+        out[key] = np.unique(np.asarray(members, dtype=np.int64))
+    return out
+
+
+def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
+    root = str(source.root)
+    names: list[str] = source.extra["names"]
+    kpt = source.extra["kpt"]
+    for rel in files:
+        label = label_path(root, rel)
+        builder.begin_file(label)
+        _parse_image(root, rel, label, names, kpt, builder)
+
+
+def _snap(value: float) -> float:
+    if -SNAP <= value < 0.0:
+        return 0.0
+    if 1.0 < value <= 1.0 + SNAP:
+        return 1.0
+    return value
+
+
+def _parse_image(
+    root: str, rel: str, label: str, names: list[str], kpt: dict[str, Any] | None, b: ChunkBuilder
+) -> None:
+    size = image_size(b, root, rel, "image")
+    if size is None:
+        return
+    width, height = size
+    full = os.path.join(root, label)
+    text = ""
+    if os.path.isfile(full):
+        try:
+            text = read_capped(full, b.options.max_file_bytes).decode("utf-8")
+        except OSError as err:
+            b.problem("unreadable_file", "", f"{err.strerror or err}", "labels skipped")
+        except UnicodeDecodeError as err:
+            b.problem("unparseable", "", f"not UTF-8 text: {err.reason}", "labels skipped")
+        except ValueError as err:
+            b.problem("file_too_large", "", str(err), "labels skipped")
+    else:
+        b.count("images_without_labels")
+    if not b.add_image(rel, width, height):
+        return
+    for n, line in enumerate(text.splitlines(), start=1):
+        tokens = line.split()
+        if tokens:
+            _line(tokens, f"line {n}", names, kpt, width, height, b)
+
+
+def _line(
+    tokens: list[str], where: str, names: list[str], kpt: dict[str, Any] | None, w: int, h: int, b: ChunkBuilder
+) -> None:
+    try:
+        raw_class = float(tokens[0])
+    except ValueError:
+        b.problem("bad_value", where, f"class={tokens[0]!r} is not a class id", "object skipped")
+        return
+    if not raw_class.is_integer() or raw_class < 0:
+        b.problem("bad_value", where, f"class={tokens[0]!r} is not a class id", "object skipped")
+        return
+    class_id = int(raw_class)
+    if names and class_id >= len(names):
+        b.problem("bad_value", where, f"class={class_id} is not in names (0..{len(names) - 1})", "object skipped")
+        return
+    name = names[class_id] if names else str(class_id)
+    values: list[float] = []
+    for token in tokens[1:]:
+        try:
+            values.append(float(token))
+        except ValueError:
+            b.problem("bad_value", where, f"{token!r} is not a number", "object skipped")
+            return
+    points = None
+    if kpt is not None and len(values) != 4:
+        expected = 4 + kpt["k"] * kpt["dims"]
+        if len(values) == expected:
+            points = _keypoints(values[4:], kpt, where, w, h, b)
+        else:
+            b.problem(
+                "landmark_count",
+                where,
+                f"{len(values)} values after the class; kpt_shape needs 4 or {expected}",
+                "landmarks skipped",
+            )
+        box_values = values[:4]
+    elif len(values) == 4:
+        box_values = values
+    elif len(values) >= 6 and len(values) % 2 == 0:
+        xs, ys = values[0::2], values[1::2]
+        x1, x2, y1, y2 = min(xs), max(xs), min(ys), max(ys)
+        box_values = [(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1]
+        b.count("boxes_from_segments")
+    else:
+        b.problem("bad_value", where, f"{len(values)} values after the class: not cx cy w h", "object skipped")
+        return
+    cx, cy, bw, bh = box_values
+    x1, x2 = _snap(cx - bw / 2), _snap(cx + bw / 2)
+    y1, y2 = _snap(cy - bh / 2), _snap(cy + bh / 2)
+    b.add_object(
+        (x1 * w, y1 * h, x2 * w, y2 * h),
+        name,
+        element=where,
+        box_field="",
+        landmarks=points,
+        landmark_field="keypoints",
+    )
+
+
+def _keypoints(
+    values: list[float], kpt: dict[str, Any], where: str, w: int, h: int, b: ChunkBuilder
+) -> list[tuple[str, float, float, int]] | None:
+    k, d = kpt["k"], kpt["dims"]
+    names = b.positional_names(k, f"{where}/keypoints", kpt["names"])
+    if names is None:
+        return None
+    out: list[tuple[str, float, float, int]] = []
+    for i, name in enumerate(names):
+        x, y = values[i * d], values[i * d + 1]
+        if d == 3:
+            v = values[i * d + 2]
+            if v not in (0.0, 1.0, 2.0):
+                b.problem("bad_value", f"{where}/keypoints[{i + 1}]", f"{name}: v={v:g} is not 0, 1 or 2", "point skipped")
+                continue
+            vis = int(v)
+        else:
+            vis = 0 if x == 0.0 and y == 0.0 else 2
+        if vis == 0:
+            out.append((name, 0.0, 0.0, 0))
+        else:
+            out.append((name, _snap(x) * w, _snap(y) * h, vis))
+    return out
