@@ -419,6 +419,7 @@ def test_tune_loader_on_a_tiny_dataset(fast_probe: None) -> None:
     cached = tune_loader(ds, batch_size=8, loader_factory=factory, budget_s=2.5)
     assert time.perf_counter() - t < 1.0
     assert cached.created == r.created and cached.recommended == r.recommended
+    assert cached.from_cache and not r.from_cache
     # a different batch size or transform is another entry
     assert store.cache_key(ds, 16)["batch_size"] == 16
     assert store.load_result(store.cache_key(ds, 16)) is None
@@ -564,3 +565,33 @@ def test_auto_without_a_result_warns_and_uses_the_heuristic(monkeypatch: pytest.
         auto_loader_kwargs(SpinDataset(8), 4, busy_window_s=0.0, warn=False)
     with pytest.raises(ValueError, match="batch_size=0"):
         auto_loader_kwargs(SpinDataset(8), 0)
+
+
+# -- the real pipeline and the CLI --------------------------------------------------------------
+def test_cli_tune_json_then_cached_text(small_synth_root, tmp_path, capsys, fast_probe: None) -> None:
+    from detloader.cli import main
+
+    plot = tmp_path / "tune.png"
+    args = ["tune", str(small_synth_root), "--budget", "3", "--size", "96", "--batch-size", "4"]
+    assert main([*args, "--json", "--plot", str(plot)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data["recommended"]) == {"num_workers", "pin_memory", "prefetch_factor", "persistent_workers"}
+    assert data["explanation"].startswith("CPUs:")
+    assert {"usable", "busy"} <= set(data["cpus"])
+    assert data["trials"] and all("images_per_s" in t and "settings" in t for t in data["trials"])
+    assert data["data"]["read_files"] > 0  # DetectionDataset exposes its files
+    assert data["batch_size"] == 4 and "Resize" in data["key"]["transform"]
+    assert plot.stat().st_size > 1000
+    # the same question again: answered from the cache, as a table and the explanation
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "recommended:" in out and "cached result" in out and "CPUs:" in out
+
+
+def test_cli_tune_refuses_bad_arguments(small_synth_root, capsys) -> None:
+    from detloader.cli import main
+
+    assert main(["tune", str(small_synth_root), "--size", "-1"]) == 2
+    assert "--size=-1" in capsys.readouterr().err
+    assert main(["tune", str(small_synth_root), "--budget", "0"]) == 2
+    assert "budget_s=0" in capsys.readouterr().err

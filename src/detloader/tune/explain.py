@@ -158,9 +158,11 @@ def memory_line(r: TuneResult) -> str | None:
         return f"Memory: {_gib(m.memory_available)} available{limit}."
     pss = f", PSS {t.worker_pss_mib:.0f} MiB" if t.worker_pss_mib is not None else ""
     room = int(0.8 * m.memory_available / (per * 2**20)) if per > 0 else 0
+    verdict = (f"room for about {room} workers" if room < 4 * max(1, m.usable_cpus)
+               else "memory does not limit the worker count here")
     return (
         f"Memory: each worker holds {per:.0f} MiB of its own (USS{pss}); {_gib(m.memory_available)} "
-        f"available{limit}, room for about {room} workers."
+        f"available{limit}: {verdict}."
     )
 
 
@@ -234,15 +236,18 @@ def search_line(r: TuneResult) -> str:
     failed = len(r.trials) - ok
     why = {
         "converged": "throughput stopped rising",
-        "cap": f"reached the worker cap ({r.worker_cap})",
+        "cap": f"throughput still rose at the cap ({cap_reason_text(r)})",
         "budget": "the time budget ran out",
         "memory": "more workers would not fit in memory",
-        "grid": "every candidate measured",
+        "grid": "every candidate was measured",
     }.get(r.stop, r.stop)
     fail = f", {failed} failed" if failed else ""
+    scope = f"0..{r.worker_cap} workers"
+    if r.cap_reason == "busy" and r.stop != "cap":
+        scope += f" ({cap_reason_text(r)})"
     return (
-        f"Search: {ok} settings measured{fail} in {r.spent_s:.0f} s of a {r.budget_s:.0f} s budget, "
-        f"{r.window_s:.1f} s windows; stopped because {why}."
+        f"Search: {scope}; {ok} settings measured{fail} in {r.spent_s:.0f} s of a {r.budget_s:.0f} s "
+        f"budget, {r.window_s:.1f} s windows; stopped: {why}."
     )
 
 

@@ -44,7 +44,12 @@ def plot_result(result: "TuneResult", path: str | os.PathLike[str]) -> str:
     chosen = result.chosen_trial
     ax_rate.scatter([chosen.num_workers], [chosen.images_per_s], s=220, facecolors="none",
                     edgecolors="crimson", linewidths=2, label="recommended", zorder=5)
+    from matplotlib.ticker import MaxNLocator
+
     ax_rate.set_ylabel("images / s")
+    ax_rate.set_ylim(bottom=0)
+    ax_mem.set_ylim(bottom=0)
+    ax_mem.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax_rate.set_title(
         f"batch {result.batch_size}: {result.cpus['usable']} usable CPUs, "
         f"{result.cpus['busy']:.1f} busy -> {result.cpus['free']:.1f} free"

@@ -29,7 +29,8 @@ class TuneResult:
     ``cap``, ``budget``, ``memory``, ``grid``). ``worker_cap`` / ``cap_reason``: the most
     workers the search would try and why (``usable`` CPUs, ``busy``: only the free CPUs,
     ``max_workers`` given, ``candidates`` given). ``key``: the fingerprints the cache uses
-    (machine, dataset, transform, batch size).
+    (machine, dataset, transform, batch size); ``from_cache``: read from the cache, not
+    measured by this call.
     """
 
     recommended: dict[str, Any]
@@ -53,6 +54,8 @@ class TuneResult:
     key: dict[str, Any] = field(default_factory=dict)
     created: str = ""
     version: int = RESULT_VERSION
+    #: True when this object was read from the tuning cache (not part of the JSON).
+    from_cache: bool = field(default=False, repr=False, compare=False)
 
     @property
     def chosen_trial(self) -> Trial:
@@ -73,7 +76,7 @@ class TuneResult:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict; ``cpus`` is included for readers of the JSON."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "from_cache"}
         out["machine"] = self.machine.to_dict()
         out["data"] = self.data.to_dict() if self.data is not None else None
         out["trials"] = [t.to_dict() for t in self.trials]
@@ -91,7 +94,7 @@ class TuneResult:
         version = data.get("version")
         if version != RESULT_VERSION:
             raise ValueError(f"TuneResult: version={version!r}, this detloader reads {RESULT_VERSION}")
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = {f.name for f in dataclasses.fields(cls)} - {"from_cache"}
         required = {f.name for f in dataclasses.fields(cls)
                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
         missing = sorted(required - set(data))

@@ -48,9 +48,9 @@ Progress = Callable[[int, int], None]
 @dataclass
 class SearchOutcome:
     """Trials in the order measured, the index of the chosen one, and why the search ended:
-    ``converged`` (throughput stopped rising), ``cap`` (reached the worker cap while still
-    rising), ``budget``, ``memory`` (the next worker count would not fit), or ``grid`` (an
-    explicit candidate list was measured)."""
+    ``converged`` (throughput stopped rising), ``cap`` (still rising at the worker cap),
+    ``budget``, ``memory`` (the next worker count would not fit), or ``grid`` (an explicit
+    candidate list was measured)."""
 
     trials: list[Trial]
     chosen: int
@@ -304,8 +304,8 @@ def search_settings(
         stop = "budget"
     elif runner.out_of_memory:
         stop = "memory"
-    elif hi is None:
-        stop = "cap"
+    elif hi is None and best_w == cap:
+        stop = "cap"  # still rising at the cap
     else:
         stop = "converged"
     return SearchOutcome(runner.trials, chosen, stop, window, runner.elapsed(), runner.skipped)

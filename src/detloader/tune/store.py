@@ -147,4 +147,7 @@ def load_result(key: dict[str, Any], folder: str | os.PathLike[str] | None = Non
         result = TuneResult.from_json(text)
     except (ValueError, TypeError, KeyError):
         return None
-    return result if result.key == key else None
+    if result.key != key:
+        return None
+    result.from_cache = True
+    return result

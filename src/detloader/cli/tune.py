@@ -1,0 +1,116 @@
+"""``detloader tune PATH``: measure the loader on this machine, recommend its settings, say why."""
+
+from __future__ import annotations
+
+import argparse
+
+from detloader.cli._common import add_read_arguments, console, print_json, progress_bar, read_kwargs
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "tune",
+        help="measure num_workers / pin_memory / prefetch on this machine and explain the choice",
+    )
+    add_read_arguments(p, on_error="skip")
+    p.add_argument("--batch-size", type=int, default=32, help="images per batch (default: 32)")
+    p.add_argument(
+        "--size",
+        type=int,
+        default=640,
+        help="letterbox images to SIZE x SIZE, as training would (default: 640; 0: no resize)",
+    )
+    p.add_argument("--budget", type=float, default=60.0, help="seconds for the whole search (default: 60)")
+    p.add_argument(
+        "--step-time",
+        type=float,
+        help="seconds per training step: also report whether the loader keeps up",
+    )
+    p.add_argument("--max-workers", type=int, help="try at most this many workers (default: usable CPUs)")
+    p.add_argument(
+        "--greedy",
+        action="store_true",
+        help="try up to all usable CPUs even when other processes keep some busy",
+    )
+    p.add_argument("--refresh", action="store_true", help="measure again even if a result is cached")
+    p.add_argument("--plot", metavar="PNG", help="save images/s and memory against num_workers")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def build_dataset(args: argparse.Namespace):
+    """The dataset as training would see it: the index and a letterbox resize."""
+    import warnings
+
+    from detloader import read_annotations
+    from detloader.dataset import DetectionDataset
+    from detloader.transforms import Resize
+    from detloader.validate import AnnotationWarning
+
+    if args.size < 0:
+        raise ValueError(f"--size={args.size} must be >= 0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AnnotationWarning)
+        index = read_annotations(args.path, **read_kwargs(args))
+    if len(index) == 0:
+        raise ValueError(f"{args.path}: no images to tune on")
+    transform = Resize(args.size, mode="letterbox") if args.size else None
+    return DetectionDataset(index, transform, seed=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    from detloader.tune import tune_loader
+
+    dataset = build_dataset(args)
+    with progress_bar("tuning (seconds of budget)", enabled=not args.json) as progress:
+        result = tune_loader(
+            dataset,
+            batch_size=args.batch_size,
+            budget_s=args.budget,
+            step_time=args.step_time,
+            max_workers=args.max_workers,
+            respect_busy=not args.greedy,
+            cache="refresh" if args.refresh else True,
+            progress=progress,
+        )
+    if args.plot:
+        result.plot(args.plot)
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    print_result(result, plot=args.plot, cached=result.from_cache)
+    return 0
+
+
+def print_result(result, plot: str | None = None, cached: bool = False) -> None:
+    from rich.table import Table
+
+    from detloader.tune.explain import describe_settings
+
+    out = console()
+    table = Table("setting", "phase", "img/s", "p50 ms", "p95 ms", "main CPU", "wrk CPU", "USS MiB",
+                  "PSS MiB", title="measured settings (wait per batch; CPU in cores; memory per worker)")
+    for i, t in enumerate(result.trials):
+        mark = " *" if i == result.chosen else ""
+        if not t.ok:
+            table.add_row(describe_settings(t.settings) + mark, t.phase, "failed", t.error or "", "", "", "", "", "")
+            continue
+        table.add_row(
+            describe_settings(t.settings) + mark,
+            t.phase,
+            f"{t.images_per_s:.0f}",
+            f"{t.latency_p50_ms:.1f}",
+            f"{t.latency_p95_ms:.1f}",
+            f"{t.main_cpu:.2f}",
+            f"{t.workers_cpu:.2f}",
+            f"{t.worker_uss_mib:.0f}" if t.worker_uss_mib is not None else "-",
+            f"{t.worker_pss_mib:.0f}" if t.worker_pss_mib is not None else "-",
+        )
+    out.print(table)
+    if cached:
+        out.print(f"[yellow]cached result of {result.created}; --refresh measures again[/yellow]")
+    kwargs = ", ".join(f"{k}={v!r}" for k, v in result.recommended.items())
+    out.print(f"[bold]recommended:[/bold] DataLoader(..., {kwargs})")
+    out.print(result.explanation)
+    if plot:
+        out.print(f"plot: {plot}")
