@@ -1,0 +1,55 @@
+"""``detloader convert SRC --to voc|coco|yolo OUT``: read any format, write another."""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+
+from detloader.cli._common import add_read_arguments, console, progress_bar, read_kwargs
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from detloader.export import EXPORT_FORMATS, IMAGE_MODES
+
+    p = sub.add_parser(
+        "convert",
+        help="convert a dataset to Pascal VOC, COCO JSON or YOLO",
+        description="Read SRC (any format detloader reads) and write it to the folder OUT.",
+    )
+    add_read_arguments(p, on_error="warn")
+    p.add_argument("--to", required=True, choices=EXPORT_FORMATS, help="format to write")
+    p.add_argument("out", help="output folder (created; must be empty unless --overwrite)")
+    p.add_argument(
+        "--images",
+        choices=IMAGE_MODES,
+        default="link",
+        help="how images reach OUT: hard link (copy where refused), copy, symlink, or none "
+        "(annotations name the original files; not for YOLO). Default: link",
+    )
+    p.add_argument("--split", help="write only this split of SRC")
+    p.add_argument("--overwrite", action="store_true", help="write into a non-empty OUT")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from detloader import read_annotations
+    from detloader.export import write_annotations
+    from detloader.validate import AnnotationWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AnnotationWarning)  # summarised below instead
+        with progress_bar("indexing") as progress:
+            index = read_annotations(args.path, progress=progress, **read_kwargs(args))
+    written = write_annotations(
+        index, args.out, args.to, images=args.images, split=args.split, overwrite=args.overwrite
+    )
+    part = index.split(args.split) if args.split else index
+    out = console()
+    out.print(
+        f"wrote {len(part)} images, {part.num_objects} objects, {len(part.classes)} classes "
+        f"({index.meta.get('format', '?')} -> {args.to}) to {written}"
+    )
+    if index.problems:
+        out.print(f"[yellow]source problems: {index.problems.summary_line()}[/yellow]")
+        out.print("run [bold]detloader validate[/bold] on the source for the full list")
+    return 0
