@@ -18,6 +18,9 @@ _LAZY = {
     "Sample": "detloader.dataset",
     "collate_detection": "detloader.collate",
     "make_loader": "detloader.loader",
+    "TuneResult": "detloader.tune",
+    "auto_loader_kwargs": "detloader.tune",
+    "tune_loader": "detloader.tune",
 }
 
 
@@ -41,9 +44,12 @@ __all__ = [
     "Problem",
     "ProblemReport",
     "Sample",
+    "TuneResult",
+    "auto_loader_kwargs",
     "available_formats",
     "collate_detection",
     "detect_format",
     "make_loader",
     "read_annotations",
+    "tune_loader",
 ]
