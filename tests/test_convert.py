@@ -283,3 +283,10 @@ def test_cli_convert_then_index(small_synth_root, tmp_path, capsys):
     assert "yolo" in capsys.readouterr().out
     assert main(["index", str(tmp_path / "y"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["format"] == "yolo"
+
+
+def test_coco_written_into_a_folder_named_annotations(synth, tmp_path):
+    path = write_coco(synth, tmp_path / "ds" / "annotations")
+    back = read_annotations(path)
+    assert back.root == (tmp_path / "ds").resolve()  # the COCO layout rule: root above annotations/
+    assert_same(synth, back)

@@ -254,3 +254,9 @@ def test_cli_index_json(tmp_path, capsys):
     assert main(["index", str(tmp_path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["format"] == "cvat" and data["images"] == 1 and data["classes"] == {"face": 1}
+
+
+def test_unknown_format_option_is_refused(tmp_path):
+    path = _dataset(tmp_path, image_xml(0, "a.jpg"), ("a.jpg",))
+    with pytest.raises(ValueError, match="format option.s. images_bi not known to the cvat reader; valid: images_by, link_points"):
+        read_annotations(path, images_bi="id")

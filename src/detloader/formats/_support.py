@@ -18,7 +18,7 @@ from typing import Any, Iterator, Sequence
 
 from lxml import etree
 
-from detloader.formats._build import ChunkBuilder
+from detloader.formats._build import ChunkBuilder, ReadOptions
 from detloader.formats._common import IMAGE_EXTENSIONS, Source, image_header_size, stat_entry
 from detloader.formats._xml import iterparse_safe
 
@@ -83,6 +83,14 @@ def file_source(
             **(extra or {}),
         },
     )
+
+
+def check_options(options: ReadOptions, reader: str, allowed: Sequence[str]) -> None:
+    """Refuse format options the reader does not know (a typo would otherwise be ignored)."""
+    unknown = sorted(k for k, _ in options.extra if k not in allowed)
+    if unknown:
+        valid = ", ".join(allowed) or "none"
+        raise ValueError(f"format option(s) {', '.join(unknown)} not known to the {reader} reader; valid: {valid}")
 
 
 def candidate_dirs(root: Path, names: Sequence[str], image_dir: str | None) -> list[str]:

@@ -45,6 +45,7 @@ from detloader.formats._landmarks import preset_schema
 from detloader.formats._support import (
     ImageLocator,
     candidate_dirs,
+    check_options,
     file_source,
     header_size,
     int_or_none,
@@ -53,6 +54,8 @@ from detloader.formats._support import (
 from detloader.index import LandmarkSchema
 
 NAME = "coco"
+#: Format options this reader accepts (``read_annotations(path, **options)``).
+OPTIONS: tuple[str, ...] = ("max_json_bytes",)
 PARALLEL = False
 MAX_JSON_BYTES = 4 * 1024**3
 _PREFIX = re.compile(r"^(instances|person_keypoints|image_info|annotations?)_", re.IGNORECASE)
@@ -95,11 +98,13 @@ def _annotation_file(path: Path) -> Path:
 
 
 def discover(path: Path, options: ReadOptions) -> Source:
+    check_options(options, NAME, OPTIONS)
     js = _annotation_file(path.resolve())
     root = js.parent.parent if js.parent.name.lower() == "annotations" else js.parent
     split = _PREFIX.sub("", js.stem)
     rel_dir = os.path.relpath(js.parent, root)
-    names = [f"images/{split}", split, "images", "", rel_dir if rel_dir != "." else ""]
+    here = rel_dir if rel_dir != "." else ""
+    names = [f"images/{split}", split, "images", "", here, os.path.join(here, "images")]
     dirs = candidate_dirs(root, names, options.image_dir)
     cap = int(options.option("max_json_bytes", MAX_JSON_BYTES))
     return file_source(NAME, js, root, dirs, extra={"max_json_bytes": cap})

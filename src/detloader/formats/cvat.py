@@ -71,6 +71,7 @@ from detloader.formats._landmarks import preset_schema
 from detloader.formats._support import (
     ImageLocator,
     candidate_dirs,
+    check_options,
     file_source,
     header_size,
     int_or_none,
@@ -83,6 +84,8 @@ from detloader.formats._xml import UnsafeXMLError, iterparse_safe
 from detloader.index import AnnotationIndex, LandmarkSchema
 
 NAME = "cvat"
+#: Format options this reader accepts (``read_annotations(path, **options)``).
+OPTIONS: tuple[str, ...] = ("images_by", "link_points")
 PARALLEL = False
 ROOT_TAG = "annotations"
 IMAGES_BY = ("name", "id")
@@ -115,6 +118,7 @@ def _annotation_file(path: Path) -> Path:
 
 
 def discover(path: Path, options: ReadOptions) -> Source:
+    check_options(options, NAME, OPTIONS)
     xml = _annotation_file(path.resolve())
     root = xml.parent
     images_by = options.option("images_by", "name")

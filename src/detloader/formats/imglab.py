@@ -47,6 +47,7 @@ from detloader.formats._landmarks import IBUG68, preset_schema
 from detloader.formats._support import (
     ImageLocator,
     candidate_dirs,
+    check_options,
     file_source,
     header_size,
     int_or_none,
@@ -59,6 +60,8 @@ from detloader.formats._xml import UnsafeXMLError
 from detloader.index import LandmarkSchema
 
 NAME = "imglab"
+#: Format options this reader accepts (``read_annotations(path, **options)``).
+OPTIONS: tuple[str, ...] = ("default_class",)
 PARALLEL = False
 ROOT_TAG = "dataset"
 #: Box attributes that are index flags, not object attributes.
@@ -90,6 +93,7 @@ def _annotation_file(path: Path) -> Path:
 
 
 def discover(path: Path, options: ReadOptions) -> Source:
+    check_options(options, NAME, OPTIONS)
     xml = _annotation_file(path.resolve())
     root = xml.parent
     dirs = candidate_dirs(root, ("", "images"), options.image_dir)

@@ -39,10 +39,19 @@ import numpy as np
 
 from detloader.formats._build import ChunkBuilder, ReadOptions
 from detloader.formats._common import IMAGE_EXTENSIONS, Source, stat_entry
-from detloader.formats._support import ImageLocator, candidate_dirs, dir_mtime, image_size, read_head
+from detloader.formats._support import (
+    ImageLocator,
+    candidate_dirs,
+    check_options,
+    dir_mtime,
+    image_size,
+    read_head,
+)
 from detloader.index import FACE5, AnnotationIndex
 
 NAME = "txt"
+#: Format options this reader accepts (``read_annotations(path, **options)``).
+OPTIONS: tuple[str, ...] = ("kind", "names")
 PARALLEL = False
 DEFAULT_LANDMARKS = FACE5
 KINDS = ("list", "retinaface", "wider")
@@ -137,6 +146,7 @@ def _names(value: Any, root: Path, stamp: list[tuple[str, int, int]]) -> list[st
 
 
 def discover(path: Path, options: ReadOptions) -> Source:
+    check_options(options, NAME, OPTIONS)
     path = path.resolve()
     if path.is_file():
         lists = [path]

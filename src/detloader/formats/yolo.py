@@ -53,11 +53,13 @@ from detloader.formats._common import (
     stat_entry,
 )
 from detloader.formats._landmarks import preset_schema
-from detloader.formats._support import image_size, read_head
+from detloader.formats._support import check_options, image_size, read_head
 from detloader.index import AnnotationIndex, LandmarkSchema
 from detloader.validate import Problem
 
 NAME = "yolo"
+#: Format options this reader accepts (``read_annotations(path, **options)``).
+OPTIONS: tuple[str, ...] = ()
 PARALLEL = True
 YAML_NAMES = ("data.yaml", "dataset.yaml", "data.yml", "dataset.yml")
 NAMES_FILES = ("classes.txt", "obj.names", "names.txt", "classes.names")
@@ -208,6 +210,7 @@ def label_path(root: str, image_rel: str) -> str:
 
 
 def discover(path: Path, options: ReadOptions) -> Source:
+    check_options(options, NAME, OPTIONS)
     path = path.resolve()
     config = path if path.is_file() else _find_yaml(path)
     stamp: list[tuple[str, int, int]] = []
