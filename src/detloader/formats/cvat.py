@@ -21,8 +21,8 @@ Mapping to the index:
 
 * ``<box>``: ``xtl ytl xbr ybr`` is xyxy; ``occluded`` is the flag; ``<attribute>`` children
   become object attributes, except ``difficult`` and ``truncated`` which set those flags.
-  A ``rotation`` other than 0 is replaced by the rotated box's axis-aligned bounds (a
-  ``box_clipped``-style repair named ``rotation``).
+  A ``rotation`` other than 0 is replaced by the rotated box's axis-aligned bounds (an
+  ``unsupported`` problem of repaired severity: the index holds upright boxes).
 * ``<points>`` and ``<skeleton>`` are landmarks of a box. A ``<points>`` element with one
   point is the landmark named by its label; with several points they are named ``p0, p1, ..``
   (or by a given landmark schema). In a skeleton each child ``<points>`` is one landmark named
@@ -423,7 +423,7 @@ def _box(child: etree._Element, where: str, b: ChunkBuilder) -> _Box | None:
         if degrees % 360 != 0:
             box = _rotated_bounds(box, degrees)
             b.problem(
-                "box_clipped",
+                "unsupported",
                 f"{where}/rotation",
                 f"rotation={degrees:g} degrees",
                 "replaced by its axis-aligned bounds",
