@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -219,7 +219,7 @@ def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
             builder.problem("unparseable", "", f"not UTF-8 text: {err.reason}", "rest of the file skipped")
 
 
-def _numbered(fh) -> Iterator[tuple[int, str]]:
+def _numbered(fh: Iterable[str]) -> Iterator[tuple[int, str]]:
     """(line number, stripped text) of the non-empty lines."""
     for n, line in enumerate(fh, start=1):
         text = line.strip()
