@@ -135,8 +135,11 @@ def test_search_on_64_cpus_finds_the_knee_with_few_trials() -> None:
     out = search_settings(None, batch_size=32, cap=64, budget_s=60, measure_fn=model(knee(12), calls=calls))
     assert out.chosen_trial.num_workers == 12
     assert out.stop == "converged"
-    assert len(out.trials) <= 12  # 0 1 2 4 8 16 | 12 10 (11) + prefetch: not 65 x 2
-    assert [t.phase for t in out.trials][:6] == ["climb"] * 6
+    distinct = {tuple(sorted(t.settings.items())) for t in out.trials}
+    assert len(distinct) <= 12  # 0 1 2 4 8 16 32 | 12 10 11 + prefetch: not 65 x 2
+    assert len(out.trials) <= len(distinct) + 3  # + the recheck windows
+    assert [t.phase for t in out.trials][:7] == ["climb"] * 7
+    assert {t.phase for t in out.trials} == {"climb", "refine", "prefetch", "recheck"}
     grid = search_settings(None, batch_size=32, cap=64, budget_s=60, measure_fn=model(knee(12)),
                   candidates=grid_candidates(64))
     assert grid.chosen_trial.num_workers == 12
@@ -404,9 +407,10 @@ def test_tune_loader_on_a_tiny_dataset(fast_probe: None) -> None:
     DataLoader(ds, batch_size=8, **r.recommended)  # valid as given
     assert r.trials and all(t.ok for t in r.trials)
     assert r.recommended["num_workers"] <= r.worker_cap
-    best = max(t.images_per_s for t in r.trials)
-    assert r.chosen_trial.images_per_s * 2 > best  # sane, whatever the shared machine does
-    assert r.spent_s < 2.5 + 2.0
+    rates = search_module.mean_rates(r.trials)
+    chosen_rate = rates[search_module.settings_key(r.chosen_trial.settings)]
+    assert chosen_rate * (1 + r.tolerance) >= max(rates.values())
+    assert r.spent_s < 2.5 + 4.0  # the first setting always runs, even past a tiny budget
     assert seen and all(total == 2 for _, total in seen)
     assert "img/s" in r.explanation and "CPUs:" in r.explanation
     # JSON round trip
@@ -478,8 +482,9 @@ def test_result_json_refuses_other_versions_and_missing_fields(monkeypatch: pyte
         TuneResult.from_dict(broken)
     with pytest.raises(ValueError, match="not JSON"):
         TuneResult.from_json("{")
-    with pytest.raises(ValueError, match="chosen=7"):
-        TuneResult.from_dict({**data, "chosen": 7})
+    bad = len(data["trials"])
+    with pytest.raises(ValueError, match=f"chosen={bad}"):
+        TuneResult.from_dict({**data, "chosen": bad})
 
 
 def test_cache_round_trip_and_damage(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
@@ -595,3 +600,20 @@ def test_cli_tune_refuses_bad_arguments(small_synth_root, capsys) -> None:
     assert "--size=-1" in capsys.readouterr().err
     assert main(["tune", str(small_synth_root), "--budget", "0"]) == 2
     assert "budget_s=0" in capsys.readouterr().err
+
+
+def test_explanation_warns_when_the_load_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    loads = iter([0.1, 1.9, 0.2, 0.3, 1.5, 0.1, 0.2, 0.4, 0.1, 0.2])
+    fake = model(knee(2))
+
+    def noisy(*args: Any, **kwargs: Any) -> Trial:
+        t = fake(*args, **kwargs)
+        t.others_cpu = next(loads, 0.0)
+        return t
+
+    monkeypatch.setattr(tuner, "probe_machine", lambda busy_window_s: machine(2))
+    monkeypatch.setattr(tuner, "search_settings", functools.partial(search_module.search_settings, measure_fn=noisy))
+    r = tune_loader(SpinDataset(8, ms=0.0), batch_size=4, loader_factory=lambda **kw: None, cache=False)
+    assert "Noise: other processes took between 0.1 and 1.9 CPUs" in r.explanation
+    quiet = _tune_on_model(monkeypatch, machine(2), knee(2))
+    assert "Noise" not in quiet.explanation

@@ -379,6 +379,12 @@ def busy_from_samples(
     return float(min(len(ids), max(0.0, busy - own)))
 
 
+def cpu_sample() -> dict[int, tuple[float, float]] | None:
+    """Per-CPU ``(busy, total)`` ticks now (``/proc/stat``), or None where there is none."""
+    text = _read_text("/proc/stat")
+    return parse_proc_stat(text) if text is not None else None
+
+
 def busy_cpus(window_s: float = 0.5) -> float:
     """CPUs kept busy by other processes, measured over ``window_s`` seconds (this call sleeps).
 

@@ -251,6 +251,22 @@ def search_line(r: TuneResult) -> str:
     )
 
 
+def noise_line(r: TuneResult) -> str | None:
+    """A warning when other processes' CPU use changed a lot while the settings were measured
+    (then one setting may have been measured on a quieter machine than another)."""
+    others = [t.others_cpu for t in r.trials if t.ok and t.others_cpu is not None]
+    if len(others) < 2:
+        return None
+    lo, hi = min(others), max(others)
+    if hi - lo < max(0.5, 0.25 * r.machine.usable_cpus):
+        return None
+    return (
+        f"Noise: other processes took between {lo:.1f} and {hi:.1f} CPUs while the settings were "
+        f"measured; the figures compare settings measured under different loads (run again when "
+        f"the machine is quieter: cache='refresh', or detloader tune --refresh)."
+    )
+
+
 def explain(r: TuneResult) -> str:
     """The explanation text of a result (the ``explanation`` field is built with this)."""
     parts: Sequence[str | None] = [
@@ -261,6 +277,7 @@ def explain(r: TuneResult) -> str:
         *extras_lines(r),
         consumer_line(r),
         search_line(r),
+        noise_line(r),
     ]
     return "\n".join(p for p in parts if p)
 

@@ -19,6 +19,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from detloader import _system
+
 LoaderFactory = Callable[..., Iterable[Any]]
 #: A consumer gets each batch, as a training step would; it runs in the main process.
 Consumer = Callable[[Any], None]
@@ -35,6 +37,9 @@ class Trial:
     ``worker_uss_mib`` / ``worker_pss_mib``: mean per worker process of its unique and
     proportional set size (memory only it holds / its fair share of shared pages);
     ``wait_fraction``: with a consumer, the share of the window spent waiting for data;
+    ``others_cpu``: CPUs kept busy by other processes during the window (all CPU time on our
+    CPUs minus ours and our workers'; None where ``/proc/stat`` is missing): when it changes
+    from one setting to the next, the machine's load changed under the measurement;
     ``error``: why the setting could not be measured (the other figures are then 0).
     """
 
@@ -54,6 +59,7 @@ class Trial:
     main_rss_mib: float
     wait_fraction: float | None = None
     step_ms: float | None = None
+    others_cpu: float | None = None
     phase: str = ""
     error: str | None = None
 
@@ -243,6 +249,7 @@ def measure_setting(
         procs = _workers(me, before)
         start_cpu = {p.pid: _safe(lambda p=p: _cpu_s(p)) for p in procs}
         main0, reaped0 = _cpu_s(me), _reaped_children_cpu_s(me)
+        stat0 = _system.cpu_sample()
         waits: list[float] = []
         steps: list[float] = []
         images = 0
@@ -262,6 +269,7 @@ def measure_setting(
             if deadline is not None and now > deadline and len(waits) >= 2:
                 break
         seconds = time.perf_counter() - t_start
+        stat1 = _system.cpu_sample()
         main_cpu = (_cpu_s(me) - main0) / seconds
         procs = _workers(me, before)
         workers_cpu_s = _reaped_children_cpu_s(me) - reaped0
@@ -275,6 +283,11 @@ def measure_setting(
                 uss.append(info.uss / 2**20)
                 if getattr(info, "pss", None) is not None:
                     pss.append(info.pss / 2**20)
+        workers_cpu = max(0.0, workers_cpu_s / seconds)
+        others = None
+        if stat0 is not None and stat1 is not None:
+            total = _system.busy_from_samples(stat0, stat1, 0.0, seconds, _system.affinity_set())
+            others = max(0.0, total - main_cpu - workers_cpu)
         w = np.asarray(waits) * 1000.0
         return Trial(
             settings=dict(settings),
@@ -286,13 +299,14 @@ def measure_setting(
             latency_p50_ms=float(np.percentile(w, 50)),
             latency_p95_ms=float(np.percentile(w, 95)),
             main_cpu=main_cpu,
-            workers_cpu=max(0.0, workers_cpu_s / seconds),
+            workers_cpu=workers_cpu,
             workers=len(procs),
             worker_uss_mib=float(np.mean(uss)) if uss else None,
             worker_pss_mib=float(np.mean(pss)) if pss else None,
             main_rss_mib=me.memory_info().rss / 2**20,
             wait_fraction=float(sum(waits) / seconds) if consumer is not None else None,
             step_ms=float(np.mean(steps) * 1000.0) if steps else None,
+            others_cpu=others,
             phase=phase,
         )
     except (RuntimeError, OSError, ValueError, TypeError) as err:

@@ -18,7 +18,10 @@ The search is built for that shape and for machines from 2 to 256 CPUs:
 4. **extras** at the chosen count: ``prefetch_factor=4`` (helps when batch costs vary), and
    the other ``pin_memory`` value when a CUDA/XPU device exists (pinning costs a copy on the
    host and saves time in the host-to-device copy). Each is kept only if it beats the choice
-   by more than ``tolerance``.
+   by more than ``tolerance``, on the mean of two windows each.
+5. **recheck**: the choice and its rivals (the fastest setting with fewer workers, with more,
+   and overall) get one more window each, back to back, and the means decide: on a shared
+   machine the load can change between two settings' windows.
 
 Every measurement is a real loader (:func:`detloader.tune.measure.measure_setting`); the whole search
 stays within ``budget_s``: the window per setting is sized from the budget, and a setting that
@@ -82,7 +85,8 @@ def expected_trials(cap: int, can_pin: bool) -> int:
     """Settings a search usually measures for this cap (to size the window from the budget)."""
     climb = len(worker_ladder(cap))
     refine = max(0, math.ceil(math.log2(cap)) - 1) if cap > 2 else 0
-    return climb + refine + (1 if cap > 0 else 0) + (1 if can_pin else 0)
+    recheck = min(3, climb)
+    return climb + refine + (1 if cap > 0 else 0) + (1 if can_pin else 0) + recheck
 
 
 def window_for(budget_s: float, trials: int) -> float:
@@ -300,6 +304,9 @@ def search_settings(
         other = at(w, pin=not s["pin_memory"], prefetch=s["prefetch_factor"] or 2)
         _try_extra(runner, s, other, "pin_memory", tolerance, can_pin)
         chosen = choose(runner.trials, tolerance, can_pin)
+    # 4. recheck the choice against its rivals, interleaved
+    _recheck(runner, chosen, tolerance, can_pin)
+    chosen = choose(runner.trials, tolerance, can_pin)
     if runner.out_of_budget:
         stop = "budget"
     elif runner.out_of_memory:
@@ -330,3 +337,26 @@ def _try_extra(
     if trial.images_per_s > base_rate * (1.0 + tolerance):
         if runner.run(base, "confirm", again=True) is not None:
             runner.run(extra, "confirm", again=True)
+
+
+def _recheck(runner: _Runner, chosen: int, tolerance: float, default_pin: bool) -> None:
+    """Measure the chosen setting and its rivals once more, one after the other: the fastest
+    setting with fewer workers, the fastest with more, and the fastest of all. On a machine
+    whose load changes while the search runs, one window per setting can rank two settings
+    the wrong way round; a second window each, taken close together, and the means decide."""
+    rates = mean_rates(runner.trials)
+    ok = [t for t in runner.trials if t.ok]
+    me = runner.trials[chosen]
+    w = me.num_workers
+    rivals: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
+    for group in ([t for t in ok if t.num_workers < w], [t for t in ok if t.num_workers > w], ok):
+        if group:
+            best = max(group, key=lambda t: rates[settings_key(t.settings)])
+            rivals.setdefault(settings_key(best.settings), best.settings)
+    rivals.pop(settings_key(me.settings), None)
+    if not rivals:
+        return
+    order = [me.settings, *sorted(rivals.values(), key=lambda s: (s["num_workers"], s.get("prefetch_factor") or 0))]
+    for settings in order:
+        if runner.run(settings, "recheck", again=True) is None:
+            return
