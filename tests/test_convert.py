@@ -258,8 +258,10 @@ def test_random_geometry_round_trips_exactly(tmp_path_factory, data):
             write_annotations(source, root / target, target), landmark_schema=schema, cache=False
         )
         assert not back.problems, (target, back.problems.summary())
+        # VOC has no class list: a class without objects cannot survive it
+        vocab = None if target == "voc" and not source.num_objects else False
         if target != "yolo":
-            assert_same(source, back, GEOMETRY, vocab=False)
+            assert_same(source, back, GEOMETRY, vocab=vocab)
             continue
         # normalised float64 values carry ~1e-16 of the image size: bit-identical float32
         # except within ~1e-5 px of zero (the synthetic round trip above is exact)

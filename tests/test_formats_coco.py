@@ -45,7 +45,7 @@ def test_instances_bbox_categories_with_gaps_and_empty_images(tmp_path):
     assert detect_format(path) == "coco"
     index = read_annotations(path)
     assert len(index) == 3 and index.num_objects == 3
-    assert index.classes == ("bicycle", "person")
+    assert index.classes == ("person", "bicycle")  # category id order, not name order
     a = index.image(0)
     np.testing.assert_array_equal(a.boxes, np.array([[1, 2, 11, 22], [5.5, 6, 8.75, 10]], np.float32))
     assert a.class_names == ["person", "bicycle"]
@@ -54,6 +54,17 @@ def test_instances_bbox_categories_with_gaps_and_empty_images(tmp_path):
     assert index.image(0).object_attributes == [{}, {}]
     assert index.annotation_path(1) == "instances_val.json#b.jpg"
     assert len(index.landmark_schema) == 0 and not index.problems
+
+
+def test_declared_categories_without_objects_stay_in_the_vocabulary(tmp_path):
+    data = coco(
+        [img(1, "a.jpg")],
+        [ann(1, 1, 3, [1, 2, 10, 20])],
+        [{"id": 5, "name": "zebra"}, {"id": 3, "name": "ant"}, {"id": 9, "name": "unused"}],
+    )
+    index = read_annotations(_write(tmp_path / "instances.json", data, ("a.jpg",)), class_map={"zebra": "z"})
+    assert index.classes == ("ant", "z", "unused")
+    assert index.class_counts() == {"ant": 1, "z": 0, "unused": 0}
 
 
 def test_person_keypoints_schema_flip_pairs_and_visibility(tmp_path):

@@ -143,7 +143,8 @@ def test_layout_without_yaml_names_file_and_labels_beside_images(tmp_path):
     (tmp_path / "classes.txt").write_text("cat\ndog\n")
     assert detect_format(tmp_path) == "yolo"
     index = read_annotations(tmp_path)
-    assert len(index) == 2 and index.classes == ("dog",) and index.num_objects == 1
+    assert len(index) == 2 and index.num_objects == 1
+    assert index.classes == ("cat", "dog") and index.labels.tolist() == [1]  # ids keep their names
     (tmp_path / "classes.txt").unlink()
     assert read_annotations(tmp_path, format="yolo").classes == ("1",)  # no names: the ids
 

@@ -261,15 +261,28 @@ def test_unicode_class_names_and_encodings(tmp_path):
 
 
 def test_keypoint_dialect_named(tmp_path):
-    pts = [("nose", 20, 20, 2), ("left_eye", 10, 10, 1), ("right_eye", 30, 10, 0), ("left_mouth", 12, 30, 2)]
-    obj = voc_object("face", (5, 5, 40, 40), extra=keypoints_xml(pts))
-    root = voc_dataset(tmp_path, {"a": voc_xml("a.jpg", [obj])})
+    first = [("nose", 20, 20, 2), ("left_eye", 10, 10, 1), ("right_eye", 30, 10, 0), ("left_mouth", 12, 30, 2)]
+    second = [("right_mouth", 25, 30, 2)]
+    objects = [
+        voc_object("face", (5, 5, 40, 40), extra=keypoints_xml(first)),
+        voc_object("face", (5, 5, 40, 40), extra=keypoints_xml(second)),
+    ]
+    root = voc_dataset(tmp_path, {"a": voc_xml("a.jpg", objects)})
     index = read_annotations(root)
-    assert index.landmark_schema == FACE5  # names found are all FACE5 names: its order is used
+    assert index.landmark_schema == FACE5  # exactly FACE5's names: its order, not the file's
     lm, vis = index.landmarks[0], index.visibility[0]
     assert vis.tolist() == [1, 0, 2, 2, 0]
     np.testing.assert_array_equal(lm[[0, 2, 3]], [[10, 10], [20, 20], [12, 30]])
     np.testing.assert_array_equal(lm[[1, 4]], 0)
+    assert index.visibility[1].tolist() == [0, 0, 0, 0, 2]
+
+
+def test_keypoint_names_subset_keep_their_own_order(tmp_path):
+    pts = [("nose", 20, 20, 2), ("left_eye", 10, 10, 2), ("right_eye", 30, 10, 2)]
+    obj = voc_object("face", (5, 5, 40, 40), extra=keypoints_xml(pts))
+    index = read_annotations(voc_dataset(tmp_path, {"a": voc_xml("a.jpg", [obj])}))
+    assert index.landmark_schema.names == ("nose", "left_eye", "right_eye")
+    assert index.landmark_schema.flip_pairs == ((1, 2),)
 
 
 def test_keypoint_dialect_child_elements_and_custom_names(tmp_path):
@@ -316,7 +329,7 @@ def test_landmark_outside_image_keeps_slot_with_visibility_zero(tmp_path):
     with pytest.raises(AnnotationError, match=r"object\[1\]/keypoints/keypoint\[2\]: right_eye: x=99 y=10 outside image width=64"):
         read_annotations(root)
     index = read_annotations(root, on_error="skip")
-    assert index.visibility.tolist() == [[2, 0, 0, 0, 0]] and index.num_objects == 1  # FACE5 slots
+    assert index.visibility.tolist() == [[2, 0]] and index.num_objects == 1
 
 
 def test_unknown_landmark_name_with_schema(tmp_path):

@@ -199,6 +199,12 @@ def _categories(records: list, b: ChunkBuilder) -> dict[Any, tuple[str, list[str
     return out
 
 
+def _id_order(item: tuple[Any, Any]) -> tuple[int, Any]:
+    """Categories in id order (ids are usually ints; anything else after, as text)."""
+    cid = item[0]
+    return (0, cid) if isinstance(cid, int) else (1, str(cid))
+
+
 def _parse_file(root: str, rel: str, source: Source, b: ChunkBuilder) -> None:
     data = _load(os.path.join(root, rel), source.extra["max_json_bytes"], b)
     if data is None:
@@ -212,6 +218,7 @@ def _parse_file(root: str, rel: str, source: Source, b: ChunkBuilder) -> None:
     if images is None or annotations is None or cats is None:
         return
     categories = _categories(cats, b)
+    b.declare_classes([name for _, (name, _) in sorted(categories.items(), key=_id_order)])
 
     image_ids: dict[Any, int] = {}
     for i, img in enumerate(images):

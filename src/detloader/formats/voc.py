@@ -54,15 +54,20 @@ from detloader.formats._common import (
     stat_entry,
 )
 from detloader.formats._xml import UnsafeXMLError, parse_xml_bytes
-from detloader.index import FACE5, AnnotationIndex
+from detloader.index import FACE5, AnnotationIndex, LandmarkSchema
 from detloader.validate import Problem
 
 NAME = "voc"
-DEFAULT_LANDMARKS = FACE5
 ANNOTATION_DIRS = ("Annotations", "annotations", "xml", "xmls", "labels_xml")
 IMAGE_DIRS = ("JPEGImages", "images", "imgs", "img", "pictures", "photos")
 _LM_TAG = re.compile(r"^([xy])(\d+)$")
 _NUMBERS = re.compile(r"[,\s;]+")
+
+
+def default_landmarks(source: Source, names: Sequence[str]) -> LandmarkSchema | None:
+    """FACE5's order when the names found are exactly its five (files may list the points of
+    an object in any order, or omit absent ones); otherwise first appearance is kept."""
+    return FACE5 if set(names) == set(FACE5.names) else None
 
 
 def sniff(path: Path) -> bool:
@@ -482,7 +487,7 @@ def _retinaface_points(lm: etree._Element, where: str, b: ChunkBuilder) -> list[
     if not coords:
         return None
     n = max(coords)
-    names = b.positional_names(n, where, DEFAULT_LANDMARKS.names)
+    names = b.positional_names(n, where, FACE5.names)
     if names is None:
         return None
     points = []

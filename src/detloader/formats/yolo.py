@@ -323,6 +323,7 @@ def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
     root = str(source.root)
     names: list[str] = source.extra["names"]
     kpt = source.extra["kpt"]
+    builder.declare_classes(names)  # ids index names: keep that order, and unused classes
     for rel in files:
         label = label_path(root, rel)
         builder.begin_file(label)
