@@ -21,6 +21,16 @@ _LAZY = {
     "TuneResult": "detloader.tune",
     "auto_loader_kwargs": "detloader.tune",
     "tune_loader": "detloader.tune",
+    "sample_weights": "detloader.weights",
+    "WeightedSampler": "detloader.samplers",
+    "RepeatFactorSampler": "detloader.samplers",
+    "ClassAwareSampler": "detloader.samplers",
+    "BalancedBatchSampler": "detloader.samplers",
+    "DistributedSamplerWrapper": "detloader.samplers",
+    "make_balanced_sampler": "detloader.samplers",
+    "ResumableLoader": "detloader.resume",
+    "balance_report": "detloader.stats",
+    "dataset_stats": "detloader.stats",
 }
 
 
@@ -52,4 +62,14 @@ __all__ = [
     "make_loader",
     "read_annotations",
     "tune_loader",
+    "sample_weights",
+    "WeightedSampler",
+    "RepeatFactorSampler",
+    "ClassAwareSampler",
+    "BalancedBatchSampler",
+    "DistributedSamplerWrapper",
+    "make_balanced_sampler",
+    "ResumableLoader",
+    "balance_report",
+    "dataset_stats",
 ]

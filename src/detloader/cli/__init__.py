@@ -14,7 +14,7 @@ from typing import Sequence
 from detloader import __version__
 
 #: Sub-command modules, in the order ``--help`` lists them.
-COMMANDS = ("demo", "synth", "index", "validate", "convert")
+COMMANDS = ("demo", "synth", "index", "validate", "convert", "tune", "stats")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,207 @@
+"""``detloader stats PATH``: class distributions, imbalance, and what a balancing strategy does.
+
+Without ``--balance``: objects and images per class, image classes, attributes, landmark
+visibility, box-size quantiles, imbalance ratios. With ``--balance STRATEGY``: the raw
+per-epoch distribution beside the expected one after balancing (from the weights) and one real
+draw. ``--json`` prints one object with ``raw`` and ``balanced`` (group -> count per epoch;
+objects per class by default, images with ``--by image`` or ``--unit images``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from detloader.cli._common import add_read_arguments, console, print_json, progress_bar, read_kwargs
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "stats", help="class distributions and imbalance, raw and after a balancing strategy"
+    )
+    add_read_arguments(p, on_error="warn")
+    p.add_argument(
+        "--by",
+        default="class",
+        help="group by: class (default), image_class (or image), attribute:NAME, "
+        "image_attribute:NAME, or a comma-separated product (class,image_class)",
+    )
+    p.add_argument(
+        "--unit",
+        choices=("objects", "images"),
+        help="count objects (default for object keys) or images containing the group",
+    )
+    p.add_argument(
+        "--balance",
+        metavar="STRATEGY",
+        help="inverse, sqrt, power:P, effective[:BETA], repeat_factor[:T], class_aware",
+    )
+    p.add_argument("--num-samples", type=int, help="draws per epoch (default: number of images)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the checking draw (default 0)")
+    p.add_argument("--plot", metavar="OUT.png", help="write raw vs balanced bars to this PNG")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def _by(value: str) -> tuple[str, ...]:
+    parts = tuple(p.strip() for p in value.split(","))
+    return tuple("image_class" if p == "image" else p for p in parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    import warnings
+
+    from detloader import read_annotations
+    from detloader.stats import balance_report, dataset_stats, plot_balance
+    from detloader.validate import AnnotationWarning
+
+    with warnings.catch_warnings():
+        if args.json or args.on_error == "warn":
+            warnings.simplefilter("ignore", AnnotationWarning)  # counted in the output instead
+        with progress_bar("indexing", enabled=not args.json) as progress:
+            index = read_annotations(args.path, progress=progress, **read_kwargs(args))
+    stats = dataset_stats(index)
+    by = _by(args.by)
+    report = None
+    if args.balance:
+        report = balance_report(
+            index, args.balance, by=by, unit=args.unit, seed=args.seed, num_samples=args.num_samples
+        )
+    raw_report = report or _raw_only(index, by, args.unit)
+    if args.plot:
+        if report is None:
+            raise ValueError("--plot needs --balance STRATEGY (the plot is raw vs balanced)")
+        try:
+            plot_balance(report, args.plot)
+        except ImportError as err:
+            print(f"detloader stats: error: {err}", file=sys.stderr)
+            return 2
+    if args.json:
+        data: dict[str, Any] = {"path": str(index.root), "by": list(by)}
+        if report is not None:
+            data.update(report.to_dict())
+        else:
+            data.update({"unit": raw_report["unit"], "raw": raw_report["raw"], "balanced": None})
+        data["stats"] = stats
+        data["problems"] = index.problems.counts()
+        print_json(data)
+        return 0
+    _print_stats(index, stats)
+    if report is not None:
+        _print_balance(report)
+        if args.plot:
+            console().print(f"plot: {args.plot}")
+    if index.problems:
+        console().print(f"\n[yellow]{index.problems.summary_line()}[/yellow] (detloader validate lists them)")
+    return 0
+
+
+def _raw_only(index: Any, by: tuple[str, ...], unit: str | None) -> dict[str, Any]:
+    import numpy as np
+
+    from detloader.stats import group_totals
+    from detloader.weights import balance_groups
+
+    groups = balance_groups(index, by)
+    unit = unit or ("objects" if groups.level == "object" else "images")
+    raw = group_totals(groups, np.ones(len(index)), unit)  # type: ignore[arg-type]
+    return {"unit": unit, "raw": {n: int(round(float(v))) for n, v in zip(groups.names, raw)}}
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _print_stats(index: Any, stats: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    out = console()
+    out.print(
+        f"[bold]{index.root}[/bold]: {stats['images']} images, {stats['objects']} objects "
+        f"({stats['objects_per_image']['mean']:.2f} per image, max {stats['objects_per_image']['max']}), "
+        f"{stats['empty_images']} without objects"
+    )
+    table = Table("class", "objects", "share", "images", "median box (px)", title="object classes")
+    total = max(1, stats["objects"])
+    for name, c in stats["classes"].items():
+        median = stats["box_sqrt_area_median"][name]
+        table.add_row(
+            name,
+            str(c["objects"]),
+            f"{100 * c['objects'] / total:.1f} %",
+            str(c["images"]),
+            "-" if median is None else f"{median:.0f}",
+        )
+    out.print(table)
+    ratio = stats["imbalance_ratio"]
+    out.print(
+        f"imbalance ratio (largest / smallest class): objects {_ratio(ratio['objects'])}, "
+        f"images {_ratio(ratio['images'])}"
+        + (f"; classes without objects: {', '.join(stats['empty_classes'])}" if stats["empty_classes"] else "")
+    )
+    if stats["image_classes"]:
+        t = Table("image class", "images", title="image classes")
+        for name, count in stats["image_classes"].items():
+            t.add_row(name, str(count))
+        out.print(t)
+        out.print(
+            f"image-class imbalance ratio {_ratio(stats['image_class_imbalance_ratio'])}; "
+            f"{stats['images_without_image_class']} images without an image class"
+        )
+    for level in ("object_attributes", "image_attributes"):
+        for name, values in stats[level].items():
+            out.print(f"{level.split('_')[0]} attribute {name}: " + ", ".join(f"{v} {c}" for v, c in values.items()))
+    if stats["landmarks"]:
+        t = Table("landmark", "visible", "hidden", "absent", title="landmark visibility")
+        for name, v in stats["landmarks"].items():
+            t.add_row(name, str(v["visible"]), str(v["hidden"]), str(v["absent"]))
+        out.print(t)
+    box = stats["box_size"]
+    if box["width"]:
+        t = Table("box size", *[f"q{q:g}" for q in box["quantiles"]], title="box sizes (pixels)")
+        for key in ("width", "height", "sqrt_area"):
+            t.add_row(key, *[f"{v:.0f}" for v in box[key]])
+        t.add_row("sqrt_area / image", *[f"{v:.3f}" for v in box["relative_sqrt_area"]])
+        out.print(t)
+
+
+def _print_balance(report: Any) -> None:
+    from rich.table import Table
+
+    from detloader.stats import summary_rows
+
+    out = console()
+    data = report.to_dict()
+    table = Table(
+        "group",
+        "raw / epoch",
+        "raw %",
+        "balanced / epoch",
+        "balanced %",
+        f"drawn (seed {report.seed})",
+        "x",
+        title=f"balance {report.strategy} by {','.join(report.by)}: {report.unit} per epoch "
+        f"(expected from the weights; one real draw beside)",
+    )
+    for row in summary_rows(report):
+        table.add_row(
+            row["name"],
+            f"{row['raw']:.0f}",
+            f"{100 * row['raw_share']:.1f}",
+            f"{row['expected']:.1f}",
+            f"{100 * row['expected_share']:.1f}",
+            "-" if row["drawn"] is None else f"{row['drawn']:.0f}",
+            "-" if row["factor"] is None else f"{row['factor']:.2f}",
+        )
+    out.print(table)
+    length = data["epoch_length"]
+    ratio = data["imbalance_ratio"]
+    dev = data["max_drawn_deviation"]
+    out.print(
+        f"images per epoch: raw {length['raw']:.0f}, balanced {length['balanced']:.1f} (expected); "
+        f"imbalance ratio {_ratio(ratio['raw'])} -> {_ratio(ratio['balanced'])}"
+        + ("" if dev is None else f"; the draw is within {100 * dev:.1f} % of the expectation")
+    )
+    for note in report.notes:
+        out.print(f"[yellow]note:[/yellow] {note}")
