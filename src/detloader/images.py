@@ -25,9 +25,12 @@ import io
 import os
 import struct
 import warnings
-from typing import Callable, Literal, NamedTuple, Optional, Union
+from typing import TYPE_CHECKING, Callable, Literal, NamedTuple, Optional, Union
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 ExifPolicy = Literal["auto", "apply", "ignore"]
 EXIF_CHOICES: tuple[str, ...] = ("auto", "apply", "ignore")
@@ -260,10 +263,8 @@ def _decode_jpeg(
     return Decoded(image, scale, full, orientation, applied, ignored)
 
 
-def _to_rgb(img: "object") -> np.ndarray:
-    from PIL import Image
-
-    assert isinstance(img, Image.Image)
+def _to_rgb(img: "Image.Image") -> np.ndarray:
+    """Any Pillow mode -> uint8 ``[H, W, 3]`` (rules in the module docstring)."""
     mode = img.mode
     if mode == "RGB":
         return np.array(img)

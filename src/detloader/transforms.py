@@ -34,9 +34,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Literal, Protocol, Sequence, runtime_checkable
 
 import numpy as np
+
+if TYPE_CHECKING:  # torch is imported where a kernel needs it, not for `import transforms`
+    import torch
 
 from detloader.index import LandmarkSchema
 
@@ -159,7 +162,9 @@ class Transform(Protocol):
 # =============================================================================================
 # Kernels: pure functions on arrays
 # =============================================================================================
-def _torch_view(image: np.ndarray) -> "object":
+def _torch_view(image: np.ndarray) -> "torch.Tensor":
+    """``[1, 3, H, W]`` tensor over ``image``'s memory (copied only if strides are negative or
+    the array is read-only, which torch cannot wrap)."""
     import torch
 
     if any(s < 0 for s in image.strides) or not image.flags.writeable:
