@@ -340,7 +340,7 @@ def test_measure_a_real_loader() -> None:
     t1 = measure_setting(factory, loader_kwargs(1), batch_size=4, window_s=0.1)
     assert t0.ok and t1.ok
     assert t0.images == 4 * t0.batches and t0.images_per_s > 0
-    assert t0.workers == 0 and t0.worker_uss_mib is None and t0.main_cpu > 0.3
+    assert t0.workers == 0 and t0.worker_uss_mib is None and t0.main_cpu > 0
     assert t1.workers == 1 and t1.worker_uss_mib is not None and t1.worker_uss_mib > 0
     assert t1.latency_p95_ms >= t1.latency_p50_ms >= 0
     assert t1.startup_s > 0

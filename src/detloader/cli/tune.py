@@ -20,13 +20,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=640,
         help="letterbox images to SIZE x SIZE, as training would (default: 640; 0: no resize)",
     )
-    p.add_argument("--budget", type=float, default=60.0, help="seconds for the whole search (default: 60)")
+    p.add_argument(
+        "--budget", type=float, default=60.0, help="seconds for the whole search (default: 60)"
+    )
     p.add_argument(
         "--step-time",
         type=float,
         help="seconds per training step: also report whether the loader keeps up",
     )
-    p.add_argument("--max-workers", type=int, help="try at most this many workers (default: usable CPUs)")
+    p.add_argument(
+        "--max-workers", type=int, help="try at most this many workers (default: usable CPUs)"
+    )
     p.add_argument(
         "--greedy",
         action="store_true",
@@ -93,7 +97,8 @@ def print_result(result, plot: str | None = None, cached: bool = False) -> None:
     for i, t in enumerate(result.trials):
         mark = " *" if i == result.chosen else ""
         if not t.ok:
-            table.add_row(describe_settings(t.settings) + mark, t.phase, "failed", t.error or "", "", "", "", "", "")
+            label = describe_settings(t.settings) + mark
+            table.add_row(label, t.phase, "failed", t.error or "", "", "", "", "", "")
             continue
         table.add_row(
             describe_settings(t.settings) + mark,

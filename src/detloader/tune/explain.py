@@ -100,7 +100,8 @@ def cost_line(r: TuneResult) -> str | None:
         f"worker; a batch of {d.batch_size} is {_bytes(d.batch_bytes)}."
     )
     if d.read_ms_per_file is not None and d.read_mb_per_s is not None:
-        text += f" Reading a file takes {d.read_ms_per_file:.2f} ms ({d.read_mb_per_s:.0f} MB/s, {d.read_files} sampled)."
+        text += (f" Reading a file takes {d.read_ms_per_file:.2f} ms ({d.read_mb_per_s:.0f} MB/s, "
+                 f"{d.read_files} sampled).")
     return text
 
 
@@ -188,10 +189,12 @@ def extras_lines(r: TuneResult) -> list[str]:
             lines.append(f"prefetch_factor={s['prefetch_factor']}: prefetch_factor={pf} gave "
                          f"{_rate(other)} ({_gain(other, rate)}), not worth its memory.")
     else:
-        lines.append(f"prefetch_factor={s['prefetch_factor']}: DataLoader's default; no other value was measured.")
+        lines.append(f"prefetch_factor={s['prefetch_factor']}: DataLoader's default; "
+                     "no other value was measured.")
     m = r.machine
     if not m.can_pin:
-        lines.append(f"pin_memory=False: no CUDA/XPU device{f' ({m.accelerator})' if m.accelerator else ''}, nothing to copy to.")
+        other = f" (a {m.accelerator} device does not use it)" if m.accelerator else ""
+        lines.append(f"pin_memory=False: no CUDA/XPU device{other}, nothing to copy to.")
     else:
         parts = []
         if m.h2d_pinned_gbps and m.h2d_pageable_gbps:

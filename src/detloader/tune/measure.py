@@ -102,7 +102,8 @@ def loader_kwargs(
 def images_in(batch: Any, default: int) -> int:
     """Images in a batch: the first dimension of its images (an ``images`` attribute or key, a
     tensor, or the first element of a tuple/list), else ``default``."""
-    for candidate in (getattr(batch, "images", None), batch.get("images") if isinstance(batch, dict) else None):
+    keyed = batch.get("images") if isinstance(batch, dict) else None
+    for candidate in (getattr(batch, "images", None), keyed):
         if candidate is not None and hasattr(candidate, "shape") and len(candidate.shape) > 0:
             return int(candidate.shape[0])
     if hasattr(batch, "shape") and len(batch.shape) > 0:

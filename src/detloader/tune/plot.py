@@ -31,7 +31,10 @@ def plot_result(result: "TuneResult", path: str | os.PathLike[str]) -> str:
             continue
         s = t.settings
         label = f"prefetch {s.get('prefetch_factor') or 2}" + (", pinned" if s.get("pin_memory") else "")
-        mem = t.worker_uss_mib * t.num_workers if t.worker_uss_mib is not None else (0.0 if t.num_workers == 0 else None)
+        if t.worker_uss_mib is not None:
+            mem: float | None = t.worker_uss_mib * t.num_workers
+        else:
+            mem = 0.0 if t.num_workers == 0 else None
         families[label].append((t.num_workers, t.images_per_s, mem))
     fig, (ax_rate, ax_mem) = plt.subplots(2, 1, sharex=True, figsize=(7, 6), constrained_layout=True)
     for label, points in sorted(families.items()):

@@ -106,7 +106,9 @@ class TuneResult:
         values["trials"] = [Trial.from_dict(t) for t in data["trials"]]
         result = cls(**values)
         if not 0 <= result.chosen < len(result.trials):
-            raise ValueError(f"TuneResult: chosen={result.chosen} is not a trial index (0..{len(result.trials) - 1})")
+            raise ValueError(
+                f"TuneResult: chosen={result.chosen} is not a trial index (0..{len(result.trials) - 1})"
+            )
         return result
 
     @classmethod

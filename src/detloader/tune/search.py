@@ -23,9 +23,9 @@ The search is built for that shape and for machines from 2 to 256 CPUs:
    and overall) get one more window each, back to back, and the means decide: on a shared
    machine the load can change between two settings' windows.
 
-Every measurement is a real loader (:func:`detloader.tune.measure.measure_setting`); the whole search
-stays within ``budget_s``: the window per setting is sized from the budget, and a setting that
-would not fit is not started.
+Every measurement is a real loader (:func:`detloader.tune.measure.measure_setting`); the
+whole search stays within ``budget_s``: the window per setting is sized from the budget, and a
+setting that would not fit is not started.
 """
 
 from __future__ import annotations
@@ -232,8 +232,8 @@ def search_settings(
     device exists; the climb runs pinned). ``consumer_for(pin_memory)``: the per-batch work
     in the main process (None: the loader alone). ``candidates``: measure exactly these
     settings instead of searching (a grid). ``progress(seconds spent, budget seconds)``.
-    ``measure_fn``: replaces :func:`~detloader.tune.measure.measure_setting` (same signature), e.g. to
-    run the search against a model of a machine.
+    ``measure_fn``: replaces :func:`~detloader.tune.measure.measure_setting` (same
+    signature), e.g. to run the search against a model of a machine.
     """
     if budget_s <= 0:
         raise ValueError(f"budget_s={budget_s} must be > 0")
@@ -280,7 +280,9 @@ def search_settings(
             best_w, best_rate = w, rate(trial)
     # 2. refine: the smallest count reaching the best rate within tolerance lies between the
     # rung below the best one (which does not reach it) and the best rung (which does)
-    measured = lambda: {t.num_workers: rate(t) for t in runner.trials if t.settings == at(t.num_workers)}
+    def measured() -> dict[int, float]:
+        return {t.num_workers: rate(t) for t in runner.trials if t.settings == at(t.num_workers)}
+
     lo = max((n for n in measured() if n < best_w), default=best_w)
     up = best_w
     while up - lo > 1 and not runner.out_of_budget:
@@ -297,15 +299,15 @@ def search_settings(
     w = runner.trials[chosen].num_workers
     # 3. extras at the chosen count; a win is confirmed by measuring both settings again
     if w > 0:
-        _try_extra(runner, runner.trials[chosen].settings, at(w, prefetch=4), "prefetch", tolerance, can_pin)
+        _try_extra(runner, runner.trials[chosen].settings, at(w, prefetch=4), "prefetch", tolerance)
         chosen = choose(runner.trials, tolerance, can_pin)
     if can_pin:
         s = runner.trials[chosen].settings
         other = at(w, pin=not s["pin_memory"], prefetch=s["prefetch_factor"] or 2)
-        _try_extra(runner, s, other, "pin_memory", tolerance, can_pin)
+        _try_extra(runner, s, other, "pin_memory", tolerance)
         chosen = choose(runner.trials, tolerance, can_pin)
     # 4. recheck the choice against its rivals, interleaved
-    _recheck(runner, chosen, tolerance, can_pin)
+    _recheck(runner, chosen)
     chosen = choose(runner.trials, tolerance, can_pin)
     if runner.out_of_budget:
         stop = "budget"
@@ -324,7 +326,6 @@ def _try_extra(
     extra: Mapping[str, Any],
     phase: str,
     tolerance: float,
-    default_pin: bool,
 ) -> None:
     """Measure ``extra``; if it beats ``base`` by more than ``tolerance``, measure both once
     more (a single short window on a shared machine can be off by a few per cent) so that
@@ -339,7 +340,7 @@ def _try_extra(
             runner.run(extra, "confirm", again=True)
 
 
-def _recheck(runner: _Runner, chosen: int, tolerance: float, default_pin: bool) -> None:
+def _recheck(runner: _Runner, chosen: int) -> None:
     """Measure the chosen setting and its rivals once more, one after the other: the fastest
     setting with fewer workers, the fastest with more, and the fastest of all. On a machine
     whose load changes while the search runs, one window per setting can rank two settings
@@ -356,7 +357,8 @@ def _recheck(runner: _Runner, chosen: int, tolerance: float, default_pin: bool) 
     rivals.pop(settings_key(me.settings), None)
     if not rivals:
         return
-    order = [me.settings, *sorted(rivals.values(), key=lambda s: (s["num_workers"], s.get("prefetch_factor") or 0))]
+    others = sorted(rivals.values(), key=lambda s: (s["num_workers"], s.get("prefetch_factor") or 0))
+    order = [me.settings, *others]
     for settings in order:
         if runner.run(settings, "recheck", again=True) is None:
             return

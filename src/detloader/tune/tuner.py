@@ -20,7 +20,9 @@ CACHE_CHOICES = (True, False, "refresh")
 _SETTING_NAMES = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 
 
-def grid_candidates(max_workers: int, can_pin: bool = False, prefetch: Sequence[int] = (2, 4)) -> list[dict[str, Any]]:
+def grid_candidates(
+    max_workers: int, can_pin: bool = False, prefetch: Sequence[int] = (2, 4)
+) -> list[dict[str, Any]]:
     """Every setting the search chooses from: ``num_workers`` 0..``max_workers`` x
     ``prefetch_factor`` (for workers > 0) x ``pin_memory`` (False, and True when ``can_pin``),
     with persistent workers. What an exhaustive grid measures."""
@@ -38,7 +40,9 @@ def normalise_candidate(candidate: Mapping[str, Any]) -> dict[str, Any]:
     valid for DataLoader; unknown keys are refused."""
     unknown = sorted(set(candidate) - set(_SETTING_NAMES))
     if unknown:
-        raise ValueError(f"candidate={dict(candidate)}: unknown key(s) {unknown}; valid: {list(_SETTING_NAMES)}")
+        raise ValueError(
+            f"candidate={dict(candidate)}: unknown key(s) {unknown}; valid: {list(_SETTING_NAMES)}"
+        )
     w = int(candidate.get("num_workers", 0))
     return loader_kwargs(
         w,
@@ -168,7 +172,9 @@ def tune_loader(
         cap, cap_reason = worker_cap(machine, max_workers, respect_busy)
     if device == "auto":
         device = machine.accelerator if machine.can_pin else None
-    factory = loader_factory if loader_factory is not None else default_loader_factory(dataset, batch_size, collate_fn)
+    factory = loader_factory
+    if factory is None:
+        factory = default_loader_factory(dataset, batch_size, collate_fn)
     outcome = search_settings(
         factory,
         batch_size=batch_size,
