@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from detloader.tune.measure import Trial
 from detloader.tune.result import TuneResult
-from detloader.tune.search import mean_rates, settings_key
+from detloader.tune.search import setting_rates, settings_key
 
 
 def _gib(n: float | None) -> str:
@@ -56,8 +56,8 @@ def _gain(a: float, b: float) -> str:
 
 
 def _rate_of(r: TuneResult, settings: dict[str, Any]) -> float:
-    """Mean images/s of a setting over its trials (some settings are measured twice)."""
-    return mean_rates(r.trials).get(settings_key(settings), 0.0)
+    """Images/s of a setting: its best window (some settings are measured more than once)."""
+    return setting_rates(r.trials).get(settings_key(settings), 0.0)
 
 
 def _best_per_workers(r: TuneResult) -> dict[int, tuple[float, Trial]]:

@@ -18,10 +18,11 @@ The search is built for that shape and for machines from 2 to 256 CPUs:
 4. **extras** at the chosen count: ``prefetch_factor=4`` (helps when batch costs vary), and
    the other ``pin_memory`` value when a CUDA/XPU device exists (pinning costs a copy on the
    host and saves time in the host-to-device copy). Each is kept only if it beats the choice
-   by more than ``tolerance``, on the mean of two windows each.
+   by more than ``tolerance``, on the best of two windows each.
 5. **recheck**: the choice and its rivals (the fastest setting with fewer workers, with more,
-   and overall) get one more window each, back to back, and the means decide: on a shared
-   machine the load can change between two settings' windows.
+   and overall) get one more window each, back to back, and each setting's best window
+   decides: on a shared machine the load can change between two settings' windows, and it
+   only ever slows a window down.
 
 Every measurement is a real loader (:func:`detloader.tune.measure.measure_setting`); the
 whole search stays within ``budget_s``: the window per setting is sized from the budget, and a
@@ -108,23 +109,28 @@ def settings_key(settings: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(settings.items()))
 
 
-def mean_rates(trials: Sequence[Trial]) -> dict[tuple[tuple[str, Any], ...], float]:
-    """Mean images/s per distinct setting over its successful trials (a setting measured
-    twice, to confirm a small win, counts once with the mean of both)."""
-    sums: dict[tuple[tuple[str, Any], ...], list[float]] = {}
+def setting_rates(trials: Sequence[Trial]) -> dict[tuple[tuple[str, Any], ...], float]:
+    """Images/s per distinct setting: the best of its successful windows.
+
+    Other processes can only slow a window down, never speed it up, so the fastest window of
+    a setting is the one least disturbed, and the best estimate of what the setting can do
+    (the same reason benchmarks report the minimum time of several runs). A setting measured
+    again, to confirm a win or recheck a choice, gets a second chance at a quiet window."""
+    best: dict[tuple[tuple[str, Any], ...], float] = {}
     for t in trials:
         if t.ok:
-            sums.setdefault(settings_key(t.settings), []).append(t.images_per_s)
-    return {k: sum(v) / len(v) for k, v in sums.items()}
+            key = settings_key(t.settings)
+            best[key] = max(best.get(key, 0.0), t.images_per_s)
+    return best
 
 
 def choose(trials: Sequence[Trial], tolerance: float, default_pin: bool = False) -> int:
-    """Index of the cheapest setting whose (mean) throughput is within ``tolerance`` of the
-    best setting's; the latest trial of that setting is returned.
+    """Index of the cheapest setting whose throughput (:func:`setting_rates`) is within
+    ``tolerance`` of the best setting's; the latest trial of that setting is returned.
 
     Raises ValueError when no trial measured anything (every setting failed).
     """
-    rates = mean_rates(trials)
+    rates = setting_rates(trials)
     if not rates:
         errors = "; ".join(sorted({t.error or "no batch" for t in trials})) or "nothing measured"
         raise ValueError(f"no loader setting could be measured: {errors}")
@@ -329,11 +335,11 @@ def _try_extra(
 ) -> None:
     """Measure ``extra``; if it beats ``base`` by more than ``tolerance``, measure both once
     more (a single short window on a shared machine can be off by a few per cent) so that
-    :func:`choose` decides on the means."""
+    :func:`choose` decides on the best window of each."""
     trial = runner.run(extra, phase)
     if trial is None or not trial.ok:
         return
-    rates = mean_rates(runner.trials)
+    rates = setting_rates(runner.trials)
     base_rate = rates.get(settings_key(base), 0.0)
     if trial.images_per_s > base_rate * (1.0 + tolerance):
         if runner.run(base, "confirm", again=True) is not None:
@@ -344,8 +350,9 @@ def _recheck(runner: _Runner, chosen: int) -> None:
     """Measure the chosen setting and its rivals once more, one after the other: the fastest
     setting with fewer workers, the fastest with more, and the fastest of all. On a machine
     whose load changes while the search runs, one window per setting can rank two settings
-    the wrong way round; a second window each, taken close together, and the means decide."""
-    rates = mean_rates(runner.trials)
+    the wrong way round; a second window each, taken close together, and the best windows
+    decide."""
+    rates = setting_rates(runner.trials)
     ok = [t for t in runner.trials if t.ok]
     me = runner.trials[chosen]
     w = me.num_workers
