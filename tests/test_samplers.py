@@ -437,3 +437,14 @@ def test_class_members_feed_the_class_samplers(small_synth_root):
     s = BalancedBatchSampler.from_index(idx, 2, 2, seed=0)
     assert s.num_items <= len(idx) and len(s) >= 1
     assert ClassAwareSampler.from_index(idx).num_samples == len(np.unique(np.concatenate(members)))
+
+
+def test_threads_change_nothing():
+    w = np.random.default_rng(5).lognormal(0, 2, 300_000)
+    assert np.array_equal(alias_table(w, 1 << 12, threads=1), alias_table(w, 1 << 16, threads=3))
+    for replacement in (True, False):
+        one = WeightedSampler(w, replacement=replacement, seed=1, threads=1, rank=1, world_size=3)
+        many = WeightedSampler(w, replacement=replacement, seed=1, threads=4, rank=1, world_size=3)
+        assert np.array_equal(one.indices(), many.indices())
+    with pytest.raises(ValueError, match="threads=0"):
+        WeightedSampler(w, threads=0)

@@ -24,9 +24,9 @@ Samplers:
 
 :class:`WeightedSampler`
     draws indices with probability proportional to ``weights``, with or without replacement,
-    exact for any number of weights below 2**32 (``torch.multinomial`` refuses more than 2**24
-    categories and sums in float32). With replacement it uses Walker's alias method (built in
-    O(n) with vectorised cumulative sums, one table lookup per draw); without replacement,
+    exact for any number of weights below 2**31 (``torch.multinomial`` refuses more than 2**24
+    categories: pytorch issues 2576 and 43115). With replacement it uses Walker's alias method
+    (built in O(n) exact integer arithmetic, one table lookup per draw); without replacement,
     Efraimidis-Spirakis exponential keys (the order of ``E_i / w_i``, ``E_i ~ Exp(1)``).
 :class:`RepeatFactorSampler`
     LVIS repeat factors with stochastic rounding each epoch, shuffled.
@@ -46,12 +46,14 @@ from __future__ import annotations
 import math
 import warnings
 from abc import abstractmethod
-from typing import Any, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from detloader._system import usable_cpus
 from detloader.index import AnnotationIndex
 from detloader.weights import (
     STRATEGIES,
@@ -62,15 +64,15 @@ from detloader.weights import (
     sample_weights,
 )
 
-#: Draws per chunk: bounds temporary memory and fixes the random streams (chunk k of an
-#: epoch always comes from the generator seeded with (seed, epoch, stream, k)).
-CHUNK = 1 << 20
+#: Draws per chunk: bounds temporary memory (and keeps it in cache), and fixes the random
+#: streams: chunk k of an epoch always comes from the generator seeded (seed, epoch, stream, k).
+CHUNK = 1 << 16
 #: Indices are yielded to Python in slices of this many.
 _YIELD_SLICE = 1 << 16
 _MASK32 = np.uint64(0xFFFFFFFF)
 _SHIFT32 = np.uint64(32)
-#: Largest number of weights the alias table can address (32-bit alias field).
-MAX_WEIGHTS = (1 << 32) - 1
+#: Most weights a WeightedSampler takes: n * 2**32 must fit the int64 running sums.
+MAX_WEIGHTS = (1 << 31) - 1
 
 # Stream ids keep the draws of different sampler kinds apart for the same seed and epoch.
 _STREAM_WEIGHTED, _STREAM_NO_REPLACEMENT, _STREAM_REPEAT = 1, 2, 3
@@ -156,6 +158,7 @@ class _EpochSampler(Sampler[Any]):
 
     def _cached(self, compute: Any) -> np.ndarray:
         if self._cache is None or self._cache[0] != self.epoch:
+            self._cache = None  # free the old draw before computing the new one
             self._cache = (self.epoch, compute())
         return self._cache[1]
 
@@ -167,6 +170,8 @@ class _EpochSampler(Sampler[Any]):
             raise ValueError(f"epoch={epoch!r} must be an int >= 0")
         if self._resume and int(epoch) == self.epoch:
             return
+        if int(epoch) != self.epoch:
+            self._cache = None  # the old epoch's draw is not kept beside the new one
         self.epoch = int(epoch)
         self._offset = 0
         self._resume = False
@@ -257,23 +262,39 @@ def _as_weights(weights: Any) -> np.ndarray:
     return w
 
 
-def alias_table(weights: np.ndarray, chunk: int = CHUNK) -> np.ndarray:
-    """Walker alias table of float64 ``weights`` ``[n]`` (n < 2**32), packed in uint64 ``[n]``.
+def _map(fn: Callable[[int], Any], count: int, threads: int) -> list[Any]:
+    """``[fn(0), ..., fn(count - 1)]``, on up to ``threads`` threads. The heavy numpy calls
+    inside release the GIL; results never depend on the thread count."""
+    if threads <= 1 or count <= 1:
+        return [fn(j) for j in range(count)]
+    with ThreadPoolExecutor(min(threads, count)) as pool:
+        return list(pool.map(fn, range(count)))
+
+
+def default_threads() -> int:
+    """Threads for drawing and building tables: the usable CPUs, at most 8."""
+    return max(1, min(8, usable_cpus()))
+
+
+def alias_table(weights: np.ndarray, chunk: int = 1 << 18, threads: int = 1) -> np.ndarray:
+    """Walker alias table of float64 ``weights`` ``[n]`` (n < 2**31), packed in uint64 ``[n]``.
 
     Entry ``b`` is ``(threshold << 32) | alias``: a draw picks bucket ``b`` uniformly and a
     uniform 32-bit ``v``; it returns ``b`` if ``v < threshold`` else ``alias``.
 
     Construction, in exact integer arithmetic: ``Q_i = round(w_i * n * 2**32 / sum(w))``, the
-    rounding residual spread one unit each over the first indices, so that
+    rounding residual spread one unit each over the last indices, so that
     ``sum(Q) = n * 2**32`` exactly. Buckets of ``Q < 2**32`` ("smalls") keep ``Q`` and give the
     rest of their unit to a "large"; a large that has given away all but ``r < 2**32`` becomes
     a small itself, with alias the next large (Vose's order). In cumulative terms, with ``D``
     the running deficit ``2**32 - Q`` of the smalls and ``E`` the running excess
     ``Q - 2**32`` of the larges (both in index order, int64): small ``k``'s alias is the first
     large ``m`` with ``E_m >= D_{k-1}``; large ``m`` keeps ``2**32 + E_m - D_k`` for the first
-    ``k`` with ``D_k > E_m`` and its alias is large ``m + 1``. Both are merges of sorted
-    sequences, done chunk by chunk: O(n) time and ``12 * n_large`` bytes of temporary memory
-    besides the table.
+    ``k`` with ``D_k > E_m`` and its alias is large ``m + 1``. With per-chunk totals known
+    first, every chunk is then independent: its ``D`` starts from the chunk's prefix, and its
+    merge with the window of ``E`` it reaches is local. O(n) work on ``threads`` threads,
+    ``12 * n_large`` bytes of temporary memory besides the table; the table is the same for
+    any ``chunk`` and ``threads``.
 
     So every index's probability is ``w_i / sum(w)`` within ``1.5 * 2**-32 / n`` (absolute):
     a relative error below 1e-9 for any weight above half the mean weight.
@@ -283,85 +304,118 @@ def alias_table(weights: np.ndarray, chunk: int = CHUNK) -> np.ndarray:
     scale = n * float(unit) / float(np.sum(weights))
     table = np.empty(n, dtype=np.uint64)
     signed = table.view(np.int64)  # holds Q (non-negative) until an entry is packed
-    # pass 1: Q into the table; spread the rounding residual
-    qsum = 0
-    for lo in range(0, n, chunk):
-        q = np.rint(weights[lo : lo + chunk] * scale).astype(np.int64)
-        signed[lo : lo + len(q)] = q
-        qsum += int(q.sum())
-    _spread_residual(signed, n * unit - qsum, chunk)
-    # pass 2: the larges (Q >= 2**32) in index order, and their running excess E
-    num_large = sum(int(np.count_nonzero(signed[lo : lo + chunk] >= unit)) for lo in range(0, n, chunk))
-    large = np.empty(num_large, dtype=np.uint64)
+    starts = list(range(0, n, chunk))
+
+    big: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * len(starts)  # larges per chunk
+
+    def totals(j: int) -> tuple[int, int, int, int]:
+        """Chunk j's sum of Q, number of larges, their excess and the smalls' deficit."""
+        q = signed[starts[j] : starts[j] + chunk]
+        big[j] = idx = np.flatnonzero(q >= unit)
+        num = len(idx)
+        total = int(q.sum())
+        excess_sum = int(q[idx].sum()) - num * unit
+        deficit_sum = (len(q) - num) * unit - (total - excess_sum - num * unit)
+        return total, num, excess_sum, deficit_sum
+
+    def quantise(j: int) -> tuple[int, int, int, int]:
+        lo = starts[j]
+        part = np.multiply(weights[lo : lo + chunk], scale)
+        np.rint(part, out=part)
+        signed[lo : lo + len(part)] = part
+        return totals(j)
+
+    # pass 1: Q, and per chunk the totals that make the chunks independent
+    sums = _map(quantise, len(starts), threads)
+    changed = _spread_residual(signed, n * unit - sum(s[0] for s in sums), chunk)
+    if changed is not None:
+        for j in range(changed // chunk, len(starts)):
+            sums[j] = totals(j)
+    at_start = np.concatenate([[0], np.cumsum([s[1] for s in sums])]).tolist()
+    e_start = np.concatenate([[0], np.cumsum([s[2] for s in sums])]).tolist()
+    d_start = np.concatenate([[0], np.cumsum([s[3] for s in sums])]).tolist()
+    num_large = at_start[-1]
+    large = np.empty(num_large, dtype=np.uint32)
     excess = np.empty(num_large, dtype=np.int64)
-    at, carry = 0, 0
-    for lo in range(0, n, chunk):
-        q = signed[lo : lo + chunk]
-        idx = np.flatnonzero(q >= unit)
+
+    def list_larges(j: int) -> None:
+        lo, at, idx = starts[j], at_start[j], big[j]
+        big[j] = np.zeros(0, dtype=np.int64)  # free as we go
         large[at : at + len(idx)] = idx + lo
-        e = np.cumsum(q[idx] - unit)
-        e += carry
-        excess[at : at + len(idx)] = e
-        if len(idx):
-            carry = int(e[-1])
-        at += len(idx)
-    # pass 3: the smalls of each chunk, and the larges they exhaust
+        e = excess[at : at + len(idx)]
+        np.subtract(signed[lo : lo + chunk][idx], unit, out=e)
+        np.cumsum(e, out=e)
+        e += e_start[j]
+
+    _map(list_larges, len(starts), threads)
     last = num_large - 1
-    large_lo = 0
-    carry = 0  # running deficit D before the current chunk
-    for lo in range(0, n, chunk):
+
+    def pair(j: int) -> None:
+        """Chunk j's smalls get their aliases; the larges they exhaust get theirs."""
+        lo = starts[j]
         hi = min(lo + chunk, n)
-        large_hi = int(np.searchsorted(large, hi, side="left"))
         is_small = np.ones(hi - lo, dtype=bool)
-        is_small[(large[large_lo:large_hi] - np.uint64(lo)).astype(np.int64)] = False
-        large_lo = large_hi
+        is_small[large[at_start[j] : at_start[j + 1]].astype(np.int64) - lo] = False
         small_local = np.flatnonzero(is_small)
         if not len(small_local):
-            continue
+            return
+        carry = d_start[j]  # running deficit D before this chunk
         qs = signed[lo:hi][small_local]
-        deficit = np.cumsum(unit - qs)
+        deficit = unit - qs
+        np.cumsum(deficit, out=deficit)
         deficit += carry
-        before = np.empty_like(deficit)  # D_{k-1}
-        before[0] = carry
-        before[1:] = deficit[:-1]
         # One merge of this chunk's D_{k-1} with the window of E that they reach:
-        # p_j = #{k : D_{k-1} <= E_j}. Small k's alias is the first large m with
-        # E_m >= D_{k-1}, i.e. m_k = w_lo + #{j : p_j <= k}; large j, if E_j < D_last, is
-        # exhausted by small p_j - 1 (the first k with D_k > E_j).
+        # p_j = #{k : D_{k-1} <= E_j} = 1 + #{k < last : D_k <= E_j} (E_j >= D_{-1} here).
+        # Small k's alias is the first large m with E_m >= D_{k-1}, i.e.
+        # m_k = w_lo + #{j : p_j <= k}; large j, if E_j < D_last, is exhausted by small
+        # p_j - 1 (the first k with D_k > E_j).
         w_lo = int(np.searchsorted(excess, carry, side="left"))
-        e_hi = int(np.searchsorted(excess, deficit[-1], side="left"))
+        e_hi = int(np.searchsorted(excess, int(deficit[-1]), side="left"))
         window = excess[w_lo : min(e_hi + 1, num_large)]
-        p = np.searchsorted(before, window, side="right")
-        m = np.cumsum(np.bincount(p, minlength=len(before) + 1))[: len(before)] + w_lo
+        p = np.searchsorted(deficit[:-1], window, side="right")
+        p += 1
+        m = np.cumsum(np.bincount(p, minlength=len(deficit) + 1)[: len(deficit)])
+        m += w_lo
         np.minimum(m, last, out=m)
         if e_hi > w_lo:
             k = p[: e_hi - w_lo] - 1
-            keep = (unit + excess[w_lo:e_hi] - deficit[k]).astype(np.uint64)
-            nxt = large[np.minimum(np.arange(w_lo + 1, e_hi + 1), last)]
-            table[large[w_lo:e_hi].astype(np.int64)] = (keep << _SHIFT32) | nxt
-        table[small_local + lo] = (qs.astype(np.uint64) << _SHIFT32) | large[m]
-        carry = int(deficit[-1])
+            keep = (unit + excess[w_lo:e_hi] - deficit[k]).view(np.uint64)
+            nxt = large[np.minimum(np.arange(w_lo + 1, e_hi + 1), last)].astype(np.uint64)
+            table[large[w_lo:e_hi]] = (keep << _SHIFT32) | nxt
+        packed = qs.view(np.uint64) << _SHIFT32
+        packed |= large[m]
+        table[small_local + lo] = packed
+
+    # pass 2: pair, chunk by chunk (every small Q is read before any write reaches it: a
+    # chunk writes only its own smalls and larges, which no other chunk reads)
+    _map(pair, len(starts), threads)
     # larges never exhausted keep their whole bucket: alias itself
-    rest = large[int(np.searchsorted(excess, carry, side="left")) :]
-    table[rest.astype(np.int64)] = rest
+    rest = large[int(np.searchsorted(excess, d_start[-1], side="left")) :]
+    table[rest] = rest
     return table
 
 
-def _spread_residual(q: np.ndarray, residual: int, chunk: int) -> None:
-    """Add ``residual`` units to int64 ``q`` (non-negative), one per index, to the first
+def _spread_residual(q: np.ndarray, residual: int, chunk: int) -> int | None:
+    """Add ``residual`` units to int64 ``q`` (non-negative), one per index, to the last
     indices that can take one (``q > 0``: a zero weight stays zero); what is left after one
-    pass goes to the largest entry."""
+    pass goes to the largest entry. Returns the smallest index changed (None: none)."""
     step = 1 if residual > 0 else -1
     left = abs(residual)
-    for lo in range(0, len(q), chunk):
+    changed: int | None = None
+    for lo in reversed(range(0, len(q), chunk)):
         if left == 0:
-            return
+            return changed
         part = q[lo : lo + chunk]
-        able = np.flatnonzero(part > 0)[:left]
+        able = np.flatnonzero(part > 0)[-left:] if left else np.zeros(0, dtype=np.int64)
         part[able] += step
         left -= len(able)
+        if len(able):
+            changed = lo + int(able[0])
     if left:
-        q[int(np.argmax(q))] += step * left
+        top = int(np.argmax(q))
+        q[top] += step * left
+        changed = top if changed is None else min(changed, top)
+    return changed
 
 
 def alias_probabilities(table: np.ndarray) -> np.ndarray:
@@ -380,15 +434,17 @@ class WeightedSampler(_EpochSampler):
 
     Args:
         weights: ``[n]`` non-negative finite weights (numpy, torch or a sequence; a float64
-            numpy array is used without a copy, so do not modify it afterwards), n < 2**32.
+            numpy array is used without a copy, so do not modify it afterwards), n < 2**31.
         num_samples: draws per epoch over all ranks (default ``n``).
         replacement: draw with replacement (alias method, O(1) per draw) or without
             (exponential keys: every index at most once, in weighted-random order;
             ``num_samples`` must not exceed the number of positive weights).
         seed, rank, world_size, drop_last: see the module docstring.
+        threads: threads that build the table and draw (default: the usable CPUs, at most
+            8); the draws are the same for any number.
 
     The epoch's indices (all ranks) are :meth:`global_indices`; this rank's share is
-    :meth:`indices` (int32 when n < 2**31, else int64). With replacement a rank computes only
+    :meth:`indices` (int32). With replacement a rank computes only
     its own share: every draw depends only on its position in the epoch.
     """
 
@@ -402,8 +458,14 @@ class WeightedSampler(_EpochSampler):
         rank: int | None = None,
         world_size: int | None = None,
         drop_last: bool = False,
+        threads: int | None = None,
     ) -> None:
         super().__init__(seed=seed, rank=rank, world_size=world_size, drop_last=drop_last)
+        if threads is None:
+            threads = default_threads()
+        if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+            raise ValueError(f"threads={threads!r} must be an int >= 1 (or None: the usable CPUs)")
+        self.threads = int(threads)
         self.weights = _as_weights(weights)
         n = len(self.weights)
         if num_samples is None:
@@ -419,7 +481,7 @@ class WeightedSampler(_EpochSampler):
                 "each index is drawn at most once"
             )
         self._positive = positive
-        self._table = alias_table(self.weights) if self.replacement else None
+        self._table = alias_table(self.weights, threads=self.threads) if self.replacement else None
 
     @property
     def total_size(self) -> int:
@@ -439,39 +501,54 @@ class WeightedSampler(_EpochSampler):
         }
 
     def _draw_replacement(self, rank: int, world_size: int) -> np.ndarray:
+        """This rank's draws: global positions ``rank::world_size`` of the epoch. Position
+        ``p`` (chunk ``k = p // CHUNK``) depends only on its chunk's stream, so a rank draws
+        only its own positions, a shorter epoch is a prefix of a longer one, and chunks can
+        be drawn on several threads."""
         assert self._table is not None
+        table = self._table
         n = len(self.weights)
         total = self.total_size
-        out = np.empty(-(-(total - rank) // world_size) if total > rank else 0, dtype=_index_dtype(n))
-        at = 0
-        for k, lo in enumerate(range(0, total, CHUNK)):
-            c = min(CHUNK, total - lo)
-            # two streams per chunk, so that a shorter last chunk is a prefix of a longer one
-            bucket = epoch_generator(self.seed, self.epoch, _STREAM_WEIGHTED, k, 0).integers(
-                0, n, size=c, dtype=np.int64
+        los = range(0, total, CHUNK)
+        firsts = [(rank - lo) % world_size for lo in los]
+        counts = [max(0, -(-(min(CHUNK, total - lo) - f) // world_size)) for lo, f in zip(los, firsts)]
+        offsets = np.concatenate([[0], np.cumsum(counts)]).tolist()
+        out = np.empty(offsets[-1], dtype=_index_dtype(n))
+        span = n << 32  # x uniform in [0, n * 2**32): bucket x >> 32, coin x & (2**32 - 1)
+
+        def draw(k: int) -> None:
+            lo = los[k]
+            x = epoch_generator(self.seed, self.epoch, _STREAM_WEIGHTED, k).integers(
+                0, span, size=min(CHUNK, total - lo), dtype=np.uint64
             )
-            v = epoch_generator(self.seed, self.epoch, _STREAM_WEIGHTED, k, 1).integers(
-                0, 1 << 32, size=c, dtype=np.uint64
-            )
-            first = (rank - lo) % world_size  # first position of this rank in the chunk
             if world_size > 1:
-                bucket, v = bucket[first::world_size], v[first::world_size]
-            rec = np.take(self._table, bucket)
-            res = np.where(v < (rec >> _SHIFT32), bucket, (rec & _MASK32).astype(np.int64))
-            out[at : at + len(res)] = res
-            at += len(res)
-        assert at == len(out)
+                x = x[firsts[k] :: world_size]
+            bucket = x >> _SHIFT32
+            rec = np.take(table, bucket.view(np.int64))
+            x &= _MASK32  # the coin
+            accept = x < (rec >> _SHIFT32)
+            rec &= _MASK32  # the alias
+            np.copyto(rec, bucket, where=accept)
+            out[offsets[k] : offsets[k + 1]] = rec
+
+        _map(draw, len(los), self.threads)
         return out
 
     def _order_no_replacement(self) -> np.ndarray:
         """The first ``total_size`` indices of this epoch's weighted random order (all ranks)."""
         n = len(self.weights)
         keys = np.empty(n, dtype=np.float64)
-        with np.errstate(divide="ignore"):
-            for k, lo in enumerate(range(0, n, CHUNK)):
-                rng = epoch_generator(self.seed, self.epoch, _STREAM_NO_REPLACEMENT, k)
-                w = self.weights[lo : lo + CHUNK]
-                keys[lo : lo + len(w)] = rng.standard_exponential(len(w)) / w  # w=0: inf, last
+
+        def fill(k: int) -> None:
+            lo = k * CHUNK
+            w = self.weights[lo : lo + CHUNK]
+            rng = epoch_generator(self.seed, self.epoch, _STREAM_NO_REPLACEMENT, k)
+            part = keys[lo : lo + len(w)]
+            rng.standard_exponential(out=part)
+            with np.errstate(divide="ignore"):
+                np.divide(part, w, out=part)  # w = 0: inf, drawn last (never, see want)
+
+        _map(fill, -(-n // CHUNK), self.threads)
         want = min(self.total_size, self._positive)
         if want < n // 4:
             top = np.argpartition(keys, want - 1)[:want]
