@@ -348,6 +348,8 @@ def test_wrapper_forwards_set_epoch_and_wraps_batch_samplers():
     wrapped.set_epoch(2)
     list(wrapped)
     assert inner.epoch == 2 and not np.array_equal(inner.indices(), first)
+    even = DistributedSamplerWrapper(BatchSampler(SequentialSampler(range(12)), 3, False), rank=1, world_size=2)
+    assert list(even) == [[3, 4, 5], [9, 10, 11]]  # equal-length batches stay lists
     seq = DistributedSamplerWrapper(SequentialSampler(range(7)), rank=0, world_size=2, drop_last=True)
     assert list(seq) == [0, 2, 4]
 

@@ -131,8 +131,6 @@ def shard(global_items: np.ndarray, rank: int, world_size: int, drop_last: bool)
 class _EpochSampler(Sampler[Any]):
     """Shared machinery: seed, epoch, rank/world_size, resume offset, the repeat warning."""
 
-    _yields_batches = False
-
     def __init__(
         self,
         *,
@@ -156,7 +154,7 @@ class _EpochSampler(Sampler[Any]):
     def _rank_items(self) -> np.ndarray:
         """This rank's items of the current epoch: int array ``[L]`` (or ``[L, B]`` batches)."""
 
-    def _cached(self, compute: Any) -> np.ndarray:
+    def _cached(self, compute: Callable[[], np.ndarray]) -> np.ndarray:
         if self._cache is None or self._cache[0] != self.epoch:
             self._cache = None  # free the old draw before computing the new one
             self._cache = (self.epoch, compute())
@@ -797,8 +795,6 @@ class BalancedBatchSampler(_ClassSampler):
             at least 1). With ``world_size`` W, rank r gets batches r::W (wrapped or cut).
     """
 
-    _yields_batches = True
-
     def __init__(
         self,
         class_members: Sequence[Any],
@@ -889,11 +885,12 @@ class DistributedSamplerWrapper(_EpochSampler):
     gets the same sequence, and keeps positions ``rank::world_size`` (padded by wrapping or cut).
 
     Before each epoch the wrapper calls the wrapped sampler's ``set_epoch(epoch)`` if it has
-    one (for a ``BatchSampler``: its inner sampler's). A sampler with a ``generator`` attribute (torch's ``RandomSampler``,
-    ``WeightedRandomSampler``, ``SubsetRandomSampler``) gets, with ``reseed=True``, a fresh
-    ``torch.Generator`` seeded from (seed, epoch), so that all ranks draw the same sequence; any
-    other randomness in the wrapped sampler must already be the same on every rank. Works for
-    index samplers and for batch samplers (yielding lists: whole batches are shared out).
+    one (for a ``BatchSampler``: its inner sampler's). A sampler with a ``generator``
+    attribute (torch's ``RandomSampler``, ``WeightedRandomSampler``, ``SubsetRandomSampler``)
+    gets, with ``reseed=True``, a fresh ``torch.Generator`` seeded from (seed, epoch), so that
+    all ranks draw the same sequence; any other randomness in the wrapped sampler must already
+    be the same on every rank. Works for index samplers and for batch samplers (yielding
+    lists: whole batches are shared out).
     """
 
     def __init__(
@@ -935,7 +932,8 @@ class DistributedSamplerWrapper(_EpochSampler):
         def compute() -> np.ndarray:
             items = self.global_items()
             holder = np.empty(len(items), dtype=object)
-            holder[:] = items if not items or not isinstance(items[0], (list, tuple)) else [list(b) for b in items]
+            for i, item in enumerate(items):  # one by one: equal-length batches stay lists
+                holder[i] = list(item) if isinstance(item, (list, tuple)) else item
             positions = shard(np.arange(len(items)), self.rank, self.world_size, self.drop_last)
             return holder[positions]
 
