@@ -349,6 +349,19 @@ def test_measure_a_real_loader() -> None:
     assert _children() == before  # workers were stopped
 
 
+def test_rate_is_counted_over_whole_rounds_of_workers() -> None:
+    from detloader.tune.measure import whole_rounds
+
+    # 3 workers in step: bursts of 3 batches of 10 images, one burst per second -> 30 img/s
+    arrivals = [0.0, 0.01, 0.02, 1.0, 1.01, 1.02, 2.0, 2.01]
+    images, batches, seconds = whole_rounds(arrivals, [10] * 8, workers=3)
+    assert (images, batches, seconds) == (60, 6, 2.0)
+    assert 70 / 2.01 > 34  # counting every batch would report 35 img/s
+    assert whole_rounds(arrivals, [10] * 8, workers=0) == (70, 7, 2.01)
+    assert whole_rounds([0.0, 0.5], [10, 10], workers=4) == (10, 1, 0.5)  # fewer than a round
+    assert whole_rounds([0.0], [10], workers=1) == (0, 0, 0.0)
+
+
 def test_measure_records_a_failing_setting() -> None:
     def broken(**kwargs: Any) -> DataLoader:
         return DataLoader(SpinDataset(8, 0.0), batch_size=4, multiprocessing_context="nope", **kwargs)

@@ -41,6 +41,8 @@ class Trial:
     CPUs minus ours and our workers'; None where ``/proc/stat`` is missing): when it changes
     from one setting to the next, the machine's load changed under the measurement;
     ``error``: why the setting could not be measured (the other figures are then 0).
+    ``images`` / ``batches`` / ``seconds``: the span the rate is counted over (whole rounds of
+    workers, see :func:`whole_rounds`); CPU figures cover the whole window.
     """
 
     settings: dict[str, Any]
@@ -225,7 +227,8 @@ def measure_setting(
 
     Warm-up: the first batch (its time is ``startup_s``), then ``num_workers *
     prefetch_factor`` batches, the burst the workers prepared while starting; throughput
-    measured during that burst would be too high. Workers are stopped before returning, so the
+    measured during that burst would be too high. Throughput is counted over whole rounds of
+    workers (:func:`whole_rounds`). Workers are stopped before returning, so the
     next setting starts on idle CPUs. A setting that raises is returned with ``error`` set.
     """
     import psutil
@@ -253,13 +256,15 @@ def measure_setting(
         stat0 = _system.cpu_sample()
         waits: list[float] = []
         steps: list[float] = []
-        images = 0
+        counts: list[int] = []
+        arrivals: list[float] = []
         t_start = time.perf_counter()
         while True:
             t = time.perf_counter()
             batch = cycle.next()
-            waits.append(time.perf_counter() - t)
-            images += images_in(batch, batch_size)
+            arrivals.append(time.perf_counter())
+            waits.append(arrivals[-1] - t)
+            counts.append(images_in(batch, batch_size))
             if consumer is not None:
                 s = time.perf_counter()
                 consumer(batch)
@@ -269,9 +274,12 @@ def measure_setting(
                 break
             if deadline is not None and now > deadline and len(waits) >= 2:
                 break
-        seconds = time.perf_counter() - t_start
+        wall = time.perf_counter() - t_start
         stat1 = _system.cpu_sample()
-        main_cpu = (_cpu_s(me) - main0) / seconds
+        main_cpu = (_cpu_s(me) - main0) / wall
+        images, batches, seconds = whole_rounds(arrivals, counts, workers_n)
+        if seconds <= 0:
+            images, batches, seconds = sum(counts), len(counts), wall
         procs = _workers(me, before)
         workers_cpu_s = _reaped_children_cpu_s(me) - reaped0
         uss, pss = [], []
@@ -284,17 +292,17 @@ def measure_setting(
                 uss.append(info.uss / 2**20)
                 if getattr(info, "pss", None) is not None:
                     pss.append(info.pss / 2**20)
-        workers_cpu = max(0.0, workers_cpu_s / seconds)
+        workers_cpu = max(0.0, workers_cpu_s / wall)
         others = None
         if stat0 is not None and stat1 is not None:
-            total = _system.busy_from_samples(stat0, stat1, 0.0, seconds, _system.affinity_set())
+            total = _system.busy_from_samples(stat0, stat1, 0.0, wall, _system.affinity_set())
             others = max(0.0, total - main_cpu - workers_cpu)
         w = np.asarray(waits) * 1000.0
         return Trial(
             settings=dict(settings),
             images_per_s=images / seconds,
             images=images,
-            batches=len(waits),
+            batches=batches,
             seconds=seconds,
             startup_s=startup,
             latency_p50_ms=float(np.percentile(w, 50)),
@@ -305,7 +313,7 @@ def measure_setting(
             worker_uss_mib=float(np.mean(uss)) if uss else None,
             worker_pss_mib=float(np.mean(pss)) if pss else None,
             main_rss_mib=me.memory_info().rss / 2**20,
-            wait_fraction=float(sum(waits) / seconds) if consumer is not None else None,
+            wait_fraction=float(sum(waits) / wall) if consumer is not None else None,
             step_ms=float(np.mean(steps) * 1000.0) if steps else None,
             others_cpu=others,
             phase=phase,
@@ -317,6 +325,24 @@ def measure_setting(
         if cycle is not None:
             _shutdown(cycle)
         gc.collect()
+
+
+def whole_rounds(arrivals: list[float], counts: list[int], workers: int) -> tuple[int, int, float]:
+    """``(images, batches, seconds)`` between the first arrival and the last one a whole number
+    of worker rounds later.
+
+    Workers that start together stay in step: their batches arrive in bursts of
+    ``num_workers``. A window that starts in one burst and ends in the middle of another counts
+    up to a burst too many or too few (with many workers and short windows, tens of per cent);
+    from one burst to the same point of a later burst, the rate is exact. Batch ``i``
+    arrives at ``arrivals[i]`` holding ``counts[i]`` images; the first batch only marks time.
+    """
+    intervals = len(arrivals) - 1
+    if intervals < 1:
+        return 0, 0, 0.0
+    step = max(1, workers)
+    used = (intervals // step) * step if intervals >= step else intervals
+    return sum(counts[1 : used + 1]), used, arrivals[used] - arrivals[0]
 
 
 def failed_trial(settings: Mapping[str, Any], error: str, phase: str = "") -> Trial:
