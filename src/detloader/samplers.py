@@ -43,7 +43,7 @@ Samplers:
 
 from __future__ import annotations
 
-import math
+import os
 import warnings
 from abc import abstractmethod
 from concurrent.futures import ThreadPoolExecutor
@@ -270,8 +270,13 @@ def _map(fn: Callable[[int], Any], count: int, threads: int) -> list[Any]:
 
 
 def default_threads() -> int:
-    """Threads for drawing and building tables: the usable CPUs, at most 8."""
-    return max(1, min(8, usable_cpus()))
+    """Threads for building tables and drawing: the usable CPUs shared by the processes of
+    this node (``LOCAL_WORLD_SIZE``, set by torchrun), at most 8."""
+    try:
+        local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        local = 1
+    return max(1, min(8, usable_cpus() // local))
 
 
 def alias_table(weights: np.ndarray, chunk: int = 1 << 18, threads: int = 1) -> np.ndarray:
