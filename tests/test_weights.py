@@ -139,6 +139,8 @@ def test_aggregation_and_background(index):
     # empty image 4: the smallest weight of the groups that occur, or a stated value
     assert image_weights(g, gw, background=0.0)[4] == 0.0
     assert image_weights(g, np.array([5.0, 7.0, 9.0]))[4] == 5.0
+    # a group switched off (weight 0) does not switch off the empty images
+    assert image_weights(g, np.array([0.0, 7.0, 9.0]))[4] == 7.0
     with pytest.raises(ValueError, match="aggregate='median'"):
         image_weights(g, gw, aggregate="median")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="background=-1"):

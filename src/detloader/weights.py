@@ -264,8 +264,9 @@ def image_weights(
 
     Per-object keys: the image weight is the ``max`` (default), ``mean`` or ``sum`` over its
     objects that belong to a group. Images with no such object (and, for image keys, images
-    whose value is MISSING) get ``background``; ``None`` means the smallest weight of the
-    groups that occur, so an empty image is drawn as often as one of the commonest group.
+    whose value is MISSING) get ``background``; ``None`` means the smallest positive weight
+    of the groups that occur, so an empty image is drawn as often as one of the commonest
+    group (1.0 if no group occurs).
     """
     if aggregate not in AGGREGATES:
         raise ValueError(f"aggregate={aggregate!r} is not one of {AGGREGATES}")
@@ -291,8 +292,9 @@ def image_weights(
             out[run_images] = total
         has[run_images] = True
     if background is None:
-        occurring = np.unique(ids) if len(ids) else np.zeros(0, dtype=np.int64)
-        background = float(gw[occurring].min()) if len(occurring) else 1.0
+        occurring = gw[np.unique(ids)] if len(ids) else np.zeros(0)
+        occurring = occurring[occurring > 0]
+        background = float(occurring.min()) if len(occurring) else 1.0
     elif not (math.isfinite(background) and background >= 0):
         raise ValueError(f"background={background!r} must be finite and >= 0")
     out[~has] = background
@@ -345,8 +347,8 @@ def sample_weights(
         count: what n counts for per-object keys: ``"objects"`` of the group or ``"images"``
             containing it (repeat_factor always uses the image fraction).
         aggregate: ``max`` | ``mean`` | ``sum`` over an image's objects.
-        background: weight of images with no grouped unit; ``None``: the smallest group
-            weight (1.0 for repeat_factor).
+        background: weight of images with no grouped unit; ``None``: the smallest positive
+            weight of the groups that occur (1.0 for repeat_factor).
 
     The weights are relative (a sampler normalises them), except for ``repeat_factor``.
     """
