@@ -23,7 +23,7 @@ from typing import Any, Literal, Sequence
 import numpy as np
 
 from detloader.index import MISSING, AnnotationIndex
-from detloader.weights import ByKey, Groups, balance_groups
+from detloader.weights import ByKey, Groups, balance_groups, group_counts
 
 Unit = Literal["objects", "images"]
 
@@ -339,12 +339,22 @@ def balance_report(
     strategy = balance if isinstance(balance, str) else type(sampler).__name__
     notes: list[str] = []
     if strategy.startswith("repeat_factor") and np.allclose(per_image, 1.0):
-        threshold = strategy.partition(":")[2] or "0.001"
-        notes.append(
-            f"every repeat factor is 1 at threshold {threshold}: each group is in more than "
-            f"{float(threshold):.2%} of the images, so balancing changes nothing; a higher "
-            "threshold (e.g. repeat_factor:0.5) repeats the rarer groups"
+        threshold = float(strategy.partition(":")[2] or 0.001)
+        fractions = group_counts(groups, "images") / max(n, 1)
+        fractions = fractions[fractions > 0]
+        note = (
+            f"every repeat factor is 1 at threshold {threshold:g}: each group is in at least "
+            f"{fractions.min():.1%} of the images, so balancing changes nothing"
+            if len(fractions)
+            else f"every repeat factor is 1 at threshold {threshold:g}"
         )
+        if len(fractions) and fractions.max() > fractions.min():
+            suggest = math.floor(fractions.max() * 100) / 100
+            note += (
+                f"; a threshold between {fractions.min():.2f} and {fractions.max():.2f} repeats "
+                f"the rarer groups (e.g. repeat_factor:{suggest:g})"
+            )
+        notes.append(note)
     return BalanceReport(
         by=groups.by,
         unit=unit,
