@@ -87,9 +87,9 @@ def run(args: argparse.Namespace) -> int:
         data["problems"] = index.problems.counts()
         print_json(data)
         return 0
-    _print_stats(index, stats)
+    print_stats(index, stats)
     if report is not None:
-        _print_balance(report)
+        print_balance(report)
         if args.plot:
             console().print(f"plot: {args.plot}")
     if index.problems:
@@ -113,7 +113,7 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def _print_stats(index: Any, stats: dict[str, Any]) -> None:
+def print_stats(index: Any, stats: dict[str, Any]) -> None:
     from rich.table import Table
 
     out = console()
@@ -166,7 +166,7 @@ def _print_stats(index: Any, stats: dict[str, Any]) -> None:
         out.print(t)
 
 
-def _print_balance(report: Any) -> None:
+def print_balance(report: Any) -> None:
     from rich.table import Table
 
     from detloader.stats import summary_rows
