@@ -25,7 +25,7 @@ import random
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -86,6 +86,94 @@ class LoaderOptions:
     seed: int | None = None
 
 
+#: What ``make_loader(balance=...)`` takes: a strategy name, ``{group: weight}`` or a sampler.
+Balance = str | Mapping[Any, float] | Sampler[Any]
+
+
+def resolve_balance(
+    dataset: Dataset[Any],
+    balance: Balance,
+    *,
+    by: Any,
+    seed: int | None,
+    shuffle: bool,
+    sampler: Any,
+    batch_sampler: Any,
+) -> Sampler[Any]:
+    """The sampler for ``make_loader(balance=...)``: conflicts refused by name, then
+    :func:`detloader.samplers.make_balanced_sampler` on the dataset's index."""
+    clash = [
+        name
+        for name, bad in (("shuffle=True", shuffle), ("sampler", sampler is not None), ("batch_sampler", batch_sampler is not None))
+        if bad
+    ]
+    if clash:
+        raise ValueError(
+            f"balance={_short(balance)} builds the sampler, so {', '.join(clash)} must be left out "
+            "(pass your own sampler as balance=, or drop balance)"
+        )
+    from detloader.samplers import make_balanced_sampler
+
+    if isinstance(balance, Sampler):
+        return balance
+    index = getattr(dataset, "index", None)
+    if index is None:
+        raise ValueError(
+            f"balance={_short(balance)} needs the dataset's annotation index (dataset.index, as "
+            f"DetectionDataset has); {type(dataset).__name__} has none: pass a sampler instead"
+        )
+    if seed is None:  # like an unseeded shuffle: a fresh order each run
+        seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
+    return make_balanced_sampler(index, balance, by=by, seed=int(seed))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def resolve_auto_workers(dataset: Dataset[Any], o: LoaderOptions, batch_size: int) -> LoaderOptions:
+    """``num_workers="auto"``: the tuned (or heuristic) settings of :mod:`detloader.tune`.
+
+    ``pin_memory``, ``prefetch_factor`` and ``persistent_workers`` follow the recommendation
+    where the caller left them at their defaults.
+    """
+    from dataclasses import replace
+
+    from detloader.tune import auto_loader_kwargs
+
+    rec, _reason = auto_loader_kwargs(dataset, batch_size)
+    workers = int(rec.get("num_workers", 0))
+    changes: dict[str, Any] = {"num_workers": workers}
+    if not o.pin_memory:
+        changes["pin_memory"] = bool(rec.get("pin_memory", False))
+    if workers > 0:
+        if o.prefetch_factor is None and rec.get("prefetch_factor") is not None:
+            changes["prefetch_factor"] = int(rec["prefetch_factor"])
+        if not o.persistent_workers:
+            changes["persistent_workers"] = bool(rec.get("persistent_workers", False))
+    else:
+        changes.update(prefetch_factor=None, persistent_workers=False)
+    return replace(o, **changes)
+
+
+def set_epoch(loader: DataLoader[Any], epoch: int) -> None:
+    """Tell every epoch-aware part of ``loader`` that epoch ``epoch`` begins: the dataset
+    (augmentation seeds), the sampler and the batch sampler (draws). Call it before each
+    epoch; without it, seeded samplers and augmentations repeat the same epoch."""
+    seen: set[int] = set()
+    for part in (
+        loader.dataset,
+        loader.sampler,
+        loader.batch_sampler,
+        getattr(loader.batch_sampler, "sampler", None),
+    ):
+        fn = getattr(part, "set_epoch", None)
+        if callable(fn) and id(part) not in seen:
+            seen.add(id(part))
+            fn(epoch)
+
+
 def check_options(o: LoaderOptions) -> None:
     """Refuse conflicting or invalid options, naming them (ValueError)."""
     if o.batch_sampler is not None:
@@ -117,7 +205,7 @@ def check_options(o: LoaderOptions) -> None:
             "(shuffle inside the sampler, or pass shuffle=True without a sampler)"
         )
     if not isinstance(o.num_workers, int) or o.num_workers < 0:
-        raise ValueError(f"num_workers={o.num_workers!r} must be an int >= 0")
+        raise ValueError(f"num_workers={o.num_workers!r} must be an int >= 0 or 'auto'")
     if o.timeout < 0:
         raise ValueError(f"timeout={o.timeout!r} must be >= 0")
     if o.num_workers == 0:
@@ -190,7 +278,7 @@ def make_loader(
     shuffle: bool = False,
     sampler: Sampler[Any] | Sequence[int] | None = None,
     batch_sampler: Sampler[list[int]] | Sequence[Sequence[int]] | None = None,
-    num_workers: int = 0,
+    num_workers: int | Literal["auto"] = 0,
     collate_fn: Callable[[list[Any]], Any] | None = collate_detection,
     pin_memory: bool = False,
     drop_last: bool = False,
@@ -200,22 +288,50 @@ def make_loader(
     prefetch_factor: int | None = None,
     persistent_workers: bool = False,
     seed: int | None = None,
+    balance: Balance | None = None,
+    balance_by: Any = "class",
 ) -> DataLoader[Any]:
     """A ``torch.utils.data.DataLoader`` over ``dataset``; the parameters are DataLoader's
-    (see the module docstring for what is added), plus ``seed``: an int seeds the loader's
-    generator (shuffle order and worker seeds), None leaves them random.
+    (see the module docstring for what is added), plus:
+
+    * ``seed``: an int seeds the loader's generator (shuffle order, worker seeds) and the
+      balanced sampler; None leaves them random.
+    * ``num_workers="auto"``: the settings :func:`detloader.tune_loader` measured for this
+      machine, dataset, transform and batch size, else a documented heuristic (with a
+      ``TuneWarning`` saying so); ``pin_memory``, ``prefetch_factor`` and
+      ``persistent_workers`` follow it where left at their defaults.
+    * ``balance``: class balancing by the sampler: a strategy name (``"inverse"``,
+      ``"sqrt"``, ``"power:0.3"``, ``"effective:0.999"``, ``"repeat_factor:0.1"``,
+      ``"class_aware"``), a ``{group: weight}`` mapping, or a ready sampler; ``balance_by``
+      the grouping (``"class"``, ``"image_class"``, ``"attribute:NAME"``, a tuple for a
+      product). See :func:`detloader.samplers.make_balanced_sampler`. Call
+      :func:`set_epoch` before each epoch.
 
     Raises:
         ValueError: conflicting options (shuffle with a sampler; batch_sampler with
-            batch_size/shuffle/sampler/drop_last; worker options with ``num_workers=0``) or
-            invalid values, named in the message.
+            batch_size/shuffle/sampler/drop_last; worker options with ``num_workers=0``;
+            balance with shuffle/sampler/batch_sampler) or invalid values, named in the
+            message.
     """
+    if balance is not None:
+        sampler = resolve_balance(
+            dataset,
+            balance,
+            by=balance_by,
+            seed=seed,
+            shuffle=shuffle,
+            sampler=sampler,
+            batch_sampler=batch_sampler,
+        )
+    auto = isinstance(num_workers, str)
+    if auto and num_workers != "auto":
+        raise ValueError(f"num_workers={num_workers!r} must be an int >= 0 or 'auto'")
     options = LoaderOptions(
         batch_size=batch_size,
         shuffle=shuffle,
         sampler=sampler,
         batch_sampler=batch_sampler,
-        num_workers=num_workers,
+        num_workers=0 if auto else num_workers,  # type: ignore[arg-type]
         collate_fn=collate_fn,
         pin_memory=pin_memory,
         drop_last=drop_last,
@@ -226,4 +342,7 @@ def make_loader(
         persistent_workers=persistent_workers,
         seed=seed,
     )
+    if auto:
+        size = batch_size if batch_size is not None else getattr(batch_sampler, "batch_size", 1)
+        options = resolve_auto_workers(dataset, options, int(size or 1))
     return DataLoader(dataset, **dataloader_kwargs(dataset, options))
