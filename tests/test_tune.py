@@ -349,17 +349,23 @@ def test_measure_a_real_loader() -> None:
     assert _children() == before  # workers were stopped
 
 
-def test_rate_is_counted_over_whole_rounds_of_workers() -> None:
-    from detloader.tune.measure import whole_rounds
+def test_rate_is_counted_between_waited_for_batches() -> None:
+    from detloader.tune.measure import steady_rate
 
-    # 3 workers in step: bursts of 3 batches of 10 images, one burst per second -> 30 img/s
-    arrivals = [0.0, 0.01, 0.02, 1.0, 1.01, 1.02, 2.0, 2.01]
-    images, batches, seconds = whole_rounds(arrivals, [10] * 8, workers=3)
-    assert (images, batches, seconds) == (60, 6, 2.0)
-    assert 70 / 2.01 > 34  # counting every batch would report 35 img/s
-    assert whole_rounds(arrivals, [10] * 8, workers=0) == (70, 7, 2.01)
-    assert whole_rounds([0.0, 0.5], [10, 10], workers=4) == (10, 1, 0.5)  # fewer than a round
-    assert whole_rounds([0.0], [10], workers=1) == (0, 0, 0.0)
+    # 3 workers in step: a burst of 3 batches of 10 images per second -> 30 img/s. The window
+    # starts inside a burst (two queued batches), so counting everything says 35 img/s.
+    arrivals = [0.0, 0.01, 0.99, 1.0, 1.01, 1.99, 2.0, 2.01]
+    waits = [0.0, 0.0, 0.97, 0.0, 0.0, 0.97, 0.0, 0.0]
+    images, batches, seconds = steady_rate(arrivals, waits, [10] * 8, wall=2.01)
+    assert (images, batches) == (30, 3) and seconds == pytest.approx(1.0)
+    # a consumer slower than the loader never waits: the whole window counts
+    assert steady_rate([0.0, 0.1, 0.2], [0.0, 0.0, 0.0], [10] * 3, wall=0.3) == (30, 3, 0.3)
+    # every batch waited for (loading in the main process): first to last arrival
+    images, batches, seconds = steady_rate([0.0, 0.1, 0.2], [0.1, 0.1, 0.1], [10] * 3, wall=0.3)
+    assert (images, batches) == (20, 2) and seconds == pytest.approx(0.2)
+    # waited-for batches too close together to span a third of the window: the whole window
+    assert steady_rate([0.0, 0.01, 1.0], [0.5, 0.5, 0.0], [10] * 3, wall=1.0) == (30, 3, 1.0)
+    assert steady_rate([0.0], [0.0], [10], wall=0.1) == (10, 1, 0.1)
 
 
 def test_measure_records_a_failing_setting() -> None:

@@ -239,7 +239,9 @@ def search_line(r: TuneResult) -> str:
     failed = len(r.trials) - ok
     why = {
         "converged": "throughput stopped rising",
-        "cap": f"throughput still rose at the cap ({cap_reason_text(r)})",
+        "cap": f"throughput still rose at the cap of {r.worker_cap} workers ("
+        + {"usable": "the usable CPUs", "busy": "the free CPUs", "max_workers": "max_workers"}.get(
+            r.cap_reason, r.cap_reason) + ")",
         "budget": "the time budget ran out",
         "memory": "more workers would not fit in memory",
         "grid": "every candidate was measured",

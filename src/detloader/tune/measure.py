@@ -41,8 +41,8 @@ class Trial:
     CPUs minus ours and our workers'; None where ``/proc/stat`` is missing): when it changes
     from one setting to the next, the machine's load changed under the measurement;
     ``error``: why the setting could not be measured (the other figures are then 0).
-    ``images`` / ``batches`` / ``seconds``: the span the rate is counted over (whole rounds of
-    workers, see :func:`whole_rounds`); CPU figures cover the whole window.
+    ``images`` / ``batches`` / ``seconds``: the span the rate is counted over (see
+    :func:`steady_rate`); CPU figures cover the whole window.
     """
 
     settings: dict[str, Any]
@@ -216,19 +216,20 @@ def measure_setting(
     *,
     batch_size: int,
     window_s: float = 2.0,
-    min_batches: int = 4,
+    min_batches: int | None = None,
     consumer: Consumer | None = None,
     deadline: float | None = None,
     phase: str = "",
 ) -> Trial:
     """Build ``factory(**settings)``, warm it up, and time a window of at least ``window_s``
-    seconds and ``min_batches`` batches (ending early, after 2 batches, past ``deadline``, a
+    seconds and ``min_batches`` batches (default: two rounds of workers, ``2 * num_workers +
+    1``, at least 4), ending early, after 2 batches, past ``deadline`` (a
     ``time.perf_counter()`` value).
 
     Warm-up: the first batch (its time is ``startup_s``), then ``num_workers *
     prefetch_factor`` batches, the burst the workers prepared while starting; throughput
-    measured during that burst would be too high. Throughput is counted over whole rounds of
-    workers (:func:`whole_rounds`). Workers are stopped before returning, so the
+    measured during that burst would be too high. Throughput is counted between batches the
+    consumer had to wait for (:func:`steady_rate`). Workers are stopped before returning, so the
     next setting starts on idle CPUs. A setting that raises is returned with ``error`` set.
     """
     import psutil
@@ -237,6 +238,8 @@ def measure_setting(
     before = {p.pid for p in me.children(recursive=True)}
     workers_n = int(settings.get("num_workers", 0))
     prefetch = settings.get("prefetch_factor") or 2
+    if min_batches is None:
+        min_batches = max(4, 2 * workers_n + 1)
     cycle: _Cycle | None = None
     try:
         loader = factory(**settings)
@@ -277,9 +280,7 @@ def measure_setting(
         wall = time.perf_counter() - t_start
         stat1 = _system.cpu_sample()
         main_cpu = (_cpu_s(me) - main0) / wall
-        images, batches, seconds = whole_rounds(arrivals, counts, workers_n)
-        if seconds <= 0:
-            images, batches, seconds = sum(counts), len(counts), wall
+        images, batches, seconds = steady_rate(arrivals, waits, counts, wall)
         procs = _workers(me, before)
         workers_cpu_s = _reaped_children_cpu_s(me) - reaped0
         uss, pss = [], []
@@ -327,22 +328,32 @@ def measure_setting(
         gc.collect()
 
 
-def whole_rounds(arrivals: list[float], counts: list[int], workers: int) -> tuple[int, int, float]:
-    """``(images, batches, seconds)`` between the first arrival and the last one a whole number
-    of worker rounds later.
+def steady_rate(
+    arrivals: list[float], waits: list[float], counts: list[int], wall: float
+) -> tuple[int, int, float]:
+    """``(images, batches, seconds)`` to count the rate over, from one window's batches.
 
-    Workers that start together stay in step: their batches arrive in bursts of
-    ``num_workers``. A window that starts in one burst and ends in the middle of another counts
-    up to a burst too many or too few (with many workers and short windows, tens of per cent);
-    from one burst to the same point of a later burst, the rate is exact. Batch ``i``
-    arrives at ``arrivals[i]`` holding ``counts[i]`` images; the first batch only marks time.
+    Batch ``i`` arrived at ``arrivals[i]`` after the consumer waited ``waits[i]`` for it, and
+    holds ``counts[i]`` images. Workers that start together stay in step, so their batches
+    arrive in bursts; counting every batch of a window that starts or ends inside a burst is
+    off by up to a burst (tens of per cent with many workers and short windows). A batch the
+    consumer *waited* for found the queue empty; between two such batches the loader delivered
+    exactly what it produced, so the rate from the first waited-for batch to the last one is
+    exact whatever the bursts. It is used when that span covers a third of the window or more;
+    else (a consumer slower than the loader never waits) every batch over the whole window.
     """
-    intervals = len(arrivals) - 1
-    if intervals < 1:
-        return 0, 0, 0.0
-    step = max(1, workers)
-    used = (intervals // step) * step if intervals >= step else intervals
-    return sum(counts[1 : used + 1]), used, arrivals[used] - arrivals[0]
+    n = len(arrivals)
+    if n < 2:
+        return sum(counts), n, wall
+    typical = (arrivals[-1] - arrivals[0]) / (n - 1)
+    threshold = max(0.002, 0.25 * typical)
+    waited = [i for i in range(n) if waits[i] >= threshold]
+    if len(waited) >= 2:
+        first, last = waited[0], waited[-1]
+        span = arrivals[last] - arrivals[first]
+        if span > 0 and span >= wall / 3:
+            return sum(counts[first + 1 : last + 1]), last - first, span
+    return sum(counts), n, wall
 
 
 def failed_trial(settings: Mapping[str, Any], error: str, phase: str = "") -> Trial:

@@ -206,7 +206,7 @@ class _Runner:
             settings,
             batch_size=self.batch_size,
             window_s=self.window_s,
-            min_batches=max(4, 2 * workers + 1),  # two whole rounds of workers
+            min_batches=max(4, 2 * workers + 1),  # two rounds of workers
             consumer=self.consumer_for(bool(settings.get("pin_memory", False))),
             deadline=self.start + self.budget_s,
             phase=phase,
