@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from helpers import voc_dataset, voc_object, voc_xml
 
 from detloader.cli import main
@@ -51,6 +53,15 @@ def test_bad_argument_is_one_line(tmp_path, capsys):
 
 
 def test_demo_runs(tmp_path, capsys):
-    assert main(["demo", "--out", str(tmp_path / "demo"), "--images", "12"]) == 0
+    assert main(["demo", "--out", str(tmp_path / "demo"), "--images", "24", "--tune-budget", "0", "--size", "96"]) == 0
     out = capsys.readouterr().out
-    assert "synthesise" in out and "face" in out
+    for step in ("synthesise", "index", "validate", "summary", "balance", "load"):
+        assert step in out
+    assert "images/s" in out and "WeightedSampler" in out
+
+
+@pytest.mark.slow
+def test_demo_with_tuning(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path / "demo"), "--images", "40", "--tune-budget", "4", "--size", "96"]) == 0
+    out = capsys.readouterr().out
+    assert "recommended: DataLoader(" in out and "num_workers='auto'" in out
