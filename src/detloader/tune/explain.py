@@ -239,7 +239,7 @@ def search_line(r: TuneResult) -> str:
     failed = len(r.trials) - ok
     why = {
         "converged": "throughput stopped rising",
-        "cap": f"throughput still rose at the cap of {r.worker_cap} workers ("
+        "cap": f"throughput still rose at the cap of {_workers(r.worker_cap)} ("
         + {"usable": "the usable CPUs", "busy": "the free CPUs", "max_workers": "max_workers"}.get(
             r.cap_reason, r.cap_reason) + ")",
         "budget": "the time budget ran out",

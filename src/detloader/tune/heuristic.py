@@ -83,6 +83,7 @@ def auto_loader_kwargs(
     cache_dir: str | os.PathLike[str] | None = None,
     busy_window_s: float = 0.2,
     warn: bool = True,
+    stacklevel: int = 2,
 ) -> tuple[dict[str, Any], str]:
     """DataLoader keyword arguments ``num_workers``, ``pin_memory``, ``prefetch_factor``,
     ``persistent_workers`` for ``dataset`` at ``batch_size``, and a one-line reason.
@@ -90,7 +91,7 @@ def auto_loader_kwargs(
     The cached :func:`detloader.tune_loader` result for this machine, dataset, transform and
     batch size when there is one; else the heuristic of this module (it watches the CPUs for
     ``busy_window_s`` seconds) and, with ``warn``, a :class:`TuneWarning` saying so (shown
-    once per process by Python's default warning filter).
+    once per process by Python's default warning filter) pointing ``stacklevel`` frames up.
     """
     from detloader.tune.store import cache_key, load_result
 
@@ -114,6 +115,6 @@ def auto_loader_kwargs(
             "settings come from a heuristic. Run detloader.tune_loader(dataset, batch_size=...) "
             "or `detloader tune PATH` once to measure them.",
             TuneWarning,
-            stacklevel=2,
+            stacklevel=stacklevel,
         )
     return kwargs, reason

@@ -12,8 +12,9 @@ if TYPE_CHECKING:
 
 def plot_result(result: "TuneResult", path: str | os.PathLike[str]) -> str:
     """Two panels sharing the x axis (``num_workers``): images/s per setting family
-    (prefetch_factor x pin_memory; the recommendation circled) and the memory all workers hold
-    (mean USS per worker x workers). Saved to ``path`` with the Agg backend; returns the path.
+    (prefetch_factor x pin_memory; the line joins each setting's best window, dots are all
+    windows, the recommendation is circled) and the memory all workers hold (USS per worker x
+    workers). Saved to ``path`` with the Agg backend; returns the path.
     Raises ModuleNotFoundError naming the ``plot`` extra when matplotlib is missing."""
     try:
         import matplotlib
@@ -25,25 +26,32 @@ def plot_result(result: "TuneResult", path: str | os.PathLike[str]) -> str:
             "plotting needs matplotlib: pip install 'detloader[plot]'"
         ) from err
 
-    families: dict[str, list[tuple[int, float, float | None]]] = defaultdict(list)
+    # per family (prefetch x pinning): every window as a faint dot, each setting's best window
+    # (how the tuner ranks) as the line, its workers' memory below
+    windows: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    best: dict[str, dict[int, float]] = defaultdict(dict)
+    memory: dict[str, dict[int, float]] = defaultdict(dict)
     for t in result.trials:
         if not t.ok:
             continue
         s = t.settings
         label = f"prefetch {s.get('prefetch_factor') or 2}" + (", pinned" if s.get("pin_memory") else "")
+        w = t.num_workers
+        windows[label].append((w, t.images_per_s))
+        best[label][w] = max(best[label].get(w, 0.0), t.images_per_s)
         if t.worker_uss_mib is not None:
-            mem: float | None = t.worker_uss_mib * t.num_workers
-        else:
-            mem = 0.0 if t.num_workers == 0 else None
-        families[label].append((t.num_workers, t.images_per_s, mem))
+            memory[label][w] = max(memory[label].get(w, 0.0), t.worker_uss_mib * w)
+        elif w == 0:
+            memory[label][w] = 0.0
     fig, (ax_rate, ax_mem) = plt.subplots(2, 1, sharex=True, figsize=(7, 6), constrained_layout=True)
-    for label, points in sorted(families.items()):
-        points.sort()
-        xs = [p[0] for p in points]
-        ax_rate.plot(xs, [p[1] for p in points], marker="o", label=label)
-        mem = [(p[0], p[2]) for p in points if p[2] is not None]
-        if mem:
-            ax_mem.plot([m[0] for m in mem], [m[1] for m in mem], marker="s", label=label)
+    for label in sorted(best):
+        xs = sorted(best[label])
+        line = ax_rate.plot(xs, [best[label][x] for x in xs], marker="o", label=label)[0]
+        ax_rate.scatter([p[0] for p in windows[label]], [p[1] for p in windows[label]], s=12,
+                        color=line.get_color(), alpha=0.35)
+        ms = sorted(memory[label])
+        if ms:
+            ax_mem.plot(ms, [memory[label][x] for x in ms], marker="s", color=line.get_color(), label=label)
     chosen = result.chosen_trial
     ax_rate.scatter([chosen.num_workers], [chosen.images_per_s], s=220, facecolors="none",
                     edgecolors="crimson", linewidths=2, label="recommended", zorder=5)
