@@ -142,7 +142,8 @@ def resolve_auto_workers(dataset: Dataset[Any], o: LoaderOptions, batch_size: in
 
     from detloader.tune import auto_loader_kwargs
 
-    rec, _reason = auto_loader_kwargs(dataset, batch_size)
+    # the warning (heuristic, not measured) points at the caller of make_loader
+    rec, _reason = auto_loader_kwargs(dataset, batch_size, stacklevel=4)
     workers = int(rec.get("num_workers", 0))
     changes: dict[str, Any] = {"num_workers": workers}
     if not o.pin_memory:
