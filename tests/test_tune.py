@@ -586,6 +586,9 @@ def test_auto_without_a_result_warns_and_uses_the_heuristic(monkeypatch: pytest.
         kwargs, reason = auto_loader_kwargs(SpinDataset(8), 4, busy_window_s=0.0)
     assert reason.startswith("heuristic:")
     DataLoader(SpinDataset(8), batch_size=4, **kwargs)
+    with pytest.warns(TuneWarning) as record:  # the warning names the caller's line
+        auto_loader_kwargs(SpinDataset(8), 4, busy_window_s=0.0)
+    assert record[0].filename == __file__
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         auto_loader_kwargs(SpinDataset(8), 4, busy_window_s=0.0, warn=False)
