@@ -101,3 +101,12 @@ def test_num_workers_auto_uses_a_cached_tuning_result(dataset):
     if rec["num_workers"]:
         assert loader.prefetch_factor == rec["prefetch_factor"]
         assert loader._persistent_workers == rec["persistent_workers"]
+
+
+def test_resumable_loader_set_epoch_reaches_the_dataset(dataset):
+    from detloader import ResumableLoader
+
+    loader = ResumableLoader(make_loader(dataset, batch_size=8, balance="sqrt", seed=0))
+    loader.set_epoch(3)
+    assert dataset.epoch == 3 and loader.loader.sampler.epoch == 3
+    dataset.set_epoch(0)

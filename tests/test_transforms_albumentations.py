@@ -130,7 +130,8 @@ def test_with_real_albumentations() -> None:
     t = AlbumentationsTransform.build([A.HorizontalFlip(p=1.0)])
     out = t(_data(), np.random.default_rng(0))
     assert out.boxes[2].tolist() == pytest.approx([30, 10, 50, 20], abs=1e-3)
-    assert out.landmarks[2, 0].tolist() == pytest.approx([35, 12], abs=1e-2)  # 80 - 45
+    # albumentations flips keypoints as pixel indices: 80 - 1 - 45 (boxes: 80 - x)
+    assert out.landmarks[2, 0].tolist() == pytest.approx([34, 12], abs=1e-2)
     assert out.visibility[0].tolist() == [2, 2, 2, 2, 0]
     again = AlbumentationsTransform.build([A.RandomCrop(30, 30)])
     a = again(_data(), np.random.default_rng(5))
