@@ -201,8 +201,7 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
 
     top = _first_children(ann)
     filename = (_text(top, "filename") or "").strip()
-    sub = os.path.relpath(os.path.dirname(rel) or ".", ann_dir)
-    sub = "" if sub == "." else sub
+    sub = _sub_folder(os.path.dirname(rel), ann_dir)
     stem = os.path.splitext(os.path.basename(rel))[0]
     image_rel = _resolve_image(root, image_dir, sub, filename, stem, _text(top, "path"), opts.check_images)
     if image_rel is None:
@@ -243,6 +242,19 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
 
     for j, obj in enumerate(ann.iterchildren("object"), start=1):
         _parse_object(obj, f"object[{j}]", b)
+
+
+def _sub_folder(folder: str, ann_dir: str) -> str:
+    """The annotation's folder below the annotation folder ('' at its top); string work, as
+    ``os.path.relpath`` per file costs more than parsing small files."""
+    if ann_dir in ("", "."):
+        return folder
+    if folder == ann_dir:
+        return ""
+    if folder.startswith(ann_dir + os.sep):
+        return folder[len(ann_dir) + 1 :]
+    sub = os.path.relpath(folder or ".", ann_dir)
+    return "" if sub == "." else sub
 
 
 def _first_children(el: etree._Element) -> dict[str, etree._Element]:
