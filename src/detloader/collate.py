@@ -16,7 +16,7 @@ return: ``(image, boxes, labels)``, ``(image, boxes, labels, landmarks)``,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -170,21 +170,6 @@ class Batch:
 
 
 # -- inputs -----------------------------------------------------------------------------------
-@dataclass
-class _Item:
-    image: torch.Tensor  # uint8 [3, H, W]
-    boxes: np.ndarray
-    labels: np.ndarray
-    landmarks: np.ndarray
-    visibility: np.ndarray
-    image_label: int
-    image_id: int
-    orig_size: tuple[int, int]
-    scale: tuple[float, float]
-    offset: tuple[float, float]
-    object_ids: np.ndarray
-
-
 def _image_tensor(image: Any, position: int) -> torch.Tensor:
     if isinstance(image, torch.Tensor):
         t = image
@@ -217,7 +202,7 @@ def _from_parts(
     visibility: Any,
     image_label: int,
     position: int,
-) -> _Item:
+) -> Sample:
     img = _image_tensor(image, position)
     h, w = int(img.shape[1]), int(img.shape[2])
     b = np.asarray(boxes if boxes is not None else np.zeros((0, 4)), dtype=np.float32)
@@ -249,19 +234,17 @@ def _from_parts(
             vis = np.full(lm.shape[:2], 2, dtype=np.uint8)
         vis = np.where(np.isfinite(lm).all(axis=-1), vis, 0).astype(np.uint8)
         lm = np.where((vis > 0)[..., None], lm, 0).astype(np.float32)
-    return _Item(
+    return Sample(
         img, b, lab, lm, vis, int(image_label), MISSING, (w, h), (1.0, 1.0), (0.0, 0.0),
         np.full(n, MISSING, dtype=np.int64),
     )
 
 
-def _item(sample: Any, position: int) -> _Item:
+def _item(sample: Any, position: int) -> Sample:
+    """A dataset's sample as a :class:`Sample` (a user's tuple or dict is checked and
+    completed: no landmarks -> K = 0, visibility 2 where not given, identity scale)."""
     if isinstance(sample, Sample):
-        return _Item(
-            sample.image, sample.boxes, sample.labels, sample.landmarks, sample.visibility,
-            sample.image_label, sample.image_id, sample.orig_size, sample.scale, sample.offset,
-            sample.object_ids,
-        )
+        return sample
     if isinstance(sample, (tuple, list)):
         if len(sample) == 2 and isinstance(sample[1], Mapping):
             image, target = sample
@@ -327,10 +310,13 @@ def collate_detection(
     if len(ks) > 1:
         raise ValueError(f"collate_detection: samples have different landmark counts K={sorted(ks)}")
     k = ks.pop() if ks else max(it.landmarks.shape[1] for it in items)
-    for it in items:  # an image without objects may come with landmarks of any K
+    for j, it in enumerate(items):  # an image without objects may come with landmarks of any K
         if not len(it.boxes) and it.landmarks.shape[1] != k:
-            it.landmarks = np.zeros((0, k, 2), dtype=np.float32)
-            it.visibility = np.zeros((0, k), dtype=np.uint8)
+            items[j] = replace(
+                it,
+                landmarks=np.zeros((0, k, 2), dtype=np.float32),
+                visibility=np.zeros((0, k), dtype=np.uint8),
+            )
     sizes = np.array([(it.image.shape[2], it.image.shape[1]) for it in items], dtype=np.int64)
     if pad_to is not None:
         pw, ph = int(pad_to[0]), int(pad_to[1])
