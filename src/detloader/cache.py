@@ -28,8 +28,9 @@ import mmap
 import os
 import struct
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Iterator
 
 import numpy as np
 
@@ -80,6 +81,22 @@ def cache_dir_for(root: str | os.PathLike[str]) -> Path:
     return target
 
 
+@contextmanager
+def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[Any]]:
+    """A file object writing to a temporary file beside ``path``, renamed over ``path`` when
+    the block ends without error (readers never see half a file), removed otherwise."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as fh:
+            yield fh
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def _writable(folder: Path) -> bool:
     """Writable for us, and not marked read-only by its mode bits (which root would ignore)."""
     try:
@@ -111,24 +128,17 @@ def save_index(index: AnnotationIndex, path: str | os.PathLike[str], key: str) -
     }
     blob = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     data_start = _align(_PREFIX.size + len(blob))
-    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(_PREFIX.pack(MAGIC, CACHE_VERSION, 0, len(blob)))
-            fh.write(blob)
-            fh.write(b"\0" * (data_start - _PREFIX.size - len(blob)))
-            pos = 0
-            for name, arr in arrays.items():
-                start = table[name][2]
-                fh.write(b"\0" * (start - pos))
-                fh.write(memoryview(arr).cast("B") if arr.nbytes else b"")
-                pos = start + arr.nbytes
-            fh.write(b"\0" * (_align(pos) - pos))
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_write(path) as fh:
+        fh.write(_PREFIX.pack(MAGIC, CACHE_VERSION, 0, len(blob)))
+        fh.write(blob)
+        fh.write(b"\0" * (data_start - _PREFIX.size - len(blob)))
+        pos = 0
+        for name, arr in arrays.items():
+            start = table[name][2]
+            fh.write(b"\0" * (start - pos))
+            fh.write(memoryview(arr).cast("B") if arr.nbytes else b"")
+            pos = start + arr.nbytes
+        fh.write(b"\0" * (_align(pos) - pos))
     return path
 
 

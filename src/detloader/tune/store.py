@@ -21,12 +21,11 @@ import json
 import os
 import re
 import socket
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from detloader import _system
-from detloader.cache import CACHE_DIR_ENV, user_cache_dir
+from detloader.cache import CACHE_DIR_ENV, atomic_write, user_cache_dir
 from detloader.tune.result import TuneResult
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -123,15 +122,8 @@ def save_result(result: TuneResult, folder: str | os.PathLike[str] | None = None
         raise ValueError("save_result: the result has no key (it was not built by tune_loader)")
     path = cache_file(result.key, folder)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(result.to_json())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_write(path, "w") as fh:
+        fh.write(result.to_json())
     return path
 
 
