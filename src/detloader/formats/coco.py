@@ -40,17 +40,19 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from detloader.formats._build import ChunkBuilder, ReadOptions
-from detloader.formats._common import Source, find_child_dir, parse_flag
-from detloader.formats._landmarks import preset_schema
-from detloader.formats._support import (
+from detloader.formats._common import (
     ImageLocator,
+    Source,
     candidate_dirs,
     check_options,
     file_source,
+    find_child_dir,
     header_size,
     int_or_none,
+    parse_flag,
     read_head,
 )
+from detloader.formats._landmarks import preset_schema
 from detloader.index import LandmarkSchema
 
 NAME = "coco"

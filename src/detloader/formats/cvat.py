@@ -66,20 +66,22 @@ import numpy as np
 from lxml import etree
 
 from detloader.formats._build import ChunkBuilder, ReadOptions
-from detloader.formats._common import IMAGE_EXTENSIONS, Source, parse_flag
-from detloader.formats._landmarks import preset_schema
-from detloader.formats._support import (
+from detloader.formats._common import (
+    IMAGE_EXTENSIONS,
     ImageLocator,
+    Source,
     candidate_dirs,
     check_options,
     file_source,
     header_size,
     int_or_none,
     iter_xml,
-    root_tag,
+    parse_flag,
+    sniff_xml,
     syntax_message,
     xml_files_with_root,
 )
+from detloader.formats._landmarks import preset_schema
 from detloader.formats._xml import UnsafeXMLError, iterparse_safe
 from detloader.index import AnnotationIndex, LandmarkSchema
 
@@ -99,9 +101,7 @@ SUBSET_ATTRIBUTE = "subset"
 
 def sniff(path: Path) -> bool:
     """An ``.xml`` file whose root element is ``<annotations>``, or a folder holding one."""
-    if path.is_file():
-        return path.suffix.lower() == ".xml" and root_tag(path) == ROOT_TAG
-    return path.is_dir() and bool(xml_files_with_root(path, ROOT_TAG))
+    return sniff_xml(path, ROOT_TAG)
 
 
 def _annotation_file(path: Path) -> Path:

@@ -27,7 +27,7 @@ file)::
   header (a ``missing_size`` repair).
 * Image paths are relative to the XML file's folder (or ``image_dir``).
 
-The file is streamed (:func:`~detloader.formats._support.iter_xml`), so large landmark files
+The file is streamed (:func:`~detloader.formats._common.iter_xml`), so large landmark files
 (the iBUG 300-W training list is ~30 MB) need no size cap. Element paths in problems are
 1-based: ``image[5]/box[2]/part[3]`` is the third part of the second box of the fifth
 ``<image>``; the record of an image is its ``file``.
@@ -42,20 +42,21 @@ from typing import Sequence
 from lxml import etree
 
 from detloader.formats._build import ChunkBuilder, ReadOptions
-from detloader.formats._common import Source, parse_flag
-from detloader.formats._landmarks import IBUG68, preset_schema
-from detloader.formats._support import (
+from detloader.formats._common import (
     ImageLocator,
+    Source,
     candidate_dirs,
     check_options,
     file_source,
     header_size,
     int_or_none,
     iter_xml,
-    root_tag,
+    parse_flag,
+    sniff_xml,
     syntax_message,
     xml_files_with_root,
 )
+from detloader.formats._landmarks import IBUG68, preset_schema
 from detloader.formats._xml import UnsafeXMLError
 from detloader.index import LandmarkSchema
 
@@ -75,9 +76,7 @@ __all__ = ["IBUG68", "NAME", "default_landmarks", "discover", "parse", "sniff"]
 
 def sniff(path: Path) -> bool:
     """An ``.xml`` file whose root element is ``<dataset>``, or a folder holding one."""
-    if path.is_file():
-        return path.suffix.lower() == ".xml" and root_tag(path) == ROOT_TAG
-    return path.is_dir() and bool(xml_files_with_root(path, ROOT_TAG))
+    return sniff_xml(path, ROOT_TAG)
 
 
 def _annotation_file(path: Path) -> Path:

@@ -38,14 +38,16 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from detloader.formats._build import ChunkBuilder, ReadOptions
-from detloader.formats._common import IMAGE_EXTENSIONS, Source, stat_entry
-from detloader.formats._support import (
+from detloader.formats._common import (
+    IMAGE_EXTENSIONS,
     ImageLocator,
+    Source,
     candidate_dirs,
     check_options,
     dir_mtime,
     image_size,
     read_head,
+    stat_entry,
 )
 from detloader.index import FACE5, AnnotationIndex
 

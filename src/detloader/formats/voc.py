@@ -46,12 +46,15 @@ from detloader.formats._build import ChunkBuilder, ReadOptions
 from detloader.formats._common import (
     IMAGE_EXTENSIONS,
     Source,
+    dir_mtime,
     find_child_dir,
-    image_header_size,
+    header_size,
     parse_flag,
     read_capped,
+    root_tag,
     scan_files,
     stat_entry,
+    syntax_message,
 )
 from detloader.formats._xml import UnsafeXMLError, parse_xml_bytes
 from detloader.index import FACE5, AnnotationIndex, LandmarkSchema
@@ -74,7 +77,7 @@ def sniff(path: Path) -> bool:
     """True when ``path`` looks like VOC: an Annotations folder, or .xml files whose root
     element is ``<annotation>``."""
     if path.is_file():
-        return path.suffix.lower() == ".xml" and _root_tag(path) == "annotation"
+        return path.suffix.lower() == ".xml" and root_tag(path) == "annotation"
     if not path.is_dir():
         return False
     if find_child_dir(path, ANNOTATION_DIRS) is not None:
@@ -82,7 +85,7 @@ def sniff(path: Path) -> bool:
     if _single_year_folder(path) is not None:
         return True
     for entry in _first_files(path, ".xml", limit=3):
-        return _root_tag(Path(entry)) == "annotation"
+        return root_tag(Path(entry)) == "annotation"
     return False
 
 
@@ -96,16 +99,6 @@ def _first_files(top: Path, suffix: str, limit: int) -> list[str]:
                 if len(found) >= limit:
                     return found
     return found
-
-
-def _root_tag(path: Path) -> str | None:
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(4096)
-    except OSError:
-        return None
-    match = re.search(rb"<([A-Za-z_][\w.-]*)[\s>/]", re.sub(rb"<[?!][^>]*>", b"", head))
-    return match.group(1).decode("ascii", "replace") if match else None
 
 
 def _single_year_folder(path: Path) -> Path | None:
@@ -148,10 +141,6 @@ def _source(
             split_files.append(rel)
             stamp.append((rel, mtime, size))
     image_dir = image_dir.resolve()
-    try:
-        image_dir_mtime = os.stat(image_dir).st_mtime_ns  # images added or removed
-    except OSError:
-        image_dir_mtime = 0
     return Source(
         format=NAME,
         root=root,
@@ -160,7 +149,7 @@ def _source(
         extra={
             "annotation_dir": os.path.relpath(ann_dir, root),
             "image_dir": os.path.relpath(image_dir, root),
-            "image_dir_mtime": image_dir_mtime,
+            "image_dir_mtime": dir_mtime(image_dir),  # images added or removed
             "split_files": split_files,
         },
     )
@@ -193,7 +182,7 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
         b.problem("unsafe_xml", "", str(err), "file skipped")
         return
     except etree.XMLSyntaxError as err:
-        b.problem("unparseable", f"line {err.lineno}", _syntax_message(err), "file skipped")
+        b.problem("unparseable", f"line {err.lineno}", syntax_message(err), "file skipped")
         return
     if ann.tag != "annotation":
         b.problem("unsupported", ann.tag, f"root element <{ann.tag}> is not <annotation>", "file skipped")
@@ -221,12 +210,10 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
         raw = f"width={_text(size, 'width')!r} height={_text(size, 'height')!r}"
         if size_el is None:
             raw = "<size> is missing"
-        try:
-            width, height = image_header_size(os.path.join(root, image_rel))
-        except OSError as err:
-            b.problem("missing_size", "size", f"{raw}; image unreadable: {err}", "image skipped")
+        size_read = header_size(b, root, image_rel, "size", raw)
+        if size_read is None:
             return
-        b.problem("missing_size", "size", raw, f"read {width}x{height} from the image header", "repaired")
+        width, height = size_read
 
     image_attrs = _attributes(top.get("attributes"), "attributes", b)
     image_class = image_attrs.pop(opts.image_class_attribute, None)
@@ -314,11 +301,6 @@ def _parse_object(obj: etree._Element, element: str, b: ChunkBuilder) -> None:
         landmarks=landmarks,
         landmark_field=lm_field,
     )
-
-
-def _syntax_message(err: etree.XMLSyntaxError) -> str:
-    msg = str(err.msg if hasattr(err, "msg") and err.msg else err)
-    return msg.split(", line ")[0]
 
 
 def _int_or_zero(text: str | None) -> int | None:

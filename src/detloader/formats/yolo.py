@@ -47,13 +47,15 @@ from detloader.formats._build import ChunkBuilder, ReadOptions
 from detloader.formats._common import (
     IMAGE_EXTENSIONS,
     Source,
+    check_options,
     find_child_dir,
+    image_size,
     read_capped,
+    read_head,
     scan_files,
     stat_entry,
 )
 from detloader.formats._landmarks import preset_schema
-from detloader.formats._support import check_options, image_size, read_head
 from detloader.index import AnnotationIndex, LandmarkSchema
 from detloader.validate import Problem
 
