@@ -154,10 +154,7 @@ def host_to_device_gbps(
             times.append(time.perf_counter() - t)
         return nbytes / min(times[1:]) / 1e9
 
-    try:
-        return best(pageable, False), best(pinned, True)
-    finally:
-        del pageable, pinned, target
+    return best(pageable, False), best(pinned, True)  # the buffers go with this frame
 
 
 def _synchronizer(device: str) -> Callable[[], None]:
