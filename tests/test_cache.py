@@ -77,6 +77,21 @@ def test_version_mismatch_and_corrupt_files_rebuild(tmp_path):
     assert cache_mod.read_key(path) is not None
 
 
+def test_damaged_header_or_arrays_rebuild(tmp_path):
+    root = _root(tmp_path)
+    path = read_annotations(root)._source_file
+    good = open(path, "rb").read()
+    header_len = struct.unpack_from("<Q", good, 16)[0]
+    header = good[24 : 24 + header_len]
+    for bad_header in (b"{" + header[1:-1] + b"x", header.replace(b'"boxes":["<f4",[3,4]', b'"boxes":["<f4",[2,4]')):
+        assert bad_header != header
+        damaged = good[:24] + bad_header.ljust(header_len) + good[24 + header_len :]
+        open(path, "wb").write(damaged)
+        with pytest.raises(cache_mod.CacheError):
+            cache_mod.load_index_file(path)
+        assert read_annotations(root).num_objects == 3  # rebuilt, not a crash
+
+
 def test_cache_beside_data_when_writable_else_user_cache(tmp_path, monkeypatch):
     monkeypatch.delenv(cache_mod.CACHE_DIR_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))

@@ -164,7 +164,13 @@ def _read_header(path: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
         blob = fh.read(length)
         if len(blob) < length:
             raise CacheError(f"{path}: truncated header")
-    return json.loads(blob.decode("utf-8")), _align(_PREFIX.size + length)
+    try:
+        header = json.loads(blob.decode("utf-8"))
+    except ValueError as err:
+        raise CacheError(f"{path}: damaged header ({err})") from None
+    if not isinstance(header, dict) or "arrays" not in header:
+        raise CacheError(f"{path}: damaged header (no array table)")
+    return header, _align(_PREFIX.size + length)
 
 
 def load_index_file(
@@ -186,19 +192,25 @@ def load_index_file(
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
     arrays: dict[str, np.ndarray] = {}
     for name, (dtype, shape, offset) in header["arrays"].items():
-        dt = np.dtype(dtype)
+        try:
+            dt = np.dtype(dtype)
+        except TypeError as err:
+            raise CacheError(f"{path}: array {name} has dtype={dtype!r}") from err
         count = int(np.prod(shape, dtype=np.int64))
         start = data_start + offset
         if start + count * dt.itemsize > size:
             raise CacheError(f"{path}: array {name} extends past the end of the file")
         arrays[name] = np.frombuffer(mm, dtype=dt, count=count, offset=start).reshape(shape)
-    splits = {name: arrays.pop(f"split/{name}") for name in header["splits"]}
-    return AnnotationIndex(
-        root=root if root is not None else header["root"],
-        arrays=arrays,
-        vocab=Vocabulary.from_dict(header["vocab"]),
-        splits=splits,
-        problems=ProblemReport.from_list(header["problems"]),
-        meta={**header["meta"], "cache_key": header["key"]},
-        source_file=path,
-    )
+    try:
+        splits = {name: arrays.pop(f"split/{name}") for name in header["splits"]}
+        return AnnotationIndex(
+            root=root if root is not None else header["root"],
+            arrays=arrays,
+            vocab=Vocabulary.from_dict(header["vocab"]),
+            splits=splits,
+            problems=ProblemReport.from_list(header["problems"]),
+            meta={**header["meta"], "cache_key": header["key"]},
+            source_file=path,
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise CacheError(f"{path}: not a usable index ({err})") from err

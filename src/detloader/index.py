@@ -261,6 +261,8 @@ class AnnotationIndex:
 
     # -- construction helpers ---------------------------------------------------------------
     def _check_shapes(self) -> None:
+        """The arrays agree with each other and with the vocabularies (ValueError if not: the
+        arrays come from outside, e.g. a damaged cache file)."""
         n, m = len(self.width), len(self.boxes)
         k = len(self.vocab.landmarks)
         expect = {
@@ -275,13 +277,18 @@ class AnnotationIndex:
             "occluded": (m,),
             "landmarks": (m, k, 2),
             "visibility": (m, k),
+            "image_attributes": (n, len(self.vocab.image_attributes)),
+            "object_attributes": (m, len(self.vocab.object_attributes)),
         }
         for name, shape in expect.items():
             got = getattr(self, name).shape
-            assert got == shape, f"AnnotationIndex.{name}: shape {got}, expected {shape}"
-        assert self.image_attributes.shape == (n, len(self.vocab.image_attributes))
-        assert self.object_attributes.shape == (m, len(self.vocab.object_attributes))
-        assert int(self.object_offsets[-1]) == m if n else m == 0
+            if got != shape:
+                raise ValueError(f"AnnotationIndex: {name} has shape {got}, expected {shape}")
+        if int(self.object_offsets[-1]) != m or (n and int(self.object_offsets[0]) != 0):
+            raise ValueError(
+                f"AnnotationIndex: object_offsets run {int(self.object_offsets[0])}.."
+                f"{int(self.object_offsets[-1])}, expected 0..{m}"
+            )
 
     def arrays(self) -> dict[str, np.ndarray]:
         """All arrays by name (what the cache stores)."""
