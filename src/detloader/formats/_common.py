@@ -170,6 +170,21 @@ def sniff_xml(path: Path, tag: str) -> bool:
     return path.is_dir() and bool(xml_files_with_root(path, tag))
 
 
+def annotation_xml(path: Path, tag: str, kind: str, preferred: str | None = None) -> Path:
+    """The annotation file of a one-file format: ``path`` itself, or the one ``.xml`` file at
+    the top of folder ``path`` whose root element is ``tag`` (``preferred`` names the file
+    that wins when there are several); a ValueError naming what was found otherwise."""
+    if path.is_file():
+        return path
+    found = xml_files_with_root(path, tag)
+    if len(found) != 1 and preferred is not None:
+        found = [p for p in found if p.name == preferred] or found
+    if len(found) != 1:
+        names = ", ".join(p.name for p in found) or "none"
+        raise ValueError(f"path={str(path)!r} holds {len(found)} {kind} files ({names}); pass one of them")
+    return found[0]
+
+
 def dir_mtime(path: Path) -> int:
     """Modification time of a folder in ns (0 when absent): images added or removed."""
     try:

@@ -70,6 +70,7 @@ from detloader.formats._common import (
     IMAGE_EXTENSIONS,
     ImageLocator,
     Source,
+    annotation_xml,
     candidate_dirs,
     check_options,
     file_source,
@@ -79,7 +80,6 @@ from detloader.formats._common import (
     parse_flag,
     sniff_xml,
     syntax_message,
-    xml_files_with_root,
 )
 from detloader.formats._landmarks import preset_schema
 from detloader.formats._xml import UnsafeXMLError, iterparse_safe
@@ -105,16 +105,7 @@ def sniff(path: Path) -> bool:
 
 
 def _annotation_file(path: Path) -> Path:
-    if path.is_file():
-        return path
-    found = xml_files_with_root(path, ROOT_TAG)
-    if len(found) == 1:
-        return found[0]
-    preferred = [p for p in found if p.name == "annotations.xml"]
-    if len(preferred) == 1:
-        return preferred[0]
-    names = ", ".join(p.name for p in found) or "none"
-    raise ValueError(f"path={str(path)!r} holds {len(found)} CVAT files ({names}); pass one of them")
+    return annotation_xml(path, ROOT_TAG, "CVAT", preferred="annotations.xml")
 
 
 def discover(path: Path, options: ReadOptions) -> Source:

@@ -45,6 +45,7 @@ from detloader.formats._build import ChunkBuilder, ReadOptions
 from detloader.formats._common import (
     ImageLocator,
     Source,
+    annotation_xml,
     candidate_dirs,
     check_options,
     file_source,
@@ -54,7 +55,6 @@ from detloader.formats._common import (
     parse_flag,
     sniff_xml,
     syntax_message,
-    xml_files_with_root,
 )
 from detloader.formats._landmarks import IBUG68, preset_schema
 from detloader.formats._xml import UnsafeXMLError
@@ -80,15 +80,7 @@ def sniff(path: Path) -> bool:
 
 
 def _annotation_file(path: Path) -> Path:
-    if path.is_file():
-        return path
-    found = xml_files_with_root(path, ROOT_TAG)
-    if len(found) != 1:
-        names = ", ".join(p.name for p in found) or "none"
-        raise ValueError(
-            f"path={str(path)!r} holds {len(found)} imglab files ({names}); pass one of them"
-        )
-    return found[0]
+    return annotation_xml(path, ROOT_TAG, "imglab")
 
 
 def discover(path: Path, options: ReadOptions) -> Source:
