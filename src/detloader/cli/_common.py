@@ -80,3 +80,11 @@ def console():
 def print_json(data: Any) -> None:
     json.dump(data, sys.stdout, indent=2, ensure_ascii=False)
     sys.stdout.write("\n")
+
+
+def print_attribute_counts(out: Any, summary: dict[str, Any]) -> None:
+    """One line per object and image attribute: value counts (``summary`` as
+    :meth:`AnnotationIndex.summary` or :func:`detloader.stats.dataset_stats` give it)."""
+    for level in ("object_attributes", "image_attributes"):
+        for name, values in summary[level].items():
+            out.print(f"{level.split('_')[0]} attribute {name}: " + ", ".join(f"{v} {c}" for v, c in values.items()))

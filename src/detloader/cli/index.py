@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import time
 
-from detloader.cli._common import add_read_arguments, console, print_json, progress_bar, read_kwargs
+from detloader.cli._common import (
+    add_read_arguments,
+    console,
+    print_attribute_counts,
+    print_json,
+    progress_bar,
+    read_kwargs,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -66,8 +73,6 @@ def print_summary(summary: dict, seconds: float | None = None) -> None:
             f"landmarks: {len(lm['names'])} ({', '.join(lm['names'][:8])}{'...' if len(lm['names']) > 8 else ''}); "
             f"flip pairs {len(lm['flip_pairs'])}; visible {lm['visible']}, hidden {lm['hidden']}, absent {lm['absent']}"
         )
-    for level in ("object_attributes", "image_attributes"):
-        for name, values in summary[level].items():
-            out.print(f"{level.split('_')[0]} attribute {name}: " + ", ".join(f"{v} {c}" for v, c in values.items()))
+    print_attribute_counts(out, summary)
     if summary["splits"]:
         out.print("splits: " + ", ".join(f"{k} {v}" for k, v in summary["splits"].items()))

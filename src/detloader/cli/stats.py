@@ -13,7 +13,14 @@ import argparse
 import sys
 from typing import Any
 
-from detloader.cli._common import add_read_arguments, console, print_json, progress_bar, read_kwargs
+from detloader.cli._common import (
+    add_read_arguments,
+    console,
+    print_attribute_counts,
+    print_json,
+    progress_bar,
+    read_kwargs,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -149,9 +156,7 @@ def print_stats(index: Any, stats: dict[str, Any]) -> None:
             f"image-class imbalance ratio {_ratio(stats['image_class_imbalance_ratio'])}; "
             f"{stats['images_without_image_class']} images without an image class"
         )
-    for level in ("object_attributes", "image_attributes"):
-        for name, values in stats[level].items():
-            out.print(f"{level.split('_')[0]} attribute {name}: " + ", ".join(f"{v} {c}" for v, c in values.items()))
+    print_attribute_counts(out, stats)
     if stats["landmarks"]:
         t = Table("landmark", "visible", "hidden", "absent", title="landmark visibility")
         for name, v in stats["landmarks"].items():
