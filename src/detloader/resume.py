@@ -95,10 +95,9 @@ class ResumableLoader:
     def set_epoch(self, epoch: int) -> None:
         """Forwarded to the sampler and the dataset (augmentation seeds), as
         :func:`detloader.set_epoch` does; a restored position of the same epoch is kept."""
-        self._source.set_epoch(epoch)
-        dataset_set_epoch = getattr(self.loader.dataset, "set_epoch", None)
-        if callable(dataset_set_epoch):
-            dataset_set_epoch(epoch)
+        from detloader.loader import set_epoch
+
+        set_epoch(self.loader, epoch)  # the sampler (self._source is one of its parts) and the dataset
         if int(epoch) != self._epoch:
             self._start, self._consumed, self._pending = 0, 0, False
         self._epoch = int(epoch)
