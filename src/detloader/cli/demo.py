@@ -95,7 +95,9 @@ def run(args: argparse.Namespace) -> int:
         f"make_loader(num_workers='auto') -> num_workers={loader.num_workers}, "
         f"pin_memory={loader.pin_memory}, sampler={type(loader.sampler).__name__}"
     )
-    rare = index.classes.index(min(index.class_counts(), key=index.class_counts().get))
+    counts = index.class_counts()
+    rare_name = min(counts, key=counts.get)
+    rare = index.classes.index(rare_name)
     for epoch in range(2):
         set_epoch(loader, epoch)
         t, images, objects, rare_objects = time.perf_counter(), 0, 0, 0
@@ -112,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         dt = time.perf_counter() - t
         out.print(
             f"epoch {epoch}: {images} images, {objects} objects ({100 * rare_objects / max(objects, 1):.1f} % "
-            f"'{index.classes[rare]}', {100 * index.class_counts()[index.classes[rare]] / max(index.num_objects, 1):.1f} % "
+            f"'{rare_name}', {100 * counts[rare_name] / max(index.num_objects, 1):.1f} % "
             f"in the data) in {dt:.2f} s = {images / dt:.0f} images/s"
         )
     return 0
