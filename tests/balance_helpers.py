@@ -6,7 +6,9 @@ from typing import Sequence
 
 import numpy as np
 
-from detloader.index import MISSING, AnnotationIndex, LandmarkSchema, Vocabulary, pack_strings
+from detloader.annotations.index import MISSING, AnnotationIndex, Vocabulary, pack_strings
+
+from detloader.annotations.landmarks import LandmarkSchema
 
 
 def tiny_index(

@@ -13,7 +13,7 @@ import pytest
 from helpers import arrays_equal, voc_dataset, voc_object, voc_xml
 
 from detloader import read_annotations
-from detloader import cache as cache_mod
+from detloader.annotations import cache as cache_mod
 
 
 def _backed_by_mmap(arr) -> bool:

@@ -15,8 +15,8 @@ from PIL import Image
 
 from detloader import LandmarkSchema, read_annotations
 from detloader.cli import main
-from detloader.export import write_annotations, write_coco, write_voc, write_yolo
-from detloader.formats.imglab import IBUG68
+from detloader.annotations.writers import write_annotations, write_coco, write_voc, write_yolo
+from detloader.annotations.readers.imglab import IBUG68
 
 GEOMETRY = ("width", "height", "object_offsets", "boxes", "labels", "landmarks", "visibility")
 EVERYTHING = GEOMETRY + (

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from detloader import FACE5, LandmarkSchema, read_annotations
-from detloader.index import _ranges, infer_flip_pairs
+from detloader.annotations.index import _ranges
+from detloader.annotations.landmarks import infer_flip_pairs
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from torch.utils.data import BatchSampler, SequentialSampler, WeightedRandomSampler
 
 import detloader
-from detloader.samplers import (
+from detloader.balance.samplers import (
     BalancedBatchSampler,
     ClassAwareSampler,
     DistributedSamplerWrapper,
@@ -27,7 +27,7 @@ from detloader.samplers import (
     shard,
 )
 from detloader.stats import chi_square_test, group_totals
-from detloader.weights import balance_groups, class_members, sample_weights
+from detloader.balance.weights import balance_groups, class_members, sample_weights
 
 #: Significance threshold of every frequency test here: a correct sampler fails one of them
 #: with probability 1e-3 for a random seed; the seeds are fixed, so the outcome is too.

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detloader.index import FACE5, LandmarkSchema
+from detloader.annotations.landmarks import FACE5, LandmarkSchema
 from detloader.transforms import (
     Annotated,
     ColorJitter,

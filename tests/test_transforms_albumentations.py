@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from detloader.index import FACE5
+from detloader.annotations.landmarks import FACE5
 from detloader.transforms import Annotated
-from detloader.transforms_albumentations import BOX_FIELD, POINT_FIELD, AlbumentationsTransform
+from detloader.transforms.albumentations import BOX_FIELD, POINT_FIELD, AlbumentationsTransform
 
 
 @dataclass

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import detloader
-from detloader.index import MISSING
-from detloader.weights import (
+from detloader.annotations.index import MISSING
+from detloader.balance.weights import (
     balance_groups,
     class_members,
     group_counts,

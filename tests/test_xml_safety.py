@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from detloader import AnnotationError, read_annotations
-from detloader.formats._build import ChunkBuilder, ReadOptions
-from detloader.formats._common import Source
-from detloader.formats import voc
+from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.readers.common import Source
+from detloader.annotations.readers import voc
 
 BILLION_LAUGHS = b"""<?xml version="1.0"?>
 <!DOCTYPE lolz [

@@ -4,9 +4,20 @@ Pipeline: ``read_annotations`` (formats/, validate, index, cache) -> ``Detection
 balanced sampler -> ``collate_detection`` -> ``make_loader``.
 """
 
-from detloader.formats import available_formats, detect_format, read_annotations
-from detloader.index import FACE5, MISSING, AnnotationIndex, ImageView, LandmarkSchema
-from detloader.validate import AnnotationError, AnnotationWarning, Problem, ProblemReport
+from detloader.annotations import (
+    FACE5,
+    MISSING,
+    AnnotationError,
+    AnnotationIndex,
+    AnnotationWarning,
+    ImageView,
+    LandmarkSchema,
+    Problem,
+    ProblemReport,
+    available_formats,
+    detect_format,
+    read_annotations,
+)
 
 __version__ = "0.1.0"
 
@@ -22,13 +33,13 @@ _LAZY = {
     "TuneResult": "detloader.tune",
     "auto_loader_kwargs": "detloader.tune",
     "tune_loader": "detloader.tune",
-    "sample_weights": "detloader.weights",
-    "WeightedSampler": "detloader.samplers",
-    "RepeatFactorSampler": "detloader.samplers",
-    "ClassAwareSampler": "detloader.samplers",
-    "BalancedBatchSampler": "detloader.samplers",
-    "DistributedSamplerWrapper": "detloader.samplers",
-    "make_balanced_sampler": "detloader.samplers",
+    "sample_weights": "detloader.balance.weights",
+    "WeightedSampler": "detloader.balance.samplers",
+    "RepeatFactorSampler": "detloader.balance.samplers",
+    "ClassAwareSampler": "detloader.balance.samplers",
+    "BalancedBatchSampler": "detloader.balance.samplers",
+    "DistributedSamplerWrapper": "detloader.balance.samplers",
+    "make_balanced_sampler": "detloader.balance.samplers",
     "ResumableLoader": "detloader.resume",
     "balance_report": "detloader.stats",
     "dataset_stats": "detloader.stats",

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from detloader.dataset import Sample
-from detloader.index import MISSING
+from detloader.annotations.index import MISSING
 
 #: ImageNet statistics in 0..1 units, the usual default for pretrained backbones.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

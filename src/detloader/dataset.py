@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from detloader.images import ExifPolicy, check_exif_policy, read_image
-from detloader.index import AnnotationIndex
+from detloader.annotations.index import AnnotationIndex
 from detloader.transforms import Annotated, affine_boxes, affine_points, min_input_size
 
 

@@ -101,7 +101,7 @@ def resolve_balance(
     batch_sampler: Any,
 ) -> Sampler[Any]:
     """The sampler for ``make_loader(balance=...)``: conflicts refused by name, then
-    :func:`detloader.samplers.make_balanced_sampler` on the dataset's index."""
+    :func:`detloader.balance.samplers.make_balanced_sampler` on the dataset's index."""
     clash = [
         name
         for name, bad in (("shuffle=True", shuffle), ("sampler", sampler is not None), ("batch_sampler", batch_sampler is not None))
@@ -112,7 +112,7 @@ def resolve_balance(
             f"balance={_short(balance)} builds the sampler, so {', '.join(clash)} must be left out "
             "(pass your own sampler as balance=, or drop balance)"
         )
-    from detloader.samplers import make_balanced_sampler
+    from detloader.balance.samplers import make_balanced_sampler
 
     if isinstance(balance, Sampler):
         return balance
@@ -305,7 +305,7 @@ def make_loader(
       ``"sqrt"``, ``"power:0.3"``, ``"effective:0.999"``, ``"repeat_factor:0.1"``,
       ``"class_aware"``), a ``{group: weight}`` mapping, or a ready sampler; ``balance_by``
       the grouping (``"class"``, ``"image_class"``, ``"attribute:NAME"``, a tuple for a
-      product). See :func:`detloader.samplers.make_balanced_sampler`. Call
+      product). See :func:`detloader.balance.samplers.make_balanced_sampler`. Call
       :func:`set_epoch` before each epoch.
 
     Raises:

@@ -7,11 +7,11 @@ sampler's state with that count; after ``load_state_dict`` the next pass over th
 the rest of it, in the same order as the uninterrupted run would have.
 
 It works with any ``torch.utils.data.DataLoader`` over a map-style dataset whose sampler (or
-batch sampler) follows the resume protocol of :mod:`detloader.samplers`: ``state_dict()``
+batch sampler) follows the resume protocol of :mod:`detloader.balance.samplers`: ``state_dict()``
 returns a dict with integer ``"epoch"`` and ``"offset"`` (items yielded in the epoch);
 ``load_state_dict(state)`` makes the next iteration of that epoch start at ``offset``;
 ``set_epoch(epoch)`` keeps a restored offset of that same epoch. Every sampler in
-:mod:`detloader.samplers` does.
+:mod:`detloader.balance.samplers` does.
 
 Typical loop::
 

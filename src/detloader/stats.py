@@ -22,8 +22,8 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 
-from detloader.index import MISSING, AnnotationIndex
-from detloader.weights import ByKey, Groups, balance_groups, group_counts
+from detloader.annotations.index import MISSING, AnnotationIndex
+from detloader.balance.weights import ByKey, Groups, balance_groups, group_counts
 
 Unit = Literal["objects", "images"]
 
@@ -307,14 +307,14 @@ def balance_report(
 ) -> BalanceReport:
     """Raw vs balanced per-epoch distribution of ``index`` under ``balance``.
 
-    ``balance`` is what :func:`detloader.samplers.make_balanced_sampler` takes (a strategy
+    ``balance`` is what :func:`detloader.balance.samplers.make_balanced_sampler` takes (a strategy
     name such as ``"sqrt"`` or ``"repeat_factor:0.1"``, a {group: weight} mapping, or a sampler
     with ``expected_counts()``); the sampler is built with ``by`` and ``seed``. ``unit``:
     what is counted per group, ``"objects"`` (default for object keys) or ``"images"``
     containing the group (image keys always count images). ``draw=True`` adds one real
     epoch's counts (all ranks) to check the expectation.
     """
-    from detloader.samplers import make_balanced_sampler
+    from detloader.balance.samplers import make_balanced_sampler
 
     groups = balance_groups(index, by)
     if unit is None:

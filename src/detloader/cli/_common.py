@@ -8,7 +8,7 @@ import sys
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from detloader.validate import ON_ERROR_CHOICES
+from detloader.annotations.problems import ON_ERROR_CHOICES
 
 
 def add_read_arguments(parser: argparse.ArgumentParser, on_error: str = "warn") -> None:

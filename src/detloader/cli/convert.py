@@ -9,7 +9,7 @@ from detloader.cli._common import add_read_arguments, console, progress_bar, rea
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from detloader.export import EXPORT_FORMATS, IMAGE_MODES
+    from detloader.annotations.writers import EXPORT_FORMATS, IMAGE_MODES
 
     p = sub.add_parser(
         "convert",
@@ -33,8 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from detloader import read_annotations
-    from detloader.export import write_annotations
-    from detloader.validate import AnnotationWarning
+    from detloader.annotations.writers import write_annotations
+    from detloader.annotations.problems import AnnotationWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", AnnotationWarning)  # summarised below instead

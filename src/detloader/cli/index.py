@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     import warnings
 
     from detloader import read_annotations
-    from detloader.validate import AnnotationWarning
+    from detloader.annotations.problems import AnnotationWarning
 
     start = time.perf_counter()
     with warnings.catch_warnings():

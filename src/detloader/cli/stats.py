@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
     from detloader import read_annotations
     from detloader.stats import balance_report, dataset_stats, plot_balance
-    from detloader.validate import AnnotationWarning
+    from detloader.annotations.problems import AnnotationWarning
 
     with warnings.catch_warnings():
         if args.json or args.on_error == "warn":
@@ -108,7 +108,7 @@ def _raw_only(index: Any, by: tuple[str, ...], unit: str | None) -> dict[str, An
     import numpy as np
 
     from detloader.stats import group_totals
-    from detloader.weights import balance_groups
+    from detloader.balance.weights import balance_groups
 
     groups = balance_groups(index, by)
     unit = unit or ("objects" if groups.level == "object" else "images")

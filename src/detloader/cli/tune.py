@@ -49,7 +49,7 @@ def build_dataset(args: argparse.Namespace):
     from detloader import read_annotations
     from detloader.dataset import DetectionDataset
     from detloader.transforms import Resize
-    from detloader.validate import AnnotationWarning
+    from detloader.annotations.problems import AnnotationWarning
 
     if args.size < 0:
         raise ValueError(f"--size={args.size} must be >= 0")

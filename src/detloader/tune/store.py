@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from detloader import _system
-from detloader.cache import CACHE_DIR_ENV, atomic_write, user_cache_dir
+from detloader.annotations.cache import CACHE_DIR_ENV, atomic_write, user_cache_dir
 from detloader.tune.result import TuneResult
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")

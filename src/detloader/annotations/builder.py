@@ -16,15 +16,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from detloader.index import (
-    MISSING,
-    AnnotationIndex,
-    LandmarkSchema,
-    Vocabulary,
-    infer_flip_pairs,
-    pack_strings,
-)
-from detloader.validate import Problem, ProblemReport, Severity
+from detloader.annotations.index import MISSING, AnnotationIndex, Vocabulary, pack_strings
+
+from detloader.annotations.landmarks import LandmarkSchema, infer_flip_pairs
+from detloader.annotations.problems import Problem, ProblemReport, Severity
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 

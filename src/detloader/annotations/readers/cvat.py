@@ -65,8 +65,8 @@ from typing import Sequence
 import numpy as np
 from lxml import etree
 
-from detloader.formats._build import ChunkBuilder, ReadOptions
-from detloader.formats._common import (
+from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.readers.common import (
     IMAGE_EXTENSIONS,
     ImageLocator,
     Source,
@@ -81,9 +81,10 @@ from detloader.formats._common import (
     sniff_xml,
     syntax_message,
 )
-from detloader.formats._landmarks import preset_schema
-from detloader.formats._xml import UnsafeXMLError, iterparse_safe
-from detloader.index import AnnotationIndex, LandmarkSchema
+from detloader.annotations.landmarks import preset_schema
+from detloader.annotations.readers.safe_xml import UnsafeXMLError, iterparse_safe
+from detloader.annotations.index import AnnotationIndex
+from detloader.annotations.landmarks import LandmarkSchema
 
 NAME = "cvat"
 #: Format options this reader accepts (``read_annotations(path, **options)``).

@@ -39,8 +39,8 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from detloader.formats._build import ChunkBuilder, ReadOptions
-from detloader.formats._common import (
+from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.readers.common import (
     ImageLocator,
     Source,
     candidate_dirs,
@@ -52,8 +52,8 @@ from detloader.formats._common import (
     parse_flag,
     read_head,
 )
-from detloader.formats._landmarks import preset_schema
-from detloader.index import LandmarkSchema
+from detloader.annotations.landmarks import preset_schema
+from detloader.annotations.landmarks import LandmarkSchema
 
 NAME = "coco"
 #: Format options this reader accepts (``read_annotations(path, **options)``).

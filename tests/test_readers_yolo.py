@@ -12,7 +12,7 @@ from helpers import write_image
 
 from detloader import AnnotationError, detect_format, read_annotations
 from detloader.cli import main
-from detloader.formats.yolo import YoloConfigError, label_path
+from detloader.annotations.readers.yolo import YoloConfigError, label_path
 
 
 def _ultralytics(tmp_path: Path, labels: dict[str, str], config: dict, size=(100, 50)) -> Path:

@@ -27,7 +27,7 @@ file)::
   header (a ``missing_size`` repair).
 * Image paths are relative to the XML file's folder (or ``image_dir``).
 
-The file is streamed (:func:`~detloader.formats._common.iter_xml`), so large landmark files
+The file is streamed (:func:`~detloader.annotations.readers.common.iter_xml`), so large landmark files
 (the iBUG 300-W training list is ~30 MB) need no size cap. Element paths in problems are
 1-based: ``image[5]/box[2]/part[3]`` is the third part of the second box of the fifth
 ``<image>``; the record of an image is its ``file``.
@@ -41,8 +41,8 @@ from typing import Sequence
 
 from lxml import etree
 
-from detloader.formats._build import ChunkBuilder, ReadOptions
-from detloader.formats._common import (
+from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.readers.common import (
     ImageLocator,
     Source,
     annotation_xml,
@@ -56,9 +56,9 @@ from detloader.formats._common import (
     sniff_xml,
     syntax_message,
 )
-from detloader.formats._landmarks import IBUG68, preset_schema
-from detloader.formats._xml import UnsafeXMLError
-from detloader.index import LandmarkSchema
+from detloader.annotations.landmarks import IBUG68, preset_schema
+from detloader.annotations.readers.safe_xml import UnsafeXMLError
+from detloader.annotations.landmarks import LandmarkSchema
 
 NAME = "imglab"
 #: Format options this reader accepts (``read_annotations(path, **options)``).

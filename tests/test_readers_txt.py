@@ -11,7 +11,7 @@ from helpers import write_image
 
 from detloader import FACE5, MISSING, AnnotationError, detect_format, read_annotations
 from detloader.cli import main
-from detloader.formats.txt import detect_kind
+from detloader.annotations.readers.txt import detect_kind
 
 
 def _images(root: Path, *names: str, size=(64, 48)) -> None:

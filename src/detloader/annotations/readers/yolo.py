@@ -43,8 +43,8 @@ from typing import Any, Sequence
 import numpy as np
 import yaml
 
-from detloader.formats._build import ChunkBuilder, ReadOptions
-from detloader.formats._common import (
+from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.readers.common import (
     IMAGE_EXTENSIONS,
     Source,
     check_options,
@@ -55,9 +55,10 @@ from detloader.formats._common import (
     scan_files,
     stat_entry,
 )
-from detloader.formats._landmarks import preset_schema
-from detloader.index import AnnotationIndex, LandmarkSchema
-from detloader.validate import Problem
+from detloader.annotations.landmarks import preset_schema
+from detloader.annotations.index import AnnotationIndex
+from detloader.annotations.landmarks import LandmarkSchema
+from detloader.annotations.problems import Problem
 
 NAME = "yolo"
 #: Format options this reader accepts (``read_annotations(path, **options)``).

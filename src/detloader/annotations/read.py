@@ -1,52 +1,28 @@
-"""Annotation readers. Every format produces the same :class:`~detloader.index.AnnotationIndex`.
-
-A reader is a module with ``NAME``, ``sniff(path) -> bool``, ``discover(path, options) ->
-Source``, ``parse(source, files, builder)`` and optionally ``splits(source, index)``,
-``PARALLEL = False`` (single-file formats), ``DEFAULT_LANDMARKS`` or
-``default_landmarks(source, names)`` (the schema to use when the landmark names found, in
-order of first appearance, fit it). :func:`read_annotations` finds the format, looks for a cached index,
-and otherwise parses the files (in parallel for many-file formats), merges, caches and applies
-the error policy.
+"""``read_annotations``: find the format, use the cached index when it is current, otherwise
+parse (:mod:`detloader.annotations.parse`), cache (:mod:`detloader.annotations.cache`) and
+apply the error policy (:mod:`detloader.annotations.problems`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import os
 import warnings
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from types import ModuleType
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from detloader import cache as _cache
-from detloader._system import usable_cpus
-from detloader.formats import coco, cvat, imglab, txt, voc, yolo
-from detloader.formats._build import ChunkBuilder, Partial, ReadOptions, merge
-from detloader.formats._common import Source
-from detloader.index import AnnotationIndex, LandmarkSchema
-from detloader.validate import OnError, apply_policy, check_on_error
+from detloader.annotations import cache as _cache
+from detloader.annotations.builder import ReadOptions
+from detloader.annotations.index import AnnotationIndex
+from detloader.annotations.landmarks import LandmarkSchema
+from detloader.annotations.parse import ProgressFn, build_index
+from detloader.annotations.problems import OnError, apply_policy, check_on_error
+from detloader.annotations.readers import READERS
+from detloader.annotations.readers.common import Source
 
-#: Readers by name, in the order ``format="auto"`` tries them: a COCO folder has an
-#: ``annotations/`` folder too, so COCO (JSON only) goes before VOC; an XML file is told by
-#: its root element (``<annotation>`` VOC, ``<annotations>`` CVAT, ``<dataset>`` imglab).
-READERS: dict[str, ModuleType] = {
-    "coco": coco,
-    "voc": voc,
-    "cvat": cvat,
-    "imglab": imglab,
-    "yolo": yolo,
-    "txt": txt,
-}
-
-#: Below this many files the index is built in this process (a pool costs more than it saves).
-PARALLEL_MIN_FILES = 512
 #: Bumped when what a reader produces changes, so that old caches are rebuilt.
 READER_VERSION = 1
-
-ProgressFn = Callable[[int, int], None]
 
 
 def available_formats() -> list[str]:
@@ -114,7 +90,7 @@ def read_annotations(
     Args:
         path: a dataset folder (VOCdevkit, annotations/ + images/, XML beside images) or file.
         format: ``"auto"`` or a reader name (see :func:`available_formats`).
-        on_error: ``"raise"`` | ``"skip"`` | ``"warn"``; see :mod:`detloader.validate`.
+        on_error: ``"raise"`` | ``"skip"`` | ``"warn"``; see :mod:`detloader.annotations.problems`.
         classes: fixed class list (id order); other classes become ``unknown_class`` errors.
         class_map: ``{name_in_file: new_name}`` to rename or merge, ``{name: None}`` to drop.
         landmark_schema: a :class:`LandmarkSchema` or ordered names (flip pairs inferred).
@@ -188,79 +164,4 @@ def _content_key(name: str, options_json: str, source: Source) -> str:
     h.update("\n".join(f"{rel}\0{mtime}\0{size}" for rel, mtime, size in source.stamp).encode())
     return h.hexdigest()
 
-
-def _parse_chunk(reader_name: str, source: Source, files: Sequence[str], options: ReadOptions) -> Partial:
-    builder = ChunkBuilder(options)
-    READERS[reader_name].parse(source, files, builder)
-    return builder.finish()
-
-
-def _chunks(files: Sequence[str], n_chunks: int) -> list[list[str]]:
-    size = max(1, -(-len(files) // max(1, n_chunks)))
-    return [list(files[i : i + size]) for i in range(0, len(files), size)]
-
-
-def _default_landmarks(reader: ModuleType, source: Source, partials: Sequence[Partial]) -> LandmarkSchema | None:
-    """The reader's ``default_landmarks(source, names)`` for the names found, else its
-    ``DEFAULT_LANDMARKS``; :func:`merge` uses it when the names found fit it."""
-    choose = getattr(reader, "default_landmarks", None)
-    if choose is None:
-        return getattr(reader, "DEFAULT_LANDMARKS", None)
-    seen: dict[str, None] = {}
-    for part in partials:
-        for name in part.landmark_names:
-            seen.setdefault(name, None)
-    return choose(source, tuple(seen))
-
-
-def build_index(
-    reader: ModuleType,
-    source: Source,
-    options: ReadOptions,
-    *,
-    workers: int | None = None,
-    progress: ProgressFn | None = None,
-) -> AnnotationIndex:
-    """Parse every file of ``source`` (in parallel when worthwhile) and merge, in file order."""
-    files = source.files
-    total = len(files)
-    n_workers = usable_cpus() if workers is None else max(1, int(workers))
-    parallel = getattr(reader, "PARALLEL", True)
-    partials: list[Partial]
-    if n_workers > 1 and parallel and total >= PARALLEL_MIN_FILES:
-        chunks = _chunks(files, n_workers * 8)
-        partials = [None] * len(chunks)  # type: ignore[list-item]
-        done = 0
-        methods = multiprocessing.get_all_start_methods()
-        ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-        with ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx) as pool:
-            futures = {
-                pool.submit(_parse_chunk, reader.NAME, source, chunk, options): i
-                for i, chunk in enumerate(chunks)
-            }
-            from concurrent.futures import as_completed
-
-            for fut in as_completed(futures):
-                i = futures[fut]
-                partials[i] = fut.result()
-                done += len(chunks[i])
-                if progress is not None:
-                    progress(done, total)
-    else:
-        partials = []
-        step = max(1, min(256, total // 20 or 1))
-        for start in range(0, total, step):
-            partials.append(_parse_chunk(reader.NAME, source, files[start : start + step], options))
-            if progress is not None:
-                progress(min(start + step, total), total)
-    index = merge(
-        partials,
-        options,
-        root=str(source.root),
-        meta={"format": reader.NAME, "source": source.extra, "files": total},
-        default_landmarks=_default_landmarks(reader, source, partials),
-    )
-    split_fn = getattr(reader, "splits", None)
-    if split_fn is not None:
-        index.splits = split_fn(source, index)
-    return index
+__all__ = ["READER_VERSION", "available_formats", "detect_format", "read_annotations"]

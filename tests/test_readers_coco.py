@@ -12,7 +12,7 @@ from helpers import write_image
 
 from detloader import AnnotationError, detect_format, read_annotations
 from detloader.cli import main
-from detloader.formats._landmarks import COCO17, COCO17_NAMES
+from detloader.annotations.landmarks import COCO17, COCO17_NAMES
 
 
 def coco(images: list, annotations: list, categories: list) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Write an :class:`~detloader.index.AnnotationIndex` as Pascal VOC, COCO JSON or YOLO.
+"""Write an :class:`~detloader.annotations.index.AnnotationIndex` as Pascal VOC, COCO JSON or YOLO.
 
 ``write_annotations(index, out, "voc" | "coco" | "yolo")`` (the ``detloader convert``
 command) writes a new dataset folder ``out``; reading it back gives the same index (boxes,
@@ -26,8 +26,8 @@ from xml.sax.saxutils import escape, quoteattr
 import numpy as np
 import yaml
 
-from detloader.formats._landmarks import skeleton_for
-from detloader.index import MISSING, AnnotationIndex
+from detloader.annotations.landmarks import skeleton_for
+from detloader.annotations.index import MISSING, AnnotationIndex
 
 EXPORT_FORMATS = ("voc", "coco", "yolo")
 IMAGE_MODES = ("link", "copy", "symlink", "none")

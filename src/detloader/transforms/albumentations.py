@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from detloader.index import LandmarkSchema
+from detloader.annotations.landmarks import LandmarkSchema
 from detloader.transforms import Annotated, clip_boxes, invalidate_outside
 
 BOX_FIELD = "object_index"

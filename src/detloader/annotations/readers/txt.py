@@ -11,7 +11,7 @@ Three kinds, recognised from the first lines (format option ``kind`` overrides):
 ``retinaface``
     The RetinaFace / WIDER FACE ``label.txt``: a ``# path`` line per image, then one face per
     line: ``x y w h`` and optionally five landmarks ``x y flag`` (RetinaFace order: left eye,
-    right eye, nose, left and right mouth corner, see :data:`~detloader.index.FACE5`) and a
+    right eye, nose, left and right mouth corner, see :data:`~detloader.annotations.index.FACE5`) and a
     score. ``-1`` coordinates mean the face has no landmarks (visibility 0); flag ``1`` is a
     hidden point (visibility 1), ``0`` a visible one. The score is not kept. Class ``face``.
 ``wider``
@@ -37,8 +37,8 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from detloader.formats._build import ChunkBuilder, ReadOptions
-from detloader.formats._common import (
+from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.readers.common import (
     IMAGE_EXTENSIONS,
     ImageLocator,
     Source,
@@ -49,7 +49,8 @@ from detloader.formats._common import (
     read_head,
     stat_entry,
 )
-from detloader.index import FACE5, AnnotationIndex
+from detloader.annotations.index import AnnotationIndex
+from detloader.annotations.landmarks import FACE5
 
 NAME = "txt"
 #: Format options this reader accepts (``read_annotations(path, **options)``).

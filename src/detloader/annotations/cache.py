@@ -34,8 +34,8 @@ from typing import IO, Any, Iterator
 
 import numpy as np
 
-from detloader.index import AnnotationIndex, Vocabulary
-from detloader.validate import ProblemReport
+from detloader.annotations.index import AnnotationIndex, Vocabulary
+from detloader.annotations.problems import ProblemReport
 
 MAGIC = b"DLINDEX\n"
 CACHE_VERSION = 1

@@ -41,7 +41,7 @@ import numpy as np
 if TYPE_CHECKING:  # torch is imported where a kernel needs it, not for `import transforms`
     import torch
 
-from detloader.index import LandmarkSchema
+from detloader.annotations.landmarks import LandmarkSchema
 
 Interpolation = Literal["bilinear", "nearest"]
 INTERPOLATIONS: tuple[str, ...] = ("bilinear", "nearest")

@@ -20,9 +20,9 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from lxml import etree
 
-from detloader.cache import CACHE_SUBDIR
-from detloader.formats._build import ChunkBuilder, ReadOptions
-from detloader.formats._xml import iterparse_safe
+from detloader.annotations.cache import CACHE_SUBDIR
+from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.readers.safe_xml import iterparse_safe
 
 #: Image file extensions tried when an annotation names an image without one (or wrongly).
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".JPG", ".JPEG", ".PNG")
@@ -351,7 +351,7 @@ def iter_xml(path: str, tags: str | tuple[str, ...]) -> Iterator[etree._Element]
     After the caller is done with an element it is cleared and every earlier sibling is
     removed from the partial tree, so memory stays bounded by one record, not the file: a
     few hundred MB stream in constant space. Errors propagate (``etree.XMLSyntaxError`` with
-    its line, :class:`~detloader.formats._xml.UnsafeXMLError`).
+    its line, :class:`~detloader.annotations.readers.safe_xml.UnsafeXMLError`).
     """
     for _event, element in iterparse_safe(path, tags, events=("end",)):
         yield element

@@ -11,7 +11,7 @@ from helpers import write_image
 
 from detloader import AnnotationError, detect_format, read_annotations
 from detloader.cli import main
-from detloader.formats.imglab import IBUG68
+from detloader.annotations.readers.imglab import IBUG68
 
 
 def imglab_xml(images: str, *, stylesheet: bool = True) -> str:

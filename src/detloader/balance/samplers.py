@@ -54,8 +54,8 @@ import torch
 from torch.utils.data import Sampler
 
 from detloader._system import usable_cpus
-from detloader.index import AnnotationIndex
-from detloader.weights import (
+from detloader.annotations.index import AnnotationIndex
+from detloader.balance.weights import (
     STRATEGIES,
     ByKey,
     class_members,
@@ -639,7 +639,7 @@ class RepeatFactorSampler(_EpochSampler):
         by: ByKey = "class",
         **kwargs: Any,
     ) -> "RepeatFactorSampler":
-        """Repeat factors of ``index`` (:func:`detloader.weights.repeat_factors`)."""
+        """Repeat factors of ``index`` (:func:`detloader.balance.weights.repeat_factors`)."""
         return cls(repeat_factors(index, threshold, by=by), **kwargs)
 
     def _config(self) -> dict[str, Any]:
@@ -753,7 +753,7 @@ class ClassAwareSampler(_ClassSampler):
 
     @classmethod
     def from_index(cls, index: AnnotationIndex, by: ByKey = "class", **kwargs: Any) -> "ClassAwareSampler":
-        """Classes (groups) of ``index`` under key ``by`` (see :mod:`detloader.weights`)."""
+        """Classes (groups) of ``index`` under key ``by`` (see :mod:`detloader.balance.weights`)."""
         return cls(class_members(index, by)[1], **kwargs)
 
     def _config(self) -> dict[str, Any]:

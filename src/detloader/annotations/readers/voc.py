@@ -18,7 +18,7 @@ Landmarks on an ``<object>``, three dialects:
 * ``<keypoints><keypoint name="left_eye" x="10" y="20" visible="2"/>...</keypoints>``
   (attributes or child elements; ``visible`` 0/1/2, default 2);
 * RetinaFace-to-VOC: ``<has_lm>1</has_lm><lm><x1/><y1/>...<x5/><y5/></lm>``; with 5 points
-  they are named as :data:`detloader.index.FACE5`; ``-1`` coordinates mean absent;
+  they are named as :data:`detloader.annotations.index.FACE5`; ``-1`` coordinates mean absent;
 * a comma (or space) list ``<keypoints>x1,y1,x2,y2,...</keypoints>``, points named
   ``p0, p1, ...`` unless a landmark schema is given; negative pairs mean absent.
 
@@ -42,8 +42,8 @@ from typing import Sequence
 import numpy as np
 from lxml import etree
 
-from detloader.formats._build import ChunkBuilder, ReadOptions
-from detloader.formats._common import (
+from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.readers.common import (
     IMAGE_EXTENSIONS,
     Source,
     dir_mtime,
@@ -56,9 +56,10 @@ from detloader.formats._common import (
     stat_entry,
     syntax_message,
 )
-from detloader.formats._xml import UnsafeXMLError, parse_xml_bytes
-from detloader.index import FACE5, AnnotationIndex, LandmarkSchema
-from detloader.validate import Problem
+from detloader.annotations.readers.safe_xml import UnsafeXMLError, parse_xml_bytes
+from detloader.annotations.index import AnnotationIndex
+from detloader.annotations.landmarks import FACE5, LandmarkSchema
+from detloader.annotations.problems import Problem
 
 NAME = "voc"
 ANNOTATION_DIRS = ("Annotations", "annotations", "xml", "xmls", "labels_xml")

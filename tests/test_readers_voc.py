@@ -11,7 +11,7 @@ from helpers import keypoints_xml, voc_dataset, voc_object, voc_xml, write_image
 
 import detloader
 from detloader import FACE5, MISSING, AnnotationError, LandmarkSchema, read_annotations
-from detloader.validate import AnnotationWarning
+from detloader.annotations.problems import AnnotationWarning
 
 
 def _kinds(index) -> dict[str, int]:

@@ -29,7 +29,7 @@ a tuple of keys            their product, e.g. ``("class", "image_class")`` grou
                            (class, class of their image); any object key makes it per object.
                            A comma-separated string means the same.
 
-Units whose value is :data:`~detloader.index.MISSING` (no image class, attribute not set)
+Units whose value is :data:`~detloader.annotations.index.MISSING` (no image class, attribute not set)
 belong to no group.
 """
 
@@ -41,7 +41,7 @@ from typing import Literal, Mapping, Sequence
 
 import numpy as np
 
-from detloader.index import MISSING, AnnotationIndex
+from detloader.annotations.index import MISSING, AnnotationIndex
 
 Strategy = Literal["inverse", "sqrt", "power", "effective", "repeat_factor", "explicit"]
 STRATEGIES: tuple[str, ...] = ("inverse", "sqrt", "power", "effective", "repeat_factor", "explicit")

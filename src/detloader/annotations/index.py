@@ -8,7 +8,7 @@ Conventions (said once, here):
   always hold in an index; boxes lie inside ``[0, width] x [0, height]``.
 * **Landmarks** are float32 ``[n_objects, K, 2]`` (x, y in pixels) with uint8 visibility
   ``[n_objects, K]``: 0 absent, 1 labelled but hidden, 2 visible (as COCO). A dataset has one
-  :class:`LandmarkSchema` (ordered names, left/right flip pairs); a point that an object lacks
+  :class:`~detloader.annotations.landmarks.LandmarkSchema` (ordered names, left/right flip pairs); a point that an object lacks
   keeps its slot with visibility 0 and coordinates 0.
 * **Categorical values** (object class, image class, attribute values) are int32 ids into the
   vocabularies held by the index; :data:`MISSING` (-1) marks "no value".
@@ -30,116 +30,11 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from detloader.validate import ProblemReport
+from detloader.annotations.landmarks import LandmarkSchema
+from detloader.annotations.problems import ProblemReport
 
 #: Id used in categorical arrays for "no value" (no image class, attribute not set).
 MISSING = -1
-
-_LEFT_RIGHT = (("left", "right"), ("Left", "Right"), ("LEFT", "RIGHT"))
-
-
-@dataclass(frozen=True)
-class LandmarkSchema:
-    """Ordered landmark names and the left/right pairs that a horizontal flip swaps.
-
-    ``flip_pairs`` holds index pairs ``(i, j)`` into ``names``.
-    """
-
-    names: tuple[str, ...] = ()
-    flip_pairs: tuple[tuple[int, int], ...] = ()
-
-    def __post_init__(self) -> None:
-        names = tuple(str(n) for n in self.names)
-        object.__setattr__(self, "names", names)
-        if len(set(names)) != len(names):
-            dup = sorted({n for n in names if names.count(n) > 1})
-            raise ValueError(f"LandmarkSchema: names={list(names)} repeat {dup}")
-        pairs = tuple((int(a), int(b)) for a, b in self.flip_pairs)
-        for a, b in pairs:
-            if not (0 <= a < len(names) and 0 <= b < len(names)) or a == b:
-                raise ValueError(
-                    f"LandmarkSchema: flip pair ({a}, {b}) is not two distinct indices "
-                    f"in 0..{len(names) - 1}"
-                )
-        used = [i for pair in pairs for i in pair]
-        if len(set(used)) != len(used):
-            raise ValueError(f"LandmarkSchema: flip_pairs={list(pairs)} use an index twice")
-        object.__setattr__(self, "flip_pairs", pairs)
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    @classmethod
-    def from_names(
-        cls, names: Sequence[str], flip_pairs: Sequence[tuple[str | int, str | int]] | None = None
-    ) -> "LandmarkSchema":
-        """Schema from names; ``flip_pairs`` by name or index, else inferred from the names
-        (``left_eye``/``right_eye``, ``l_ear``/``r_ear``, ``eye_l``/``eye_r``)."""
-        names = tuple(names)
-        if flip_pairs is None:
-            return cls(names, infer_flip_pairs(names))
-        lookup = {n: i for i, n in enumerate(names)}
-        pairs = []
-        for a, b in flip_pairs:
-            try:
-                pairs.append(tuple(x if isinstance(x, int) else lookup[x] for x in (a, b)))
-            except KeyError as err:
-                raise ValueError(
-                    f"LandmarkSchema: flip pair ({a!r}, {b!r}) names {err.args[0]!r}, "
-                    f"not one of {list(names)}"
-                ) from None
-        return cls(names, tuple(pairs))  # type: ignore[arg-type]
-
-    def flip_permutation(self) -> np.ndarray:
-        """int64 ``[K]``: new slot ``k`` takes the point from slot ``perm[k]`` after a flip."""
-        perm = np.arange(len(self.names), dtype=np.int64)
-        for a, b in self.flip_pairs:
-            perm[a], perm[b] = b, a
-        return perm
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"names": list(self.names), "flip_pairs": [list(p) for p in self.flip_pairs]}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "LandmarkSchema":
-        return cls(tuple(data["names"]), tuple(tuple(p) for p in data["flip_pairs"]))
-
-
-#: The 5-point face schema (RetinaFace order; also the synthetic dataset's).
-FACE5 = LandmarkSchema(
-    ("left_eye", "right_eye", "nose", "left_mouth", "right_mouth"), ((0, 1), (3, 4))
-)
-
-
-def _mirror_name(name: str) -> str | None:
-    for left, right in _LEFT_RIGHT:
-        if left in name:
-            return name.replace(left, right)
-        if right in name:
-            return name.replace(right, left)
-    lower = name.lower()
-    for a, b in (("l_", "r_"), ("r_", "l_")):
-        if lower.startswith(a):
-            return name[0].translate(str.maketrans("lrLR", "rlRL")) + name[1:]
-    for a in ("_l", "_r"):
-        if lower.endswith(a):
-            return name[:-1] + name[-1].translate(str.maketrans("lrLR", "rlRL"))
-    return None
-
-
-def infer_flip_pairs(names: Sequence[str]) -> tuple[tuple[int, int], ...]:
-    """Left/right pairs found in ``names`` by their spelling; unmatched names stay put."""
-    lookup = {n: i for i, n in enumerate(names)}
-    pairs: list[tuple[int, int]] = []
-    seen: set[int] = set()
-    for i, name in enumerate(names):
-        mirror = _mirror_name(name)
-        j = lookup.get(mirror) if mirror is not None else None
-        if j is not None and j != i and i not in seen and j not in seen:
-            pairs.append((i, j))
-            seen.update((i, j))
-    return tuple(pairs)
-
 
 @dataclass(frozen=True)
 class Vocabulary:
@@ -316,7 +211,7 @@ class AnnotationIndex:
     def __reduce__(self) -> tuple[Any, ...]:
         # A cache-backed index travels to worker processes as its file name, not its arrays.
         if self._source_file is not None and os.path.exists(self._source_file):
-            from detloader.cache import load_index_file
+            from detloader.annotations.cache import load_index_file
 
             return (load_index_file, (self._source_file, str(self.root), self.meta.get("cache_key")))
         return (_rebuild, (self.__dict__.copy(),))

@@ -1,0 +1,181 @@
+"""Landmark schemas that formats use by name: iBUG 300-W 68 points and COCO person 17.
+
+Readers choose a fallback schema from the names they found (see ``default_landmarks`` in
+:mod:`detloader.annotations.readers`): names that are exactly a preset's take the preset, with its flip
+pairs, which spelling alone cannot give (dlib names the 68 points ``"00"`` .. ``"67"``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+_LEFT_RIGHT = (("left", "right"), ("Left", "Right"), ("LEFT", "RIGHT"))
+
+
+@dataclass(frozen=True)
+class LandmarkSchema:
+    """Ordered landmark names and the left/right pairs that a horizontal flip swaps.
+
+    ``flip_pairs`` holds index pairs ``(i, j)`` into ``names``.
+    """
+
+    names: tuple[str, ...] = ()
+    flip_pairs: tuple[tuple[int, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        names = tuple(str(n) for n in self.names)
+        object.__setattr__(self, "names", names)
+        if len(set(names)) != len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise ValueError(f"LandmarkSchema: names={list(names)} repeat {dup}")
+        pairs = tuple((int(a), int(b)) for a, b in self.flip_pairs)
+        for a, b in pairs:
+            if not (0 <= a < len(names) and 0 <= b < len(names)) or a == b:
+                raise ValueError(
+                    f"LandmarkSchema: flip pair ({a}, {b}) is not two distinct indices "
+                    f"in 0..{len(names) - 1}"
+                )
+        used = [i for pair in pairs for i in pair]
+        if len(set(used)) != len(used):
+            raise ValueError(f"LandmarkSchema: flip_pairs={list(pairs)} use an index twice")
+        object.__setattr__(self, "flip_pairs", pairs)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @classmethod
+    def from_names(
+        cls, names: Sequence[str], flip_pairs: Sequence[tuple[str | int, str | int]] | None = None
+    ) -> "LandmarkSchema":
+        """Schema from names; ``flip_pairs`` by name or index, else inferred from the names
+        (``left_eye``/``right_eye``, ``l_ear``/``r_ear``, ``eye_l``/``eye_r``)."""
+        names = tuple(names)
+        if flip_pairs is None:
+            return cls(names, infer_flip_pairs(names))
+        lookup = {n: i for i, n in enumerate(names)}
+        pairs = []
+        for a, b in flip_pairs:
+            try:
+                pairs.append(tuple(x if isinstance(x, int) else lookup[x] for x in (a, b)))
+            except KeyError as err:
+                raise ValueError(
+                    f"LandmarkSchema: flip pair ({a!r}, {b!r}) names {err.args[0]!r}, "
+                    f"not one of {list(names)}"
+                ) from None
+        return cls(names, tuple(pairs))  # type: ignore[arg-type]
+
+    def flip_permutation(self) -> np.ndarray:
+        """int64 ``[K]``: new slot ``k`` takes the point from slot ``perm[k]`` after a flip."""
+        perm = np.arange(len(self.names), dtype=np.int64)
+        for a, b in self.flip_pairs:
+            perm[a], perm[b] = b, a
+        return perm
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"names": list(self.names), "flip_pairs": [list(p) for p in self.flip_pairs]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "LandmarkSchema":
+        return cls(tuple(data["names"]), tuple(tuple(p) for p in data["flip_pairs"]))
+
+
+#: The 5-point face schema (RetinaFace order; also the synthetic dataset's).
+FACE5 = LandmarkSchema(
+    ("left_eye", "right_eye", "nose", "left_mouth", "right_mouth"), ((0, 1), (3, 4))
+)
+
+
+def _mirror_name(name: str) -> str | None:
+    for left, right in _LEFT_RIGHT:
+        if left in name:
+            return name.replace(left, right)
+        if right in name:
+            return name.replace(right, left)
+    lower = name.lower()
+    for a, b in (("l_", "r_"), ("r_", "l_")):
+        if lower.startswith(a):
+            return name[0].translate(str.maketrans("lrLR", "rlRL")) + name[1:]
+    for a in ("_l", "_r"):
+        if lower.endswith(a):
+            return name[:-1] + name[-1].translate(str.maketrans("lrLR", "rlRL"))
+    return None
+
+
+def infer_flip_pairs(names: Sequence[str]) -> tuple[tuple[int, int], ...]:
+    """Left/right pairs found in ``names`` by their spelling; unmatched names stay put."""
+    lookup = {n: i for i, n in enumerate(names)}
+    pairs: list[tuple[int, int]] = []
+    seen: set[int] = set()
+    for i, name in enumerate(names):
+        mirror = _mirror_name(name)
+        j = lookup.get(mirror) if mirror is not None else None
+        if j is not None and j != i and i not in seen and j not in seen:
+            pairs.append((i, j))
+            seen.update((i, j))
+    return tuple(pairs)
+
+
+def _ibug68_pairs() -> tuple[tuple[int, int], ...]:
+    pairs: list[tuple[int, int]] = []
+    pairs += [(i, 16 - i) for i in range(8)]  # jaw 0..16, 8 is the chin
+    pairs += [(17 + i, 26 - i) for i in range(5)]  # eyebrows 17..21 <-> 26..22
+    pairs += [(31, 35), (32, 34)]  # nostrils; 27..30 and 33 are on the midline
+    pairs += [(36, 45), (37, 44), (38, 43), (39, 42), (40, 47), (41, 46)]  # eyes
+    pairs += [(48, 54), (49, 53), (50, 52), (55, 59), (56, 58)]  # outer lips; 51, 57 midline
+    pairs += [(60, 64), (61, 63), (65, 67)]  # inner lips; 62, 66 midline
+    return tuple(pairs)
+
+
+#: iBUG 300-W 68-point face landmarks as dlib names them (``"00"`` .. ``"67"``), with the
+#: 29 left/right pairs of the standard markup (jaw, brows, nostrils, eyes, lips).
+IBUG68 = LandmarkSchema(tuple(f"{i:02d}" for i in range(68)), _ibug68_pairs())
+
+#: COCO person keypoints, in COCO's order; flip pairs are the left_*/right_* names.
+COCO17_NAMES = (
+    "nose",
+    "left_eye",
+    "right_eye",
+    "left_ear",
+    "right_ear",
+    "left_shoulder",
+    "right_shoulder",
+    "left_elbow",
+    "right_elbow",
+    "left_wrist",
+    "right_wrist",
+    "left_hip",
+    "right_hip",
+    "left_knee",
+    "right_knee",
+    "left_ankle",
+    "right_ankle",
+)
+COCO17 = LandmarkSchema.from_names(COCO17_NAMES)
+
+#: COCO person skeleton (limbs) as 1-based index pairs, as COCO's category record writes it.
+COCO17_SKELETON = (
+    (16, 14), (14, 12), (17, 15), (15, 13), (12, 13), (6, 12), (7, 13), (6, 7), (6, 8),
+    (7, 9), (8, 10), (9, 11), (2, 3), (1, 2), (1, 3), (2, 4), (3, 5), (4, 6), (5, 7),
+)  # fmt: skip
+
+PRESETS: tuple[LandmarkSchema, ...] = (IBUG68, COCO17)
+
+
+def preset_schema(names: Sequence[str]) -> LandmarkSchema | None:
+    """The preset whose names are exactly ``names`` (as a set), else None."""
+    wanted = set(names)
+    for preset in PRESETS:
+        if wanted == set(preset.names):
+            return preset
+    return None
+
+
+def skeleton_for(schema: LandmarkSchema) -> list[list[int]]:
+    """COCO ``skeleton`` (1-based limb pairs) for a schema: COCO's own for COCO person,
+    else empty (flip pairs are symmetries, not limbs, so they are not written as edges)."""
+    if schema.names == COCO17_NAMES:
+        return [list(edge) for edge in COCO17_SKELETON]
+    return []

@@ -1,0 +1,101 @@
+"""Parse every annotation file of a source, in parallel when worthwhile, and merge in file order.
+
+Many-file formats are cut into chunks, each parsed by a :class:`ChunkBuilder` in a worker
+process; the partial indexes are merged in file order, so the result does not depend on the
+number of workers.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from types import ModuleType
+from typing import Callable, Sequence
+
+from detloader._system import usable_cpus
+from detloader.annotations.builder import ChunkBuilder, Partial, ReadOptions, merge
+from detloader.annotations.index import AnnotationIndex
+from detloader.annotations.landmarks import LandmarkSchema
+from detloader.annotations.readers import READERS
+from detloader.annotations.readers.common import Source
+
+#: Below this many files the index is built in this process (a pool costs more than it saves).
+PARALLEL_MIN_FILES = 512
+ProgressFn = Callable[[int, int], None]
+
+
+def _parse_chunk(reader_name: str, source: Source, files: Sequence[str], options: ReadOptions) -> Partial:
+    builder = ChunkBuilder(options)
+    READERS[reader_name].parse(source, files, builder)
+    return builder.finish()
+
+
+def _chunks(files: Sequence[str], n_chunks: int) -> list[list[str]]:
+    size = max(1, -(-len(files) // max(1, n_chunks)))
+    return [list(files[i : i + size]) for i in range(0, len(files), size)]
+
+
+def _default_landmarks(reader: ModuleType, source: Source, partials: Sequence[Partial]) -> LandmarkSchema | None:
+    """The reader's ``default_landmarks(source, names)`` for the names found, else its
+    ``DEFAULT_LANDMARKS``; :func:`merge` uses it when the names found fit it."""
+    choose = getattr(reader, "default_landmarks", None)
+    if choose is None:
+        return getattr(reader, "DEFAULT_LANDMARKS", None)
+    seen: dict[str, None] = {}
+    for part in partials:
+        for name in part.landmark_names:
+            seen.setdefault(name, None)
+    return choose(source, tuple(seen))
+
+
+def build_index(
+    reader: ModuleType,
+    source: Source,
+    options: ReadOptions,
+    *,
+    workers: int | None = None,
+    progress: ProgressFn | None = None,
+) -> AnnotationIndex:
+    """Parse every file of ``source`` (in parallel when worthwhile) and merge, in file order."""
+    files = source.files
+    total = len(files)
+    n_workers = usable_cpus() if workers is None else max(1, int(workers))
+    parallel = getattr(reader, "PARALLEL", True)
+    partials: list[Partial]
+    if n_workers > 1 and parallel and total >= PARALLEL_MIN_FILES:
+        chunks = _chunks(files, n_workers * 8)
+        partials = [None] * len(chunks)  # type: ignore[list-item]
+        done = 0
+        methods = multiprocessing.get_all_start_methods()
+        ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+        with ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx) as pool:
+            futures = {
+                pool.submit(_parse_chunk, reader.NAME, source, chunk, options): i
+                for i, chunk in enumerate(chunks)
+            }
+            for fut in as_completed(futures):
+                i = futures[fut]
+                partials[i] = fut.result()
+                done += len(chunks[i])
+                if progress is not None:
+                    progress(done, total)
+    else:
+        partials = []
+        step = max(1, min(256, total // 20 or 1))
+        for start in range(0, total, step):
+            partials.append(_parse_chunk(reader.NAME, source, files[start : start + step], options))
+            if progress is not None:
+                progress(min(start + step, total), total)
+    index = merge(
+        partials,
+        options,
+        root=str(source.root),
+        meta={"format": reader.NAME, "source": source.extra, "files": total},
+        default_landmarks=_default_landmarks(reader, source, partials),
+    )
+    split_fn = getattr(reader, "splits", None)
+    if split_fn is not None:
+        index.splits = split_fn(source, index)
+    return index
+
+__all__ = ["PARALLEL_MIN_FILES", "ProgressFn", "build_index"]

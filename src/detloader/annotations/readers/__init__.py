@@ -1,0 +1,30 @@
+"""Annotation readers, one module per format; every one feeds the same
+:class:`~detloader.annotations.builder.ChunkBuilder`.
+
+A reader is a module with ``NAME``, ``sniff(path) -> bool``, ``discover(path, options) ->
+Source``, ``parse(source, files, builder)`` and optionally ``splits(source, index)``,
+``PARALLEL = False`` (single-file formats), ``DEFAULT_LANDMARKS`` or
+``default_landmarks(source, names)`` (the schema to use when the landmark names found, in
+order of first appearance, fit it). A new format is a new module here plus one line in
+:data:`READERS`.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from detloader.annotations.readers import coco, cvat, imglab, txt, voc, yolo
+
+#: Readers by name, in the order ``format="auto"`` tries them: a COCO folder has an
+#: ``annotations/`` folder too, so COCO (JSON only) goes before VOC; an XML file is told by
+#: its root element (``<annotation>`` VOC, ``<annotations>`` CVAT, ``<dataset>`` imglab).
+READERS: dict[str, ModuleType] = {
+    "coco": coco,
+    "voc": voc,
+    "cvat": cvat,
+    "imglab": imglab,
+    "yolo": yolo,
+    "txt": txt,
+}
+
+__all__ = ["READERS"]
