@@ -356,6 +356,14 @@ def parse_proc_stat(text: str) -> dict[int, tuple[float, float]]:
     return out
 
 
+def local_world_size() -> int:
+    """Training processes sharing this machine (``LOCAL_WORLD_SIZE``; 1 when unset/invalid)."""
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
 def busy_from_samples(
     before: dict[int, tuple[float, float]],
     after: dict[int, tuple[float, float]],

@@ -22,6 +22,7 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 
+from detloader._plotting import new_figure
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.balance.weights import ByKey, Groups, balance_groups, group_counts
 
@@ -372,17 +373,9 @@ def balance_report(
 def plot_balance(report: BalanceReport, path: str | os.PathLike[str]) -> None:
     """Raw vs balanced (expected) bars per group, and the real draw as markers; a PNG at
     ``path``. Needs matplotlib (the ``plot`` extra); no pyplot state is touched."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as err:
-        raise ImportError(
-            "plotting needs matplotlib: pip install 'detloader[plot]'"
-        ) from err
     names = list(report.names)
     x = np.arange(len(names))
-    fig = Figure(figsize=(max(6.0, 0.6 * len(names) + 2), 4.0), dpi=100)
-    FigureCanvasAgg(fig)
+    fig = new_figure(figsize=(max(6.0, 0.6 * len(names) + 2), 4.0), dpi=100)
     ax = fig.add_subplot(1, 1, 1)
     ax.bar(x - 0.2, report.raw, width=0.4, label="raw (each image once)")
     ax.bar(x + 0.2, report.expected, width=0.4, label=f"balanced: {report.strategy} (expected)")

@@ -43,7 +43,6 @@ Samplers:
 
 from __future__ import annotations
 
-import os
 import warnings
 from abc import abstractmethod
 from concurrent.futures import ThreadPoolExecutor
@@ -53,7 +52,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from detloader._system import usable_cpus
+from detloader._system import local_world_size, usable_cpus
 from detloader.annotations.index import AnnotationIndex
 from detloader.balance.weights import (
     STRATEGIES,
@@ -272,11 +271,7 @@ def _map(fn: Callable[[int], Any], count: int, threads: int) -> list[Any]:
 def default_threads() -> int:
     """Threads for building tables and drawing: the usable CPUs shared by the processes of
     this node (``LOCAL_WORLD_SIZE``, set by torchrun), at most 8."""
-    try:
-        local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    except ValueError:
-        local = 1
-    return max(1, min(8, usable_cpus() // local))
+    return max(1, min(8, usable_cpus() // local_world_size()))
 
 
 def alias_table(weights: np.ndarray, chunk: int = 1 << 18, threads: int = 1) -> np.ndarray:

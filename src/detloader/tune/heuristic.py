@@ -37,14 +37,6 @@ class TuneWarning(UserWarning):
     """Loader settings come from the heuristic, not from a measurement."""
 
 
-def local_world_size() -> int:
-    """Training processes sharing this machine (``LOCAL_WORLD_SIZE``; 1 when unset/invalid)."""
-    try:
-        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
-
-
 def heuristic_loader_kwargs(
     *,
     free: float,
@@ -107,7 +99,7 @@ def auto_loader_kwargs(
         free=free_cpus(usable, affinity, busy),
         memory_available=_system.memory_facts().available,
         can_pin=kind in PINNABLE,
-        processes=local_world_size(),
+        processes=_system.local_world_size(),
     )
     if warn:
         warnings.warn(

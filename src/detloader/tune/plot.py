@@ -6,6 +6,8 @@ import os
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
+from detloader._plotting import new_figure
+
 if TYPE_CHECKING:
     from detloader.tune.result import TuneResult
 
@@ -15,17 +17,7 @@ def plot_result(result: "TuneResult", path: str | os.PathLike[str]) -> str:
     (prefetch_factor x pin_memory; the line joins each setting's best window, dots are all
     windows, the recommendation is circled) and the memory all workers hold (USS per worker x
     workers). Saved to ``path`` with the Agg backend; returns the path.
-    Raises ModuleNotFoundError naming the ``plot`` extra when matplotlib is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-    except ModuleNotFoundError as err:
-        raise ModuleNotFoundError(
-            "plotting needs matplotlib: pip install 'detloader[plot]'"
-        ) from err
-
+    Raises :class:`~detloader._plotting.PlotExtraMissing` when matplotlib is missing."""
     # per family (prefetch x pinning): every window as a faint dot, each setting's best window
     # (how the tuner ranks) as the line, its workers' memory below
     windows: dict[str, list[tuple[int, float]]] = defaultdict(list)
@@ -43,7 +35,8 @@ def plot_result(result: "TuneResult", path: str | os.PathLike[str]) -> str:
             memory[label][w] = max(memory[label].get(w, 0.0), t.worker_uss_mib * w)
         elif w == 0:
             memory[label][w] = 0.0
-    fig, (ax_rate, ax_mem) = plt.subplots(2, 1, sharex=True, figsize=(7, 6), constrained_layout=True)
+    fig = new_figure(figsize=(7, 6), layout="constrained")
+    ax_rate, ax_mem = fig.subplots(2, 1, sharex=True)
     for label in sorted(best):
         xs = sorted(best[label])
         line = ax_rate.plot(xs, [best[label][x] for x in xs], marker="o", label=label)[0]
@@ -71,5 +64,4 @@ def plot_result(result: "TuneResult", path: str | os.PathLike[str]) -> str:
     ax_mem.set_ylabel("worker memory, MiB (USS x workers)")
     ax_mem.grid(alpha=0.3)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return os.fspath(path)
