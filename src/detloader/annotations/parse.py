@@ -7,11 +7,10 @@ number of workers.
 
 from __future__ import annotations
 
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from types import ModuleType
 from typing import Callable, Sequence
 
+from detloader._pool import run_in_processes
 from detloader._system import usable_cpus
 from detloader.annotations.builder import ChunkBuilder, Partial, ReadOptions, merge
 from detloader.annotations.index import AnnotationIndex
@@ -66,19 +65,12 @@ def build_index(
         chunks = _chunks(files, n_workers * 8)
         partials = [None] * len(chunks)  # type: ignore[list-item]
         done = 0
-        methods = multiprocessing.get_all_start_methods()
-        ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-        with ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx) as pool:
-            futures = {
-                pool.submit(_parse_chunk, reader.NAME, source, chunk, options): i
-                for i, chunk in enumerate(chunks)
-            }
-            for fut in as_completed(futures):
-                i = futures[fut]
-                partials[i] = fut.result()
-                done += len(chunks[i])
-                if progress is not None:
-                    progress(done, total)
+        calls = [(reader.NAME, source, chunk, options) for chunk in chunks]
+        for i, partial in run_in_processes(_parse_chunk, calls, n_workers):
+            partials[i] = partial
+            done += len(chunks[i])
+            if progress is not None:
+                progress(done, total)
     else:
         partials = []
         step = max(1, min(256, total // 20 or 1))

@@ -1,0 +1,108 @@
+"""Worker processes that a plain script, a notebook or an interactive session can start.
+
+With the ``spawn`` and ``forkserver`` start methods, every new process imports the caller's
+``__main__`` module again, so a script without ``if __name__ == "__main__":`` would run itself
+in each worker and die in bootstrapping (``BrokenProcessPool``). detloader's worker functions
+live in its own modules and never need ``__main__``, so :func:`run_in_processes`
+
+* forks when the start method in force is ``fork`` and no other Python thread runs (a fork
+  then copies no lock held by a thread; native pools such as OpenBLAS's handle fork
+  themselves) - the cheapest start;
+* otherwise uses the start method in force (``forkserver`` is Python 3.14's default on Linux,
+  ``spawn`` on macOS and Windows) and hides ``__main__``'s file and spec from
+  :mod:`multiprocessing` while the workers start, so that they do not import it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import threading
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager, nullcontext
+from typing import Any, Callable, Iterator, Sequence, TypeVar
+
+T = TypeVar("T")
+
+__all__ = ["run_in_processes", "start_method", "worker_context"]
+
+
+def start_method() -> str:
+    """``"fork"`` when forking is safe here, else the start method in force."""
+    method = multiprocessing.get_start_method(allow_none=True) or _platform_default()
+    if method == "fork" and threading.active_count() == 1:
+        return "fork"
+    return "spawn" if method == "fork" else method
+
+
+def _platform_default() -> str:
+    ctx = multiprocessing.get_context()
+    return ctx.get_start_method()
+
+
+@contextmanager
+def _main_hidden() -> Iterator[None]:
+    """Without ``__main__.__file__`` and ``__spec__``, a new process does not import it."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    saved = {key: main.__dict__[key] for key in ("__file__", "__spec__") if key in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__dict__["__spec__"] = None
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
+
+
+def run_in_processes(
+    fn: Callable[..., T], calls: Sequence[tuple[Any, ...]], max_workers: int
+) -> Iterator[tuple[int, T]]:
+    """``fn(*calls[i])`` in ``max_workers`` worker processes; yields ``(i, result)`` as each
+    finishes (not in order). ``fn`` must be importable from a module (not ``__main__``).
+    A worker's exception is raised here, when its result is reached."""
+    method = start_method()
+    context = multiprocessing.get_context(method)
+    with ProcessPoolExecutor(max_workers=max_workers, mp_context=context) as pool:
+        # workers start on demand during the submits (all of them, given at least
+        # max_workers calls): the window in which __main__ must stay hidden
+        with _main_hidden() if method != "fork" else nullcontext():
+            futures = {pool.submit(fn, *args): i for i, args in enumerate(calls)}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+
+
+def worker_context() -> multiprocessing.context.BaseContext:
+    """A multiprocessing context for DataLoader workers: ``fork`` when that is the method in
+    force and safe, else the method in force with processes that start with ``__main__``
+    hidden (see the module docstring), so that a loop over a loader needs no guard either."""
+    method = start_method()
+    return _HIDDEN_MAIN.get(method) or multiprocessing.get_context(method)
+
+
+# The process classes travel to the child by reference, so they live at module level.
+class _SpawnProcess(multiprocessing.context.SpawnProcess):
+    def start(self) -> None:
+        with _main_hidden():
+            super().start()
+
+
+class _SpawnContext(multiprocessing.context.SpawnContext):
+    Process = _SpawnProcess
+
+
+_HIDDEN_MAIN: dict[str, multiprocessing.context.BaseContext] = {"spawn": _SpawnContext()}
+
+if sys.platform != "win32":
+
+    class _ForkServerProcess(multiprocessing.context.ForkServerProcess):
+        def start(self) -> None:
+            with _main_hidden():
+                super().start()
+
+    class _ForkServerContext(multiprocessing.context.ForkServerContext):
+        Process = _ForkServerProcess
+
+    _HIDDEN_MAIN["forkserver"] = _ForkServerContext()
