@@ -37,6 +37,21 @@ import numpy as np
 from detloader.annotations.index import AnnotationIndex, Vocabulary
 from detloader.annotations.problems import ProblemReport
 
+__all__ = [
+    "CACHE_DIR_ENV",
+    "CACHE_SUBDIR",
+    "CACHE_VERSION",
+    "MAGIC",
+    "CacheError",
+    "MappedIndex",
+    "atomic_write",
+    "cache_dir_for",
+    "load_index_file",
+    "read_key",
+    "save_index",
+    "user_cache_dir",
+]
+
 MAGIC = b"DLINDEX\n"
 CACHE_VERSION = 1
 _ALIGN = 64
@@ -173,11 +188,25 @@ def _read_header(path: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
     return header, _align(_PREFIX.size + length)
 
 
+class MappedIndex(AnnotationIndex):
+    """An index whose arrays are read-only views of a cache file's memory map.
+
+    It pickles as its file name (plus root and key), so DataLoader worker processes map the
+    same file instead of receiving a copy of the arrays; if the file is gone, it pickles its
+    arrays like any index.
+    """
+
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        if self._source_file is not None and os.path.exists(self._source_file):
+            return (load_index_file, (self._source_file, str(self.root), self.meta.get("cache_key")))
+        return super().__reduce__()
+
+
 def load_index_file(
     path: str | os.PathLike[str],
     root: str | os.PathLike[str] | None = None,
     expect_key: str | None = None,
-) -> AnnotationIndex:
+) -> MappedIndex:
     """Map a cache file and return its index (arrays are read-only views of the mapping).
 
     ``expect_key``: refuse the file if its key differs (it was rebuilt for changed data since
@@ -203,7 +232,7 @@ def load_index_file(
         arrays[name] = np.frombuffer(mm, dtype=dt, count=count, offset=start).reshape(shape)
     try:
         splits = {name: arrays.pop(f"split/{name}") for name in header["splits"]}
-        return AnnotationIndex(
+        return MappedIndex(
             root=root if root is not None else header["root"],
             arrays=arrays,
             vocab=Vocabulary.from_dict(header["vocab"]),
