@@ -11,17 +11,18 @@ with chunk-local vocabularies. Chunks are built in worker processes and merged i
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from detloader.annotations.checks import Finding, check_box, check_point, check_size, parse_number
+from detloader.annotations.chunk import AttributeCells, LocalVocab, Partial
 from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Field
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.annotations.problems import Problem, Severity
 
-__all__ = ["MAX_FILE_BYTES", "ChunkBuilder", "Partial", "ReadOptions"]
+__all__ = ["MAX_FILE_BYTES", "ChunkBuilder", "ReadOptions"]
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 
@@ -81,76 +82,6 @@ class ReadOptions:
         }
 
 
-@dataclass
-class Partial:
-    """One chunk of a dataset as arrays, with chunk-local vocabularies (see ``merge``).
-
-    ``arrays``: every image/object field of ``FIELDS`` plus ``object_offsets``, ids local to
-    the chunk; ``strings``: the string fields as lists; ``vocabs``: for each vocabulary a
-    field refers to (``Field.vocab``), the local names in id order (for attribute tables, a
-    list of ``(attribute, values)``). Fields read as attributes: ``part.boxes``.
-    """
-
-    arrays: dict[str, np.ndarray]
-    strings: dict[str, list[str]]
-    vocabs: dict[str, Any]
-    problems: list[Problem]
-    stats: dict[str, int] = field(default_factory=dict)
-    declared_classes: list[str] = field(default_factory=list)
-
-    def __getattr__(self, name: str) -> Any:
-        arrays = self.__dict__.get("arrays")
-        if arrays is not None and name in arrays:
-            return arrays[name]
-        raise AttributeError(name)
-
-    @property
-    def landmark_names(self) -> list[str]:
-        """Landmark names found in the chunk, in local slot order."""
-        names: list[str] = self.vocabs["landmarks"]
-        return names
-
-
-class _Vocab:
-    """Strings to local ids in order of first appearance."""
-
-    __slots__ = ("ids", "names")
-
-    def __init__(self) -> None:
-        self.ids: dict[str, int] = {}
-        self.names: list[str] = []
-
-    def id(self, name: str) -> int:
-        i = self.ids.get(name)
-        if i is None:
-            i = self.ids[name] = len(self.names)
-            self.names.append(name)
-        return i
-
-
-class _AttrTable:
-    """Rows of name -> value dicts, kept as (row, name id, value id) triples."""
-
-    def __init__(self) -> None:
-        self.names = _Vocab()
-        self.values: list[_Vocab] = []
-        self.cells: list[tuple[int, int, int]] = []
-
-    def add(self, row: int, attrs: Mapping[str, str]) -> None:
-        for name, value in attrs.items():
-            a = self.names.id(name)
-            if a == len(self.values):
-                self.values.append(_Vocab())
-            self.cells.append((row, a, self.values[a].id(value)))
-
-    def finish(self, n_rows: int) -> tuple[np.ndarray, list[tuple[str, list[str]]]]:
-        table = np.full((n_rows, len(self.names.names)), MISSING, dtype=np.int32)
-        if self.cells:
-            cells = np.asarray(self.cells, dtype=np.int64)
-            table[cells[:, 0], cells[:, 1]] = cells[:, 2]
-        return table, [(n, v.names) for n, v in zip(self.names.names, self.values)]
-
-
 def _is_column(f: Field) -> bool:
     return f.level != "string" and f.vocab not in (*_ATTRIBUTE_VOCABS, "landmarks")
 
@@ -181,8 +112,8 @@ class ChunkBuilder:
         # typed columns, not lists of tuples: a few bytes per object instead of ~2 KB
         self._cols = {f.name: array(_TYPECODES[np.dtype(f.dtype)]) for f in FIELDS if _is_column(f)}
         self._strings: dict[str, list[str]] = {f.name: [] for f in FIELDS if f.level == "string"}
-        self._attrs = {name: _AttrTable() for name in _ATTRIBUTE_VOCABS}
-        self._names = {"classes": _Vocab(), "image_classes": _Vocab(), "landmarks": _Vocab()}
+        self._attrs = {name: AttributeCells() for name in _ATTRIBUTE_VOCABS}
+        self._names = {"classes": LocalVocab(), "image_classes": LocalVocab(), "landmarks": LocalVocab()}
         self._offsets = array("q", [0])
         self._declared: dict[str, None] = {}
         if self._schema is not None:

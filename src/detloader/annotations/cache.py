@@ -34,7 +34,8 @@ from typing import IO, Any, Iterator
 
 import numpy as np
 
-from detloader.annotations.index import AnnotationIndex, Vocabulary
+from detloader.annotations.index import AnnotationIndex
+from detloader.annotations.vocabulary import Vocabulary
 from detloader.annotations.problems import ProblemReport
 
 __all__ = [

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -40,38 +39,10 @@ from detloader.annotations.fields import (
 )
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.annotations.problems import ProblemReport
+from detloader.annotations.view import ImageView
+from detloader.annotations.vocabulary import Vocabulary
 
 __all__ = ["MISSING", "AnnotationIndex", "ImageView", "Vocabulary", "pack_strings"]
-
-@dataclass(frozen=True)
-class Vocabulary:
-    """Names behind the integer ids of an index."""
-
-    classes: tuple[str, ...] = ()
-    image_classes: tuple[str, ...] = ()
-    object_attributes: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    image_attributes: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    landmarks: LandmarkSchema = field(default_factory=LandmarkSchema)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "classes": list(self.classes),
-            "image_classes": list(self.image_classes),
-            "object_attributes": [[n, list(v)] for n, v in self.object_attributes],
-            "image_attributes": [[n, list(v)] for n, v in self.image_attributes],
-            "landmarks": self.landmarks.to_dict(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Vocabulary":
-        return cls(
-            classes=tuple(data["classes"]),
-            image_classes=tuple(data["image_classes"]),
-            object_attributes=tuple((n, tuple(v)) for n, v in data["object_attributes"]),
-            image_attributes=tuple((n, tuple(v)) for n, v in data["image_attributes"]),
-            landmarks=LandmarkSchema.from_dict(data["landmarks"]),
-        )
-
 
 class AnnotationIndex:
     """One dataset: images, objects, landmarks and vocabularies as flat arrays.
@@ -91,6 +62,22 @@ class AnnotationIndex:
     ``object_attributes`` int32 ``[m, B]``, ``landmarks`` float32 ``[m, K, 2]``,
     ``visibility`` uint8 ``[m, K]``.
     """
+
+    # per-image and per-object arrays, set from the field table (see fields.FIELDS)
+    width: np.ndarray
+    height: np.ndarray
+    image_labels: np.ndarray
+    image_attributes: np.ndarray
+    verified: np.ndarray
+    object_offsets: np.ndarray
+    boxes: np.ndarray
+    labels: np.ndarray
+    difficult: np.ndarray
+    truncated: np.ndarray
+    occluded: np.ndarray
+    object_attributes: np.ndarray
+    landmarks: np.ndarray
+    visibility: np.ndarray
 
     def __init__(
         self,
@@ -121,22 +108,6 @@ class AnnotationIndex:
         self.object_offsets = a[OFFSETS]
         self._check_shapes()
 
-    # per-image and per-object arrays, set from the field table (see fields.FIELDS)
-    width: np.ndarray
-    height: np.ndarray
-    image_labels: np.ndarray
-    image_attributes: np.ndarray
-    verified: np.ndarray
-    object_offsets: np.ndarray
-    boxes: np.ndarray
-    labels: np.ndarray
-    difficult: np.ndarray
-    truncated: np.ndarray
-    occluded: np.ndarray
-    object_attributes: np.ndarray
-    landmarks: np.ndarray
-    visibility: np.ndarray
-
     # -- construction helpers ---------------------------------------------------------------
     def _check_shapes(self) -> None:
         """The arrays agree with each other, with the field table's dtypes and with the
@@ -144,11 +115,7 @@ class AnnotationIndex:
         file)."""
         n, m = len(self.width), len(self.boxes)
         rows = {"image": n, "object": m}
-        sizes = {
-            "landmarks": len(self.vocab.landmarks),
-            "image_attributes": len(self.vocab.image_attributes),
-            "object_attributes": len(self.vocab.object_attributes),
-        }
+        sizes = self.vocab.sizes()
         expect: list[tuple[str, np.ndarray, Any, tuple[int, ...]]] = [
             (OFFSETS, self.object_offsets, np.int64, (n + 1,))
         ]
@@ -454,98 +421,3 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     ends = np.cumsum(lengths)
     shift = np.repeat(np.asarray(starts, dtype=np.int64) - (ends - lengths), lengths)
     return np.arange(total, dtype=np.int64) + shift
-
-
-class _ObjectRows:
-    """Descriptor of :class:`ImageView`: the image's rows of the index's per-object array of
-    the same name (a view, no copy)."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, view: "ImageView", owner: type | None = None) -> np.ndarray:
-        return getattr(view._index, self.name)[view._rows]
-
-
-class ImageView:
-    """One image of an index, built on demand; its arrays are views into the index."""
-
-    __slots__ = ("_index", "id")
-
-    def __init__(self, index: AnnotationIndex, i: int) -> None:
-        self._index = index
-        self.id = int(i)
-
-    @property
-    def _rows(self) -> slice:
-        off = self._index.object_offsets
-        return slice(int(off[self.id]), int(off[self.id + 1]))
-
-    @property
-    def path(self) -> Path:
-        return self._index.image_path(self.id)
-
-    @property
-    def annotation_path(self) -> str:
-        return self._index.annotation_path(self.id)
-
-    @property
-    def size(self) -> tuple[int, int]:
-        """(width, height) in pixels."""
-        return int(self._index.width[self.id]), int(self._index.height[self.id])
-
-    #: per-object arrays of this image: boxes float32 [j, 4], labels int32 [j], landmarks
-    #: float32 [j, K, 2], visibility uint8 [j, K], difficult / truncated / occluded bool [j]
-    boxes = _ObjectRows()
-    labels = _ObjectRows()
-    landmarks = _ObjectRows()
-    visibility = _ObjectRows()
-    difficult = _ObjectRows()
-    truncated = _ObjectRows()
-    occluded = _ObjectRows()
-
-    @property
-    def width(self) -> int:
-        return int(self._index.width[self.id])
-
-    @property
-    def height(self) -> int:
-        return int(self._index.height[self.id])
-
-    @property
-    def class_names(self) -> list[str]:
-        return [self._index.classes[c] for c in self.labels]
-
-    @property
-    def image_label(self) -> int:
-        return int(self._index.image_labels[self.id])
-
-    @property
-    def image_class(self) -> str | None:
-        label = self.image_label
-        return None if label == MISSING else self._index.image_classes[label]
-
-    @property
-    def attributes(self) -> dict[str, str]:
-        """Image attributes that are set, name -> value."""
-        row = self._index.image_attributes[self.id]
-        return {
-            name: values[v]
-            for (name, values), v in zip(self._index.vocab.image_attributes, row)
-            if v != MISSING
-        }
-
-    @property
-    def object_attributes(self) -> list[dict[str, str]]:
-        """Per object, the attributes that are set, name -> value."""
-        table = self._index.vocab.object_attributes
-        return [
-            {name: values[v] for (name, values), v in zip(table, row) if v != MISSING}
-            for row in self._index.object_attributes[self._rows]
-        ]
-
-    def __repr__(self) -> str:
-        return (
-            f"ImageView(id={self.id}, path={str(self.path)!r}, size={self.size}, "
-            f"objects={self._rows.stop - self._rows.start})"
-        )

@@ -12,9 +12,11 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from detloader.annotations.builder import Partial, ReadOptions
+from detloader.annotations.builder import ReadOptions
+from detloader.annotations.chunk import Partial
 from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Field, pack_strings
-from detloader.annotations.index import AnnotationIndex, Vocabulary
+from detloader.annotations.index import AnnotationIndex
+from detloader.annotations.vocabulary import Vocabulary
 from detloader.annotations.landmarks import LandmarkSchema, infer_flip_pairs
 from detloader.annotations.problems import Problem, ProblemReport
 

@@ -13,7 +13,8 @@ from types import ModuleType
 from typing import Callable, Sequence
 
 from detloader._system import usable_cpus
-from detloader.annotations.builder import ChunkBuilder, Partial, ReadOptions
+from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.chunk import Partial
 from detloader.annotations.merge import merge
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema
