@@ -34,6 +34,7 @@ from typing import IO, Any, Iterator
 
 import numpy as np
 
+from detloader.annotations.fields import array_names
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.vocabulary import Vocabulary
 from detloader.annotations.problems import ProblemReport
@@ -125,7 +126,7 @@ def _writable(folder: Path) -> bool:
 def save_index(index: AnnotationIndex, path: str | os.PathLike[str], key: str) -> Path:
     """Write ``index`` to ``path`` atomically (temporary file + rename)."""
     path = Path(path)
-    arrays = {name: np.ascontiguousarray(a) for name, a in index.arrays().items()}
+    arrays = {name: np.ascontiguousarray(a) for name, a in index.arrays().items()}  # FIELDS order
     for name, members in index.splits.items():
         arrays[f"split/{name}"] = np.ascontiguousarray(members, dtype=np.int64)
     table: dict[str, list[Any]] = {}
@@ -220,6 +221,9 @@ def load_index_file(
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    missing = [name for name in array_names() if name not in header["arrays"]]
+    if missing:
+        raise CacheError(f"{path}: no array {missing[0]} in the file (written by another layout)")
     arrays: dict[str, np.ndarray] = {}
     for name, (dtype, shape, offset) in header["arrays"].items():
         try:
