@@ -22,7 +22,6 @@ are read-only memory maps, shared (not copied) by DataLoader worker processes.
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -39,6 +38,7 @@ from detloader.annotations.fields import (
 )
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.annotations.problems import ProblemReport
+from detloader.annotations.splits import check_fractions, rarest_class_per_image, stratified_split
 from detloader.annotations.view import ImageView
 from detloader.annotations.vocabulary import Vocabulary
 
@@ -291,51 +291,17 @@ class AnnotationIndex:
         proportions in every part; ``stratify="class"`` uses each image's rarest object class.
         Each part gets ``round``-ed sizes with the remainder going to the first parts.
         """
-        if not fractions:
-            raise ValueError("random_split: fractions={} is empty")
-        if any(f < 0 or not math.isfinite(f) for f in fractions.values()) or sum(
-            fractions.values()
-        ) <= 0:
-            raise ValueError(f"random_split: fractions={dict(fractions)} must be >= 0, sum > 0")
-        rng = np.random.default_rng(seed)
+        check_fractions(fractions)
         if stratify is None:
             groups = np.zeros(len(self), dtype=np.int64)
         elif stratify == "image_class":
             groups = self.image_labels.astype(np.int64)
         elif stratify == "class":
-            groups = self._rarest_class_per_image()
+            groups = rarest_class_per_image(self.labels, self.object_image, len(self), len(self.classes))
         else:
             raise ValueError(f"stratify={stratify!r} is not one of None, 'image_class', 'class'")
-        names = list(fractions)
-        weights = np.array([fractions[k] for k in names], dtype=np.float64)
-        weights /= weights.sum()
-        parts: dict[str, list[np.ndarray]] = {k: [] for k in names}
-        for g in np.unique(groups):
-            members = np.flatnonzero(groups == g)
-            members = members[rng.permutation(len(members))]
-            sizes = np.floor(weights * len(members)).astype(np.int64)
-            remainder = len(members) - int(sizes.sum())
-            order = np.argsort(-(weights * len(members) - sizes), kind="stable")
-            sizes[order[:remainder]] += 1
-            start = 0
-            for k, size in zip(names, sizes):
-                parts[k].append(members[start : start + size])
-                start += size
-        return {k: self.subset(np.sort(np.concatenate(v))) for k, v in parts.items()}
-
-    def _rarest_class_per_image(self) -> np.ndarray:
-        counts = np.bincount(self.labels, minlength=len(self.classes)) if len(self.labels) else []
-        out = np.full(len(self), MISSING, dtype=np.int64)
-        if len(self.labels) == 0:
-            return out
-        freq = np.asarray(counts)[self.labels]
-        img = self.object_image
-        # for each image, the label with the smallest global frequency
-        order = np.lexsort((freq, img))
-        first = np.ones(len(order), dtype=bool)
-        first[1:] = img[order][1:] != img[order][:-1]
-        out[img[order][first]] = self.labels[order][first]
-        return out
+        parts = stratified_split(groups, fractions, np.random.default_rng(seed))
+        return {k: self.subset(ids) for k, ids in parts.items()}
 
     # -- counts -----------------------------------------------------------------------------
     def class_counts(self, unit: str = "objects") -> dict[str, int]:
