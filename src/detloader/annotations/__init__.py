@@ -3,7 +3,7 @@
 ``readers/`` (one module per format) -> ``checks`` (the shared rules, pure) -> ``builder``
 (per-file typed columns -> ``chunk.Partial``) -> ``parse`` (files in parallel) -> ``merge`` (in
 file order, global vocabularies) -> ``index`` (flat arrays laid out by ``fields``, names in
-``vocabulary``, per-image ``view``) -> ``cache`` (one memory-mapped file); ``problems`` holds the
+``vocabulary``, per-image ``view``, ratio ``splits``) -> ``cache`` (one memory-mapped file); ``problems`` holds the
 error policy and report; ``landmarks`` the landmark schemas; ``writers`` turns an index back
 into VOC, COCO or YOLO.
 """
