@@ -34,8 +34,25 @@ from typing import IO, Any, Iterator
 
 import numpy as np
 
-from detloader.annotations.index import AnnotationIndex, Vocabulary
+from detloader.annotations.fields import array_names
+from detloader.annotations.index import AnnotationIndex
+from detloader.annotations.vocabulary import Vocabulary
 from detloader.annotations.problems import ProblemReport
+
+__all__ = [
+    "CACHE_DIR_ENV",
+    "CACHE_SUBDIR",
+    "CACHE_VERSION",
+    "MAGIC",
+    "CacheError",
+    "MappedIndex",
+    "atomic_write",
+    "cache_dir_for",
+    "load_index_file",
+    "read_key",
+    "save_index",
+    "user_cache_dir",
+]
 
 MAGIC = b"DLINDEX\n"
 CACHE_VERSION = 1
@@ -109,7 +126,7 @@ def _writable(folder: Path) -> bool:
 def save_index(index: AnnotationIndex, path: str | os.PathLike[str], key: str) -> Path:
     """Write ``index`` to ``path`` atomically (temporary file + rename)."""
     path = Path(path)
-    arrays = {name: np.ascontiguousarray(a) for name, a in index.arrays().items()}
+    arrays = {name: np.ascontiguousarray(a) for name, a in index.arrays().items()}  # FIELDS order
     for name, members in index.splits.items():
         arrays[f"split/{name}"] = np.ascontiguousarray(members, dtype=np.int64)
     table: dict[str, list[Any]] = {}
@@ -173,11 +190,25 @@ def _read_header(path: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
     return header, _align(_PREFIX.size + length)
 
 
+class MappedIndex(AnnotationIndex):
+    """An index whose arrays are read-only views of a cache file's memory map.
+
+    It pickles as its file name (plus root and key), so DataLoader worker processes map the
+    same file instead of receiving a copy of the arrays; if the file is gone, it pickles its
+    arrays like any index.
+    """
+
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        if self._source_file is not None and os.path.exists(self._source_file):
+            return (load_index_file, (self._source_file, str(self.root), self.meta.get("cache_key")))
+        return super().__reduce__()
+
+
 def load_index_file(
     path: str | os.PathLike[str],
     root: str | os.PathLike[str] | None = None,
     expect_key: str | None = None,
-) -> AnnotationIndex:
+) -> MappedIndex:
     """Map a cache file and return its index (arrays are read-only views of the mapping).
 
     ``expect_key``: refuse the file if its key differs (it was rebuilt for changed data since
@@ -190,6 +221,9 @@ def load_index_file(
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    missing = [name for name in array_names() if name not in header["arrays"]]
+    if missing:
+        raise CacheError(f"{path}: no array {missing[0]} in the file (written by another layout)")
     arrays: dict[str, np.ndarray] = {}
     for name, (dtype, shape, offset) in header["arrays"].items():
         try:
@@ -203,7 +237,7 @@ def load_index_file(
         arrays[name] = np.frombuffer(mm, dtype=dt, count=count, offset=start).reshape(shape)
     try:
         splits = {name: arrays.pop(f"split/{name}") for name in header["splits"]}
-        return AnnotationIndex(
+        return MappedIndex(
             root=root if root is not None else header["root"],
             arrays=arrays,
             vocab=Vocabulary.from_dict(header["vocab"]),

@@ -22,78 +22,27 @@ are read-only memory maps, shared (not copied) by DataLoader worker processes.
 
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from detloader.annotations.fields import (
+    FIELDS,
+    MISSING,
+    OFFSETS,
+    fields_at,
+    pack_strings,
+    unpack_string,
+)
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.annotations.problems import ProblemReport
+from detloader.annotations.splits import check_fractions, rarest_class_per_image, stratified_split
+from detloader.annotations.view import ImageView
+from detloader.annotations.vocabulary import Vocabulary
 
-#: Id used in categorical arrays for "no value" (no image class, attribute not set).
-MISSING = -1
-
-@dataclass(frozen=True)
-class Vocabulary:
-    """Names behind the integer ids of an index."""
-
-    classes: tuple[str, ...] = ()
-    image_classes: tuple[str, ...] = ()
-    object_attributes: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    image_attributes: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    landmarks: LandmarkSchema = field(default_factory=LandmarkSchema)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "classes": list(self.classes),
-            "image_classes": list(self.image_classes),
-            "object_attributes": [[n, list(v)] for n, v in self.object_attributes],
-            "image_attributes": [[n, list(v)] for n, v in self.image_attributes],
-            "landmarks": self.landmarks.to_dict(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Vocabulary":
-        return cls(
-            classes=tuple(data["classes"]),
-            image_classes=tuple(data["image_classes"]),
-            object_attributes=tuple((n, tuple(v)) for n, v in data["object_attributes"]),
-            image_attributes=tuple((n, tuple(v)) for n, v in data["image_attributes"]),
-            landmarks=LandmarkSchema.from_dict(data["landmarks"]),
-        )
-
-
-def pack_strings(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """UTF-8 blob (uint8) and int64 offsets ``[n + 1]`` for a list of strings."""
-    encoded = [s.encode("utf-8") for s in strings]
-    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-    if encoded:
-        np.cumsum([len(e) for e in encoded], out=offsets[1:])
-    blob = np.frombuffer(b"".join(encoded), dtype=np.uint8).copy()
-    return blob, offsets
-
-
-def _unpack_string(blob: np.ndarray, offsets: np.ndarray, i: int) -> str:
-    return blob[offsets[i] : offsets[i + 1]].tobytes().decode("utf-8")
-
-
-#: Array fields of an index: name -> (dtype, per-image or per-object, trailing shape rank).
-IMAGE_ARRAYS = ("width", "height", "image_labels", "image_attributes", "verified")
-OBJECT_ARRAYS = (
-    "boxes",
-    "labels",
-    "difficult",
-    "truncated",
-    "occluded",
-    "object_attributes",
-    "landmarks",
-    "visibility",
-)
-STRING_ARRAYS = ("image_paths", "annotation_paths")
-
+__all__ = ["MISSING", "AnnotationIndex", "ImageView", "Vocabulary", "pack_strings"]
 
 class AnnotationIndex:
     """One dataset: images, objects, landmarks and vocabularies as flat arrays.
@@ -114,6 +63,22 @@ class AnnotationIndex:
     ``visibility`` uint8 ``[m, K]``.
     """
 
+    # per-image and per-object arrays, set from the field table (see fields.FIELDS)
+    width: np.ndarray
+    height: np.ndarray
+    image_labels: np.ndarray
+    image_attributes: np.ndarray
+    verified: np.ndarray
+    object_offsets: np.ndarray
+    boxes: np.ndarray
+    labels: np.ndarray
+    difficult: np.ndarray
+    truncated: np.ndarray
+    occluded: np.ndarray
+    object_attributes: np.ndarray
+    landmarks: np.ndarray
+    visibility: np.ndarray
+
     def __init__(
         self,
         *,
@@ -133,52 +98,41 @@ class AnnotationIndex:
         self.problems = problems if problems is not None else ProblemReport()
         self.meta: dict[str, Any] = dict(meta or {})
         self._source_file = source_file  # the cache file the arrays are mapped from, if any
+        self._strings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         a = dict(arrays)
-        self.width: np.ndarray = a["width"]
-        self.height: np.ndarray = a["height"]
-        self.image_labels: np.ndarray = a["image_labels"]
-        self.image_attributes: np.ndarray = a["image_attributes"]
-        self.verified: np.ndarray = a["verified"]
-        self.object_offsets: np.ndarray = a["object_offsets"]
-        self.boxes: np.ndarray = a["boxes"]
-        self.labels: np.ndarray = a["labels"]
-        self.difficult: np.ndarray = a["difficult"]
-        self.truncated: np.ndarray = a["truncated"]
-        self.occluded: np.ndarray = a["occluded"]
-        self.object_attributes: np.ndarray = a["object_attributes"]
-        self.landmarks: np.ndarray = a["landmarks"]
-        self.visibility: np.ndarray = a["visibility"]
-        self._image_path_blob: np.ndarray = a["image_paths_blob"]
-        self._image_path_offsets: np.ndarray = a["image_paths_offsets"]
-        self._ann_path_blob: np.ndarray = a["annotation_paths_blob"]
-        self._ann_path_offsets: np.ndarray = a["annotation_paths_offsets"]
+        for f in FIELDS:
+            if f.level == "string":
+                self._strings[f.name] = (a[f"{f.name}_blob"], a[f"{f.name}_offsets"])
+            else:
+                setattr(self, f.name, a[f.name])
+        self.object_offsets = a[OFFSETS]
         self._check_shapes()
 
     # -- construction helpers ---------------------------------------------------------------
     def _check_shapes(self) -> None:
-        """The arrays agree with each other and with the vocabularies (ValueError if not: the
-        arrays come from outside, e.g. a damaged cache file)."""
+        """The arrays agree with each other, with the field table's dtypes and with the
+        vocabularies (ValueError if not: the arrays come from outside, e.g. a damaged cache
+        file)."""
         n, m = len(self.width), len(self.boxes)
-        k = len(self.vocab.landmarks)
-        expect = {
-            "height": (n,),
-            "image_labels": (n,),
-            "verified": (n,),
-            "object_offsets": (n + 1,),
-            "boxes": (m, 4),
-            "labels": (m,),
-            "difficult": (m,),
-            "truncated": (m,),
-            "occluded": (m,),
-            "landmarks": (m, k, 2),
-            "visibility": (m, k),
-            "image_attributes": (n, len(self.vocab.image_attributes)),
-            "object_attributes": (m, len(self.vocab.object_attributes)),
-        }
-        for name, shape in expect.items():
-            got = getattr(self, name).shape
-            if got != shape:
-                raise ValueError(f"AnnotationIndex: {name} has shape {got}, expected {shape}")
+        rows = {"image": n, "object": m}
+        sizes = self.vocab.sizes()
+        expect: list[tuple[str, np.ndarray, Any, tuple[int, ...]]] = [
+            (OFFSETS, self.object_offsets, np.int64, (n + 1,))
+        ]
+        for f in FIELDS:
+            if f.level == "string":
+                blob, offsets = self._strings[f.name]
+                expect.append((f"{f.name}_blob", blob, np.uint8, blob.shape[:1]))
+                expect.append((f"{f.name}_offsets", offsets, np.int64, (n + 1,)))
+            else:
+                expect.append((f.name, getattr(self, f.name), f.dtype, f.shape(rows[f.level], sizes)))
+        for name, arr, dtype, shape in expect:
+            if arr.shape != shape:
+                raise ValueError(f"AnnotationIndex: {name} has shape {arr.shape}, expected {shape}")
+            if arr.dtype != np.dtype(dtype):
+                raise ValueError(
+                    f"AnnotationIndex: {name} has dtype={arr.dtype}, expected {np.dtype(dtype)}"
+                )
         if int(self.object_offsets[-1]) != m or (n and int(self.object_offsets[0]) != 0):
             raise ValueError(
                 f"AnnotationIndex: object_offsets run {int(self.object_offsets[0])}.."
@@ -186,35 +140,28 @@ class AnnotationIndex:
             )
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """All arrays by name (what the cache stores)."""
-        return {
-            "width": self.width,
-            "height": self.height,
-            "image_labels": self.image_labels,
-            "image_attributes": self.image_attributes,
-            "verified": self.verified,
-            "object_offsets": self.object_offsets,
-            "boxes": self.boxes,
-            "labels": self.labels,
-            "difficult": self.difficult,
-            "truncated": self.truncated,
-            "occluded": self.occluded,
-            "object_attributes": self.object_attributes,
-            "landmarks": self.landmarks,
-            "visibility": self.visibility,
-            "image_paths_blob": self._image_path_blob,
-            "image_paths_offsets": self._image_path_offsets,
-            "annotation_paths_blob": self._ann_path_blob,
-            "annotation_paths_offsets": self._ann_path_offsets,
-        }
+        """All arrays by name, in the order of :func:`~detloader.annotations.fields.array_names`
+        (what the cache stores)."""
+        last_image_field = fields_at("image")[-1].name
+        out: dict[str, np.ndarray] = {}
+        for f in FIELDS:
+            if f.level == "string":
+                out[f"{f.name}_blob"], out[f"{f.name}_offsets"] = self._strings[f.name]
+            else:
+                out[f.name] = getattr(self, f.name)
+            if f.name == last_image_field:
+                out[OFFSETS] = self.object_offsets
+        return out
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        # A cache-backed index travels to worker processes as its file name, not its arrays.
-        if self._source_file is not None and os.path.exists(self._source_file):
-            from detloader.annotations.cache import load_index_file
+    @property
+    def source_file(self) -> str | None:
+        """The cache file the arrays are mapped from, or None for an index in memory."""
+        return self._source_file
 
-            return (load_index_file, (self._source_file, str(self.root), self.meta.get("cache_key")))
-        return (_rebuild, (self.__dict__.copy(),))
+    @property
+    def _image_path_blob(self) -> np.ndarray:
+        # the image paths' UTF-8 blob; tune/store.py hashes it to identify an uncached index
+        return self._strings["image_paths"][0]
 
     # -- sizes ------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -260,14 +207,15 @@ class AnnotationIndex:
     # -- one image --------------------------------------------------------------------------
     def image_path(self, i: int) -> Path:
         """Absolute path of image ``i``."""
-        return self.root / _unpack_string(self._image_path_blob, self._image_path_offsets, i)
+        return self.root / self.relative_image_path(i)
 
     def relative_image_path(self, i: int) -> str:
-        return _unpack_string(self._image_path_blob, self._image_path_offsets, i)
+        """Path of image ``i`` relative to the root, as stored."""
+        return unpack_string(*self._strings["image_paths"], i)
 
     def annotation_path(self, i: int) -> str:
         """Annotation file (and record) of image ``i``, relative to the root."""
-        return _unpack_string(self._ann_path_blob, self._ann_path_offsets, i)
+        return unpack_string(*self._strings["annotation_paths"], i)
 
     def image(self, i: int) -> "ImageView":
         """A view of image ``i`` (negative indices count from the end)."""
@@ -296,20 +244,18 @@ class AnnotationIndex:
         offsets = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
         obj = _ranges(self.object_offsets[ids], counts)
-        arrays: dict[str, np.ndarray] = {"object_offsets": offsets}
-        for name in IMAGE_ARRAYS:
-            arrays[name] = np.ascontiguousarray(getattr(self, name)[ids])
-        for name in OBJECT_ARRAYS:
-            arrays[name] = np.ascontiguousarray(getattr(self, name)[obj])
-        for name, blob, offs in (
-            ("image_paths", self._image_path_blob, self._image_path_offsets),
-            ("annotation_paths", self._ann_path_blob, self._ann_path_offsets),
-        ):
-            lengths = (offs[1:] - offs[:-1])[ids]
-            new_offs = np.zeros(len(ids) + 1, dtype=np.int64)
-            np.cumsum(lengths, out=new_offs[1:])
-            arrays[f"{name}_blob"] = np.ascontiguousarray(blob[_ranges(offs[ids], lengths)])
-            arrays[f"{name}_offsets"] = new_offs
+        arrays: dict[str, np.ndarray] = {OFFSETS: offsets}
+        for f in FIELDS:
+            if f.level == "string":
+                blob, offs = self._strings[f.name]
+                lengths = (offs[1:] - offs[:-1])[ids]
+                new_offs = np.zeros(len(ids) + 1, dtype=np.int64)
+                np.cumsum(lengths, out=new_offs[1:])
+                arrays[f"{f.name}_blob"] = np.ascontiguousarray(blob[_ranges(offs[ids], lengths)])
+                arrays[f"{f.name}_offsets"] = new_offs
+            else:
+                rows = ids if f.level == "image" else obj
+                arrays[f.name] = np.ascontiguousarray(getattr(self, f.name)[rows])
         position = np.full(n, -1, dtype=np.int64)
         position[ids[::-1]] = np.arange(len(ids) - 1, -1, -1)  # first position of each id
         splits = {}
@@ -345,51 +291,17 @@ class AnnotationIndex:
         proportions in every part; ``stratify="class"`` uses each image's rarest object class.
         Each part gets ``round``-ed sizes with the remainder going to the first parts.
         """
-        if not fractions:
-            raise ValueError("random_split: fractions={} is empty")
-        if any(f < 0 or not math.isfinite(f) for f in fractions.values()) or sum(
-            fractions.values()
-        ) <= 0:
-            raise ValueError(f"random_split: fractions={dict(fractions)} must be >= 0, sum > 0")
-        rng = np.random.default_rng(seed)
+        check_fractions(fractions)
         if stratify is None:
             groups = np.zeros(len(self), dtype=np.int64)
         elif stratify == "image_class":
             groups = self.image_labels.astype(np.int64)
         elif stratify == "class":
-            groups = self._rarest_class_per_image()
+            groups = rarest_class_per_image(self.labels, self.object_image, len(self), len(self.classes))
         else:
             raise ValueError(f"stratify={stratify!r} is not one of None, 'image_class', 'class'")
-        names = list(fractions)
-        weights = np.array([fractions[k] for k in names], dtype=np.float64)
-        weights /= weights.sum()
-        parts: dict[str, list[np.ndarray]] = {k: [] for k in names}
-        for g in np.unique(groups):
-            members = np.flatnonzero(groups == g)
-            members = members[rng.permutation(len(members))]
-            sizes = np.floor(weights * len(members)).astype(np.int64)
-            remainder = len(members) - int(sizes.sum())
-            order = np.argsort(-(weights * len(members) - sizes), kind="stable")
-            sizes[order[:remainder]] += 1
-            start = 0
-            for k, size in zip(names, sizes):
-                parts[k].append(members[start : start + size])
-                start += size
-        return {k: self.subset(np.sort(np.concatenate(v))) for k, v in parts.items()}
-
-    def _rarest_class_per_image(self) -> np.ndarray:
-        counts = np.bincount(self.labels, minlength=len(self.classes)) if len(self.labels) else []
-        out = np.full(len(self), MISSING, dtype=np.int64)
-        if len(self.labels) == 0:
-            return out
-        freq = np.asarray(counts)[self.labels]
-        img = self.object_image
-        # for each image, the label with the smallest global frequency
-        order = np.lexsort((freq, img))
-        first = np.ones(len(order), dtype=bool)
-        first[1:] = img[order][1:] != img[order][:-1]
-        out[img[order][first]] = self.labels[order][first]
-        return out
+        parts = stratified_split(groups, fractions, np.random.default_rng(seed))
+        return {k: self.subset(ids) for k, ids in parts.items()}
 
     # -- counts -----------------------------------------------------------------------------
     def class_counts(self, unit: str = "objects") -> dict[str, int]:
@@ -466,12 +378,6 @@ class AnnotationIndex:
         }
 
 
-def _rebuild(state: dict[str, Any]) -> AnnotationIndex:
-    obj = AnnotationIndex.__new__(AnnotationIndex)
-    obj.__dict__.update(state)
-    return obj
-
-
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(s, s + l)`` for each pair, vectorised."""
     lengths = np.asarray(lengths, dtype=np.int64)
@@ -481,105 +387,3 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     ends = np.cumsum(lengths)
     shift = np.repeat(np.asarray(starts, dtype=np.int64) - (ends - lengths), lengths)
     return np.arange(total, dtype=np.int64) + shift
-
-
-class ImageView:
-    """One image of an index, built on demand; its arrays are views into the index."""
-
-    __slots__ = ("_index", "id")
-
-    def __init__(self, index: AnnotationIndex, i: int) -> None:
-        self._index = index
-        self.id = int(i)
-
-    @property
-    def _rows(self) -> slice:
-        off = self._index.object_offsets
-        return slice(int(off[self.id]), int(off[self.id + 1]))
-
-    @property
-    def path(self) -> Path:
-        return self._index.image_path(self.id)
-
-    @property
-    def annotation_path(self) -> str:
-        return self._index.annotation_path(self.id)
-
-    @property
-    def size(self) -> tuple[int, int]:
-        """(width, height) in pixels."""
-        return int(self._index.width[self.id]), int(self._index.height[self.id])
-
-    @property
-    def width(self) -> int:
-        return int(self._index.width[self.id])
-
-    @property
-    def height(self) -> int:
-        return int(self._index.height[self.id])
-
-    @property
-    def boxes(self) -> np.ndarray:
-        return self._index.boxes[self._rows]
-
-    @property
-    def labels(self) -> np.ndarray:
-        return self._index.labels[self._rows]
-
-    @property
-    def class_names(self) -> list[str]:
-        return [self._index.classes[c] for c in self.labels]
-
-    @property
-    def landmarks(self) -> np.ndarray:
-        return self._index.landmarks[self._rows]
-
-    @property
-    def visibility(self) -> np.ndarray:
-        return self._index.visibility[self._rows]
-
-    @property
-    def difficult(self) -> np.ndarray:
-        return self._index.difficult[self._rows]
-
-    @property
-    def truncated(self) -> np.ndarray:
-        return self._index.truncated[self._rows]
-
-    @property
-    def occluded(self) -> np.ndarray:
-        return self._index.occluded[self._rows]
-
-    @property
-    def image_label(self) -> int:
-        return int(self._index.image_labels[self.id])
-
-    @property
-    def image_class(self) -> str | None:
-        label = self.image_label
-        return None if label == MISSING else self._index.image_classes[label]
-
-    @property
-    def attributes(self) -> dict[str, str]:
-        """Image attributes that are set, name -> value."""
-        row = self._index.image_attributes[self.id]
-        return {
-            name: values[v]
-            for (name, values), v in zip(self._index.vocab.image_attributes, row)
-            if v != MISSING
-        }
-
-    @property
-    def object_attributes(self) -> list[dict[str, str]]:
-        """Per object, the attributes that are set, name -> value."""
-        table = self._index.vocab.object_attributes
-        return [
-            {name: values[v] for (name, values), v in zip(table, row) if v != MISSING}
-            for row in self._index.object_attributes[self._rows]
-        ]
-
-    def __repr__(self) -> str:
-        return (
-            f"ImageView(id={self.id}, path={str(self.path)!r}, size={self.size}, "
-            f"objects={self._rows.stop - self._rows.start})"
-        )

@@ -12,7 +12,9 @@ from typing import Callable, Sequence
 
 from detloader._pool import run_in_processes
 from detloader._system import usable_cpus
-from detloader.annotations.builder import ChunkBuilder, Partial, ReadOptions, merge
+from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.chunk import Partial
+from detloader.annotations.merge import merge
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.annotations.readers import READERS

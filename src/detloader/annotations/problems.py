@@ -26,6 +26,18 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Iterator, Literal
 
+__all__ = [
+    "ON_ERROR_CHOICES",
+    "AnnotationError",
+    "AnnotationWarning",
+    "OnError",
+    "Problem",
+    "ProblemReport",
+    "Severity",
+    "apply_policy",
+    "check_on_error",
+]
+
 OnError = Literal["raise", "skip", "warn"]
 ON_ERROR_CHOICES: tuple[str, ...] = ("raise", "skip", "warn")
 

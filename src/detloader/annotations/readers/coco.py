@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.checks import Finding, parse_number
 from detloader.annotations.readers.common import (
     ImageLocator,
     Source,
@@ -142,17 +143,11 @@ def _load(full: str, cap: int, b: ChunkBuilder) -> Any:
 
 
 def _number(value: Any, where: str, field: str, action: str, b: ChunkBuilder) -> float | None:
-    if value is None:
-        b.problem("missing_field", where, f"{field} is missing", action)
+    found = parse_number(value, field, action, text=False)
+    if isinstance(found, Finding):
+        b.report(found, where)
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        b.problem("bad_value", where, f"{field}={value!r} is not a number", action)
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        b.problem("bad_value", where, f"{field}={value!r} is not a number", action)
-        return None
+    return found
 
 
 def _text(value: Any) -> str:

@@ -1,0 +1,123 @@
+"""The rules every format shares, as pure functions: a value in, a repaired value or a finding out.
+
+:class:`~detloader.annotations.builder.ChunkBuilder` applies them to each record and turns a
+:class:`Finding` into a :class:`~detloader.annotations.problems.Problem` by adding the file and
+the element. Boxes are xyxy in pixels (see :mod:`detloader.annotations.index`); landmark
+visibility is 0 absent, 1 hidden, 2 visible.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from typing import Any, NamedTuple
+
+from detloader.annotations.problems import Severity
+
+__all__ = [
+    "Box",
+    "Finding",
+    "Point",
+    "check_box",
+    "check_point",
+    "check_size",
+    "fmt",
+    "parse_number",
+]
+
+Box = tuple[float, float, float, float]
+Point = tuple[float, float, int]
+
+
+class Finding(NamedTuple):
+    """What a rule found: problem kind, message (``field=value``), action taken, severity."""
+
+    kind: str
+    message: str
+    action: str
+    severity: Severity = "error"
+
+
+def fmt(v: float) -> str:
+    """A coordinate as messages show it (``%g``)."""
+    return f"{v:g}"
+
+
+def parse_number(value: Any, fieldname: str, action: str, *, text: bool = True) -> float | Finding:
+    """``value`` as a float, or a ``missing_field`` / ``bad_value`` finding.
+
+    ``text=True``: ``value`` is text from XML or a txt line (``None`` or blank is missing; the
+    message shows it stripped). ``text=False``: a JSON value (``None`` is missing; booleans,
+    lists, objects and blank strings are bad values, shown as given).
+    """
+    if value is None or (text and not value.strip()):
+        return Finding("missing_field", f"{fieldname} is missing", action)
+    if not text and (isinstance(value, bool) or not isinstance(value, (int, float, str))):
+        return Finding("bad_value", f"{fieldname}={value!r} is not a number", action)
+    try:
+        return float(value)
+    except ValueError:
+        shown = value.strip() if text else value
+        return Finding("bad_value", f"{fieldname}={shown!r} is not a number", action)
+
+
+def check_size(width: int, height: int) -> Finding | None:
+    """An image needs ``width > 0`` and ``height > 0`` (else it is skipped)."""
+    if width > 0 and height > 0:
+        return None
+    return Finding("bad_value", f"width={width} height={height}", "image skipped")
+
+
+def check_box(
+    box: Any, width: int, height: int, *, one_based: bool, clip: bool
+) -> tuple[Box | None, Finding | None]:
+    """The box to store (float32 values, inside the image) or None when it is rejected, and
+    what was found.
+
+    ``one_based`` subtracts 1 from xmin and ymin first. The values are checked as float32 (two
+    close float64 values can round to one). Non-finite or empty boxes are rejected; a box partly
+    outside the image is clipped (``box_clipped``, repaired) when ``clip``, else rejected
+    (``box_outside_image``), as is a box wholly outside.
+    """
+    x1, y1, x2, y2 = (float(v) for v in box)
+    if one_based:
+        x1, y1 = x1 - 1.0, y1 - 1.0
+    x1, y1, x2, y2 = array("f", (x1, y1, x2, y2))
+    if not all(math.isfinite(v) for v in (x1, y1, x2, y2)):
+        msg = f"xmin={fmt(x1)} ymin={fmt(y1)} xmax={fmt(x2)} ymax={fmt(y2)}"
+        return None, Finding("non_finite", msg, "object skipped")
+    if x2 <= x1 or y2 <= y1:
+        msg = f"xmax={fmt(x2)} <= xmin={fmt(x1)}" if x2 <= x1 else f"ymax={fmt(y2)} <= ymin={fmt(y1)}"
+        return None, Finding("empty_box", msg, "object skipped")
+    w, h = width, height
+    if x1 < 0 or y1 < 0 or x2 > w or y2 > h:
+        desc = (
+            f"box ({fmt(x1)}, {fmt(y1)}, {fmt(x2)}, {fmt(y2)}) outside image "
+            f"width={w} height={h}"
+        )
+        cx1, cy1, cx2, cy2 = max(x1, 0.0), max(y1, 0.0), min(x2, float(w)), min(y2, float(h))
+        if cx2 <= cx1 or cy2 <= cy1 or not clip:
+            return None, Finding("box_outside_image", desc, "object skipped")
+        return (cx1, cy1, cx2, cy2), Finding("box_clipped", desc, "clipped to the image", "repaired")
+    return (x1, y1, x2, y2), None
+
+
+def check_point(
+    name: str, x: float, y: float, v: int, width: int, height: int, *, one_based: bool
+) -> tuple[Point | None, Finding | None]:
+    """The landmark to store as ``(x, y, visibility)`` or None when it is skipped, and what was
+    found. Visibility 0 stores ``(0, 0, 0)``; a point outside ``[0, width] x [0, height]`` is
+    kept with visibility 0 (``landmark_outside_image``); ``one_based`` subtracts 1 from x, y."""
+    v = int(v)
+    if v not in (0, 1, 2):
+        return None, Finding("bad_value", f"visibility={v} is not 0, 1 or 2", "point skipped")
+    if v == 0:
+        return (0.0, 0.0, 0), None
+    if not (math.isfinite(x) and math.isfinite(y)):
+        return None, Finding("non_finite", f"{name}: x={fmt(x)} y={fmt(y)}", "point skipped")
+    if one_based:
+        x, y = x - 1.0, y - 1.0
+    if not (0.0 <= x <= width and 0.0 <= y <= height):
+        msg = f"{name}: x={fmt(x)} y={fmt(y)} outside image width={width} height={height}"
+        return (0.0, 0.0, 0), Finding("landmark_outside_image", msg, "point kept with visibility 0")
+    return (float(x), float(y), v), None

@@ -1,0 +1,108 @@
+"""The one table of an index's array fields: name, dtype, level, trailing shape, fill value.
+
+Everything that handles an index's arrays column by column (the index's constructor, its
+shape/dtype checks, ``arrays()``, ``subset``, the cache's save/load, the builder's columns and
+``merge``) walks :data:`FIELDS` instead of naming the arrays again.
+
+Levels: ``"image"`` arrays have one row per image (``[n, ...]``), ``"object"`` arrays one row
+per object (``[m, ...]``); ``"string"`` fields are one string per image, stored as a UTF-8 blob
+(``{name}_blob`` uint8) with int64 offsets (``{name}_offsets`` ``[n + 1]``). The structural
+``object_offsets`` int64 ``[n + 1]`` (objects of image i: ``[off[i], off[i+1])``) is not in the
+table: it is what relates the two levels.
+
+A trailing dimension is a number or the name of the vocabulary that sizes it
+(``"landmarks"``: K points of the landmark schema; ``"image_attributes"`` /
+``"object_attributes"``: one column per attribute). ``vocab`` names the vocabulary a field's
+values or columns refer to, which is how :func:`~detloader.annotations.merge.merge` remaps it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Sequence
+
+import numpy as np
+
+__all__ = [
+    "FIELDS",
+    "MISSING",
+    "OFFSETS",
+    "Field",
+    "Level",
+    "array_names",
+    "fields_at",
+    "pack_strings",
+    "unpack_string",
+]
+
+#: Id used in categorical arrays for "no value" (no image class, attribute not set).
+MISSING = -1
+
+Level = Literal["image", "object", "string"]
+
+#: Name of the structural int64 ``[n + 1]`` array that maps images to object rows.
+OFFSETS = "object_offsets"
+
+
+@dataclass(frozen=True)
+class Field:
+    """One array field of an index (see the module docstring for ``level`` and ``trailing``)."""
+
+    name: str
+    dtype: Any
+    level: Level
+    trailing: tuple[int | str, ...] = ()
+    fill: Any = 0
+    vocab: str | None = None
+
+    def shape(self, rows: int, sizes: dict[str, int]) -> tuple[int, ...]:
+        """The full shape for ``rows`` rows, ``sizes`` giving the named trailing dimensions."""
+        return (rows, *(d if isinstance(d, int) else sizes[d] for d in self.trailing))
+
+
+FIELDS: tuple[Field, ...] = (
+    Field("width", np.int32, "image"),
+    Field("height", np.int32, "image"),
+    Field("image_labels", np.int32, "image", fill=MISSING, vocab="image_classes"),
+    Field("image_attributes", np.int32, "image", ("image_attributes",), MISSING, "image_attributes"),
+    Field("verified", np.bool_, "image", fill=False),
+    Field("boxes", np.float32, "object", (4,)),
+    Field("labels", np.int32, "object", fill=MISSING, vocab="classes"),
+    Field("difficult", np.bool_, "object", fill=False),
+    Field("truncated", np.bool_, "object", fill=False),
+    Field("occluded", np.bool_, "object", fill=False),
+    Field("object_attributes", np.int32, "object", ("object_attributes",), MISSING, "object_attributes"),
+    Field("landmarks", np.float32, "object", ("landmarks", 2), vocab="landmarks"),
+    Field("visibility", np.uint8, "object", ("landmarks",), vocab="landmarks"),
+    Field("image_paths", np.uint8, "string"),
+    Field("annotation_paths", np.uint8, "string"),
+)
+
+
+def fields_at(level: Level) -> tuple[Field, ...]:
+    """The fields of one level, in table order."""
+    return tuple(f for f in FIELDS if f.level == level)
+
+
+def array_names() -> list[str]:
+    """Every stored array's name, in table order (what ``AnnotationIndex.arrays()`` returns)."""
+    names = [f.name for f in FIELDS if f.level != "string"]
+    names.insert(len(fields_at("image")), OFFSETS)
+    for f in fields_at("string"):
+        names += [f"{f.name}_blob", f"{f.name}_offsets"]
+    return names
+
+
+def pack_strings(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """UTF-8 blob (uint8) and int64 offsets ``[n + 1]`` for a list of strings."""
+    encoded = [s.encode("utf-8") for s in strings]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    if encoded:
+        np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    blob = np.frombuffer(b"".join(encoded), dtype=np.uint8).copy()
+    return blob, offsets
+
+
+def unpack_string(blob: np.ndarray, offsets: np.ndarray, i: int) -> str:
+    """String ``i`` of a blob made by :func:`pack_strings`."""
+    return blob[offsets[i] : offsets[i + 1]].tobytes().decode("utf-8")
