@@ -47,8 +47,7 @@ from detloader.annotations.readers.common import (
     check_options,
     file_source,
     find_child_dir,
-    header_size,
-    int_or_none,
+    declared_size,
     parse_flag,
     read_head,
 )
@@ -265,13 +264,11 @@ def _image(img: dict, where: str, locator: ImageLocator, b: ChunkBuilder) -> boo
     if rel is None:
         b.problem("missing_image", f"{where}/file_name", f"file_name={name!r} not found in {locator.describe()}", "image skipped")
         return False
-    width, height = int_or_none(_text(img.get("width", ""))), int_or_none(_text(img.get("height", "")))
-    if not width or not height or width <= 0 or height <= 0:
-        raw = f"width={img.get('width')!r} height={img.get('height')!r}"
-        size = header_size(b, locator.root, rel, where, raw)
-        if size is None:
-            return False
-        width, height = size
+    raw = f"width={img.get('width')!r} height={img.get('height')!r}"
+    size = declared_size(b, locator.root, rel, where, _text(img.get("width", "")), _text(img.get("height", "")), raw)
+    if size is None:
+        return False
+    width, height = size
     attrs = _attributes(img.get("attributes"), f"{where}/attributes", b)
     image_class = attrs.pop(b.options.image_class_attribute, None)
     return b.add_image(rel, width, height, image_class=image_class, attributes=attrs, record=name)

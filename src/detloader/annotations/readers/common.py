@@ -1,28 +1,53 @@
-"""Helpers shared by the readers.
+"""Helpers shared by the readers (XML ones live in
+:mod:`~detloader.annotations.readers.safe_xml`).
 
 * :class:`Source` (what a reader found) and :func:`scan_files` / :func:`stat_entry` (the files
   whose change rebuilds the index); :func:`file_source` for a one-file format;
-* :func:`root_tag`, :func:`read_head`, :func:`sniff_xml` let ``sniff`` look at a file without
-  parsing it; :func:`iter_xml` streams the records of a large XML file with bounded memory;
+* :func:`read_head` lets ``sniff`` look at a file without reading it whole; :func:`read_capped`
+  reads one under a size cap (:class:`FileTooLargeError`);
 * :class:`ImageLocator` finds the image an annotation names among candidate folders;
-  :func:`header_size` / :func:`image_size` read an image size from its header, as a problem;
-* small parsers: :func:`parse_flag`, :func:`int_or_none`, :func:`syntax_message`.
+  :func:`declared_size` / :func:`header_size` / :func:`image_size` take an image size from
+  the annotation or the image header, as a problem when neither gives one;
+* value parsers: :func:`parse_flag` / :func:`flag_value` (0/1 flags), :func:`int_or_none`
+  (sizes), :func:`is_number` / :func:`parse_floats` (coordinate lists, a ``bad_value``
+  problem naming the first token that is not a number).
 """
 
 from __future__ import annotations
 
 import ntpath
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
-
-from lxml import etree
+from typing import Any, Iterable, Sequence
 
 from detloader.annotations.cache import CACHE_SUBDIR
 from detloader.annotations.builder import ChunkBuilder, ReadOptions
-from detloader.annotations.readers.safe_xml import iterparse_safe
+
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "FileTooLargeError",
+    "ImageLocator",
+    "Source",
+    "candidate_dirs",
+    "check_options",
+    "declared_size",
+    "dir_mtime",
+    "file_source",
+    "find_child_dir",
+    "flag_value",
+    "header_size",
+    "image_header_size",
+    "image_size",
+    "int_or_none",
+    "is_number",
+    "parse_flag",
+    "parse_floats",
+    "read_capped",
+    "read_head",
+    "scan_files",
+    "stat_entry",
+]
 
 #: Image file extensions tried when an annotation names an image without one (or wrongly).
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".JPG", ".JPEG", ".PNG")
@@ -80,6 +105,7 @@ def scan_files(
 
 
 def stat_entry(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> tuple[str, int, int]:
+    """``(path relative to root, mtime_ns, size)`` of one file (``OSError`` when absent)."""
     st = os.stat(path)
     return (os.path.relpath(path, root), st.st_mtime_ns, st.st_size)
 
@@ -116,6 +142,36 @@ def parse_flag(text: str | None) -> bool | None:
         return None
 
 
+def flag_value(b: ChunkBuilder, text: str | None, where: str, name: str) -> bool:
+    """:func:`parse_flag` of the field ``name`` at ``where``; text that is no flag is a
+    ``bad_value`` problem (``name='x' is not 0/1``) and reads as False."""
+    flag = parse_flag(text)
+    if flag is None:
+        b.problem("bad_value", f"{where}/{name}", f"{name}={text!r} is not 0/1", "treated as 0")
+        return False
+    return flag
+
+
+def is_number(token: str) -> bool:
+    """Whether ``float(token)`` succeeds."""
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def parse_floats(tokens: Sequence[str], where: str, b: ChunkBuilder, action: str) -> list[float] | None:
+    """``tokens`` as floats; None and a ``bad_value`` problem naming the first token that is
+    not a number (``'abc' is not a number``, then ``action``)."""
+    try:
+        return [float(t) for t in tokens]
+    except ValueError:
+        bad = next(t for t in tokens if not is_number(t))
+        b.problem("bad_value", where, f"{bad!r} is not a number", action)
+        return None
+
+
 def image_header_size(path: str) -> tuple[int, int]:
     """(width, height) as stored in the image file, read from its header only."""
     from PIL import Image
@@ -124,18 +180,18 @@ def image_header_size(path: str) -> tuple[int, int]:
         return int(im.width), int(im.height)
 
 
+class FileTooLargeError(ValueError):
+    """A file over the size cap; the message names its size and the cap."""
+
+
 def read_capped(path: str, cap: int) -> bytes:
-    """The file's bytes; ValueError naming the size when it exceeds ``cap``."""
+    """The file's bytes; :class:`FileTooLargeError` naming the size when it exceeds ``cap``."""
     with open(path, "rb") as fh:
         data = fh.read(cap + 1)
     if len(data) > cap:
         size = os.path.getsize(path)
-        raise ValueError(f"size={size} bytes exceeds max_file_bytes={cap}")
+        raise FileTooLargeError(f"size={size} bytes exceeds max_file_bytes={cap}")
     return data
-
-
-_TAG = re.compile(rb"<([A-Za-z_][\w.-]*)[\s>/]")
-_SKIP = re.compile(rb"<\?.*?\?>|<!--.*?-->|<!DOCTYPE[^>]*>", re.S)
 
 
 def read_head(path: Path, n: int = 4096) -> bytes:
@@ -145,44 +201,6 @@ def read_head(path: Path, n: int = 4096) -> bytes:
             return fh.read(n)
     except OSError:
         return b""
-
-
-def root_tag(path: Path) -> str | None:
-    """Name of the root element of an XML file, from its first bytes (no parse)."""
-    head = _SKIP.sub(b"", read_head(path, 8192))
-    match = _TAG.search(head)
-    return match.group(1).decode("ascii", "replace") if match else None
-
-
-def xml_files_with_root(folder: Path, tag: str, *, recursive: bool = False) -> list[Path]:
-    """``.xml`` files in ``folder`` (sorted) whose root element is ``tag``."""
-    if recursive:
-        candidates = sorted(p for p in folder.rglob("*.xml") if p.is_file())
-    else:
-        candidates = sorted(p for p in folder.glob("*.xml") if p.is_file())
-    return [p for p in candidates if root_tag(p) == tag]
-
-
-def sniff_xml(path: Path, tag: str) -> bool:
-    """An ``.xml`` file whose root element is ``tag``, or a folder holding one at its top."""
-    if path.is_file():
-        return path.suffix.lower() == ".xml" and root_tag(path) == tag
-    return path.is_dir() and bool(xml_files_with_root(path, tag))
-
-
-def annotation_xml(path: Path, tag: str, kind: str, preferred: str | None = None) -> Path:
-    """The annotation file of a one-file format: ``path`` itself, or the one ``.xml`` file at
-    the top of folder ``path`` whose root element is ``tag`` (``preferred`` names the file
-    that wins when there are several); a ValueError naming what was found otherwise."""
-    if path.is_file():
-        return path
-    found = xml_files_with_root(path, tag)
-    if len(found) != 1 and preferred is not None:
-        found = [p for p in found if p.name == preferred] or found
-    if len(found) != 1:
-        names = ", ".join(p.name for p in found) or "none"
-        raise ValueError(f"path={str(path)!r} holds {len(found)} {kind} files ({names}); pass one of them")
-    return found[0]
 
 
 def dir_mtime(path: Path) -> int:
@@ -321,6 +339,18 @@ def header_size(b: ChunkBuilder, root: str, rel: str, element: str, raw: str) ->
     return width, height
 
 
+def declared_size(
+    b: ChunkBuilder, root: str, rel: str, element: str, width: str | None, height: str | None, raw: str | None = None
+) -> tuple[int, int] | None:
+    """``(width, height)`` as the annotation declares them (text such as ``"640"``), else (absent,
+    zero or not an integer) from the image header: :func:`header_size`, whose problem shows
+    ``raw`` (default ``width='..' height='..'``)."""
+    w, h = int_or_none(width), int_or_none(height)
+    if w and h and w > 0 and h > 0:
+        return w, h
+    return header_size(b, root, rel, element, raw if raw is not None else f"width={width!r} height={height!r}")
+
+
 def image_size(b: ChunkBuilder, root: str, rel: str, element: str) -> tuple[int, int] | None:
     """Size of an image whose format stores none in its annotations (YOLO, txt lists); None
     and a problem when the image is missing or unreadable."""
@@ -343,25 +373,3 @@ def int_or_none(text: str | None) -> int | None:
     except ValueError:
         return None
     return int(value) if value.is_integer() else None
-
-
-def iter_xml(path: str, tags: str | tuple[str, ...]) -> Iterator[etree._Element]:
-    """Yield each complete element named ``tags`` of a (large) XML file, in document order.
-
-    After the caller is done with an element it is cleared and every earlier sibling is
-    removed from the partial tree, so memory stays bounded by one record, not the file: a
-    few hundred MB stream in constant space. Errors propagate (``etree.XMLSyntaxError`` with
-    its line, :class:`~detloader.annotations.readers.safe_xml.UnsafeXMLError`).
-    """
-    for _event, element in iterparse_safe(path, tags, events=("end",)):
-        yield element
-        element.clear(keep_tail=False)
-        parent = element.getparent()
-        if parent is not None:
-            while element.getprevious() is not None:
-                del parent[0]
-
-
-def syntax_message(err: etree.XMLSyntaxError) -> str:
-    msg = str(err.msg if getattr(err, "msg", None) else err)
-    return msg.split(", line ")[0]

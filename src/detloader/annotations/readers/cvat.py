@@ -66,25 +66,26 @@ import numpy as np
 from lxml import etree
 
 from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.index import AnnotationIndex
+from detloader.annotations.landmarks import LandmarkSchema, preset_schema
 from detloader.annotations.readers.common import (
     IMAGE_EXTENSIONS,
     ImageLocator,
     Source,
-    annotation_xml,
     candidate_dirs,
     check_options,
+    declared_size,
     file_source,
-    header_size,
+    flag_value,
     int_or_none,
-    iter_xml,
-    parse_flag,
-    sniff_xml,
-    syntax_message,
 )
-from detloader.annotations.landmarks import preset_schema
-from detloader.annotations.readers.safe_xml import UnsafeXMLError, iterparse_safe
-from detloader.annotations.index import AnnotationIndex
-from detloader.annotations.landmarks import LandmarkSchema
+from detloader.annotations.readers.safe_xml import (
+    STREAM_ERRORS,
+    annotation_xml,
+    iterparse_safe,
+    sniff_xml,
+    stream_records,
+)
 
 NAME = "cvat"
 #: Format options this reader accepts (``read_annotations(path, **options)``).
@@ -147,7 +148,7 @@ def _point_labels(xml: Path) -> list[str]:
                         )
                     )
                 break
-    except (etree.XMLSyntaxError, UnsafeXMLError, OSError):
+    except STREAM_ERRORS:
         return []  # parse() reports the problem
     skeletons = {name for name, kind, _ in labels if kind == "skeleton"}
     names: list[str] = []
@@ -208,30 +209,19 @@ class _Points:
 
 
 def _parse_file(root: str, rel: str, source: Source, b: ChunkBuilder) -> None:
-    opts = b.options
-    locator = ImageLocator(root, source.extra["image_dirs"], opts.check_images)
+    locator = ImageLocator(root, source.extra["image_dirs"], b.options.check_images)
     ignored: dict[str, list] = {}
     tracks = 0
-    seen_root = False
-    try:
-        for el in iter_xml(os.path.join(root, rel), ("image", "track", ROOT_TAG)):
-            if el.tag == "image":
-                _image(el, locator, source, b, ignored)
-            elif el.tag == "track":
-                tracks += 1
-            else:
-                seen_root = True
-    except UnsafeXMLError as err:
-        b.problem("unsafe_xml", "", str(err), "file skipped")
+
+    def record(el: etree._Element) -> None:
+        nonlocal tracks
+        if el.tag == "image":
+            _image(el, locator, source, b, ignored)
+        else:
+            tracks += 1
+
+    if not stream_records(os.path.join(root, rel), ("image", "track"), ROOT_TAG, b, record):
         return
-    except etree.XMLSyntaxError as err:
-        b.problem("unparseable", f"line {err.lineno}", syntax_message(err), "rest of the file skipped")
-        return
-    except OSError as err:
-        b.problem("unreadable_file", "", f"{err.strerror or err}", "file skipped")
-        return
-    if not seen_root:
-        b.problem("unsupported", "", f"root element is not <{ROOT_TAG}>", "file skipped")
     if tracks:
         b.problem(
             "unsupported",
@@ -284,13 +274,10 @@ def _image(
         shown = f"id={image_id!r}" if images_by == "id" else f"name={name!r}"
         b.problem("missing_image", element, f"{shown} not found in {locator.describe()}", "image skipped")
         return
-    width, height = int_or_none(image.get("width")), int_or_none(image.get("height"))
-    if not width or not height or width <= 0 or height <= 0:
-        raw = f"width={image.get('width')!r} height={image.get('height')!r}"
-        size = header_size(b, locator.root, rel, element, raw)
-        if size is None:
-            return
-        width, height = size
+    size = declared_size(b, locator.root, rel, element, image.get("width"), image.get("height"))
+    if size is None:
+        return
+    width, height = size
 
     boxes: list[_Box] = []
     points: list[_Points] = []
@@ -389,12 +376,7 @@ def _rotated_bounds(box: tuple[float, float, float, float], degrees: float) -> t
 
 
 def _flag(child: etree._Element, name: str, where: str, b: ChunkBuilder, text: str | None = None) -> bool:
-    value = child.get(name) if text is None else text
-    flag = parse_flag(value)
-    if flag is None:
-        b.problem("bad_value", f"{where}/{name}", f"{name}={value!r} is not 0/1", "treated as 0")
-        return False
-    return flag
+    return flag_value(b, child.get(name) if text is None else text, where, name)
 
 
 def _box(child: etree._Element, where: str, b: ChunkBuilder) -> _Box | None:

@@ -46,6 +46,7 @@ from detloader.annotations.readers.common import (
     check_options,
     dir_mtime,
     image_size,
+    parse_floats,
     read_head,
     stat_entry,
 )
@@ -263,23 +264,6 @@ def _parse_list(lines: Iterator[tuple[int, str]], locator: ImageLocator, names: 
         _image(locator, path, where, b, image_class=label)
 
 
-def _floats(tokens: list[str], where: str, b: ChunkBuilder, action: str) -> list[float] | None:
-    try:
-        return [float(t) for t in tokens]
-    except ValueError:
-        bad = next(t for t in tokens if not _is_float(t))
-        b.problem("bad_value", where, f"{bad!r} is not a number", action)
-        return None
-
-
-def _is_float(token: str) -> bool:
-    try:
-        float(token)
-    except ValueError:
-        return False
-    return True
-
-
 def _parse_retinaface(lines: Iterator[tuple[int, str]], locator: ImageLocator, b: ChunkBuilder) -> None:
     open_image = False
     for n, text in lines:
@@ -298,7 +282,7 @@ def _parse_retinaface(lines: Iterator[tuple[int, str]], locator: ImageLocator, b
             continue
         if not open_image:
             continue  # faces of a skipped image (its problem is reported)
-        values = _floats(text.split(), where, b, "object skipped")
+        values = parse_floats(text.split(), where, b, "object skipped")
         if values is None:
             continue
         if len(values) not in (4, 5, 19, 20):
@@ -349,7 +333,7 @@ def _parse_wider(lines: Iterator[tuple[int, str]], locator: ImageLocator, b: Chu
 
 
 def _wider_face(text: str, where: str, b: ChunkBuilder) -> None:
-    values = _floats(text.split(), where, b, "object skipped")
+    values = parse_floats(text.split(), where, b, "object skipped")
     if values is None:
         return
     if len(values) != 10:

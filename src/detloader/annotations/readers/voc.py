@@ -43,23 +43,24 @@ import numpy as np
 from lxml import etree
 
 from detloader.annotations.builder import ChunkBuilder, ReadOptions
-from detloader.annotations.readers.common import (
-    IMAGE_EXTENSIONS,
-    Source,
-    dir_mtime,
-    find_child_dir,
-    header_size,
-    parse_flag,
-    read_capped,
-    root_tag,
-    scan_files,
-    stat_entry,
-    syntax_message,
-)
-from detloader.annotations.readers.safe_xml import UnsafeXMLError, parse_xml_bytes
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import FACE5, LandmarkSchema
 from detloader.annotations.problems import Problem
+from detloader.annotations.readers.common import (
+    IMAGE_EXTENSIONS,
+    FileTooLargeError,
+    Source,
+    dir_mtime,
+    find_child_dir,
+    flag_value,
+    header_size,
+    parse_flag,
+    parse_floats,
+    read_capped,
+    scan_files,
+    stat_entry,
+)
+from detloader.annotations.readers.safe_xml import UnsafeXMLError, parse_xml_bytes, report_xml_error, root_tag
 
 NAME = "voc"
 ANNOTATION_DIRS = ("Annotations", "annotations", "xml", "xmls", "labels_xml")
@@ -170,20 +171,9 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
     opts = b.options
     full = os.path.join(root, rel)
     try:
-        data = read_capped(full, opts.max_file_bytes)
-    except OSError as err:
-        b.problem("unreadable_file", "", f"{err.strerror or err}", "file skipped")
-        return
-    except ValueError as err:
-        b.problem("file_too_large", "", str(err), "file skipped")
-        return
-    try:
-        ann = parse_xml_bytes(data)
-    except UnsafeXMLError as err:
-        b.problem("unsafe_xml", "", str(err), "file skipped")
-        return
-    except etree.XMLSyntaxError as err:
-        b.problem("unparseable", f"line {err.lineno}", syntax_message(err), "file skipped")
+        ann = parse_xml_bytes(read_capped(full, opts.max_file_bytes))
+    except (OSError, FileTooLargeError, UnsafeXMLError, etree.XMLSyntaxError) as err:
+        report_xml_error(b, err, streamed=False)
         return
     if ann.tag != "annotation":
         b.problem("unsupported", ann.tag, f"root element <{ann.tag}> is not <annotation>", "file skipped")
@@ -280,12 +270,7 @@ def _parse_object(obj: etree._Element, element: str, b: ChunkBuilder) -> None:
             coords.append(float(text))  # type: ignore[arg-type]
     flags = []
     for field in ("difficult", "truncated", "occluded"):
-        text = _text(f, field)
-        flag = parse_flag(text)
-        if flag is None:
-            b.problem("bad_value", f"{element}/{field}", f"{field}={text!r} is not 0/1", "treated as 0")
-            flag = False
-        flags.append(flag)
+        flags.append(flag_value(b, _text(f, field), element, field))
     attrs = _attributes(f.get("attributes"), f"{element}/attributes", b)
     pose = (_text(f, "pose") or "").strip()
     if pose and pose.lower() != "unspecified" and "pose" not in attrs:
@@ -447,11 +432,8 @@ def _list_keypoints(text: str, where: str, b: ChunkBuilder) -> list[tuple[str, f
     tokens = [t for t in _NUMBERS.split(text.strip()) if t]
     if not tokens:
         return None
-    try:
-        values = [float(t) for t in tokens]
-    except ValueError:
-        bad = next(t for t in tokens if not _is_number(t))
-        b.problem("bad_value", where, f"{bad!r} is not a number", "landmarks skipped")
+    values = parse_floats(tokens, where, b, "landmarks skipped")
+    if values is None:
         return None
     if len(values) % 2:
         b.problem("landmark_count", where, f"{len(values)} numbers is not x,y pairs", "landmarks skipped")
@@ -463,14 +445,6 @@ def _list_keypoints(text: str, where: str, b: ChunkBuilder) -> list[tuple[str, f
     return [
         (n, float(x), float(y), 0 if (x < 0 and y < 0) else 2) for n, (x, y) in zip(names, pts)
     ]
-
-
-def _is_number(token: str) -> bool:
-    try:
-        float(token)
-    except ValueError:
-        return False
-    return True
 
 
 def _retinaface_points(lm: etree._Element, where: str, b: ChunkBuilder) -> list[tuple[str, float, float, int]] | None:

@@ -50,6 +50,7 @@ from detloader.annotations.readers.common import (
     check_options,
     find_child_dir,
     image_size,
+    parse_floats,
     read_capped,
     read_head,
     scan_files,
@@ -385,13 +386,9 @@ def _line(
         b.problem("bad_value", where, f"class={class_id} is not in names (0..{len(names) - 1})", "object skipped")
         return
     name = names[class_id] if names else str(class_id)
-    values: list[float] = []
-    for token in tokens[1:]:
-        try:
-            values.append(float(token))
-        except ValueError:
-            b.problem("bad_value", where, f"{token!r} is not a number", "object skipped")
-            return
+    values = parse_floats(tokens[1:], where, b, "object skipped")
+    if values is None:
+        return
     points = None
     if kpt is not None and len(values) != 4:
         expected = 4 + kpt["k"] * kpt["dims"]
