@@ -54,6 +54,8 @@ from detloader.annotations.readers.common import (
 from detloader.annotations.landmarks import preset_schema
 from detloader.annotations.landmarks import LandmarkSchema
 
+__all__ = ["MAX_JSON_BYTES", "NAME", "OPTIONS", "PARALLEL", "default_landmarks", "discover", "parse", "sniff"]
+
 NAME = "coco"
 #: Format options this reader accepts (``read_annotations(path, **options)``).
 OPTIONS: tuple[str, ...] = ("max_json_bytes",)

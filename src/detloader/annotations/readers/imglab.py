@@ -66,7 +66,7 @@ _BOX_FIELDS = ("top", "left", "width", "height")
 #: dlib's OBJECT_PART_NOT_PRESENT coordinates.
 _NOT_PRESENT = (2**31 - 1, -(2**31))
 
-__all__ = ["IBUG68", "NAME", "default_landmarks", "discover", "parse", "sniff"]
+__all__ = ["IBUG68", "NAME", "OPTIONS", "PARALLEL", "ROOT_TAG", "default_landmarks", "discover", "parse", "sniff"]
 
 
 def sniff(path: Path) -> bool:

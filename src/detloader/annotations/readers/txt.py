@@ -53,6 +53,23 @@ from detloader.annotations.readers.common import (
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import FACE5
 
+__all__ = [
+    "DEFAULT_LANDMARKS",
+    "FACE_CLASS",
+    "KINDS",
+    "LIST_NAMES",
+    "NAME",
+    "NAMES_FILES",
+    "OPTIONS",
+    "PARALLEL",
+    "WIDER_ATTRIBUTES",
+    "detect_kind",
+    "discover",
+    "parse",
+    "sniff",
+    "splits",
+]
+
 NAME = "txt"
 #: Format options this reader accepts (``read_annotations(path, **options)``).
 OPTIONS: tuple[str, ...] = ("kind", "names")
