@@ -41,16 +41,16 @@ from typing import Any, Sequence
 
 from detloader.annotations.builder import ChunkBuilder, ReadOptions
 from detloader.annotations.readers.common import (
-    ImageLocator,
     Source,
     candidate_dirs,
     check_options,
     file_source,
     find_child_dir,
-    declared_size,
+    parse_each,
     parse_flag,
     read_head,
 )
+from detloader.annotations.readers.locate import ImageLocator, declared_size
 from detloader.annotations.landmarks import preset_schema
 from detloader.annotations.landmarks import LandmarkSchema
 
@@ -120,9 +120,8 @@ def default_landmarks(source: Source, names: Sequence[str]) -> LandmarkSchema | 
 
 
 def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
-    for rel in files:
-        builder.begin_file(rel)
-        _parse_file(str(source.root), rel, source, builder)
+    """Parse ``files`` (relative to the root) into ``builder``."""
+    parse_each(source, files, builder, _parse_file)
 
 
 def _load(full: str, cap: int, b: ChunkBuilder) -> Any:

@@ -1,13 +1,12 @@
 """Helpers shared by the readers (XML ones live in
-:mod:`~detloader.annotations.readers.safe_xml`).
+:mod:`~detloader.annotations.readers.safe_xml`, finding images and their sizes in
+:mod:`~detloader.annotations.readers.locate`).
 
 * :class:`Source` (what a reader found) and :func:`scan_files` / :func:`stat_entry` (the files
   whose change rebuilds the index); :func:`file_source` for a one-file format;
 * :func:`read_head` lets ``sniff`` look at a file without reading it whole; :func:`read_capped`
   reads one under a size cap (:class:`FileTooLargeError`);
-* :class:`ImageLocator` finds the image an annotation names among candidate folders;
-  :func:`declared_size` / :func:`header_size` / :func:`image_size` take an image size from
-  the annotation or the image header, as a problem when neither gives one;
+* :func:`parse_each` is the ``parse`` of a reader that reads its files one by one;
 * value parsers: :func:`parse_flag` / :func:`flag_value` (0/1 flags), :func:`int_or_none`
   (sizes), :func:`is_number` / :func:`parse_floats` (coordinate lists, a ``bad_value``
   problem naming the first token that is not a number).
@@ -15,32 +14,26 @@
 
 from __future__ import annotations
 
-import ntpath
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from detloader.annotations.cache import CACHE_SUBDIR
 from detloader.annotations.builder import ChunkBuilder, ReadOptions
 
 __all__ = [
-    "IMAGE_EXTENSIONS",
     "FileTooLargeError",
-    "ImageLocator",
     "Source",
     "candidate_dirs",
     "check_options",
-    "declared_size",
     "dir_mtime",
     "file_source",
     "find_child_dir",
     "flag_value",
-    "header_size",
-    "image_header_size",
-    "image_size",
     "int_or_none",
     "is_number",
+    "parse_each",
     "parse_flag",
     "parse_floats",
     "read_capped",
@@ -49,8 +42,6 @@ __all__ = [
     "stat_entry",
 ]
 
-#: Image file extensions tried when an annotation names an image without one (or wrongly).
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".JPG", ".JPEG", ".PNG")
 
 
 @dataclass
@@ -172,14 +163,6 @@ def parse_floats(tokens: Sequence[str], where: str, b: ChunkBuilder, action: str
         return None
 
 
-def image_header_size(path: str) -> tuple[int, int]:
-    """(width, height) as stored in the image file, read from its header only."""
-    from PIL import Image
-
-    with Image.open(path) as im:
-        return int(im.width), int(im.height)
-
-
 class FileTooLargeError(ValueError):
     """A file over the size cap; the message names its size and the cap."""
 
@@ -259,109 +242,15 @@ def candidate_dirs(root: Path, names: Sequence[str], image_dir: str | None) -> l
     return found or [""]
 
 
-def _normalise(name: str) -> str:
-    name = name.strip()
-    if "\\" in name and "/" not in name:
-        name = name.replace("\\", "/") if not ntpath.isabs(name) else ntpath.basename(name)
-    while name.startswith("./"):
-        name = name[2:]
-    return name
-
-
-class ImageLocator:
-    """Finds the image file an annotation names.
-
-    ``folders`` are tried in order (relative to ``root``), the folder of the last hit first, so
-    that a dataset whose images all live in one place costs one ``stat`` per image. Each
-    folder is tried with the name as written, then its base name, then the same stem with the
-    usual image extensions. Absolute names are used as they are. With ``check=False`` nothing
-    is looked up: the name is joined to the first folder.
-    """
-
-    def __init__(self, root: str | os.PathLike[str], folders: Sequence[str], check: bool) -> None:
-        self.root = os.fspath(root)
-        self.folders = list(folders) or [""]
-        self.check = check
-        self._last = 0
-
-    def describe(self) -> str:
-        return ", ".join(f or "." for f in self.folders)
-
-    def _exists(self, rel: str) -> bool:
-        return os.path.isfile(os.path.join(self.root, rel))
-
-    def find(self, name: str, alternatives: Sequence[str] = ()) -> str | None:
-        """Path of the image relative to the root, or None when no candidate exists."""
-        names = [_normalise(n) for n in (name, *alternatives) if n and n.strip()]
-        if not names:
-            return None
-        if os.path.isabs(names[0]):
-            if not self.check or os.path.isfile(names[0]):
-                return os.path.relpath(names[0], self.root)
-            names = [os.path.basename(names[0])] + names[1:]
-        if not self.check:
-            return os.path.normpath(os.path.join(self.folders[0], names[0]))
-        order = [self._last] + [i for i in range(len(self.folders)) if i != self._last]
-        for i in order:
-            folder = self.folders[i]
-            for n in names:
-                rel = os.path.normpath(os.path.join(folder, n))
-                if self._exists(rel):
-                    self._last = i
-                    return rel
-        for i in order:
-            folder = self.folders[i]
-            for n in names:
-                base = os.path.basename(n)
-                if base != n:
-                    rel = os.path.normpath(os.path.join(folder, base))
-                    if self._exists(rel):
-                        self._last = i
-                        return rel
-                stem, _ = os.path.splitext(n)
-                for ext in IMAGE_EXTENSIONS:
-                    rel = os.path.normpath(os.path.join(folder, stem + ext))
-                    if self._exists(rel):
-                        self._last = i
-                        return rel
-        return None
-
-
-def header_size(b: ChunkBuilder, root: str, rel: str, element: str, raw: str) -> tuple[int, int] | None:
-    """Size from the image header when the annotation lacks it (a ``missing_size`` repair);
-    None (and a ``missing_size`` error) when the image cannot be read."""
-    try:
-        width, height = image_header_size(os.path.join(root, rel))
-    except (OSError, ValueError) as err:
-        b.problem("missing_size", element, f"{raw}; image unreadable: {err}", "image skipped")
-        return None
-    b.problem("missing_size", element, raw, f"read {width}x{height} from the image header", "repaired")
-    return width, height
-
-
-def declared_size(
-    b: ChunkBuilder, root: str, rel: str, element: str, width: str | None, height: str | None, raw: str | None = None
-) -> tuple[int, int] | None:
-    """``(width, height)`` as the annotation declares them (text such as ``"640"``), else (absent,
-    zero or not an integer) from the image header: :func:`header_size`, whose problem shows
-    ``raw`` (default ``width='..' height='..'``)."""
-    w, h = int_or_none(width), int_or_none(height)
-    if w and h and w > 0 and h > 0:
-        return w, h
-    return header_size(b, root, rel, element, raw if raw is not None else f"width={width!r} height={height!r}")
-
-
-def image_size(b: ChunkBuilder, root: str, rel: str, element: str) -> tuple[int, int] | None:
-    """Size of an image whose format stores none in its annotations (YOLO, txt lists); None
-    and a problem when the image is missing or unreadable."""
-    full = os.path.join(root, rel)
-    try:
-        return image_header_size(full)
-    except FileNotFoundError:
-        b.problem("missing_image", element, f"image {rel!r} not found", "image skipped")
-    except (OSError, ValueError) as err:
-        b.problem("missing_size", element, f"image {rel!r} unreadable: {err}", "image skipped")
-    return None
+def parse_each(
+    source: Source, files: Sequence[str], builder: ChunkBuilder, parse_file: Callable[[str, str, Source, ChunkBuilder], None]
+) -> None:
+    """The ``parse`` of a reader that reads its files one by one: begin each of ``files``
+    in ``builder``, then ``parse_file(root, rel, source, builder)``."""
+    root = str(source.root)
+    for rel in files:
+        builder.begin_file(rel)
+        parse_file(root, rel, source, builder)
 
 
 def int_or_none(text: str | None) -> int | None:

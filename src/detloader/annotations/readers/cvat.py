@@ -67,15 +67,14 @@ from detloader.annotations.builder import ChunkBuilder, ReadOptions
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
 from detloader.annotations.readers.common import (
-    IMAGE_EXTENSIONS,
-    ImageLocator,
     Source,
     candidate_dirs,
     check_options,
-    declared_size,
     file_source,
     int_or_none,
+    parse_each,
 )
+from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, ImageLocator, declared_size
 from detloader.annotations.readers.cvat_shapes import (
     BoxShape,
     PointsShape,
@@ -201,9 +200,8 @@ def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
 
 
 def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
-    for rel in files:
-        builder.begin_file(rel)
-        _parse_file(str(source.root), rel, source, builder)
+    """Parse ``files`` (relative to the root) into ``builder``."""
+    parse_each(source, files, builder, _parse_file)
 
 
 def _parse_file(root: str, rel: str, source: Source, b: ChunkBuilder) -> None:

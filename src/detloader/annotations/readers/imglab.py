@@ -45,14 +45,14 @@ from lxml import etree
 from detloader.annotations.builder import ChunkBuilder, ReadOptions
 from detloader.annotations.landmarks import IBUG68, LandmarkSchema, preset_schema
 from detloader.annotations.readers.common import (
-    ImageLocator,
     Source,
     candidate_dirs,
     check_options,
-    declared_size,
     file_source,
     flag_value,
+    parse_each,
 )
+from detloader.annotations.readers.locate import ImageLocator, declared_size
 from detloader.annotations.readers.safe_xml import annotation_xml, sniff_xml, stream_records
 
 NAME = "imglab"
@@ -95,9 +95,8 @@ def default_landmarks(source: Source, names: Sequence[str]) -> LandmarkSchema | 
 
 
 def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
-    for rel in files:
-        builder.begin_file(rel)
-        _parse_file(str(source.root), rel, source, builder)
+    """Parse ``files`` (relative to the root) into ``builder``."""
+    parse_each(source, files, builder, _parse_file)
 
 
 def _parse_file(root: str, rel: str, source: Source, b: ChunkBuilder) -> None:

@@ -39,17 +39,15 @@ import numpy as np
 
 from detloader.annotations.builder import ChunkBuilder, ReadOptions
 from detloader.annotations.readers.common import (
-    IMAGE_EXTENSIONS,
-    ImageLocator,
     Source,
     candidate_dirs,
     check_options,
     dir_mtime,
-    image_size,
     parse_floats,
     read_head,
     stat_entry,
 )
+from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, ImageLocator, image_size
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import FACE5
 

@@ -46,16 +46,15 @@ from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import FACE5, LandmarkSchema
 from detloader.annotations.problems import Problem
 from detloader.annotations.readers.common import (
-    IMAGE_EXTENSIONS,
     FileTooLargeError,
     Source,
     dir_mtime,
     find_child_dir,
-    header_size,
     read_capped,
     scan_files,
     stat_entry,
 )
+from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, header_size
 from detloader.annotations.readers.voc_objects import child_text, first_children, parse_attributes, parse_object
 from detloader.annotations.readers.safe_xml import UnsafeXMLError, parse_xml_bytes, report_xml_error, root_tag
 

@@ -50,12 +50,12 @@ from detloader.annotations.readers.common import (
     Source,
     check_options,
     find_child_dir,
-    image_size,
     parse_floats,
     read_capped,
     read_head,
     stat_entry,
 )
+from detloader.annotations.readers.locate import image_size
 from detloader.annotations.readers.yolo_config import (
     IMAGE_SUFFIXES,
     YoloConfigError,

@@ -11,7 +11,8 @@ from typing import Any
 
 import yaml
 
-from detloader.annotations.readers.common import IMAGE_EXTENSIONS, scan_files, stat_entry
+from detloader.annotations.readers.common import scan_files, stat_entry
+from detloader.annotations.readers.locate import IMAGE_EXTENSIONS
 
 __all__ = [
     "IMAGE_SUFFIXES",
