@@ -101,6 +101,7 @@ def _annotation_file(path: Path) -> Path:
 
 
 def discover(path: Path, options: ReadOptions) -> Source:
+    """The COCO JSON at ``path``, its dataset root and the candidate image folders."""
     check_options(options, NAME, OPTIONS)
     js = _annotation_file(path.resolve())
     root = js.parent.parent if js.parent.name.lower() == "annotations" else js.parent

@@ -130,6 +130,7 @@ def _annotation_file(path: Path) -> Path:
 
 
 def discover(path: Path, options: ReadOptions) -> Source:
+    """The CVAT XML file at ``path``, its image folders and the ``<meta>`` landmark order."""
     check_options(options, NAME, OPTIONS)
     xml = _annotation_file(path.resolve())
     root = xml.parent

@@ -79,6 +79,7 @@ def _annotation_file(path: Path) -> Path:
 
 
 def discover(path: Path, options: ReadOptions) -> Source:
+    """The imglab XML file at ``path`` and the folders its image paths are relative to."""
     check_options(options, NAME, OPTIONS)
     xml = _annotation_file(path.resolve())
     root = xml.parent

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import ntpath
 import os
-from typing import Sequence
+from typing import Any, Sequence
 
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.readers.common import int_or_none
 
-__all__ = ["IMAGE_EXTENSIONS", "ImageLocator", "declared_size", "header_size", "image_header_size", "image_size"]
+__all__ = ["IMAGE_EXTENSIONS", "ImageLocator", "declared_size", "header_size", "image_header_size", "image_size", "add_listed_image"]
 
 #: Image file extensions tried when an annotation names an image without one (or wrongly).
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".JPG", ".JPEG", ".PNG")
@@ -133,3 +133,19 @@ def image_size(b: ChunkBuilder, root: str, rel: str, element: str) -> tuple[int,
     except (OSError, ValueError) as err:
         b.problem("missing_size", element, f"image {rel!r} unreadable: {err}", "image skipped")
     return None
+
+
+def add_listed_image(
+    locator: ImageLocator, name: str, where: str, b: ChunkBuilder, size: tuple[int, int] | None = None, **kwargs: Any
+) -> bool:
+    """Find image ``name`` and add it to ``b`` (size from the image header unless ``size`` is
+    given); False, with a ``missing_image`` / ``missing_size`` problem, when that fails."""
+    rel = locator.find(name)
+    if rel is None:
+        b.problem("missing_image", where, f"{name!r} not found in {locator.describe()}", "image skipped")
+        return False
+    if size is None:
+        size = image_size(b, locator.root, rel, where)
+        if size is None:
+            return False
+    return b.add_image(rel, size[0], size[1], record=name, **kwargs)

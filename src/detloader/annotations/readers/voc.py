@@ -108,6 +108,7 @@ def _single_year_folder(path: Path) -> Path | None:
 
 
 def discover(path: Path, options: ReadOptions) -> Source:
+    """The VOC layout at ``path``: annotation files, image folder and ``ImageSets/Main`` splits."""
     path = path.resolve()
     if path.is_file():
         root = path.parent

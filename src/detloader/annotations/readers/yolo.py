@@ -123,6 +123,7 @@ def label_path(root: str, image_rel: str) -> str:
 
 
 def discover(path: Path, options: ReadOptions) -> Source:
+    """The YOLO dataset at ``path``: data.yaml (or the folder layout), images and their labels."""
     check_options(options, NAME, OPTIONS)
     path = path.resolve()
     config = path if path.is_file() else find_yaml(path)
@@ -233,6 +234,7 @@ def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
 
 
 def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
+    """Parse ``files`` (relative to the root) into ``builder``."""
     root = str(source.root)
     names: list[str] = source.extra["names"]
     kpt = source.extra["kpt"]
