@@ -6,7 +6,7 @@ process so that peak RSS (``ru_maxrss``) belongs to one measurement:
 
 * ``import``       python + detloader imported, nothing read (the floor);
 * ``tree``         ``lxml.etree.parse`` of the whole file: what a reader without streaming holds;
-* ``stream``       :func:`detloader.annotations.readers.common.iter_xml` over every ``<image>``: the
+* ``stream``       :func:`detloader.annotations.readers.safe_xml.iter_xml` over every ``<image>``: the
                    parser's own footprint when records are dropped as they end;
 * ``read``         ``read_annotations(path, format="cvat", check_images=False, cache=False)``:
                    streaming plus the index being built (ChunkBuilder's per-object records).
@@ -105,7 +105,7 @@ _CHILD = r"""
 import json, resource, sys, time
 mode, path = sys.argv[1], sys.argv[2]
 import detloader
-from detloader.annotations.readers.common import iter_xml
+from detloader.annotations.readers.safe_xml import iter_xml
 from lxml import etree
 start = time.perf_counter()
 out = {}

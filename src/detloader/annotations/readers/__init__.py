@@ -7,6 +7,11 @@ Source``, ``parse(source, files, builder)`` and optionally ``splits(source, inde
 ``default_landmarks(source, names)`` (the schema to use when the landmark names found, in
 order of first appearance, fit it). A new format is a new module here plus one line in
 :data:`READERS`.
+
+The other modules serve the format modules: ``common`` (Source, file scans, value parsers),
+``locate`` (finding images and their sizes), ``safe_xml`` (untrusted XML: parsing, streaming,
+sniffing, one problem per unreadable file), and the parts of the larger formats:
+``cvat_shapes``, ``voc_objects``, ``voc_landmarks``, ``yolo_config``, ``txt_faces``.
 """
 
 from __future__ import annotations

@@ -42,19 +42,20 @@ from typing import Any, Sequence
 from detloader.annotations.builder import ChunkBuilder, ReadOptions
 from detloader.annotations.checks import Finding, parse_number
 from detloader.annotations.readers.common import (
-    ImageLocator,
     Source,
     candidate_dirs,
     check_options,
     file_source,
     find_child_dir,
-    header_size,
-    int_or_none,
+    parse_each,
     parse_flag,
     read_head,
 )
+from detloader.annotations.readers.locate import ImageLocator, declared_size
 from detloader.annotations.landmarks import preset_schema
 from detloader.annotations.landmarks import LandmarkSchema
+
+__all__ = ["MAX_JSON_BYTES", "NAME", "OPTIONS", "PARALLEL", "default_landmarks", "discover", "parse", "sniff"]
 
 NAME = "coco"
 #: Format options this reader accepts (``read_annotations(path, **options)``).
@@ -101,6 +102,7 @@ def _annotation_file(path: Path) -> Path:
 
 
 def discover(path: Path, options: ReadOptions) -> Source:
+    """The COCO JSON at ``path``, its dataset root and the candidate image folders."""
     check_options(options, NAME, OPTIONS)
     js = _annotation_file(path.resolve())
     root = js.parent.parent if js.parent.name.lower() == "annotations" else js.parent
@@ -120,9 +122,8 @@ def default_landmarks(source: Source, names: Sequence[str]) -> LandmarkSchema | 
 
 
 def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
-    for rel in files:
-        builder.begin_file(rel)
-        _parse_file(str(source.root), rel, source, builder)
+    """Parse ``files`` (relative to the root) into ``builder``."""
+    parse_each(source, files, builder, _parse_file)
 
 
 def _load(full: str, cap: int, b: ChunkBuilder) -> Any:
@@ -260,13 +261,11 @@ def _image(img: dict, where: str, locator: ImageLocator, b: ChunkBuilder) -> boo
     if rel is None:
         b.problem("missing_image", f"{where}/file_name", f"file_name={name!r} not found in {locator.describe()}", "image skipped")
         return False
-    width, height = int_or_none(_text(img.get("width", ""))), int_or_none(_text(img.get("height", "")))
-    if not width or not height or width <= 0 or height <= 0:
-        raw = f"width={img.get('width')!r} height={img.get('height')!r}"
-        size = header_size(b, locator.root, rel, where, raw)
-        if size is None:
-            return False
-        width, height = size
+    raw = f"width={img.get('width')!r} height={img.get('height')!r}"
+    size = declared_size(b, locator.root, rel, where, _text(img.get("width", "")), _text(img.get("height", "")), raw)
+    if size is None:
+        return False
+    width, height = size
     attrs = _attributes(img.get("attributes"), f"{where}/attributes", b)
     image_class = attrs.pop(b.options.image_class_attribute, None)
     return b.add_image(rel, width, height, image_class=image_class, attributes=attrs, record=name)

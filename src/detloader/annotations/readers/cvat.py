@@ -56,9 +56,7 @@ is the third ``<box>`` of image 12; the record of an image is its ``name``.
 
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -66,25 +64,49 @@ import numpy as np
 from lxml import etree
 
 from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.index import AnnotationIndex
+from detloader.annotations.landmarks import LandmarkSchema, preset_schema
 from detloader.annotations.readers.common import (
-    IMAGE_EXTENSIONS,
-    ImageLocator,
     Source,
-    annotation_xml,
     candidate_dirs,
     check_options,
     file_source,
-    header_size,
     int_or_none,
-    iter_xml,
-    parse_flag,
-    sniff_xml,
-    syntax_message,
+    parse_each,
 )
-from detloader.annotations.landmarks import preset_schema
-from detloader.annotations.readers.safe_xml import UnsafeXMLError, iterparse_safe
-from detloader.annotations.index import AnnotationIndex
-from detloader.annotations.landmarks import LandmarkSchema
+from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, ImageLocator, declared_size
+from detloader.annotations.readers.cvat_shapes import (
+    BoxShape,
+    PointsShape,
+    link_points,
+    parse_attributes,
+    parse_box,
+    parse_points,
+    parse_skeleton,
+)
+from detloader.annotations.readers.safe_xml import (
+    STREAM_ERRORS,
+    annotation_xml,
+    iterparse_safe,
+    sniff_xml,
+    stream_records,
+)
+
+__all__ = [
+    "IMAGES_BY",
+    "LINK_POINTS",
+    "NAME",
+    "OPTIONS",
+    "PARALLEL",
+    "ROOT_TAG",
+    "SUBSET_ATTRIBUTE",
+    "UNSUPPORTED_SHAPES",
+    "default_landmarks",
+    "discover",
+    "parse",
+    "sniff",
+    "splits",
+]
 
 NAME = "cvat"
 #: Format options this reader accepts (``read_annotations(path, **options)``).
@@ -95,8 +117,6 @@ IMAGES_BY = ("name", "id")
 LINK_POINTS = ("group_or_inside", "group")
 #: Shapes without a box; counted and reported once per file.
 UNSUPPORTED_SHAPES = ("polygon", "polyline", "ellipse", "mask", "cuboid")
-#: Box attributes that are index flags.
-_FLAG_ATTRIBUTES = ("difficult", "truncated")
 SUBSET_ATTRIBUTE = "subset"
 
 
@@ -110,6 +130,7 @@ def _annotation_file(path: Path) -> Path:
 
 
 def discover(path: Path, options: ReadOptions) -> Source:
+    """The CVAT XML file at ``path``, its image folders and the ``<meta>`` landmark order."""
     check_options(options, NAME, OPTIONS)
     xml = _annotation_file(path.resolve())
     root = xml.parent
@@ -147,7 +168,7 @@ def _point_labels(xml: Path) -> list[str]:
                         )
                     )
                 break
-    except (etree.XMLSyntaxError, UnsafeXMLError, OSError):
+    except STREAM_ERRORS:
         return []  # parse() reports the problem
     skeletons = {name for name, kind, _ in labels if kind == "skeleton"}
     names: list[str] = []
@@ -180,58 +201,24 @@ def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
 
 
 def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
-    for rel in files:
-        builder.begin_file(rel)
-        _parse_file(str(source.root), rel, source, builder)
-
-
-@dataclass
-class _Box:
-    element: str
-    label: str
-    box: tuple[float, float, float, float]
-    occluded: bool
-    difficult: bool
-    truncated: bool
-    group: str
-    attributes: dict[str, str]
-    points: list[tuple[str, float, float, int]] = field(default_factory=list)
-
-
-@dataclass
-class _Points:
-    element: str
-    label: str
-    group: str
-    points: list[tuple[str, float, float, int]]
-    skeleton: bool
+    """Parse ``files`` (relative to the root) into ``builder``."""
+    parse_each(source, files, builder, _parse_file)
 
 
 def _parse_file(root: str, rel: str, source: Source, b: ChunkBuilder) -> None:
-    opts = b.options
-    locator = ImageLocator(root, source.extra["image_dirs"], opts.check_images)
+    locator = ImageLocator(root, source.extra["image_dirs"], b.options.check_images)
     ignored: dict[str, list] = {}
     tracks = 0
-    seen_root = False
-    try:
-        for el in iter_xml(os.path.join(root, rel), ("image", "track", ROOT_TAG)):
-            if el.tag == "image":
-                _image(el, locator, source, b, ignored)
-            elif el.tag == "track":
-                tracks += 1
-            else:
-                seen_root = True
-    except UnsafeXMLError as err:
-        b.problem("unsafe_xml", "", str(err), "file skipped")
+
+    def record(el: etree._Element) -> None:
+        nonlocal tracks
+        if el.tag == "image":
+            _image(el, locator, source, b, ignored)
+        else:
+            tracks += 1
+
+    if not stream_records(os.path.join(root, rel), ("image", "track"), ROOT_TAG, b, record):
         return
-    except etree.XMLSyntaxError as err:
-        b.problem("unparseable", f"line {err.lineno}", syntax_message(err), "rest of the file skipped")
-        return
-    except OSError as err:
-        b.problem("unreadable_file", "", f"{err.strerror or err}", "file skipped")
-        return
-    if not seen_root:
-        b.problem("unsupported", "", f"root element is not <{ROOT_TAG}>", "file skipped")
     if tracks:
         b.problem(
             "unsupported",
@@ -284,16 +271,13 @@ def _image(
         shown = f"id={image_id!r}" if images_by == "id" else f"name={name!r}"
         b.problem("missing_image", element, f"{shown} not found in {locator.describe()}", "image skipped")
         return
-    width, height = int_or_none(image.get("width")), int_or_none(image.get("height"))
-    if not width or not height or width <= 0 or height <= 0:
-        raw = f"width={image.get('width')!r} height={image.get('height')!r}"
-        size = header_size(b, locator.root, rel, element, raw)
-        if size is None:
-            return
-        width, height = size
+    size = declared_size(b, locator.root, rel, element, image.get("width"), image.get("height"))
+    if size is None:
+        return
+    width, height = size
 
-    boxes: list[_Box] = []
-    points: list[_Points] = []
+    boxes: list[BoxShape] = []
+    points: list[PointsShape] = []
     tags: list[tuple[str, str, dict[str, str]]] = []
     counters: dict[str, int] = {}
     for child in image:
@@ -303,15 +287,15 @@ def _image(
         counters[tag] = counters.get(tag, 0) + 1
         where = f"{element}/{tag}[{counters[tag]}]"
         if tag == "box":
-            box = _box(child, where, b)
+            box = parse_box(child, where, b)
             if box is not None:
                 boxes.append(box)
         elif tag == "points":
-            pts = _points_element(child, where, b)
+            pts = parse_points(child, where, b)
             if pts is not None:
                 points.append(pts)
         elif tag == "skeleton":
-            pts = _skeleton(child, where, b)
+            pts = parse_skeleton(child, where, b)
             if pts is not None:
                 points.append(pts)
         elif tag == "tag":
@@ -319,7 +303,7 @@ def _image(
             if not label:
                 b.problem("missing_field", where, "label= is missing", "tag skipped")
                 continue
-            tags.append((where, label, _attributes(child, where, b)))
+            tags.append((where, label, parse_attributes(child, where, b)))
         elif tag in UNSUPPORTED_SHAPES:
             entry = ignored.setdefault(tag, [0, where])
             entry[0] += 1
@@ -345,7 +329,7 @@ def _image(
     if not b.add_image(rel, width, height, image_class=image_class, attributes=attrs, record=name or image_id):
         return
 
-    extra_objects = _link(boxes, points, source.extra["link_points"], b)
+    extra_objects = link_points(boxes, points, source.extra["link_points"], b)
     for box in boxes:
         b.add_object(
             box.box,
@@ -362,227 +346,3 @@ def _image(
     for pts, extent in extra_objects:
         b.count("boxes_from_skeletons")
         b.add_object(extent, pts.label, element=pts.element, box_field="", landmarks=pts.points, landmark_field="landmarks")
-
-
-def _coords(child: etree._Element, where: str, b: ChunkBuilder) -> tuple[float, float, float, float] | None:
-    values = []
-    for field_name in ("xtl", "ytl", "xbr", "ybr"):
-        v = b.number(child.get(field_name), where, field_name, "object skipped")
-        if v is None:
-            return None
-        values.append(v)
-    return values[0], values[1], values[2], values[3]
-
-
-def _rotated_bounds(box: tuple[float, float, float, float], degrees: float) -> tuple[float, float, float, float]:
-    """Axis-aligned bounds of ``box`` rotated by ``degrees`` about its centre (CVAT's rule)."""
-    x1, y1, x2, y2 = box
-    cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
-    t = math.radians(degrees)
-    c, s = math.cos(t), math.sin(t)
-    xs, ys = [], []
-    for x, y in ((x1, y1), (x2, y1), (x2, y2), (x1, y2)):
-        dx, dy = x - cx, y - cy
-        xs.append(cx + dx * c - dy * s)
-        ys.append(cy + dx * s + dy * c)
-    return min(xs), min(ys), max(xs), max(ys)
-
-
-def _flag(child: etree._Element, name: str, where: str, b: ChunkBuilder, text: str | None = None) -> bool:
-    value = child.get(name) if text is None else text
-    flag = parse_flag(value)
-    if flag is None:
-        b.problem("bad_value", f"{where}/{name}", f"{name}={value!r} is not 0/1", "treated as 0")
-        return False
-    return flag
-
-
-def _box(child: etree._Element, where: str, b: ChunkBuilder) -> _Box | None:
-    label = (child.get("label") or "").strip()
-    if not label:
-        b.problem("missing_field", where, "label= is missing", "object skipped")
-        return None
-    box = _coords(child, where, b)
-    if box is None:
-        return None
-    rotation = child.get("rotation")
-    if rotation is not None and rotation.strip():
-        try:
-            degrees = float(rotation)
-        except ValueError:
-            b.problem("bad_value", f"{where}/rotation", f"rotation={rotation!r} is not a number", "object skipped")
-            return None
-        if degrees % 360 != 0:
-            box = _rotated_bounds(box, degrees)
-            b.problem(
-                "unsupported",
-                f"{where}/rotation",
-                f"rotation={degrees:g} degrees",
-                "replaced by its axis-aligned bounds",
-                "repaired",
-            )
-    attrs = _attributes(child, where, b)
-    flags = {}
-    for name in _FLAG_ATTRIBUTES:
-        text = attrs.pop(name, None)
-        flags[name] = _flag(child, name, where, b, text) if text is not None else False
-    return _Box(
-        element=where,
-        label=label,
-        box=box,
-        occluded=_flag(child, "occluded", where, b),
-        difficult=flags["difficult"],
-        truncated=flags["truncated"],
-        group=(child.get("group_id") or "").strip(),
-        attributes=attrs,
-    )
-
-
-def _attributes(child: etree._Element, where: str, b: ChunkBuilder) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for k, attr in enumerate(child.iterfind("attribute"), start=1):
-        name = (attr.get("name") or "").strip()
-        if not name:
-            b.problem("missing_field", f"{where}/attribute[{k}]", "name= is missing", "attribute skipped")
-            continue
-        out[name] = (attr.text or "").strip()
-    return out
-
-
-def _point_list(text: str | None, where: str, b: ChunkBuilder) -> list[tuple[float, float]] | None:
-    if text is None or not text.strip():
-        b.problem("missing_field", where, "points= is missing", "points skipped")
-        return None
-    out = []
-    for pair in text.strip().split(";"):
-        xy = pair.split(",")
-        if len(xy) != 2:
-            b.problem("bad_value", where, f"points={pair!r} is not x,y", "points skipped")
-            return None
-        try:
-            out.append((float(xy[0]), float(xy[1])))
-        except ValueError:
-            b.problem("bad_value", where, f"points={pair!r} is not a pair of numbers", "points skipped")
-            return None
-    return out
-
-
-def _visibility(child: etree._Element, where: str, b: ChunkBuilder) -> int:
-    if _flag(child, "outside", where, b):
-        return 0
-    return 1 if _flag(child, "occluded", where, b) else 2
-
-
-def _points_element(child: etree._Element, where: str, b: ChunkBuilder) -> _Points | None:
-    label = (child.get("label") or "").strip()
-    if not label:
-        b.problem("missing_field", where, "label= is missing", "points skipped")
-        return None
-    coords = _point_list(child.get("points"), where, b)
-    if coords is None:
-        return None
-    v = _visibility(child, where, b)
-    if len(coords) == 1:
-        names = [label]
-    else:
-        got = b.positional_names(len(coords), where)
-        if got is None:
-            return None
-        names = got
-    pts = [(n, x, y, v) if v else (n, 0.0, 0.0, 0) for n, (x, y) in zip(names, coords)]
-    return _Points(where, label, (child.get("group_id") or "").strip(), pts, skeleton=False)
-
-
-def _skeleton(child: etree._Element, where: str, b: ChunkBuilder) -> _Points | None:
-    label = (child.get("label") or "").strip()
-    if not label:
-        b.problem("missing_field", where, "label= is missing", "skeleton skipped")
-        return None
-    pts: list[tuple[str, float, float, int]] = []
-    for k, node in enumerate(child.iterfind("points"), start=1):
-        at = f"{where}/points[{k}]"
-        name = (node.get("label") or "").strip()
-        if not name:
-            b.problem("missing_field", at, "label= is missing", "point skipped")
-            continue
-        v = _visibility(node, at, b)
-        if v == 0:
-            pts.append((name, 0.0, 0.0, 0))
-            continue
-        coords = _point_list(node.get("points"), at, b)
-        if coords is None:
-            continue
-        if len(coords) != 1:
-            b.problem("landmark_count", at, f"{len(coords)} points in one skeleton node", "point skipped")
-            continue
-        pts.append((name, coords[0][0], coords[0][1], v))
-    return _Points(where, label, (child.get("group_id") or "").strip(), pts, skeleton=True)
-
-
-def _contains(box: tuple[float, float, float, float], pts: list[tuple[str, float, float, int]]) -> bool:
-    x1, y1, x2, y2 = box
-    return all(x1 <= x <= x2 and y1 <= y <= y2 for _, x, y, v in pts if v)
-
-
-def _area(box: tuple[float, float, float, float]) -> float:
-    return max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])
-
-
-def _link(
-    boxes: list[_Box], points: list[_Points], link: str, b: ChunkBuilder
-) -> list[tuple[_Points, tuple[float, float, float, float]]]:
-    """Attach landmarks to boxes (group first, then containment); return the skeletons that
-    no box takes, with the extent of their labelled points as their box."""
-    by_group: dict[str, list[_Box]] = {}
-    for box in boxes:
-        if box.group:
-            by_group.setdefault(box.group, []).append(box)
-    standalone: list[tuple[_Points, tuple[float, float, float, float]]] = []
-    for pts in points:
-        target: _Box | None = None
-        group = by_group.get(pts.group, []) if pts.group else []
-        if len(group) == 1:
-            target = group[0]
-        elif len(group) > 1:
-            b.problem(
-                "unsupported",
-                pts.element,
-                f"group_id={pts.group} holds {len(group)} boxes; the landmarks fit none of them alone",
-                "points skipped",
-            )
-            continue
-        elif link == "group_or_inside" and any(v for *_, v in pts.points):
-            inside = [box for box in boxes if _contains(box.box, pts.points)]
-            if inside:
-                target = min(inside, key=lambda box: _area(box.box))
-        if target is not None:
-            _merge_points(target, pts, b)
-            continue
-        visible = [(x, y) for _, x, y, v in pts.points if v]
-        if pts.skeleton and visible:
-            xs, ys = [p[0] for p in visible], [p[1] for p in visible]
-            standalone.append((pts, (min(xs), min(ys), max(xs), max(ys))))
-            continue
-        b.problem(
-            "unsupported",
-            pts.element,
-            f"label={pts.label!r}: landmarks without a box (no group_id box, inside no box)",
-            "points skipped",
-        )
-    return standalone
-
-
-def _merge_points(box: _Box, pts: _Points, b: ChunkBuilder) -> None:
-    have = {name for name, *_ in box.points}
-    for point in pts.points:
-        if point[0] in have:
-            b.problem(
-                "bad_value",
-                pts.element,
-                f"landmark {point[0]!r} given twice for {box.element}",
-                "second point skipped",
-            )
-            continue
-        have.add(point[0])
-        box.points.append(point)
-

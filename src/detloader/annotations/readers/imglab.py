@@ -27,7 +27,7 @@ file)::
   header (a ``missing_size`` repair).
 * Image paths are relative to the XML file's folder (or ``image_dir``).
 
-The file is streamed (:func:`~detloader.annotations.readers.common.iter_xml`), so large landmark files
+The file is streamed (:func:`~detloader.annotations.readers.safe_xml.iter_xml`), so large landmark files
 (the iBUG 300-W training list is ~30 MB) need no size cap. Element paths in problems are
 1-based: ``image[5]/box[2]/part[3]`` is the third part of the second box of the fifth
 ``<image>``; the record of an image is its ``file``.
@@ -35,6 +35,7 @@ The file is streamed (:func:`~detloader.annotations.readers.common.iter_xml`), s
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 from typing import Sequence
@@ -42,23 +43,17 @@ from typing import Sequence
 from lxml import etree
 
 from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.landmarks import IBUG68, LandmarkSchema, preset_schema
 from detloader.annotations.readers.common import (
-    ImageLocator,
     Source,
-    annotation_xml,
     candidate_dirs,
     check_options,
     file_source,
-    header_size,
-    int_or_none,
-    iter_xml,
-    parse_flag,
-    sniff_xml,
-    syntax_message,
+    flag_value,
+    parse_each,
 )
-from detloader.annotations.landmarks import IBUG68, preset_schema
-from detloader.annotations.readers.safe_xml import UnsafeXMLError
-from detloader.annotations.landmarks import LandmarkSchema
+from detloader.annotations.readers.locate import ImageLocator, declared_size
+from detloader.annotations.readers.safe_xml import annotation_xml, sniff_xml, stream_records
 
 NAME = "imglab"
 #: Format options this reader accepts (``read_annotations(path, **options)``).
@@ -71,7 +66,7 @@ _BOX_FIELDS = ("top", "left", "width", "height")
 #: dlib's OBJECT_PART_NOT_PRESENT coordinates.
 _NOT_PRESENT = (2**31 - 1, -(2**31))
 
-__all__ = ["IBUG68", "NAME", "default_landmarks", "discover", "parse", "sniff"]
+__all__ = ["IBUG68", "NAME", "OPTIONS", "PARALLEL", "ROOT_TAG", "default_landmarks", "discover", "parse", "sniff"]
 
 
 def sniff(path: Path) -> bool:
@@ -84,6 +79,7 @@ def _annotation_file(path: Path) -> Path:
 
 
 def discover(path: Path, options: ReadOptions) -> Source:
+    """The imglab XML file at ``path`` and the folders its image paths are relative to."""
     check_options(options, NAME, OPTIONS)
     xml = _annotation_file(path.resolve())
     root = xml.parent
@@ -100,32 +96,19 @@ def default_landmarks(source: Source, names: Sequence[str]) -> LandmarkSchema | 
 
 
 def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
-    for rel in files:
-        builder.begin_file(rel)
-        _parse_file(str(source.root), rel, source, builder)
+    """Parse ``files`` (relative to the root) into ``builder``."""
+    parse_each(source, files, builder, _parse_file)
 
 
 def _parse_file(root: str, rel: str, source: Source, b: ChunkBuilder) -> None:
     locator = ImageLocator(root, source.extra["image_dirs"], b.options.check_images)
     default_class = source.extra["default_class"]
-    seen_root = False
-    try:
-        for k, image in enumerate(iter_xml(os.path.join(root, rel), ("image", ROOT_TAG)), start=1):
-            if image.tag == ROOT_TAG:
-                seen_root = True
-                continue
-            _image(image, f"image[{k}]", locator, default_class, b)
-    except UnsafeXMLError as err:
-        b.problem("unsafe_xml", "", str(err), "file skipped")
-        return
-    except etree.XMLSyntaxError as err:
-        b.problem("unparseable", f"line {err.lineno}", syntax_message(err), "rest of the file skipped")
-        return
-    except OSError as err:
-        b.problem("unreadable_file", "", f"{err.strerror or err}", "file skipped")
-        return
-    if not seen_root:
-        b.problem("unsupported", "", f"root element is not <{ROOT_TAG}>", "file skipped")
+    numbers = itertools.count(1)
+
+    def record(image: etree._Element) -> None:
+        _image(image, f"image[{next(numbers)}]", locator, default_class, b)
+
+    stream_records(os.path.join(root, rel), ("image",), ROOT_TAG, b, record)
 
 
 def _image(image: etree._Element, element: str, locator: ImageLocator, default_class: str, b: ChunkBuilder) -> None:
@@ -137,13 +120,10 @@ def _image(image: etree._Element, element: str, locator: ImageLocator, default_c
     if rel is None:
         b.problem("missing_image", f"{element}/file", f"file={name!r} not found in {locator.describe()}", "image skipped")
         return
-    width, height = int_or_none(image.get("width")), int_or_none(image.get("height"))
-    if not width or not height or width <= 0 or height <= 0:
-        raw = f"width={image.get('width')!r} height={image.get('height')!r}"
-        size = header_size(b, locator.root, rel, element, raw)
-        if size is None:
-            return
-        width, height = size
+    size = declared_size(b, locator.root, rel, element, image.get("width"), image.get("height"))
+    if size is None:
+        return
+    width, height = size
     if not b.add_image(rel, width, height, record=name):
         return
     for j, box in enumerate(image.iterfind("box"), start=1):
@@ -160,12 +140,7 @@ def _box(box: etree._Element, where: str, default_class: str, b: ChunkBuilder) -
     top, left, width, height = values
     flags: dict[str, bool] = {}
     for field in _FLAGS:
-        text = box.get(field)
-        flag = parse_flag(text)
-        if flag is None:
-            b.problem("bad_value", f"{where}/{field}", f"{field}={text!r} is not 0/1", "treated as 0")
-            flag = False
-        flags[field] = flag
+        flags[field] = flag_value(b, box.get(field), where, field)
     attrs = {
         key: value.strip()
         for key, value in box.attrib.items()

@@ -1,23 +1,54 @@
-"""Parsing XML that comes from strangers.
+"""Parsing XML that comes from strangers, and what the XML readers share.
 
 Annotation files are untrusted input. Before lxml sees a byte we refuse document type
 declarations with an internal subset (where entity declarations live: the "billion laughs"
 attack) or with an external identifier (SYSTEM/PUBLIC: file or network access). The parser
 itself is configured with no entity resolution, no DTD loading and no network, as a second
 line of defence. A size cap bounds memory. A plain ``<!DOCTYPE annotation>`` is accepted.
+
+The VOC, CVAT and imglab readers share the rest of this module: :func:`root_tag` /
+:func:`sniff_xml` / :func:`annotation_xml` look at files without parsing them,
+:func:`iter_xml` streams the records of a large file in bounded memory, and
+:func:`report_xml_error` / :func:`stream_records` turn a file that cannot be read (unsafe,
+not well-formed, too large, unreadable, wrong root) into one problem naming the file, the
+line and the value.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
+from typing import Callable, Iterator
 
 from lxml import etree
+
+from detloader.annotations.builder import ChunkBuilder
+from detloader.annotations.readers.common import FileTooLargeError, read_head
 
 #: Default cap on one annotation file (VOC, imglab); large single-file formats set their own.
 MAX_XML_BYTES = 16 * 1024 * 1024
 
 _DOCTYPE = re.compile(rb"<!DOCTYPE\b([^>\[]*)(\[)?", re.IGNORECASE)
 _EXTERNAL = re.compile(rb"\b(SYSTEM|PUBLIC)\b")
+
+
+__all__ = [
+    "MAX_XML_BYTES",
+    "STREAM_ERRORS",
+    "UnsafeXMLError",
+    "annotation_xml",
+    "check_prolog",
+    "iter_xml",
+    "iterparse_safe",
+    "parse_xml_bytes",
+    "prolog_end",
+    "report_xml_error",
+    "root_tag",
+    "sniff_xml",
+    "stream_records",
+    "syntax_message",
+    "xml_files_with_root",
+]
 
 
 class UnsafeXMLError(ValueError):
@@ -140,3 +171,118 @@ def iterparse_safe(path: str, tag: str | tuple[str, ...], events: tuple[str, ...
         remove_comments=True,
         remove_pis=True,
     )
+
+
+_TAG = re.compile(rb"<([A-Za-z_][\w.-]*)[\s>/]")
+_SKIP = re.compile(rb"<\?.*?\?>|<!--.*?-->|<!DOCTYPE[^>]*>", re.S)
+
+
+def root_tag(path: Path) -> str | None:
+    """Name of the root element of an XML file, from its first bytes (no parse)."""
+    head = _SKIP.sub(b"", read_head(path, 8192))
+    match = _TAG.search(head)
+    return match.group(1).decode("ascii", "replace") if match else None
+
+
+def xml_files_with_root(folder: Path, tag: str, *, recursive: bool = False) -> list[Path]:
+    """``.xml`` files in ``folder`` (sorted) whose root element is ``tag``."""
+    if recursive:
+        candidates = sorted(p for p in folder.rglob("*.xml") if p.is_file())
+    else:
+        candidates = sorted(p for p in folder.glob("*.xml") if p.is_file())
+    return [p for p in candidates if root_tag(p) == tag]
+
+
+def sniff_xml(path: Path, tag: str) -> bool:
+    """An ``.xml`` file whose root element is ``tag``, or a folder holding one at its top."""
+    if path.is_file():
+        return path.suffix.lower() == ".xml" and root_tag(path) == tag
+    return path.is_dir() and bool(xml_files_with_root(path, tag))
+
+
+def annotation_xml(path: Path, tag: str, kind: str, preferred: str | None = None) -> Path:
+    """The annotation file of a one-file format: ``path`` itself, or the one ``.xml`` file at
+    the top of folder ``path`` whose root element is ``tag`` (``preferred`` names the file
+    that wins when there are several); a ValueError naming what was found otherwise."""
+    if path.is_file():
+        return path
+    found = xml_files_with_root(path, tag)
+    if len(found) != 1 and preferred is not None:
+        found = [p for p in found if p.name == preferred] or found
+    if len(found) != 1:
+        names = ", ".join(p.name for p in found) or "none"
+        raise ValueError(f"path={str(path)!r} holds {len(found)} {kind} files ({names}); pass one of them")
+    return found[0]
+
+
+def iter_xml(path: str, tags: str | tuple[str, ...]) -> Iterator[etree._Element]:
+    """Yield each complete element named ``tags`` of a (large) XML file, in document order.
+
+    After the caller is done with an element it is cleared and every earlier sibling is
+    removed from the partial tree, so memory stays bounded by one record, not the file: a
+    few hundred MB stream in constant space. Errors propagate (``etree.XMLSyntaxError`` with
+    its line, :class:`~detloader.annotations.readers.safe_xml.UnsafeXMLError`).
+    """
+    for _event, element in iterparse_safe(path, tags, events=("end",)):
+        yield element
+        element.clear(keep_tail=False)
+        parent = element.getparent()
+        if parent is not None:
+            while element.getprevious() is not None:
+                del parent[0]
+
+
+def syntax_message(err: etree.XMLSyntaxError) -> str:
+    """lxml's message without its trailing ``, line N, column M`` (the line goes in the element)."""
+    msg = str(err.msg if getattr(err, "msg", None) else err)
+    return msg.split(", line ")[0]
+
+
+#: What reading a streamed XML file raises when the file, not the reader, is at fault.
+STREAM_ERRORS = (UnsafeXMLError, etree.XMLSyntaxError, OSError)
+
+
+def report_xml_error(b: ChunkBuilder, err: Exception, *, streamed: bool) -> None:
+    """Report an XML file that cannot be read as one problem of the current file.
+
+    ``err`` is an :class:`UnsafeXMLError` (``unsafe_xml``), an ``etree.XMLSyntaxError``
+    (``unparseable`` at ``line N``; with ``streamed`` the records before it are kept, so the
+    action is "rest of the file skipped"), a
+    :class:`~detloader.annotations.readers.common.FileTooLargeError` (``file_too_large``) or
+    an ``OSError`` (``unreadable_file``).
+    """
+    if isinstance(err, UnsafeXMLError):
+        b.problem("unsafe_xml", "", str(err), "file skipped")
+    elif isinstance(err, etree.XMLSyntaxError):
+        action = "rest of the file skipped" if streamed else "file skipped"
+        b.problem("unparseable", f"line {err.lineno}", syntax_message(err), action)
+    elif isinstance(err, FileTooLargeError):
+        b.problem("file_too_large", "", str(err), "file skipped")
+    elif isinstance(err, OSError):
+        b.problem("unreadable_file", "", f"{err.strerror or err}", "file skipped")
+    else:
+        raise TypeError(f"err={err!r} is not an XML file error")
+
+
+def stream_records(
+    path: str, tags: tuple[str, ...], root: str, b: ChunkBuilder, record: Callable[[etree._Element], None]
+) -> bool:
+    """Call ``record`` on each element named ``tags`` of the XML file ``path`` (streamed with
+    :func:`iter_xml`); report a root element other than ``<root>`` (``unsupported``).
+
+    Returns False when the file could not be read to its end (the problem is reported with
+    :func:`report_xml_error`), True otherwise.
+    """
+    seen_root = False
+    try:
+        for element in iter_xml(path, (*tags, root)):
+            if element.tag == root:
+                seen_root = True
+            else:
+                record(element)
+    except STREAM_ERRORS as err:
+        report_xml_error(b, err, streamed=True)
+        return False
+    if not seen_root:
+        b.problem("unsupported", "", f"root element is not <{root}>", "file skipped")
+    return True

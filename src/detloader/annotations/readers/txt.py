@@ -31,7 +31,6 @@ its path as written.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -39,18 +38,32 @@ import numpy as np
 
 from detloader.annotations.builder import ChunkBuilder, ReadOptions
 from detloader.annotations.readers.common import (
-    IMAGE_EXTENSIONS,
-    ImageLocator,
     Source,
     candidate_dirs,
     check_options,
     dir_mtime,
-    image_size,
     read_head,
     stat_entry,
 )
+from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, ImageLocator, add_listed_image
+from detloader.annotations.readers.txt_faces import INTEGER, parse_retinaface, parse_wider
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import FACE5
+
+__all__ = [
+    "DEFAULT_LANDMARKS",
+    "KINDS",
+    "LIST_NAMES",
+    "NAME",
+    "NAMES_FILES",
+    "OPTIONS",
+    "PARALLEL",
+    "detect_kind",
+    "discover",
+    "parse",
+    "sniff",
+    "splits",
+]
 
 NAME = "txt"
 #: Format options this reader accepts (``read_annotations(path, **options)``).
@@ -60,20 +73,7 @@ DEFAULT_LANDMARKS = FACE5
 KINDS = ("list", "retinaface", "wider")
 LIST_NAMES = ("label", "labels", "train", "val", "valid", "validation", "test", "trainval")
 NAMES_FILES = ("classes.txt", "names.txt")
-FACE_CLASS = "face"
 _IMAGE_SUFFIXES = tuple(sorted({e.lower() for e in IMAGE_EXTENSIONS}))
-_INT = re.compile(r"^[+-]?\d+$")
-
-#: WIDER FACE attribute columns and the words for their values.
-WIDER_ATTRIBUTES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("blur", ("clear", "normal", "heavy")),
-    ("expression", ("typical", "exaggerate")),
-    ("illumination", ("normal", "extreme")),
-    ("invalid", ("false", "true")),
-    ("occlusion", ("none", "partial", "heavy")),
-    ("pose", ("typical", "atypical")),
-)
-
 
 def _is_image_path(token: str) -> bool:
     return token.lower().endswith(_IMAGE_SUFFIXES)
@@ -107,7 +107,7 @@ def detect_kind(path: Path) -> str | None:
         rest = first[1:].split()
         if rest and _is_image_path(rest[0]):
             return "retinaface"
-    if _is_image_path(first) and len(lines) > 1 and _INT.match(lines[1]):
+    if _is_image_path(first) and len(lines) > 1 and INTEGER.match(lines[1]):
         return "wider"
     rows = [_split_list_line(line) for line in lines[:50] if not line.startswith("#")]
     if rows and all(r is not None and _is_image_path(r[0]) and r[1] for r in rows):
@@ -149,6 +149,7 @@ def _names(value: Any, root: Path, stamp: list[tuple[str, int, int]]) -> list[st
 
 
 def discover(path: Path, options: ReadOptions) -> Source:
+    """The list file(s) at ``path``, the kind of each, class names and image folders."""
     check_options(options, NAME, OPTIONS)
     path = path.resolve()
     if path.is_file():
@@ -202,6 +203,7 @@ def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
 
 
 def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
+    """Parse ``files`` (relative to the root) into ``builder``."""
     root = str(source.root)
     for rel in files:
         builder.begin_file(rel)
@@ -213,9 +215,9 @@ def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
                 if kind == "list":
                     _parse_list(lines, locator, source.extra["names"], builder)
                 elif kind == "retinaface":
-                    _parse_retinaface(lines, locator, builder)
+                    parse_retinaface(lines, locator, builder)
                 else:
-                    _parse_wider(lines, locator, builder)
+                    parse_wider(lines, locator, builder)
         except OSError as err:
             builder.problem("unreadable_file", "", f"{err.strerror or err}", "file skipped")
         except UnicodeDecodeError as err:
@@ -230,20 +232,6 @@ def _numbered(fh: Iterable[str]) -> Iterator[tuple[int, str]]:
             yield n, text
 
 
-def _image(
-    locator: ImageLocator, name: str, where: str, b: ChunkBuilder, size: tuple[int, int] | None = None, **kwargs: Any
-) -> bool:
-    rel = locator.find(name)
-    if rel is None:
-        b.problem("missing_image", where, f"{name!r} not found in {locator.describe()}", "image skipped")
-        return False
-    if size is None:
-        size = image_size(b, locator.root, rel, where)
-        if size is None:
-            return False
-    return b.add_image(rel, size[0], size[1], record=name, **kwargs)
-
-
 def _parse_list(lines: Iterator[tuple[int, str]], locator: ImageLocator, names: list[str], b: ChunkBuilder) -> None:
     for n, text in lines:
         if text.startswith("#"):
@@ -254,123 +242,10 @@ def _parse_list(lines: Iterator[tuple[int, str]], locator: ImageLocator, names: 
             b.problem("bad_value", where, f"{text!r} is not 'path label'", "image skipped")
             continue
         path, label = row
-        if names and _INT.match(label):
+        if names and INTEGER.match(label):
             i = int(label)
             if not 0 <= i < len(names):
                 b.problem("bad_value", where, f"label={label} is not in names (0..{len(names) - 1})", "image skipped")
                 continue
             label = names[i]
-        _image(locator, path, where, b, image_class=label)
-
-
-def _floats(tokens: list[str], where: str, b: ChunkBuilder, action: str) -> list[float] | None:
-    try:
-        return [float(t) for t in tokens]
-    except ValueError:
-        bad = next(t for t in tokens if not _is_float(t))
-        b.problem("bad_value", where, f"{bad!r} is not a number", action)
-        return None
-
-
-def _is_float(token: str) -> bool:
-    try:
-        float(token)
-    except ValueError:
-        return False
-    return True
-
-
-def _parse_retinaface(lines: Iterator[tuple[int, str]], locator: ImageLocator, b: ChunkBuilder) -> None:
-    open_image = False
-    for n, text in lines:
-        where = f"line {n}"
-        if text.startswith("#"):
-            tokens = text[1:].split()
-            if not tokens:
-                b.problem("missing_field", where, "image path is missing after '#'", "image skipped")
-                open_image = False
-                continue
-            size = None
-            if len(tokens) >= 3 and _INT.match(tokens[-1]) and _INT.match(tokens[-2]):
-                size = (int(tokens[-2]), int(tokens[-1]))
-                tokens = tokens[:-2]
-            open_image = _image(locator, " ".join(tokens), where, b, size)
-            continue
-        if not open_image:
-            continue  # faces of a skipped image (its problem is reported)
-        values = _floats(text.split(), where, b, "object skipped")
-        if values is None:
-            continue
-        if len(values) not in (4, 5, 19, 20):
-            b.problem("bad_value", where, f"{len(values)} values: expected x y w h [+ 5 x (x y flag) + score]", "object skipped")
-            continue
-        x, y, w, h = values[:4]
-        points = None
-        if len(values) >= 19:
-            points = []
-            for k, name in enumerate(FACE5.names):
-                px, py, flag = values[4 + 3 * k : 7 + 3 * k]
-                if px < 0 and py < 0:
-                    points.append((name, 0.0, 0.0, 0))
-                else:
-                    points.append((name, px, py, 1 if flag == 1.0 else 2))
-        b.add_object((x, y, x + w, y + h), FACE_CLASS, element=where, box_field="", landmarks=points, landmark_field="landmarks")
-
-
-def _parse_wider(lines: Iterator[tuple[int, str]], locator: ImageLocator, b: ChunkBuilder) -> None:
-    for n, text in lines:
-        where = f"line {n}"
-        path = text
-        try:
-            n_count, count_text = next(lines)
-        except StopIteration:
-            b.problem("missing_field", where, f"{path!r}: the face count line is missing", "image skipped")
-            return
-        if not _INT.match(count_text):
-            b.problem("unparseable", f"line {n_count}", f"face count {count_text!r} is not an integer", "rest of the file skipped")
-            return
-        count = int(count_text)
-        rows: list[tuple[int, str]] = []
-        for _ in range(max(count, 1)):  # a count of 0 is followed by one line of zeros
-            try:
-                rows.append(next(lines))
-            except StopIteration:
-                break
-        if count == 0 and rows and set(rows[0][1].split()) != {"0"}:
-            b.problem("unparseable", f"line {rows[0][0]}", "expected a line of zeros after a count of 0", "rest of the file skipped")
-            return
-        if len(rows) < count:
-            b.problem("missing_field", where, f"{path!r}: {count} faces announced, {len(rows)} given", "image skipped")
-            return
-        if not _image(locator, path, where, b):
-            continue
-        for n_row, row in rows[:count]:
-            _wider_face(row, f"line {n_row}", b)
-
-
-def _wider_face(text: str, where: str, b: ChunkBuilder) -> None:
-    values = _floats(text.split(), where, b, "object skipped")
-    if values is None:
-        return
-    if len(values) != 10:
-        b.problem("bad_value", where, f"{len(values)} values: expected x y w h + 6 attributes", "object skipped")
-        return
-    x, y, w, h = values[:4]
-    attrs: dict[str, str] = {}
-    codes: dict[str, int] = {}
-    for (name, words), value in zip(WIDER_ATTRIBUTES, values[4:]):
-        code = int(value) if value.is_integer() else -1
-        if not 0 <= code < len(words):
-            b.problem("bad_value", f"{where}/{name}", f"{name}={value:g} is not one of 0..{len(words) - 1}", "attribute skipped")
-            continue
-        codes[name] = code
-        attrs[name] = words[code]
-    b.add_object(
-        (x, y, x + w, y + h),
-        FACE_CLASS,
-        element=where,
-        box_field="",
-        difficult=codes.get("invalid", 0) == 1,
-        occluded=codes.get("occlusion", 0) > 0,
-        attributes=attrs,
-    )
+        add_listed_image(locator, path, where, b, image_class=label)

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import ntpath
 import os
-import re
 from pathlib import Path
 from typing import Sequence
 
@@ -43,29 +42,27 @@ import numpy as np
 from lxml import etree
 
 from detloader.annotations.builder import ChunkBuilder, ReadOptions
-from detloader.annotations.readers.common import (
-    IMAGE_EXTENSIONS,
-    Source,
-    dir_mtime,
-    find_child_dir,
-    header_size,
-    parse_flag,
-    read_capped,
-    root_tag,
-    scan_files,
-    stat_entry,
-    syntax_message,
-)
-from detloader.annotations.readers.safe_xml import UnsafeXMLError, parse_xml_bytes
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import FACE5, LandmarkSchema
 from detloader.annotations.problems import Problem
+from detloader.annotations.readers.common import (
+    FileTooLargeError,
+    Source,
+    dir_mtime,
+    find_child_dir,
+    read_capped,
+    scan_files,
+    stat_entry,
+)
+from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, header_size
+from detloader.annotations.readers.voc_objects import child_text, first_children, parse_attributes, parse_object
+from detloader.annotations.readers.safe_xml import UnsafeXMLError, parse_xml_bytes, report_xml_error, root_tag
+
+__all__ = ["ANNOTATION_DIRS", "IMAGE_DIRS", "NAME", "default_landmarks", "discover", "parse", "sniff", "splits"]
 
 NAME = "voc"
 ANNOTATION_DIRS = ("Annotations", "annotations", "xml", "xmls", "labels_xml")
 IMAGE_DIRS = ("JPEGImages", "images", "imgs", "img", "pictures", "photos")
-_LM_TAG = re.compile(r"^([xy])(\d+)$")
-_NUMBERS = re.compile(r"[,\s;]+")
 
 
 def default_landmarks(source: Source, names: Sequence[str]) -> LandmarkSchema | None:
@@ -111,6 +108,7 @@ def _single_year_folder(path: Path) -> Path | None:
 
 
 def discover(path: Path, options: ReadOptions) -> Source:
+    """The VOC layout at ``path``: annotation files, image folder and ``ImageSets/Main`` splits."""
     path = path.resolve()
     if path.is_file():
         root = path.parent
@@ -170,30 +168,19 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
     opts = b.options
     full = os.path.join(root, rel)
     try:
-        data = read_capped(full, opts.max_file_bytes)
-    except OSError as err:
-        b.problem("unreadable_file", "", f"{err.strerror or err}", "file skipped")
-        return
-    except ValueError as err:
-        b.problem("file_too_large", "", str(err), "file skipped")
-        return
-    try:
-        ann = parse_xml_bytes(data)
-    except UnsafeXMLError as err:
-        b.problem("unsafe_xml", "", str(err), "file skipped")
-        return
-    except etree.XMLSyntaxError as err:
-        b.problem("unparseable", f"line {err.lineno}", syntax_message(err), "file skipped")
+        ann = parse_xml_bytes(read_capped(full, opts.max_file_bytes))
+    except (OSError, FileTooLargeError, UnsafeXMLError, etree.XMLSyntaxError) as err:
+        report_xml_error(b, err, streamed=False)
         return
     if ann.tag != "annotation":
         b.problem("unsupported", ann.tag, f"root element <{ann.tag}> is not <annotation>", "file skipped")
         return
 
-    top = _first_children(ann)
-    filename = (_text(top, "filename") or "").strip()
+    top = first_children(ann)
+    filename = (child_text(top, "filename") or "").strip()
     sub = _sub_folder(os.path.dirname(rel), ann_dir)
     stem = os.path.splitext(os.path.basename(rel))[0]
-    image_rel = _resolve_image(root, image_dir, sub, filename, stem, _text(top, "path"), opts.check_images)
+    image_rel = _resolve_image(root, image_dir, sub, filename, stem, child_text(top, "path"), opts.check_images)
     if image_rel is None:
         shown = filename or f"{stem}.*"
         b.problem(
@@ -205,10 +192,10 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
         return
 
     size_el = top.get("size")
-    size = _first_children(size_el) if size_el is not None else {}
-    width, height = _int_or_zero(_text(size, "width")), _int_or_zero(_text(size, "height"))
+    size = first_children(size_el) if size_el is not None else {}
+    width, height = _int_or_zero(child_text(size, "width")), _int_or_zero(child_text(size, "height"))
     if width is None or height is None or width <= 0 or height <= 0:
-        raw = f"width={_text(size, 'width')!r} height={_text(size, 'height')!r}"
+        raw = f"width={child_text(size, 'width')!r} height={child_text(size, 'height')!r}"
         if size_el is None:
             raw = "<size> is missing"
         size_read = header_size(b, root, image_rel, "size", raw)
@@ -216,7 +203,7 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
             return
         width, height = size_read
 
-    image_attrs = _attributes(top.get("attributes"), "attributes", b)
+    image_attrs = parse_attributes(top.get("attributes"), "attributes", b)
     image_class = image_attrs.pop(opts.image_class_attribute, None)
     if not b.add_image(
         image_rel,
@@ -229,7 +216,7 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
         return
 
     for j, obj in enumerate(ann.iterchildren("object"), start=1):
-        _parse_object(obj, f"object[{j}]", b)
+        parse_object(obj, f"object[{j}]", b)
 
 
 def _sub_folder(folder: str, ann_dir: str) -> str:
@@ -243,65 +230,6 @@ def _sub_folder(folder: str, ann_dir: str) -> str:
         return folder[len(ann_dir) + 1 :]
     sub = os.path.relpath(folder or ".", ann_dir)
     return "" if sub == "." else sub
-
-
-def _first_children(el: etree._Element) -> dict[str, etree._Element]:
-    """Child elements by tag, the first of each tag (one pass: much cheaper than find())."""
-    out: dict[str, etree._Element] = {}
-    for child in el:
-        out.setdefault(child.tag, child)
-    return out
-
-
-def _text(children: dict[str, etree._Element], tag: str) -> str | None:
-    el = children.get(tag)
-    return None if el is None else (el.text or "")
-
-
-def _parse_object(obj: etree._Element, element: str, b: ChunkBuilder) -> None:
-    f = _first_children(obj)
-    name = _text(f, "name")
-    if name is None:
-        b.problem("missing_field", element, "<name> is missing", "object skipped")
-        return
-    box_el = f.get("bndbox")
-    if box_el is None:
-        b.problem("missing_field", element, "<bndbox> is missing", "object skipped")
-        return
-    box = _first_children(box_el)
-    coords = []
-    for field in ("xmin", "ymin", "xmax", "ymax"):
-        text = _text(box, field)
-        try:
-            coords.append(float(text))  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            if b.number(text, f"{element}/bndbox", field, "object skipped") is None:
-                return
-            coords.append(float(text))  # type: ignore[arg-type]
-    flags = []
-    for field in ("difficult", "truncated", "occluded"):
-        text = _text(f, field)
-        flag = parse_flag(text)
-        if flag is None:
-            b.problem("bad_value", f"{element}/{field}", f"{field}={text!r} is not 0/1", "treated as 0")
-            flag = False
-        flags.append(flag)
-    attrs = _attributes(f.get("attributes"), f"{element}/attributes", b)
-    pose = (_text(f, "pose") or "").strip()
-    if pose and pose.lower() != "unspecified" and "pose" not in attrs:
-        attrs["pose"] = pose
-    landmarks, lm_field = _landmarks(f, element, b)
-    b.add_object(
-        coords,
-        name,
-        element=element,
-        difficult=flags[0],
-        truncated=flags[1],
-        occluded=flags[2],
-        attributes=attrs,
-        landmarks=landmarks,
-        landmark_field=lm_field,
-    )
 
 
 def _int_or_zero(text: str | None) -> int | None:
@@ -348,153 +276,6 @@ def _resolve_image(
         if base and os.path.isfile(os.path.join(root, cand)):
             return os.path.normpath(cand)
     return None
-
-
-def _attributes(el: etree._Element | None, where: str, b: ChunkBuilder) -> dict[str, str]:
-    if el is None:
-        return {}
-    out: dict[str, str] = {}
-    for k, attr in enumerate(el.iterchildren("attribute"), start=1):
-        name = value = None
-        for child in attr:
-            if child.tag == "name" and name is None:
-                name = child.text or ""
-            elif child.tag == "value" and value is None:
-                value = child.text or ""
-        name = (name if name is not None else attr.get("name") or "").strip()
-        if value is None:
-            value = attr.get("value")
-        if not name:
-            b.problem("missing_field", f"{where}/attribute[{k}]", "attribute <name> is missing", "attribute skipped")
-            continue
-        out[name] = (value or "").strip()
-    return out
-
-
-def _landmarks(
-    f: dict[str, etree._Element], element: str, b: ChunkBuilder
-) -> tuple[list[tuple[str, float, float, int]] | None, str]:
-    kp = f.get("keypoints")
-    if kp is not None:
-        children = list(kp.iterchildren("keypoint"))
-        if children:
-            return _named_keypoints(children, f"{element}/keypoints", b), "keypoints/keypoint"
-        return _list_keypoints(kp.text or "", f"{element}/keypoints", b), "keypoints"
-    lm = f.get("lm")
-    if lm is not None:
-        has = _text(f, "has_lm")
-        if has is not None and parse_flag(has) is False:
-            return None, "lm"
-        return _retinaface_points(lm, f"{element}/lm", b), "lm"
-    return None, "keypoints"
-
-
-def _field(el: etree._Element, *names: str) -> str | None:
-    for name in names:
-        value = el.get(name)
-        if value is None:
-            value = el.findtext(name)
-        if value is not None:
-            return value
-    return None
-
-
-def _visibility(text: str | None) -> int | None:
-    if text is None:
-        return 2
-    value = text.strip().lower()
-    if value in ("true", "yes"):
-        return 2
-    if value in ("false", "no"):
-        return 1
-    try:
-        v = int(float(value))
-    except ValueError:
-        return None
-    return v if v in (0, 1, 2) else None
-
-
-def _named_keypoints(children: list, where: str, b: ChunkBuilder) -> list[tuple[str, float, float, int]]:
-    points: list[tuple[str, float, float, int]] = []
-    for k, child in enumerate(children, start=1):
-        get = child.get
-        name, xs, ys, vs = get("name"), get("x"), get("y"), get("visible")
-        if name and xs is not None and ys is not None and vs in (None, "0", "1", "2"):
-            try:  # the common, well-formed case: all attributes present
-                points.append((name.strip(), float(xs), float(ys), 2 if vs is None else int(vs)))
-                continue
-            except ValueError:
-                pass
-        at = f"{where}/keypoint[{k}]"
-        name = (_field(child, "name", "label") or "").strip()
-        if not name:
-            b.problem("missing_field", at, "keypoint name is missing", "point skipped")
-            continue
-        vis_text = _field(child, "visible", "visibility", "v")
-        v = _visibility(vis_text)
-        if v is None:
-            b.problem("bad_value", at, f"{name}: visible={vis_text!r} is not 0, 1 or 2", "point skipped")
-            continue
-        x = b.number(_field(child, "x"), at, f"{name}: x", "point skipped") if v else 0.0
-        y = b.number(_field(child, "y"), at, f"{name}: y", "point skipped") if v else 0.0
-        if x is None or y is None:
-            continue
-        points.append((name, x, y, v))
-    return points
-
-
-def _list_keypoints(text: str, where: str, b: ChunkBuilder) -> list[tuple[str, float, float, int]] | None:
-    tokens = [t for t in _NUMBERS.split(text.strip()) if t]
-    if not tokens:
-        return None
-    try:
-        values = [float(t) for t in tokens]
-    except ValueError:
-        bad = next(t for t in tokens if not _is_number(t))
-        b.problem("bad_value", where, f"{bad!r} is not a number", "landmarks skipped")
-        return None
-    if len(values) % 2:
-        b.problem("landmark_count", where, f"{len(values)} numbers is not x,y pairs", "landmarks skipped")
-        return None
-    names = b.positional_names(len(values) // 2, where)
-    if names is None:
-        return None
-    pts = np.asarray(values).reshape(-1, 2)
-    return [
-        (n, float(x), float(y), 0 if (x < 0 and y < 0) else 2) for n, (x, y) in zip(names, pts)
-    ]
-
-
-def _is_number(token: str) -> bool:
-    try:
-        float(token)
-    except ValueError:
-        return False
-    return True
-
-
-def _retinaface_points(lm: etree._Element, where: str, b: ChunkBuilder) -> list[tuple[str, float, float, int]] | None:
-    coords: dict[int, dict[str, str]] = {}
-    for child in lm:
-        match = _LM_TAG.match(str(child.tag))
-        if match:
-            coords.setdefault(int(match.group(2)), {})[match.group(1)] = child.text or ""
-    if not coords:
-        return None
-    n = max(coords)
-    names = b.positional_names(n, where, FACE5.names)
-    if names is None:
-        return None
-    points = []
-    for k in range(1, n + 1):
-        xy = coords.get(k, {})
-        x = b.number(xy.get("x"), where, f"x{k}", "point skipped")
-        y = b.number(xy.get("y"), where, f"y{k}", "point skipped")
-        if x is None or y is None:
-            continue
-        absent = x < 0 and y < 0
-        points.append((names[k - 1], 0.0 if absent else x, 0.0 if absent else y, 0 if absent else 2))
-    return points
 
 
 def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:

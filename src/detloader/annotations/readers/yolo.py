@@ -41,40 +41,56 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-import yaml
 
 from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.index import AnnotationIndex
+from detloader.annotations.landmarks import LandmarkSchema, preset_schema
+from detloader.annotations.problems import Problem
 from detloader.annotations.readers.common import (
-    IMAGE_EXTENSIONS,
     Source,
     check_options,
     find_child_dir,
-    image_size,
+    parse_floats,
     read_capped,
     read_head,
-    scan_files,
     stat_entry,
 )
-from detloader.annotations.landmarks import preset_schema
-from detloader.annotations.index import AnnotationIndex
-from detloader.annotations.landmarks import LandmarkSchema
-from detloader.annotations.problems import Problem
+from detloader.annotations.readers.locate import image_size
+from detloader.annotations.readers.yolo_config import (
+    IMAGE_SUFFIXES,
+    YoloConfigError,
+    class_names,
+    find_yaml,
+    images_under,
+    kpt_config,
+    load_yaml,
+    find_names_file,
+    split_images,
+)
+
+__all__ = [
+    "NAME",
+    "OPTIONS",
+    "PARALLEL",
+    "SNAP",
+    "SPLIT_KEYS",
+    "YoloConfigError",
+    "default_landmarks",
+    "discover",
+    "label_path",
+    "parse",
+    "sniff",
+    "splits",
+]
 
 NAME = "yolo"
 #: Format options this reader accepts (``read_annotations(path, **options)``).
 OPTIONS: tuple[str, ...] = ()
 PARALLEL = True
-YAML_NAMES = ("data.yaml", "dataset.yaml", "data.yml", "dataset.yml")
-NAMES_FILES = ("classes.txt", "obj.names", "names.txt", "classes.names")
 SPLIT_KEYS = ("train", "val", "test")
-_IMAGE_SUFFIXES = tuple(sorted({e.lower() for e in IMAGE_EXTENSIONS}))
 _YAML_KEY = re.compile(rb"^(names|train|val|kpt_shape|nc)\s*:", re.MULTILINE)
 #: Normalised coordinates this far outside 0..1 are rounding noise, snapped to the edge.
 SNAP = 1e-6
-
-
-class YoloConfigError(ValueError):
-    """A ``data.yaml`` that cannot be used; names the file, the key and the value."""
 
 
 def sniff(path: Path) -> bool:
@@ -84,121 +100,15 @@ def sniff(path: Path) -> bool:
         return path.suffix.lower() in (".yaml", ".yml") and bool(_YAML_KEY.search(read_head(path, 16384)))
     if not path.is_dir():
         return False
-    if _find_yaml(path) is not None:
+    if find_yaml(path) is not None:
         return True
     labels = find_child_dir(path, ("labels",))
     if labels is not None and next(labels.rglob("*.txt"), None) is not None:
         return True
-    if _names_file(path) is not None:
+    if find_names_file(path) is not None:
         stems = {p.stem for p in path.iterdir() if p.suffix.lower() == ".txt"}
-        return any(p.stem in stems for p in path.iterdir() if p.suffix.lower() in _IMAGE_SUFFIXES)
+        return any(p.stem in stems for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
     return False
-
-
-def _find_yaml(folder: Path) -> Path | None:
-    for name in YAML_NAMES:
-        if (folder / name).is_file():
-            return folder / name
-    return None
-
-
-def _names_file(*folders: Path | None) -> Path | None:
-    for folder in folders:
-        if folder is None:
-            continue
-        for name in NAMES_FILES:
-            if (folder / name).is_file():
-                return folder / name
-    return None
-
-
-def _load_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise YoloConfigError(f"{path.name}: not readable YAML: {err}") from None
-    if not isinstance(data, dict):
-        raise YoloConfigError(f"{path.name}: top level is a {type(data).__name__}, not a mapping")
-    return data
-
-
-def _class_names(value: Any, where: str) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, list):
-        return [str(v) for v in value]
-    if isinstance(value, dict):
-        try:
-            ids = {int(k): str(v) for k, v in value.items()}
-        except (TypeError, ValueError):
-            raise YoloConfigError(f"{where}: names={value!r} keys are not class ids") from None
-        if not ids:
-            return []
-        if min(ids) < 0:
-            raise YoloConfigError(f"{where}: names={value!r} has a negative class id")
-        return [ids.get(i, str(i)) for i in range(max(ids) + 1)]
-    raise YoloConfigError(f"{where}: names={value!r} is neither a list nor a mapping")
-
-
-def _kpt_config(data: dict[str, Any], where: str) -> dict[str, Any] | None:
-    shape = data.get("kpt_shape")
-    if shape is None:
-        return None
-    if not (isinstance(shape, list) and len(shape) == 2 and all(isinstance(v, int) for v in shape)):
-        raise YoloConfigError(f"{where}: kpt_shape={shape!r} is not [K, 2] or [K, 3]")
-    k, d = shape
-    if k < 1 or d not in (2, 3):
-        raise YoloConfigError(f"{where}: kpt_shape={shape!r} is not [K, 2] or [K, 3]")
-    flip = data.get("flip_idx")
-    pairs: list[list[int]] = []
-    if flip is not None:
-        if not (isinstance(flip, list) and len(flip) == k and sorted(flip) == list(range(k))):
-            raise YoloConfigError(f"{where}: flip_idx={flip!r} is not a permutation of 0..{k - 1}")
-        for i, j in enumerate(flip):
-            if flip[j] != i:
-                raise YoloConfigError(f"{where}: flip_idx={flip!r} is not symmetric ({i} -> {j} -> {flip[j]})")
-            if i < j:
-                pairs.append([i, j])
-    names_value = data.get("kpt_names")
-    if isinstance(names_value, dict) and names_value:
-        names_value = names_value[sorted(names_value, key=str)[0]]
-    names = [str(n) for n in names_value] if isinstance(names_value, list) else [f"p{i}" for i in range(k)]
-    if len(names) != k or len(set(names)) != k:
-        raise YoloConfigError(f"{where}: kpt_names={names_value!r} is not {k} distinct names")
-    return {"k": k, "dims": d, "names": names, "flip_pairs": pairs}
-
-
-def _images_under(folder: Path, root: Path) -> list[tuple[str, int, int]]:
-    return [
-        entry
-        for entry in scan_files(folder, _IMAGE_SUFFIXES, root=root)
-        if not os.path.basename(entry[0]).startswith(".")
-    ]
-
-
-def _split_images(entry: str, root: Path, where: str) -> list[tuple[str, int, int]]:
-    """Images of one ``train``/``val``/``test`` entry: a folder (recursive) or a list file."""
-    target = Path(entry) if os.path.isabs(entry) else root / entry
-    if target.is_dir():
-        return _images_under(target, root)
-    if target.is_file() and target.suffix.lower() == ".txt":
-        out: list[tuple[str, int, int]] = []
-        for line in target.read_text(encoding="utf-8").splitlines():
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            if line.startswith("./"):
-                path = target.parent / line[2:]
-            elif os.path.isabs(line):
-                path = Path(line)
-            else:
-                path = root / line
-            try:
-                out.append(stat_entry(path, root))
-            except OSError:
-                out.append((os.path.relpath(path, root), 0, -1))  # reported when parsed
-        return out
-    raise YoloConfigError(f"{where}: {entry!r} is neither a folder nor a .txt list under {root.name}/")
 
 
 def label_path(root: str, image_rel: str) -> str:
@@ -213,14 +123,15 @@ def label_path(root: str, image_rel: str) -> str:
 
 
 def discover(path: Path, options: ReadOptions) -> Source:
+    """The YOLO dataset at ``path``: data.yaml (or the folder layout), images and their labels."""
     check_options(options, NAME, OPTIONS)
     path = path.resolve()
-    config = path if path.is_file() else _find_yaml(path)
+    config = path if path.is_file() else find_yaml(path)
     stamp: list[tuple[str, int, int]] = []
     split_specs: dict[str, list[str]] = {}
     kpt = None
     if config is not None:
-        data = _load_yaml(config)
+        data = load_yaml(config)
         where = config.name
         root = config.parent
         declared = data.get("path")
@@ -228,8 +139,8 @@ def discover(path: Path, options: ReadOptions) -> Source:
             candidate = Path(declared) if os.path.isabs(declared) else config.parent / declared
             if candidate.is_dir():
                 root = candidate.resolve()
-        names = _class_names(data.get("names"), where)
-        kpt = _kpt_config(data, where)
+        names = class_names(data.get("names"), where)
+        kpt = kpt_config(data, where)
         images: dict[str, tuple[str, int, int]] = {}
         for key in SPLIT_KEYS:
             value = data.get(key)
@@ -238,7 +149,7 @@ def discover(path: Path, options: ReadOptions) -> Source:
             entries = [str(v) for v in value] if isinstance(value, list) else [str(value)]
             split_specs[key] = entries
             for entry in entries:
-                for item in _split_images(entry, root, f"{where}: {key}"):
+                for item in split_images(entry, root, f"{where}: {key}"):
                     images.setdefault(item[0], item)
                 list_file = Path(entry) if os.path.isabs(entry) else root / entry
                 if list_file.is_file():
@@ -251,8 +162,8 @@ def discover(path: Path, options: ReadOptions) -> Source:
     else:
         root = path
         image_top = Path(options.image_dir) if options.image_dir else (find_child_dir(root, ("images",)) or root)
-        image_list = _images_under(image_top, root)
-        names_file = _names_file(root, find_child_dir(root, ("labels",)))
+        image_list = images_under(image_top, root)
+        names_file = find_names_file(root, find_child_dir(root, ("labels",)))
         names = []
         if names_file is not None:
             names = [line.strip() for line in names_file.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -301,7 +212,7 @@ def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
         members: list[int] = []
         missing = 0
         for entry in entries:
-            for rel, _, _ in _split_images(entry, source.root, f"{where}: {key}"):
+            for rel, _, _ in split_images(entry, source.root, f"{where}: {key}"):
                 pos = position.get(os.path.normpath(rel))
                 if pos is None:
                     missing += 1
@@ -323,6 +234,7 @@ def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
 
 
 def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
+    """Parse ``files`` (relative to the root) into ``builder``."""
     root = str(source.root)
     names: list[str] = source.extra["names"]
     kpt = source.extra["kpt"]
@@ -385,13 +297,9 @@ def _line(
         b.problem("bad_value", where, f"class={class_id} is not in names (0..{len(names) - 1})", "object skipped")
         return
     name = names[class_id] if names else str(class_id)
-    values: list[float] = []
-    for token in tokens[1:]:
-        try:
-            values.append(float(token))
-        except ValueError:
-            b.problem("bad_value", where, f"{token!r} is not a number", "object skipped")
-            return
+    values = parse_floats(tokens[1:], where, b, "object skipped")
+    if values is None:
+        return
     points = None
     if kpt is not None and len(values) != 4:
         expected = 4 + kpt["k"] * kpt["dims"]

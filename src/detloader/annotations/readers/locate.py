@@ -1,0 +1,151 @@
+"""Where the image an annotation names lies, and its size when the annotation has none.
+
+* :class:`ImageLocator` finds the image among candidate folders (name as written, base
+  name, same stem with the usual :data:`IMAGE_EXTENSIONS`);
+* :func:`declared_size` / :func:`header_size` / :func:`image_size` take ``(width, height)``
+  in pixels from the annotation or the image header (PIL, header only), as a problem of the
+  current file when neither gives one.
+"""
+
+from __future__ import annotations
+
+import ntpath
+import os
+from typing import Any, Sequence
+
+from detloader.annotations.builder import ChunkBuilder
+from detloader.annotations.readers.common import int_or_none
+
+__all__ = ["IMAGE_EXTENSIONS", "ImageLocator", "declared_size", "header_size", "image_header_size", "image_size", "add_listed_image"]
+
+#: Image file extensions tried when an annotation names an image without one (or wrongly).
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".JPG", ".JPEG", ".PNG")
+
+
+def image_header_size(path: str) -> tuple[int, int]:
+    """(width, height) as stored in the image file, read from its header only."""
+    from PIL import Image  # PIL: lazy, only readers that need a header pay for the import
+
+    with Image.open(path) as im:
+        return int(im.width), int(im.height)
+
+
+def _normalise(name: str) -> str:
+    name = name.strip()
+    if "\\" in name and "/" not in name:
+        name = name.replace("\\", "/") if not ntpath.isabs(name) else ntpath.basename(name)
+    while name.startswith("./"):
+        name = name[2:]
+    return name
+
+
+class ImageLocator:
+    """Finds the image file an annotation names.
+
+    ``folders`` are tried in order (relative to ``root``), the folder of the last hit first, so
+    that a dataset whose images all live in one place costs one ``stat`` per image. Each
+    folder is tried with the name as written, then its base name, then the same stem with the
+    usual image extensions. Absolute names are used as they are. With ``check=False`` nothing
+    is looked up: the name is joined to the first folder.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], folders: Sequence[str], check: bool) -> None:
+        self.root = os.fspath(root)
+        self.folders = list(folders) or [""]
+        self.check = check
+        self._last = 0
+
+    def describe(self) -> str:
+        return ", ".join(f or "." for f in self.folders)
+
+    def _exists(self, rel: str) -> bool:
+        return os.path.isfile(os.path.join(self.root, rel))
+
+    def find(self, name: str, alternatives: Sequence[str] = ()) -> str | None:
+        """Path of the image relative to the root, or None when no candidate exists."""
+        names = [_normalise(n) for n in (name, *alternatives) if n and n.strip()]
+        if not names:
+            return None
+        if os.path.isabs(names[0]):
+            if not self.check or os.path.isfile(names[0]):
+                return os.path.relpath(names[0], self.root)
+            names = [os.path.basename(names[0])] + names[1:]
+        if not self.check:
+            return os.path.normpath(os.path.join(self.folders[0], names[0]))
+        order = [self._last] + [i for i in range(len(self.folders)) if i != self._last]
+        for i in order:
+            folder = self.folders[i]
+            for n in names:
+                rel = os.path.normpath(os.path.join(folder, n))
+                if self._exists(rel):
+                    self._last = i
+                    return rel
+        for i in order:
+            folder = self.folders[i]
+            for n in names:
+                base = os.path.basename(n)
+                if base != n:
+                    rel = os.path.normpath(os.path.join(folder, base))
+                    if self._exists(rel):
+                        self._last = i
+                        return rel
+                stem, _ = os.path.splitext(n)
+                for ext in IMAGE_EXTENSIONS:
+                    rel = os.path.normpath(os.path.join(folder, stem + ext))
+                    if self._exists(rel):
+                        self._last = i
+                        return rel
+        return None
+
+
+def header_size(b: ChunkBuilder, root: str, rel: str, element: str, raw: str) -> tuple[int, int] | None:
+    """Size from the image header when the annotation lacks it (a ``missing_size`` repair);
+    None (and a ``missing_size`` error) when the image cannot be read."""
+    try:
+        width, height = image_header_size(os.path.join(root, rel))
+    except (OSError, ValueError) as err:
+        b.problem("missing_size", element, f"{raw}; image unreadable: {err}", "image skipped")
+        return None
+    b.problem("missing_size", element, raw, f"read {width}x{height} from the image header", "repaired")
+    return width, height
+
+
+def declared_size(
+    b: ChunkBuilder, root: str, rel: str, element: str, width: str | None, height: str | None, raw: str | None = None
+) -> tuple[int, int] | None:
+    """``(width, height)`` as the annotation declares them (text such as ``"640"``), else (absent,
+    zero or not an integer) from the image header: :func:`header_size`, whose problem shows
+    ``raw`` (default ``width='..' height='..'``)."""
+    w, h = int_or_none(width), int_or_none(height)
+    if w and h and w > 0 and h > 0:
+        return w, h
+    return header_size(b, root, rel, element, raw if raw is not None else f"width={width!r} height={height!r}")
+
+
+def image_size(b: ChunkBuilder, root: str, rel: str, element: str) -> tuple[int, int] | None:
+    """Size of an image whose format stores none in its annotations (YOLO, txt lists); None
+    and a problem when the image is missing or unreadable."""
+    full = os.path.join(root, rel)
+    try:
+        return image_header_size(full)
+    except FileNotFoundError:
+        b.problem("missing_image", element, f"image {rel!r} not found", "image skipped")
+    except (OSError, ValueError) as err:
+        b.problem("missing_size", element, f"image {rel!r} unreadable: {err}", "image skipped")
+    return None
+
+
+def add_listed_image(
+    locator: ImageLocator, name: str, where: str, b: ChunkBuilder, size: tuple[int, int] | None = None, **kwargs: Any
+) -> bool:
+    """Find image ``name`` and add it to ``b`` (size from the image header unless ``size`` is
+    given); False, with a ``missing_image`` / ``missing_size`` problem, when that fails."""
+    rel = locator.find(name)
+    if rel is None:
+        b.problem("missing_image", where, f"{name!r} not found in {locator.describe()}", "image skipped")
+        return False
+    if size is None:
+        size = image_size(b, locator.root, rel, where)
+        if size is None:
+            return False
+    return b.add_image(rel, size[0], size[1], record=name, **kwargs)

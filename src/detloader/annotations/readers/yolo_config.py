@@ -1,0 +1,151 @@
+"""YOLO's configuration: ``data.yaml`` (class names, keypoint shape, splits), class-name files
+and the image lists of a split. Everything wrong in it is a :class:`YoloConfigError` naming the
+file, the key and the value (``data.yaml: kpt_shape=[17] is not [K, 2] or [K, 3]``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from detloader.annotations.readers.common import scan_files, stat_entry
+from detloader.annotations.readers.locate import IMAGE_EXTENSIONS
+
+__all__ = [
+    "IMAGE_SUFFIXES",
+    "NAMES_FILES",
+    "YAML_NAMES",
+    "YoloConfigError",
+    "class_names",
+    "find_yaml",
+    "images_under",
+    "kpt_config",
+    "load_yaml",
+    "find_names_file",
+    "split_images",
+]
+
+YAML_NAMES = ("data.yaml", "dataset.yaml", "data.yml", "dataset.yml")
+NAMES_FILES = ("classes.txt", "obj.names", "names.txt", "classes.names")
+#: Image file name endings, lower case.
+IMAGE_SUFFIXES = tuple(sorted({e.lower() for e in IMAGE_EXTENSIONS}))
+
+
+class YoloConfigError(ValueError):
+    """A ``data.yaml`` that cannot be used; names the file, the key and the value."""
+
+
+def find_yaml(folder: Path) -> Path | None:
+    """``data.yaml`` (or one of :data:`YAML_NAMES`) in ``folder``, None when absent."""
+    for name in YAML_NAMES:
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def find_names_file(*folders: Path | None) -> Path | None:
+    """The first class-names file (:data:`NAMES_FILES`) in ``folders``, in order."""
+    for folder in folders:
+        if folder is None:
+            continue
+        for name in NAMES_FILES:
+            if (folder / name).is_file():
+                return folder / name
+    return None
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    """The YAML mapping in ``path``."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise YoloConfigError(f"{path.name}: not readable YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise YoloConfigError(f"{path.name}: top level is a {type(data).__name__}, not a mapping")
+    return data
+
+
+def class_names(value: Any, where: str) -> list[str]:
+    """``names`` as a list indexed by class id (a list, or ``{id: name}`` with gaps named by id)."""
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    if isinstance(value, dict):
+        try:
+            ids = {int(k): str(v) for k, v in value.items()}
+        except (TypeError, ValueError):
+            raise YoloConfigError(f"{where}: names={value!r} keys are not class ids") from None
+        if not ids:
+            return []
+        if min(ids) < 0:
+            raise YoloConfigError(f"{where}: names={value!r} has a negative class id")
+        return [ids.get(i, str(i)) for i in range(max(ids) + 1)]
+    raise YoloConfigError(f"{where}: names={value!r} is neither a list nor a mapping")
+
+
+def kpt_config(data: dict[str, Any], where: str) -> dict[str, Any] | None:
+    """``{"k", "dims", "names", "flip_pairs"}`` from ``kpt_shape`` / ``flip_idx`` / ``kpt_names``;
+    None without ``kpt_shape``."""
+    shape = data.get("kpt_shape")
+    if shape is None:
+        return None
+    if not (isinstance(shape, list) and len(shape) == 2 and all(isinstance(v, int) for v in shape)):
+        raise YoloConfigError(f"{where}: kpt_shape={shape!r} is not [K, 2] or [K, 3]")
+    k, d = shape
+    if k < 1 or d not in (2, 3):
+        raise YoloConfigError(f"{where}: kpt_shape={shape!r} is not [K, 2] or [K, 3]")
+    flip = data.get("flip_idx")
+    pairs: list[list[int]] = []
+    if flip is not None:
+        if not (isinstance(flip, list) and len(flip) == k and sorted(flip) == list(range(k))):
+            raise YoloConfigError(f"{where}: flip_idx={flip!r} is not a permutation of 0..{k - 1}")
+        for i, j in enumerate(flip):
+            if flip[j] != i:
+                raise YoloConfigError(f"{where}: flip_idx={flip!r} is not symmetric ({i} -> {j} -> {flip[j]})")
+            if i < j:
+                pairs.append([i, j])
+    names_value = data.get("kpt_names")
+    if isinstance(names_value, dict) and names_value:
+        names_value = names_value[sorted(names_value, key=str)[0]]
+    names = [str(n) for n in names_value] if isinstance(names_value, list) else [f"p{i}" for i in range(k)]
+    if len(names) != k or len(set(names)) != k:
+        raise YoloConfigError(f"{where}: kpt_names={names_value!r} is not {k} distinct names")
+    return {"k": k, "dims": d, "names": names, "flip_pairs": pairs}
+
+
+def images_under(folder: Path, root: Path) -> list[tuple[str, int, int]]:
+    """Stat entries of the (non-hidden) images below ``folder``, relative to ``root``."""
+    return [
+        entry
+        for entry in scan_files(folder, IMAGE_SUFFIXES, root=root)
+        if not os.path.basename(entry[0]).startswith(".")
+    ]
+
+
+def split_images(entry: str, root: Path, where: str) -> list[tuple[str, int, int]]:
+    """Images of one ``train``/``val``/``test`` entry: a folder (recursive) or a list file."""
+    target = Path(entry) if os.path.isabs(entry) else root / entry
+    if target.is_dir():
+        return images_under(target, root)
+    if target.is_file() and target.suffix.lower() == ".txt":
+        out: list[tuple[str, int, int]] = []
+        for line in target.read_text(encoding="utf-8").splitlines():
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("./"):
+                path = target.parent / line[2:]
+            elif os.path.isabs(line):
+                path = Path(line)
+            else:
+                path = root / line
+            try:
+                out.append(stat_entry(path, root))
+            except OSError:
+                out.append((os.path.relpath(path, root), 0, -1))  # reported when parsed
+        return out
+    raise YoloConfigError(f"{where}: {entry!r} is neither a folder nor a .txt list under {root.name}/")

@@ -1,0 +1,115 @@
+"""COCO JSON writer: ``<file_name>`` and ``images/``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from detloader.annotations.index import AnnotationIndex
+from detloader.annotations.landmarks import skeleton_for
+from detloader.annotations.writers.common import ImagePlacer, attribute_rows, image_attributes, prepare_out
+
+__all__ = ["write_coco"]
+
+
+def write_coco(
+    index: AnnotationIndex,
+    out: str | os.PathLike[str],
+    *,
+    images: str = "link",
+    overwrite: bool = False,
+    image_class_attribute: str = "class",
+    file_name: str = "annotations.json",
+) -> Path:
+    """Write ``out/<file_name>`` and ``out/images/<image>`` (unless ``images="none"``); return
+    the JSON's path.
+
+    Categories get ids 1..C in class order; a category with landmarked objects carries the
+    landmark names as ``keypoints`` and a ``skeleton`` (COCO's limbs for the COCO person
+    schema, else empty: flip pairs are symmetries, not limbs). Objects: ``bbox`` xywh,
+    ``area`` w*h, ``iscrowd`` from the object attribute ``iscrowd``, ``keypoints`` (x, y, v
+    triples, v 0/1/2) and ``num_keypoints``; other attributes and the flags in an
+    ``attributes`` object (as CVAT writes it). Images carry their size and, in
+    ``attributes``, their image attributes and class. Flip pairs are inferred again from the
+    names on reading (left/right spelling, or the iBUG 68-point preset).
+    """
+    placer = ImagePlacer(index, images)
+    root = prepare_out(out, overwrite)
+    img_dir = root / "images"
+    image_attrs = attribute_rows(index.image_attributes, index.vocab.image_attributes)
+    object_attrs = attribute_rows(index.object_attributes, index.vocab.object_attributes)
+    schema = index.landmark_schema
+    k = len(schema)
+    with_points = np.zeros(len(index.classes), dtype=bool)
+    if k and index.num_objects:
+        has = index.visibility.any(axis=1)
+        with_points[np.unique(index.labels[has])] = True
+    categories: list[dict[str, Any]] = []
+    for c, name in enumerate(index.classes):
+        cat: dict[str, Any] = {"id": c + 1, "name": name, "supercategory": ""}
+        if with_points[c]:
+            cat["keypoints"] = list(schema.names)
+            cat["skeleton"] = skeleton_for(schema)
+        categories.append(cat)
+    image_records: list[dict[str, Any]] = []
+    annotations: list[dict[str, Any]] = []
+    for i in range(len(index)):
+        target = placer.place(i, img_dir)
+        name = os.path.relpath(target, root if images == "none" else img_dir)
+        record: dict[str, Any] = {
+            "id": i + 1,
+            "file_name": name.replace(os.sep, "/"),
+            "width": int(index.width[i]),
+            "height": int(index.height[i]),
+        }
+        attrs = image_attributes(index, image_attrs, i, image_class_attribute)
+        if attrs:
+            record["attributes"] = attrs
+        image_records.append(record)
+        for j in range(int(index.object_offsets[i]), int(index.object_offsets[i + 1])):
+            annotations.append(_coco_annotation(index, i, j, object_attrs(j), with_points))
+    data = {
+        "info": {"description": "written by detloader", "version": "1.0"},
+        "licenses": [],
+        "images": image_records,
+        "annotations": annotations,
+        "categories": categories,
+    }
+    path = root / file_name
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, ensure_ascii=False)
+    return path
+
+
+def _coco_annotation(
+    index: AnnotationIndex, i: int, j: int, attrs: dict[str, str], with_points: np.ndarray
+) -> dict[str, Any]:
+    x1, y1, x2, y2 = (float(v) for v in index.boxes[j])
+    w, h = x2 - x1, y2 - y1
+    label = int(index.labels[j])
+    crowd = attrs.pop("iscrowd", "0") not in ("0", "", "false")
+    for flag in ("occluded", "difficult", "truncated"):
+        if getattr(index, flag)[j]:
+            attrs[flag] = True  # type: ignore[assignment]
+    ann: dict[str, Any] = {
+        "id": j + 1,
+        "image_id": i + 1,
+        "category_id": label + 1,
+        "bbox": [x1, y1, w, h],
+        "area": w * h,
+        "iscrowd": int(crowd),
+        "segmentation": [],
+    }
+    if with_points[label]:
+        triples: list[float] = []
+        for (x, y), v in zip(index.landmarks[j], index.visibility[j]):
+            triples += [float(x), float(y), int(v)] if v else [0, 0, 0]
+        ann["keypoints"] = triples
+        ann["num_keypoints"] = int((index.visibility[j] > 0).sum())
+    if attrs:
+        ann["attributes"] = attrs
+    return ann

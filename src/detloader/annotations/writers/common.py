@@ -1,0 +1,89 @@
+"""What the writers share: argument checks, the output folder, placing images, attribute rows."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from detloader.annotations.index import MISSING, AnnotationIndex
+
+__all__ = ["IMAGE_MODES", "ImagePlacer", "attribute_rows", "check_choice", "image_attributes", "prepare_out"]
+
+IMAGE_MODES = ("link", "copy", "symlink", "none")
+
+
+def check_choice(name: str, value: str, choices: Sequence[str]) -> None:
+    """ValueError echoing ``name=value`` and the valid ``choices`` when ``value`` is not one."""
+    if value not in choices:
+        raise ValueError(f"{name}={value!r} is not one of {', '.join(choices)}")
+
+
+def prepare_out(out: str | os.PathLike[str], overwrite: bool) -> Path:
+    """The output folder, created; refused when it is a file, or not empty without ``overwrite``."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"out={str(out)!r} is a file, not a folder")
+    if path.is_dir() and any(path.iterdir()) and not overwrite:
+        raise ValueError(f"out={str(out)!r} is not empty; pass overwrite=True (--overwrite) to write into it")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class ImagePlacer:
+    """Where each image of the index goes under the output folder, and putting it there."""
+
+    def __init__(self, index: AnnotationIndex, mode: str) -> None:
+        check_choice("images", mode, IMAGE_MODES)
+        self.mode = mode
+        self.sources = [os.path.abspath(index.image_path(i)) for i in range(len(index))]
+        if self.sources:
+            common = os.path.commonpath([os.path.dirname(s) for s in self.sources])
+            self.keys = [os.path.relpath(s, common) for s in self.sources]
+        else:
+            self.keys = []
+
+    def place(self, i: int, folder: Path) -> Path:
+        """Put image ``i`` at ``folder/key`` (by the mode) and return that path; with mode
+        ``"none"`` return the source path instead."""
+        src = self.sources[i]
+        if self.mode == "none":
+            return Path(src)
+        dst = folder / self.keys[i]
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if dst.exists() or dst.is_symlink():
+            dst.unlink()
+        if self.mode == "symlink":
+            os.symlink(os.path.relpath(src, dst.parent), dst)
+        elif self.mode == "link":
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copy2(src, dst)
+        else:
+            shutil.copy2(src, dst)
+        return dst
+
+
+def attribute_rows(
+    table: np.ndarray, vocab: Sequence[tuple[str, Sequence[str]]]
+) -> Callable[[int], dict[str, str]]:
+    """``row(i) -> {name: value}`` of an index attribute table (``MISSING`` cells left out)."""
+    def row(i: int) -> dict[str, str]:
+        return {name: values[v] for (name, values), v in zip(vocab, table[i]) if v != MISSING}
+
+    return row
+
+
+def image_attributes(
+    index: AnnotationIndex, rows: Callable[[int], dict[str, str]], i: int, image_class_attribute: str
+) -> dict[str, str]:
+    """Image ``i``'s attributes, its image-level class first as ``image_class_attribute``."""
+    attrs = rows(i)
+    label = int(index.image_labels[i])
+    if label != MISSING:
+        attrs = {image_class_attribute: index.image_classes[label], **attrs}
+    return attrs

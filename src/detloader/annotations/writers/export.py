@@ -1,0 +1,38 @@
+"""``write_annotations``: one entry for the three writers (the ``detloader convert`` command)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+from detloader.annotations.index import AnnotationIndex
+from detloader.annotations.writers.coco import write_coco
+from detloader.annotations.writers.common import IMAGE_MODES, check_choice
+from detloader.annotations.writers.voc import write_voc
+from detloader.annotations.writers.yolo import write_yolo
+
+__all__ = ["EXPORT_FORMATS", "write_annotations"]
+
+EXPORT_FORMATS = ("voc", "coco", "yolo")
+
+_WRITERS: dict[str, Callable[..., Path]] = {"voc": write_voc, "coco": write_coco, "yolo": write_yolo}
+
+
+def write_annotations(
+    index: AnnotationIndex,
+    out: str | os.PathLike[str],
+    format: str,
+    *,
+    images: str = "link",
+    split: str | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write ``index`` (or its split ``split``) to the folder ``out`` in ``format`` (one of
+    :data:`EXPORT_FORMATS`); return the path to read back (the folder for VOC, the JSON for
+    COCO, data.yaml for YOLO)."""
+    check_choice("format", format, EXPORT_FORMATS)
+    check_choice("images", images, IMAGE_MODES)
+    if split is not None:
+        index = index.split(split)
+    return _WRITERS[format](index, out, images=images, overwrite=overwrite)
