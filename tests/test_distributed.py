@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 from torch.utils.data import DataLoader, TensorDataset, WeightedRandomSampler
 
 import detloader
-from detloader.balance.samplers import (
+from detloader.balance import (
     BalancedBatchSampler,
     ClassAwareSampler,
     DistributedSamplerWrapper,

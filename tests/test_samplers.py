@@ -14,18 +14,17 @@ from hypothesis import strategies as st
 from torch.utils.data import BatchSampler, SequentialSampler, WeightedRandomSampler
 
 import detloader
-from detloader.balance.samplers import (
+from detloader.balance import (
     BalancedBatchSampler,
     ClassAwareSampler,
     DistributedSamplerWrapper,
     RepeatFactorSampler,
     WeightedSampler,
-    alias_probabilities,
-    alias_table,
     make_balanced_sampler,
     members_from_labels,
-    shard,
 )
+from detloader.balance.alias import alias_probabilities, alias_table
+from detloader.balance.distributed import shard
 from detloader.stats import chi_square_test, group_totals
 from detloader.balance.weights import balance_groups, class_members, sample_weights
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import detloader
 from detloader.cli import main
 from detloader.annotations.index import MISSING
-from detloader.balance.samplers import BalancedBatchSampler, WeightedSampler
+from detloader.balance import BalancedBatchSampler, WeightedSampler
 from detloader.stats import (
     balance_report,
     chi_square_sf,

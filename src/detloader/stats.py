@@ -315,7 +315,7 @@ def balance_report(
     containing the group (image keys always count images). ``draw=True`` adds one real
     epoch's counts (all ranks) to check the expectation.
     """
-    from detloader.balance.samplers import make_balanced_sampler
+    from detloader.balance.factory import make_balanced_sampler  # torch: lazy, keeps the CLI fast
 
     groups = balance_groups(index, by)
     if unit is None:

@@ -43,6 +43,30 @@ import numpy as np
 
 from detloader.annotations.index import MISSING, AnnotationIndex
 
+__all__ = [
+    "AGGREGATES",
+    "COUNTS",
+    "DEFAULT_BETA",
+    "DEFAULT_THRESHOLD",
+    "PRODUCT_SEPARATOR",
+    "STRATEGIES",
+    "Aggregate",
+    "ByKey",
+    "Count",
+    "Groups",
+    "Strategy",
+    "balance_groups",
+    "class_members",
+    "group_counts",
+    "image_weights",
+    "normalize_by",
+    "parse_strategy",
+    "positions_by_group",
+    "repeat_factors",
+    "sample_weights",
+    "strategy_weights",
+]
+
 Strategy = Literal["inverse", "sqrt", "power", "effective", "repeat_factor", "explicit"]
 STRATEGIES: tuple[str, ...] = ("inverse", "sqrt", "power", "effective", "repeat_factor", "explicit")
 Aggregate = Literal["max", "mean", "sum"]
@@ -374,11 +398,16 @@ def class_members(index: AnnotationIndex, by: ByKey = "class") -> tuple[tuple[st
     """Group names and, per group, the sorted int64 ids of the images that contain it
     (empty for groups that never occur). For class-aware and P x K batch samplers."""
     groups = balance_groups(index, by)
-    images, group, _ = groups.pairs()
-    order = np.argsort(group, kind="stable")  # stable: images stay sorted within a group
-    bounds = np.searchsorted(group[order], np.arange(len(groups.names) + 1))
-    sorted_images = images[order]
-    return groups.names, [sorted_images[bounds[g] : bounds[g + 1]] for g in range(len(groups.names))]
+    images, group, _ = groups.pairs()  # sorted by image: images stay sorted within a group
+    return groups.names, [images[p] for p in positions_by_group(group, len(groups.names))]
+
+
+def positions_by_group(keys: np.ndarray, num_groups: int) -> list[np.ndarray]:
+    """Per group ``g < num_groups``, the int64 positions ``i`` with ``keys[i] == g``, ascending
+    (int ``keys``; negative keys, e.g. MISSING, belong to no group)."""
+    order = np.argsort(keys, kind="stable")
+    bounds = np.searchsorted(keys[order], np.arange(num_groups + 1))
+    return [order[bounds[g] : bounds[g + 1]] for g in range(num_groups)]
 
 
 def parse_strategy(spec: str) -> tuple[str, dict[str, float]]:
