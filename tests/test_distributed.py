@@ -23,7 +23,7 @@ from detloader.balance import (
     WeightedSampler,
     make_balanced_sampler,
 )
-from detloader.balance.weights import class_members, repeat_factors
+from detloader.balance import class_members, repeat_factors
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(120)]
 

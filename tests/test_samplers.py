@@ -26,7 +26,7 @@ from detloader.balance import (
 from detloader.balance.alias import alias_probabilities, alias_table
 from detloader.balance.distributed import shard
 from detloader.stats import chi_square_test, group_totals
-from detloader.balance.weights import balance_groups, class_members, sample_weights
+from detloader.balance import balance_groups, class_members, sample_weights
 
 #: Significance threshold of every frequency test here: a correct sampler fails one of them
 #: with probability 1e-3 for a random seed; the seeds are fixed, so the outcome is too.

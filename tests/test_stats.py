@@ -25,7 +25,7 @@ from detloader.stats import (
     imbalance_ratio,
     plot_balance,
 )
-from detloader.balance.weights import balance_groups, repeat_factors
+from detloader.balance import balance_groups, repeat_factors
 
 # -- chi-square ------------------------------------------------------------------------------
 
@@ -144,7 +144,7 @@ def test_balance_report_units_and_image_keys():
 
 def test_balance_report_of_a_batch_sampler(small_synth_root):
     idx = detloader.read_annotations(small_synth_root)
-    from detloader.balance.weights import class_members
+    from detloader.balance import class_members
 
     s = BalancedBatchSampler(class_members(idx)[1], 2, 2, num_batches=50, seed=0)
     report = balance_report(idx, s)

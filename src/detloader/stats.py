@@ -24,7 +24,7 @@ import numpy as np
 
 from detloader._plotting import new_figure
 from detloader.annotations.index import MISSING, AnnotationIndex
-from detloader.balance.weights import ByKey, Groups, balance_groups, group_counts
+from detloader.balance.groups import ByKey, Groups, balance_groups, group_counts
 
 Unit = Literal["objects", "images"]
 

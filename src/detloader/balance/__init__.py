@@ -1,7 +1,7 @@
 """Stage 3, balance: which images an epoch draws, so that rare classes are seen enough.
 
-``weights`` (pure functions: per-group weights, per-image weights, repeat factors, strategy
-strings) -> the samplers, one per module: ``weighted`` (alias method, exact beyond 2**24),
+``groups`` (which group each object or image is in) -> ``weights`` (pure functions: per-group
+weights, per-image weights, repeat factors, strategy strings) -> the samplers, one per module: ``weighted`` (alias method, exact beyond 2**24),
 ``repeat_factor`` (LVIS), ``class_aware`` (round-robin over classes), ``batch`` (P x K),
 ``wrapper`` (any sampler, distributed) -> ``factory`` (``make_balanced_sampler``: a strategy
 string -> its sampler). ``base`` holds their shared contract (seed, epoch, rank, resume),
@@ -12,14 +12,11 @@ The weights load at once; the samplers (torch) load on first use, as in :mod:`de
 that the CLI's statistics stay quick: name -> module.
 """
 
+from detloader.balance.groups import Groups, balance_groups, class_members, group_counts
 from detloader.balance.weights import (
     DEFAULT_BETA,
     DEFAULT_THRESHOLD,
     STRATEGIES,
-    Groups,
-    balance_groups,
-    class_members,
-    group_counts,
     image_weights,
     parse_strategy,
     repeat_factors,

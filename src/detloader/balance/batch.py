@@ -14,7 +14,7 @@ from detloader.annotations.index import AnnotationIndex
 from detloader.balance.base import STREAM_BATCH, epoch_generator
 from detloader.balance.checks import check_int
 from detloader.balance.class_aware import ClassSampler
-from detloader.balance.weights import ByKey, class_members
+from detloader.balance.groups import ByKey, class_members
 
 __all__ = ["BalancedBatchSampler"]
 

@@ -15,7 +15,7 @@ import numpy as np
 from detloader.annotations.index import AnnotationIndex
 from detloader.balance.base import STREAM_CLASS_AWARE, EpochSampler, epoch_generator, index_dtype
 from detloader.balance.checks import check_int
-from detloader.balance.weights import ByKey, class_members, positions_by_group
+from detloader.balance.groups import ByKey, class_members, positions_by_group
 
 __all__ = ["ClassAwareSampler", "ClassSampler", "members_from_labels"]
 

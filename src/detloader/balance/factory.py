@@ -13,13 +13,8 @@ from detloader.annotations.index import AnnotationIndex
 from detloader.balance.class_aware import ClassAwareSampler
 from detloader.balance.repeat_factor import RepeatFactorSampler
 from detloader.balance.weighted import WeightedSampler
-from detloader.balance.weights import (
-    DEFAULT_THRESHOLD,
-    STRATEGIES,
-    ByKey,
-    parse_strategy,
-    sample_weights,
-)
+from detloader.balance.groups import ByKey
+from detloader.balance.weights import DEFAULT_THRESHOLD, STRATEGIES, parse_strategy, sample_weights
 
 __all__ = ["BALANCE_CHOICES", "make_balanced_sampler"]
 

@@ -13,7 +13,8 @@ import numpy as np
 from detloader.annotations.index import AnnotationIndex
 from detloader.balance.base import STREAM_REPEAT, EpochSampler, epoch_generator, index_dtype
 from detloader.balance.checks import as_weights
-from detloader.balance.weights import DEFAULT_THRESHOLD, ByKey, repeat_factors
+from detloader.balance.groups import ByKey
+from detloader.balance.weights import DEFAULT_THRESHOLD, repeat_factors
 
 __all__ = ["RepeatFactorSampler"]
 

@@ -108,7 +108,7 @@ def _raw_only(index: Any, by: tuple[str, ...], unit: str | None) -> dict[str, An
     import numpy as np
 
     from detloader.stats import group_totals
-    from detloader.balance.weights import balance_groups
+    from detloader.balance.groups import balance_groups
 
     groups = balance_groups(index, by)
     unit = unit or ("objects" if groups.level == "object" else "images")
