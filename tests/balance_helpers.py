@@ -10,6 +10,10 @@ from detloader.annotations.index import MISSING, AnnotationIndex, Vocabulary, pa
 
 from detloader.annotations.landmarks import LandmarkSchema
 
+#: Significance threshold of every frequency test: a correct sampler fails one of them
+#: with probability 1e-3 for a random seed; the seeds are fixed, so the outcome is too.
+P_MIN = 1e-3
+
 
 def tiny_index(
     labels: Sequence[Sequence[int]],
