@@ -1,6 +1,6 @@
 """Statistics: what an index holds, and class distributions before and after balancing.
 
-``dataset`` (:func:`dataset_stats`: objects and images per class, image classes, attributes,
+``describe`` (:func:`dataset_stats`: objects and images per class, image classes, attributes,
 landmark visibility, box-size quantiles, imbalance ratios) ; ``report`` (:func:`balance_report`:
 raw per epoch beside the expectation under a balancing strategy and one real draw) ; ``plot``
 (:func:`plot_balance`: raw vs balanced bars, matplotlib optional) ; ``chi_square`` (the
@@ -8,7 +8,7 @@ goodness-of-fit test that checks frequencies against their expectation).
 """
 
 from detloader.stats.chi_square import ChiSquare, chi_square_sf, chi_square_test
-from detloader.stats.dataset import QUANTILES, dataset_stats, imbalance_ratio
+from detloader.stats.describe import QUANTILES, dataset_stats, imbalance_ratio
 from detloader.stats.plot import plot_balance
 from detloader.stats.report import (
     BalanceReport,

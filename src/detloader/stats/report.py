@@ -18,7 +18,7 @@ import numpy as np
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.balance.groups import ByKey, Groups, balance_groups, group_counts
 from detloader.balance.weights import DEFAULT_THRESHOLD, parse_strategy
-from detloader.stats.dataset import imbalance_ratio
+from detloader.stats.describe import imbalance_ratio
 
 __all__ = ["BalanceReport", "Unit", "balance_report", "default_unit", "group_totals", "summary_rows"]
 
