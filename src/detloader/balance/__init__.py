@@ -1,4 +1,4 @@
-"""Stage 3, balance: which images an epoch draws, so that rare classes are seen enough.
+"""Balance: which images an epoch draws, so that rare classes are seen enough.
 
 ``groups`` (which group each object or image is in) -> ``weights`` (pure functions: per-group
 weights, per-image weights, repeat factors, strategy strings) -> the samplers, one per module: ``weighted`` (alias method, exact beyond 2**24),
