@@ -77,7 +77,7 @@ def _case(impl: str, n: int, replacement: bool, epochs: int, iterate: bool, warm
     import numpy as np
     import torch
 
-    from detloader.balance.samplers import WeightedSampler
+    from detloader.balance import WeightedSampler
 
     weights = np.random.default_rng(0).lognormal(0.0, 1.0, n)
     if warm_gb > 0:  # touch and free: fresh VM pages are slow on first touch, for both sides

@@ -10,6 +10,10 @@ from detloader.annotations.index import MISSING, AnnotationIndex, Vocabulary, pa
 
 from detloader.annotations.landmarks import LandmarkSchema
 
+#: Significance threshold of every frequency test: a correct sampler fails one of them
+#: with probability 1e-3 for a random seed; the seeds are fixed, so the outcome is too.
+P_MIN = 1e-3
+
 
 def tiny_index(
     labels: Sequence[Sequence[int]],
@@ -76,3 +80,14 @@ def tiny_index(
         landmarks=schema,
     )
     return AnnotationIndex(root="/nonexistent", arrays=arrays, vocab=vocab)
+
+
+# 6 images: objects by class id (a=0, b=1, c=2); image 4 is empty
+LABELS = [[0, 0, 0], [0, 1], [0], [1, 1], [], [2, 0]]
+IMAGE_LABELS = [0, 0, 1, 0, MISSING, 1]
+AGES = [[0, 0, 1], [0, MISSING], [1], [0, 0], [], [1, 0]]
+
+
+def six_image_index() -> AnnotationIndex:
+    """The index of LABELS, IMAGE_LABELS (day, night) and AGES (adult, child)."""
+    return tiny_index(LABELS, image_labels=IMAGE_LABELS, ages=AGES)

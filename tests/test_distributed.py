@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 from torch.utils.data import DataLoader, TensorDataset, WeightedRandomSampler
 
 import detloader
-from detloader.balance.samplers import (
+from detloader.balance import (
     BalancedBatchSampler,
     ClassAwareSampler,
     DistributedSamplerWrapper,
@@ -23,7 +23,7 @@ from detloader.balance.samplers import (
     WeightedSampler,
     make_balanced_sampler,
 )
-from detloader.balance.weights import class_members, repeat_factors
+from detloader.balance import class_members, repeat_factors
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(120)]
 

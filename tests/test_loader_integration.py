@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from detloader import DetectionDataset, WeightedSampler, make_loader, read_annotations, set_epoch
-from detloader.balance.samplers import RepeatFactorSampler
+from detloader.balance import RepeatFactorSampler
 from detloader.transforms import Resize
 
 

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, TensorDataset
 
 from detloader.resume import ResumableLoader
-from detloader.balance.samplers import (
+from detloader.balance import (
     BalancedBatchSampler,
     ClassAwareSampler,
     RepeatFactorSampler,

@@ -112,7 +112,7 @@ def resolve_balance(
             f"balance={_short(balance)} builds the sampler, so {', '.join(clash)} must be left out "
             "(pass your own sampler as balance=, or drop balance)"
         )
-    from detloader.balance.samplers import make_balanced_sampler
+    from detloader.balance.factory import make_balanced_sampler
 
     if isinstance(balance, Sampler):
         return balance

@@ -1,12 +1,14 @@
 """Sampling weights from an index: pure functions, no state, no randomness.
 
 Balancing happens at the DataLoader level: a sampler draws *images* with probabilities given
-here. A detection image holds several objects of different classes, so a weight is first set
-per **group** (an object class, an image class, an attribute value, or a product of those),
-then turned into one weight per image:
+here. A weight is first set per **group** (:mod:`detloader.balance.groups`: an object class,
+an image class, an attribute value, or a product of those), then turned into one weight per
+image:
 
-1. :func:`balance_groups` maps every unit (object or image) to its group id.
-2. :func:`group_counts` counts each group: objects, or images containing the group.
+1. :func:`~detloader.balance.groups.balance_groups` maps every unit (object or image) to its
+   group id.
+2. :func:`~detloader.balance.groups.group_counts` counts each group: objects, or images
+   containing the group.
 3. :func:`strategy_weights` turns counts into one weight per group (``inverse`` 1/n, ``sqrt``
    1/sqrt(n), ``power`` n**-p, ``effective`` (1 - beta) / (1 - beta**n) after Cui et al. 2019,
    ``explicit`` {group: weight}).
@@ -18,155 +20,49 @@ with ``f_c`` the fraction of images that contain group ``c``, and an image's fac
 over its groups. Its values are expected copies per epoch, not relative weights.
 
 :func:`sample_weights` does all of it in one call and is the public entry.
-
-Keys for ``by``:
-
-``"class"``                object class (one unit per object)
-``"image_class"``          image-level class (one unit per image)
-``"attribute:NAME"``       object attribute NAME (one unit per object)
-``"image_attribute:NAME"`` image attribute NAME (one unit per image)
-a tuple of keys            their product, e.g. ``("class", "image_class")`` groups objects by
-                           (class, class of their image); any object key makes it per object.
-                           A comma-separated string means the same.
-
-Units whose value is :data:`~detloader.annotations.index.MISSING` (no image class, attribute not set)
-belong to no group.
+:func:`parse_strategy` reads a strategy string (``"power:0.3"``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Literal, Mapping, Sequence
 
 import numpy as np
 
 from detloader.annotations.index import MISSING, AnnotationIndex
+from detloader.balance.groups import (
+    PRODUCT_SEPARATOR,
+    ByKey,
+    Count,
+    Groups,
+    balance_groups,
+    group_counts,
+)
+
+__all__ = [
+    "AGGREGATES",
+    "DEFAULT_BETA",
+    "DEFAULT_THRESHOLD",
+    "STRATEGIES",
+    "Aggregate",
+    "Strategy",
+    "image_weights",
+    "parse_strategy",
+    "repeat_factors",
+    "sample_weights",
+    "strategy_weights",
+]
 
 Strategy = Literal["inverse", "sqrt", "power", "effective", "repeat_factor", "explicit"]
 STRATEGIES: tuple[str, ...] = ("inverse", "sqrt", "power", "effective", "repeat_factor", "explicit")
 Aggregate = Literal["max", "mean", "sum"]
 AGGREGATES: tuple[str, ...] = ("max", "mean", "sum")
-Count = Literal["objects", "images"]
-COUNTS: tuple[str, ...] = ("objects", "images")
 
 #: Default LVIS repeat-factor threshold t (a group in fewer than 0.1 % of images is repeated).
 DEFAULT_THRESHOLD = 0.001
 #: Default beta of the effective-number strategy (Cui et al. 2019 use 0.9 ... 0.9999).
 DEFAULT_BETA = 0.999
-
-#: Separator of the parts of a product group's name (``"face/indoor"``).
-PRODUCT_SEPARATOR = "/"
-
-ByKey = str | Sequence[str]
-
-
-@dataclass(frozen=True)
-class Groups:
-    """The group of every unit of an index under a balancing key.
-
-    Attributes:
-        by: the normalised key, one entry per factor (``("class", "image_class")``).
-        names: group names in id order (product names joined by ``"/"``).
-        level: ``"object"`` (one unit per object) or ``"image"`` (one unit per image).
-        ids: int64 ``[units]``: group id of each unit, or MISSING.
-        image_of: int64 ``[units]``: the image of each unit (``arange(n)`` per image).
-        num_images: images in the index.
-    """
-
-    by: tuple[str, ...]
-    names: tuple[str, ...]
-    level: Literal["object", "image"]
-    ids: np.ndarray
-    image_of: np.ndarray
-    num_images: int
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    def pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Distinct (image, group) pairs: int64 ``images``, ``groups`` and ``multiplicity``
-        (units of that group in that image), sorted by image then group."""
-        valid = self.ids != MISSING
-        g = max(len(self.names), 1)
-        key = self.image_of[valid] * g + self.ids[valid]
-        uniq, mult = np.unique(key, return_counts=True)
-        return uniq // g, uniq % g, mult.astype(np.int64)
-
-
-def normalize_by(by: ByKey) -> tuple[str, ...]:
-    """``"class,image_class"`` / ``("class", "image_class")`` -> ``("class", "image_class")``."""
-    parts = [p.strip() for p in by.split(",")] if isinstance(by, str) else [str(p).strip() for p in by]
-    if not parts or any(not p for p in parts):
-        raise ValueError(f"by={by!r}: {_BY_HELP}")
-    if len(set(parts)) != len(parts):
-        raise ValueError(f"by={by!r} repeats a key")
-    return tuple(parts)
-
-
-_BY_HELP = (
-    "expected 'class', 'image_class', 'attribute:NAME', 'image_attribute:NAME' or a tuple "
-    "(comma-separated string) of those"
-)
-
-
-def _factor(index: AnnotationIndex, key: str) -> tuple[str, np.ndarray, tuple[str, ...]]:
-    """(level, int64 values per unit of that level, value names) of one key."""
-    if key == "class":
-        return "object", index.labels.astype(np.int64), tuple(index.classes)
-    if key == "image_class":
-        return "image", index.image_labels.astype(np.int64), tuple(index.image_classes)
-    for prefix, level in (("attribute:", "object"), ("image_attribute:", "image")):
-        if key.startswith(prefix):
-            name = key[len(prefix) :]
-            table = index.vocab.object_attributes if level == "object" else index.vocab.image_attributes
-            names = [n for n, _ in table]
-            if name not in names:
-                raise ValueError(
-                    f"by={key!r}: no {level} attribute {name!r}; {level} attributes: {names or 'none'}"
-                )
-            column = (index.object_attributes if level == "object" else index.image_attributes)[
-                :, names.index(name)
-            ]
-            return level, column.astype(np.int64), tuple(dict(table)[name])
-    raise ValueError(f"by={key!r}: {_BY_HELP}")
-
-
-def balance_groups(index: AnnotationIndex, by: ByKey = "class") -> Groups:
-    """Group id of every object (or image) of ``index`` under key ``by`` (see module doc)."""
-    keys = normalize_by(by)
-    factors = [_factor(index, k) for k in keys]
-    level: Literal["object", "image"] = (
-        "object" if any(f[0] == "object" for f in factors) else "image"
-    )
-    n = len(index)
-    object_image = index.object_image
-    image_of = object_image if level == "object" else np.arange(n, dtype=np.int64)
-    ids = np.zeros(len(image_of), dtype=np.int64)
-    missing = np.zeros(len(image_of), dtype=bool)
-    names: list[str] = [""]
-    for f_level, values, value_names in factors:
-        per_unit = values[object_image] if (level == "object" and f_level == "image") else values
-        missing |= per_unit == MISSING
-        ids = ids * max(len(value_names), 1) + np.where(per_unit == MISSING, 0, per_unit)
-        names = [
-            f"{a}{PRODUCT_SEPARATOR}{b}" if a else b for a in names for b in value_names
-        ]
-    ids[missing] = MISSING
-    return Groups(keys, tuple(names), level, ids, image_of, n)
-
-
-def group_counts(groups: Groups, count: Count = "objects") -> np.ndarray:
-    """int64 ``[G]``: units of each group (``count="objects"``) or images that contain the
-    group at least once (``count="images"``). For image-level keys both are image counts."""
-    if count not in COUNTS:
-        raise ValueError(f"count={count!r} is not one of {COUNTS}")
-    g = len(groups.names)
-    if count == "objects" or groups.level == "image":
-        valid = groups.ids[groups.ids != MISSING]
-        return np.bincount(valid, minlength=g).astype(np.int64)
-    _, group, _ = groups.pairs()
-    return np.bincount(group, minlength=g).astype(np.int64)
 
 
 def strategy_weights(
@@ -368,17 +264,6 @@ def sample_weights(
         counts, strategy, power=power, beta=beta, class_weights=class_weights, names=groups.names
     )
     return image_weights(groups, gw, aggregate=aggregate, background=background)
-
-
-def class_members(index: AnnotationIndex, by: ByKey = "class") -> tuple[tuple[str, ...], list[np.ndarray]]:
-    """Group names and, per group, the sorted int64 ids of the images that contain it
-    (empty for groups that never occur). For class-aware and P x K batch samplers."""
-    groups = balance_groups(index, by)
-    images, group, _ = groups.pairs()
-    order = np.argsort(group, kind="stable")  # stable: images stay sorted within a group
-    bounds = np.searchsorted(group[order], np.arange(len(groups.names) + 1))
-    sorted_images = images[order]
-    return groups.names, [sorted_images[bounds[g] : bounds[g + 1]] for g in range(len(groups.names))]
 
 
 def parse_strategy(spec: str) -> tuple[str, dict[str, float]]:

@@ -107,11 +107,11 @@ def run(args: argparse.Namespace) -> int:
 def _raw_only(index: Any, by: tuple[str, ...], unit: str | None) -> dict[str, Any]:
     import numpy as np
 
-    from detloader.stats import group_totals
-    from detloader.balance.weights import balance_groups
+    from detloader.balance.groups import balance_groups
+    from detloader.stats import default_unit, group_totals
 
     groups = balance_groups(index, by)
-    unit = unit or ("objects" if groups.level == "object" else "images")
+    unit = unit or default_unit(groups)
     raw = group_totals(groups, np.ones(len(index)), unit)  # type: ignore[arg-type]
     return {"unit": unit, "raw": {n: int(round(float(v))) for n, v in zip(groups.names, raw)}}
 

@@ -1,0 +1,183 @@
+"""What every sampler of this package shares: seed, epoch, rank/world_size, resume offset.
+
+The contract of each sampler:
+
+* **Deterministic from seed + epoch.** An epoch's draw comes from a numpy ``Generator``
+  seeded with ``SeedSequence([seed, epoch, stream])`` (:func:`epoch_generator`); the global
+  RNGs of numpy, torch and Python are never touched. Call ``set_epoch(epoch)`` before each
+  epoch (as with ``torch.utils.data.DistributedSampler``): otherwise every epoch repeats the
+  same draw, and a second pass over an epoch that was already drawn warns once.
+* **Distributed by construction.** ``rank`` and ``world_size`` default to
+  ``torch.distributed``'s when a process group is initialised, else 0 and 1; a rank yields its
+  share of the global draw (:mod:`detloader.balance.distributed`). When the global length is
+  not a multiple of ``W`` it is padded (with-replacement samplers draw a few more; the others
+  wrap around to the start, as DistributedSampler does) or, with ``drop_last=True``, cut.
+* **Resumable.** ``state_dict()`` returns ``{"epoch", "offset", ...}`` where ``offset`` counts
+  the items (indices, or batches for a batch sampler) this rank has yielded in the epoch;
+  ``load_state_dict()`` makes the next iteration of that epoch start at ``offset``. A
+  DataLoader's workers prefetch, so the sampler's own count runs ahead of training: use
+  :class:`detloader.resume.ResumableLoader`, which counts consumed batches instead.
+"""
+
+from __future__ import annotations
+
+import warnings
+from abc import abstractmethod
+from typing import Any, Callable, Iterator, Mapping
+
+import numpy as np
+from torch.utils.data import Sampler
+
+from detloader.balance.checks import check_int
+from detloader.balance.distributed import distributed_defaults, shard
+
+__all__ = [
+    "CHUNK",
+    "STREAM_BATCH",
+    "STREAM_CLASS_AWARE",
+    "STREAM_NO_REPLACEMENT",
+    "STREAM_REPEAT",
+    "STREAM_WEIGHTED",
+    "STREAM_WRAPPER",
+    "EpochSampler",
+    "epoch_generator",
+    "index_dtype",
+]
+
+#: Draws per chunk: bounds temporary memory (and keeps it in cache), and fixes the random
+#: streams: chunk k of an epoch always comes from the generator seeded (seed, epoch, stream, k).
+CHUNK = 1 << 16
+#: Indices are yielded to Python in slices of this many.
+_YIELD_SLICE = 1 << 16
+
+# Stream ids keep the draws of different sampler kinds apart for the same seed and epoch.
+STREAM_WEIGHTED, STREAM_NO_REPLACEMENT, STREAM_REPEAT = 1, 2, 3
+STREAM_CLASS_AWARE, STREAM_BATCH, STREAM_WRAPPER = 4, 5, 6
+
+
+def epoch_generator(seed: int, epoch: int, stream: int, *extra: int) -> np.random.Generator:
+    """The generator of one (seed, epoch, stream[, chunk]) - independent streams by
+    construction (numpy ``SeedSequence`` hashing), never the global RNG."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, epoch, stream, *extra])))
+
+
+def index_dtype(n: int) -> type[np.integer]:
+    """The dtype of indices below ``n``: int32 while it fits, else int64."""
+    return np.int32 if n <= np.iinfo(np.int32).max else np.int64
+
+
+class EpochSampler(Sampler[Any]):
+    """Shared machinery: seed, epoch, rank/world_size, resume offset, the repeat warning."""
+
+    def __init__(
+        self,
+        *,
+        seed: int,
+        rank: int | None,
+        world_size: int | None,
+        drop_last: bool,
+    ) -> None:
+        self.seed = check_int("seed", seed, 0)
+        self.rank, self.world_size = distributed_defaults(rank, world_size)
+        self.drop_last = bool(drop_last)
+        self.epoch = 0
+        self._offset = 0  # items of this epoch yielded (or restored)
+        self._resume = False  # load_state_dict set an offset for the next iteration
+        self._drawn_epoch: int | None = None  # last epoch iterated to its end
+        self._warned = False
+        self._cache: tuple[int, np.ndarray] | None = None
+
+    # -- subclasses -------------------------------------------------------------------------
+    @abstractmethod
+    def _rank_items(self) -> np.ndarray:
+        """This rank's items of the current epoch: int array ``[L]`` (or ``[L, B]`` batches)."""
+
+    def _cached(self, compute: Callable[[], np.ndarray]) -> np.ndarray:
+        if self._cache is None or self._cache[0] != self.epoch:
+            self._cache = None  # free the old draw before computing the new one
+            self._cache = (self.epoch, compute())
+        return self._cache[1]
+
+    def _cached_share(self, global_items: Callable[[], np.ndarray]) -> np.ndarray:
+        """This rank's :func:`~detloader.balance.distributed.shard` of ``global_items()``,
+        computed once per epoch."""
+        return self._cached(
+            lambda: shard(global_items(), self.rank, self.world_size, self.drop_last)
+        )
+
+    # -- the Sampler protocol ---------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Select the draw of ``epoch``. A pending resume offset of that same epoch (from
+        :meth:`load_state_dict`) is kept; any other epoch starts at its beginning."""
+        epoch = check_int("epoch", epoch, 0)
+        if self._resume and epoch == self.epoch:
+            return
+        if epoch != self.epoch:
+            self._cache = None  # the old epoch's draw is not kept beside the new one
+        self.epoch = epoch
+        self._offset = 0
+        self._resume = False
+
+    def indices(self) -> np.ndarray:
+        """This rank's items of the current epoch, from its beginning (a numpy array)."""
+        return self._rank_items()
+
+    def __iter__(self) -> Iterator[Any]:
+        items = self._rank_items()
+        if self._resume:
+            start = min(self._offset, len(items))
+            self._resume = False
+        else:
+            if self._drawn_epoch == self.epoch and not self._warned:
+                warnings.warn(
+                    f"{type(self).__name__}: epoch {self.epoch} is drawn again; call "
+                    "set_epoch(epoch) before every epoch, or every epoch repeats the same draw",
+                    UserWarning,
+                    stacklevel=2,
+                )
+                self._warned = True
+            start = 0
+        self._offset = start
+        for lo in range(start, len(items), _YIELD_SLICE):
+            part = items[lo : lo + _YIELD_SLICE].tolist()
+            for item in part:
+                self._offset += 1
+                yield item
+        self._drawn_epoch = self.epoch
+
+    def __len__(self) -> int:
+        return len(self._rank_items())
+
+    # -- resume -----------------------------------------------------------------------------
+    def _config(self) -> dict[str, Any]:
+        return {"seed": self.seed, "rank": self.rank, "world_size": self.world_size}
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"epoch", "offset", "kind", "seed", "rank", "world_size", ...}``: plain data."""
+        return {"kind": type(self).__name__, "epoch": self.epoch, "offset": self._offset, **self._config()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore epoch and offset: the next iteration yields the rest of that epoch.
+
+        Raises ValueError when the state comes from a sampler of another kind or with another
+        seed, rank or world size (its draw would differ)."""
+        missing = {"epoch", "offset"} - set(state)
+        if missing:
+            raise ValueError(f"{type(self).__name__}.load_state_dict: state lacks {sorted(missing)}")
+        kind = state.get("kind", type(self).__name__)
+        if kind != type(self).__name__:
+            raise ValueError(f"{type(self).__name__}.load_state_dict: state is from a {kind}")
+        for key, value in self._config().items():
+            if key in state and state[key] != value:
+                raise ValueError(
+                    f"{type(self).__name__}.load_state_dict: state has {key}={state[key]!r}, "
+                    f"this sampler {key}={value!r}; its draw would differ"
+                )
+        offset = int(state["offset"])
+        if offset < 0:
+            raise ValueError(f"{type(self).__name__}.load_state_dict: offset={offset} < 0")
+        self.epoch = int(state["epoch"])
+        self._offset = offset
+        self._resume = True
+        self._drawn_epoch = None
+

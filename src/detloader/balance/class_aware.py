@@ -1,0 +1,133 @@
+"""Class-aware sampling (Shen et al. 2016): classes round-robin, then an image of that class.
+
+:class:`ClassSampler` holds what class-based samplers share (per-class member lists, the
+picks from a class's shuffled list); :class:`ClassAwareSampler` is the index sampler, and
+:class:`detloader.balance.batch.BalancedBatchSampler` the P x K batch sampler built on it.
+Seeds, epochs, ranks and resume: :mod:`detloader.balance.base`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from detloader.annotations.index import AnnotationIndex
+from detloader.balance.base import STREAM_CLASS_AWARE, EpochSampler, epoch_generator, index_dtype
+from detloader.balance.checks import check_int
+from detloader.balance.groups import ByKey, class_members, positions_by_group
+
+__all__ = ["ClassAwareSampler", "ClassSampler", "members_from_labels"]
+
+
+def _as_members(class_members: Sequence[Any]) -> list[np.ndarray]:
+    members = [np.unique(np.asarray(m, dtype=np.int64).reshape(-1)) for m in class_members]
+    if not members or not any(len(m) for m in members):
+        raise ValueError("class_members: no class has a member")
+    for c, m in enumerate(members):
+        if len(m) and m[0] < 0:
+            raise ValueError(f"class_members[{c}] holds a negative id {int(m[0])}")
+    return members
+
+
+def members_from_labels(labels: Any) -> list[np.ndarray]:
+    """Per class, the ids of the items with that label (``labels`` int ``[n]``; negative
+    labels, e.g. MISSING, belong to no class)."""
+    labels = np.asarray(labels, dtype=np.int64).reshape(-1)
+    if not (labels >= 0).any():
+        return []
+    return positions_by_group(labels, int(labels.max()) + 1)
+
+
+def _cycled_picks(rng: np.random.Generator, members: np.ndarray, count: int) -> np.ndarray:
+    """``count`` picks from ``members``: consecutive shuffled passes over all of them, so every
+    member is used once before any is used twice."""
+    if count <= 0:
+        return members[:0]
+    passes = -(-count // len(members))
+    keys = rng.random((passes, len(members)))
+    return members[np.argsort(keys, axis=1).reshape(-1)[:count]]
+
+
+class ClassSampler(EpochSampler):
+    """Base of the class-based samplers: ``class_members`` (per class, item ids) checked and
+    kept; ``num_items`` is the largest id + 1. Classes without members are skipped."""
+
+    def __init__(self, class_members: Sequence[Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.class_members = _as_members(class_members)
+        self._classes = np.array([c for c, m in enumerate(self.class_members) if len(m)], dtype=np.int64)
+        self.num_items = int(max(int(m[-1]) for m in self.class_members if len(m))) + 1
+        self._distinct = len(np.unique(np.concatenate([m for m in self.class_members if len(m)])))
+
+    def _visit_share(self) -> np.ndarray:
+        """float64 ``[num_items]``: expected picks of each item per class visit, summed over
+        its classes (``sum_c 1 / |members_c|``)."""
+        share = np.zeros(self.num_items, dtype=np.float64)
+        for c in self._classes:
+            m = self.class_members[c]
+            share[m] += 1.0 / len(m)
+        return share
+
+    def _picks(self, rng: np.random.Generator, slots: np.ndarray, per_slot: int) -> np.ndarray:
+        """int ``[len(slots), per_slot]``: for each slot, ``per_slot`` items of its class
+        (``slots``: positions into the classes with members). A class's picks, over all its
+        slots in order, are consecutive shuffled passes over its members."""
+        out = np.empty((len(slots), per_slot), dtype=index_dtype(self.num_items))
+        for j, where in enumerate(positions_by_group(slots, len(self._classes))):
+            picks = _cycled_picks(rng, self.class_members[self._classes[j]], len(where) * per_slot)
+            out[where] = picks.reshape(len(where), per_slot)
+        return out
+
+
+class ClassAwareSampler(ClassSampler):
+    """Class-aware sampling: visit classes round-robin (a new random class order each round),
+    and on each visit take the next image of that class from its own shuffled list (reshuffled
+    when used up). Every class gets the same number of draws per epoch (+-1).
+
+    Args:
+        class_members: per class, the ids of the items that contain it (an item may be in
+            several); classes without members are skipped. From an index:
+            :meth:`from_index`; from one label per item: :func:`members_from_labels`.
+        num_samples: draws per epoch over all ranks (default: the number of distinct items).
+    """
+
+    def __init__(
+        self,
+        class_members: Sequence[Any],
+        num_samples: int | None = None,
+        *,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        drop_last: bool = False,
+    ) -> None:
+        super().__init__(class_members, seed=seed, rank=rank, world_size=world_size, drop_last=drop_last)
+        if num_samples is None:
+            num_samples = self._distinct
+        self.num_samples = check_int("num_samples", num_samples, 1)
+
+    @classmethod
+    def from_index(cls, index: AnnotationIndex, by: ByKey = "class", **kwargs: Any) -> "ClassAwareSampler":
+        """Classes (groups) of ``index`` under key ``by`` (see :mod:`detloader.balance.weights`)."""
+        return cls(class_members(index, by)[1], **kwargs)
+
+    def _config(self) -> dict[str, Any]:
+        return {**super()._config(), "num_samples": self.num_samples, "drop_last": self.drop_last}
+
+    def global_indices(self) -> np.ndarray:
+        """This epoch's indices over all ranks, before padding."""
+        rng = epoch_generator(self.seed, self.epoch, STREAM_CLASS_AWARE)
+        n, c = self.num_samples, len(self._classes)
+        rounds = -(-n // c)
+        seq = np.argsort(rng.random((rounds, c)), axis=1).reshape(-1)[:n]  # positions into classes
+        return self._picks(rng, seq, 1).reshape(-1)
+
+    def _rank_items(self) -> np.ndarray:
+        return self._cached_share(self.global_indices)
+
+    def expected_counts(self) -> np.ndarray:
+        """float64 ``[num_items]``: expected draws of each item per epoch, all ranks: each
+        class gets ``num_samples / C`` draws in expectation, shared equally by its members."""
+        return self._visit_share() * (self.num_samples / len(self._classes))
+

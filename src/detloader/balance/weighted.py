@@ -1,0 +1,182 @@
+"""WeightedSampler: indices drawn with probability proportional to weights, exact beyond 2**24.
+
+With replacement: Walker's alias method (:mod:`detloader.balance.alias`; O(1) per draw).
+Without replacement: Efraimidis-Spirakis exponential keys (the order of ``E_i / w_i``,
+``E_i ~ Exp(1)``). Both are exact for any number of weights below 2**31, where
+``torch.multinomial`` refuses more than 2**24 categories (pytorch issues 2576 and 43115).
+Seeds, epochs, ranks and resume: :mod:`detloader.balance.base`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from detloader.balance.alias import alias_draw, alias_table, default_threads, thread_map
+from detloader.balance.base import (
+    CHUNK,
+    STREAM_NO_REPLACEMENT,
+    STREAM_WEIGHTED,
+    EpochSampler,
+    epoch_generator,
+    index_dtype,
+)
+from detloader.balance.checks import as_weights, check_int
+from detloader.balance.distributed import interleave
+
+__all__ = ["WeightedSampler"]
+
+
+class WeightedSampler(EpochSampler):
+    """Indices drawn with probability proportional to ``weights``, per epoch, seeded.
+
+    Args:
+        weights: ``[n]`` non-negative finite weights (numpy, torch or a sequence; a float64
+            numpy array is used without a copy, so do not modify it afterwards), n < 2**31.
+        num_samples: draws per epoch over all ranks (default ``n``).
+        replacement: draw with replacement (alias method, O(1) per draw) or without
+            (exponential keys: every index at most once, in weighted-random order;
+            ``num_samples`` must not exceed the number of positive weights).
+        seed, rank, world_size, drop_last: see :mod:`detloader.balance.base`.
+        threads: threads that build the table and draw (default: the usable CPUs, at most
+            8); the draws are the same for any number.
+
+    The epoch's indices (all ranks) are :meth:`global_indices`; this rank's share is
+    :meth:`indices` (int32). With replacement a rank computes only
+    its own share: every draw depends only on its position in the epoch.
+    """
+
+    def __init__(
+        self,
+        weights: Any,
+        num_samples: int | None = None,
+        replacement: bool = True,
+        *,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        drop_last: bool = False,
+        threads: int | None = None,
+    ) -> None:
+        super().__init__(seed=seed, rank=rank, world_size=world_size, drop_last=drop_last)
+        if threads is None:
+            threads = default_threads()
+        self.threads = check_int("threads", threads, 1, " (or None: the usable CPUs)")
+        self.weights = as_weights(weights)
+        n = len(self.weights)
+        if num_samples is None:
+            num_samples = n
+        self.num_samples = check_int("num_samples", num_samples, 1)
+        self.replacement = bool(replacement)
+        positive = int(np.count_nonzero(self.weights))
+        if not self.replacement and self.num_samples > positive:
+            raise ValueError(
+                f"num_samples={num_samples} > {positive} positive weights: without replacement "
+                "each index is drawn at most once"
+            )
+        self._positive = positive
+        self._table = alias_table(self.weights, threads=self.threads) if self.replacement else None
+
+    @property
+    def total_size(self) -> int:
+        """Global draws per epoch after padding to a multiple of world_size (or cutting)."""
+        w = self.world_size
+        return (self.num_samples // w) * w if self.drop_last else -(-self.num_samples // w) * w
+
+    def __len__(self) -> int:
+        return self.total_size // self.world_size
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            **super()._config(),
+            "num_samples": self.num_samples,
+            "replacement": self.replacement,
+            "drop_last": self.drop_last,
+        }
+
+    def _draw_replacement(self, rank: int, world_size: int) -> np.ndarray:
+        """This rank's draws: global positions ``rank::world_size`` of the epoch. Position
+        ``p`` (chunk ``k = p // CHUNK``) depends only on its chunk's stream, so a rank draws
+        only its own positions, a shorter epoch is a prefix of a longer one, and chunks can
+        be drawn on several threads."""
+        assert self._table is not None
+        table = self._table
+        n = len(self.weights)
+        total = self.total_size
+        los = range(0, total, CHUNK)
+        firsts = [(rank - lo) % world_size for lo in los]
+        counts = [max(0, -(-(min(CHUNK, total - lo) - f) // world_size)) for lo, f in zip(los, firsts)]
+        offsets = np.concatenate([[0], np.cumsum(counts)]).tolist()
+        out = np.empty(offsets[-1], dtype=index_dtype(n))
+        span = n << 32  # x uniform in [0, n * 2**32): bucket x >> 32, coin x & (2**32 - 1)
+
+        def draw(k: int) -> None:
+            lo = los[k]
+            x = epoch_generator(self.seed, self.epoch, STREAM_WEIGHTED, k).integers(
+                0, span, size=min(CHUNK, total - lo), dtype=np.uint64
+            )
+            if world_size > 1:
+                x = x[firsts[k] :: world_size]
+            out[offsets[k] : offsets[k + 1]] = alias_draw(table, x)
+
+        thread_map(draw, len(los), self.threads)
+        return out
+
+    def _order_no_replacement(self) -> np.ndarray:
+        """The first ``total_size`` indices of this epoch's weighted random order (all ranks)."""
+        n = len(self.weights)
+        keys = np.empty(n, dtype=np.float64)
+
+        def fill(k: int) -> None:
+            lo = k * CHUNK
+            w = self.weights[lo : lo + CHUNK]
+            rng = epoch_generator(self.seed, self.epoch, STREAM_NO_REPLACEMENT, k)
+            part = keys[lo : lo + len(w)]
+            rng.standard_exponential(out=part)
+            with np.errstate(divide="ignore"):
+                np.divide(part, w, out=part)  # w = 0: inf, drawn last (never, see want)
+
+        thread_map(fill, -(-n // CHUNK), self.threads)
+        want = min(self.total_size, self._positive)
+        if want < n // 4:
+            top = np.argpartition(keys, want - 1)[:want]
+            order = top[np.argsort(keys[top], kind="stable")]
+        else:
+            order = np.argsort(keys, kind="stable")[:want]
+        order = order.astype(index_dtype(n))
+        if len(order) < self.total_size:  # more than the positive weights: wrap (base module doc)
+            order = np.resize(order, self.total_size)
+        return order
+
+    def global_indices(self) -> np.ndarray:
+        """Every rank's draws of this epoch interleaved: rank r has positions r::world_size."""
+        if self.replacement:
+            return self._draw_replacement(0, 1)[: self.total_size] if self.world_size == 1 else (
+                interleave([self._draw_replacement(r, self.world_size) for r in range(self.world_size)])
+            )
+        return self._order_no_replacement()
+
+    def _rank_items(self) -> np.ndarray:
+        if self.replacement:
+            return self._cached(lambda: self._draw_replacement(self.rank, self.world_size))
+        return self._cached(lambda: self._order_no_replacement()[self.rank :: self.world_size])
+
+    def probabilities(self) -> np.ndarray:
+        """float64 ``[n]``: the probability of each index in one draw (with replacement)."""
+        return self.weights / float(np.sum(self.weights))
+
+    def expected_counts(self) -> np.ndarray:
+        """float64 ``[n]``: expected times each index is drawn in one epoch over all ranks
+        (before padding). Without replacement this has a closed form only when every
+        positive weight is drawn (``num_samples`` = their number): then it is 0 or 1."""
+        if self.replacement:
+            return self.num_samples * self.probabilities()
+        if self.num_samples != self._positive:
+            raise ValueError(
+                f"WeightedSampler(replacement=False, num_samples={self.num_samples}) of "
+                f"{self._positive} positive weights: inclusion probabilities have no closed "
+                "form; use replacement=True or num_samples equal to the positive weights"
+            )
+        return (self.weights > 0).astype(np.float64)
+

@@ -1,0 +1,36 @@
+"""Statistics: what an index holds, and class distributions before and after balancing.
+
+``describe`` (:func:`dataset_stats`: objects and images per class, image classes, attributes,
+landmark visibility, box-size quantiles, imbalance ratios) ; ``report`` (:func:`balance_report`:
+raw per epoch beside the expectation under a balancing strategy and one real draw) ; ``plot``
+(:func:`plot_balance`: raw vs balanced bars, matplotlib optional) ; ``chi_square`` (the
+goodness-of-fit test that checks frequencies against their expectation).
+"""
+
+from detloader.stats.chi_square import ChiSquare, chi_square_sf, chi_square_test
+from detloader.stats.describe import QUANTILES, dataset_stats, imbalance_ratio
+from detloader.stats.plot import plot_balance
+from detloader.stats.report import (
+    BalanceReport,
+    Unit,
+    balance_report,
+    default_unit,
+    group_totals,
+    summary_rows,
+)
+
+__all__ = [
+    "QUANTILES",
+    "BalanceReport",
+    "ChiSquare",
+    "Unit",
+    "balance_report",
+    "chi_square_sf",
+    "chi_square_test",
+    "dataset_stats",
+    "default_unit",
+    "group_totals",
+    "imbalance_ratio",
+    "plot_balance",
+    "summary_rows",
+]

@@ -1,0 +1,209 @@
+"""Class distributions before and after balancing: raw per epoch, expected, one real draw.
+
+:func:`balance_report` sets the raw per-epoch distribution (every image once) beside the
+distribution a balanced sampler gives *in expectation*, computed from the sampler's expected
+draws per image (analytic: ``num_samples * w_i / sum(w)`` for weighted sampling, the repeat
+factors for repeat-factor sampling, ...), and beside the counts of one real draw, which checks
+the expectation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from detloader.annotations.index import MISSING, AnnotationIndex
+from detloader.balance.groups import ByKey, Groups, balance_groups, group_counts
+from detloader.balance.weights import DEFAULT_THRESHOLD, parse_strategy
+from detloader.stats.describe import imbalance_ratio
+
+__all__ = ["BalanceReport", "Unit", "balance_report", "default_unit", "group_totals", "summary_rows"]
+
+Unit = Literal["objects", "images"]
+
+
+def default_unit(groups: Groups) -> Unit:
+    """What is counted per group by default: objects for object keys, images for image keys."""
+    return "objects" if groups.level == "object" else "images"
+
+
+def group_totals(groups: Groups, per_image: np.ndarray, unit: Unit = "objects") -> np.ndarray:
+    """float64 ``[G]``: per group, the objects (``unit="objects"``) or images containing it
+    (``"images"``) in a draw where image ``i`` appears ``per_image[i]`` times (a count or an
+    expectation). For image-level keys both units count images."""
+    e = np.asarray(per_image, dtype=np.float64)
+    if e.shape != (groups.num_images,):
+        raise ValueError(f"per_image has shape {e.shape}, expected ({groups.num_images},)")
+    g = len(groups.names)
+    if unit == "objects" or groups.level == "image":
+        valid = groups.ids != MISSING
+        return np.bincount(groups.ids[valid], weights=e[groups.image_of[valid]], minlength=g)
+    if unit != "images":
+        raise ValueError(f"unit={unit!r} is not one of 'objects', 'images'")
+    images, group, _ = groups.pairs()
+    return np.bincount(group, weights=e[images], minlength=g)
+
+
+@dataclass
+class BalanceReport:
+    """Per group: raw counts per epoch, expected counts per epoch after balancing, and the
+    counts of one real draw. ``epoch_length`` is images per epoch (raw: each image once;
+    balanced: expected draws of the sampler over all ranks)."""
+
+    by: tuple[str, ...]
+    unit: str
+    strategy: str
+    names: tuple[str, ...]
+    raw: np.ndarray
+    expected: np.ndarray
+    drawn: np.ndarray | None
+    epoch_length: dict[str, float]
+    seed: int
+    notes: list[str] = field(default_factory=list)
+
+    def max_deviation(self) -> float | None:
+        """Largest |drawn - expected| / expected over groups expected >= 1 (None: no draw)."""
+        if self.drawn is None:
+            return None
+        keep = self.expected >= 1
+        if not keep.any():
+            return None
+        return float((np.abs(self.drawn[keep] - self.expected[keep]) / self.expected[keep]).max())
+
+    def to_dict(self) -> dict[str, Any]:
+        def table(values: np.ndarray | None, digits: int = 2) -> dict[str, float] | None:
+            if values is None:
+                return None
+            return {n: round(float(v), digits) for n, v in zip(self.names, values)}
+
+        dev = self.max_deviation()
+        return {
+            "by": list(self.by),
+            "unit": self.unit,
+            "strategy": self.strategy,
+            "raw": {n: int(round(float(v))) for n, v in zip(self.names, self.raw)},
+            "balanced": table(self.expected),
+            "drawn": table(self.drawn, 0),
+            "epoch_length": {k: round(v, 2) for k, v in self.epoch_length.items()},
+            "imbalance_ratio": {
+                "raw": _round(imbalance_ratio(self.raw)),
+                "balanced": _round(imbalance_ratio(np.where(self.raw > 0, self.expected, 0))),
+            },
+            "max_drawn_deviation": None if dev is None else round(dev, 4),
+            "seed": self.seed,
+            "notes": list(self.notes),
+        }
+
+
+def _round(v: float | None, digits: int = 3) -> float | None:
+    return None if v is None else round(v, digits)
+
+
+def _draw_counts(sampler: Any, n: int) -> np.ndarray:
+    """Draws of each image in one epoch of ``sampler`` over all ranks."""
+    if hasattr(sampler, "global_batches"):
+        drawn = np.asarray(sampler.global_batches()).reshape(-1)
+    elif hasattr(sampler, "global_indices"):
+        drawn = np.asarray(sampler.global_indices())
+    else:
+        drawn = np.fromiter(iter(sampler), dtype=np.int64)
+    return np.bincount(drawn.astype(np.int64), minlength=n)[:n].astype(np.float64)
+
+
+def balance_report(
+    index: AnnotationIndex,
+    balance: Any,
+    *,
+    by: ByKey = "class",
+    unit: Unit | None = None,
+    seed: int = 0,
+    num_samples: int | None = None,
+    draw: bool = True,
+) -> BalanceReport:
+    """Raw vs balanced per-epoch distribution of ``index`` under ``balance``.
+
+    ``balance`` is what :func:`detloader.balance.factory.make_balanced_sampler` takes (a strategy
+    name such as ``"sqrt"`` or ``"repeat_factor:0.1"``, a {group: weight} mapping, or a sampler
+    with ``expected_counts()``); the sampler is built with ``by`` and ``seed``. ``unit``:
+    what is counted per group, ``"objects"`` (default for object keys) or ``"images"``
+    containing the group (image keys always count images). ``draw=True`` adds one real
+    epoch's counts (all ranks) to check the expectation.
+    """
+    from detloader.balance.factory import make_balanced_sampler  # torch: lazy, keeps the CLI fast
+
+    groups = balance_groups(index, by)
+    if unit is None:
+        unit = default_unit(groups)
+    if unit not in ("objects", "images"):
+        raise ValueError(f"unit={unit!r} is not one of 'objects', 'images'")
+    sampler = make_balanced_sampler(
+        index, balance, by=by, seed=seed, num_samples=num_samples, rank=0, world_size=1
+    )
+    if not hasattr(sampler, "expected_counts"):
+        raise ValueError(
+            f"balance={type(sampler).__name__}: the sampler has no expected_counts(), so the "
+            "balanced distribution cannot be computed"
+        )
+    n = len(index)
+    per_image = np.zeros(n, dtype=np.float64)
+    expected_draws = np.asarray(sampler.expected_counts(), dtype=np.float64)
+    per_image[: min(n, len(expected_draws))] = expected_draws[:n]
+    raw = group_totals(groups, np.ones(n), unit)
+    expected = group_totals(groups, per_image, unit)
+    drawn = group_totals(groups, _draw_counts(sampler, n), unit) if draw else None
+    strategy = balance if isinstance(balance, str) else type(sampler).__name__
+    name, params = parse_strategy(strategy)
+    notes: list[str] = []
+    if name == "repeat_factor" and np.allclose(per_image, 1.0):
+        threshold = params.get("threshold", DEFAULT_THRESHOLD)
+        fractions = group_counts(groups, "images") / max(n, 1)
+        fractions = fractions[fractions > 0]
+        note = (
+            f"every repeat factor is 1 at threshold {threshold:g}: each group is in at least "
+            f"{fractions.min():.1%} of the images, so balancing changes nothing"
+            if len(fractions)
+            else f"every repeat factor is 1 at threshold {threshold:g}"
+        )
+        if len(fractions) and fractions.max() > fractions.min():
+            suggest = math.floor(fractions.max() * 100) / 100
+            note += (
+                f"; a threshold between {fractions.min():.2f} and {fractions.max():.2f} repeats "
+                f"the rarer groups (e.g. repeat_factor:{suggest:g})"
+            )
+        notes.append(note)
+    return BalanceReport(
+        by=groups.by,
+        unit=unit,
+        strategy=strategy,
+        names=groups.names,
+        raw=raw,
+        expected=expected,
+        drawn=drawn,
+        epoch_length={"raw": float(n), "balanced": float(per_image.sum())},
+        seed=seed,
+        notes=notes,
+    )
+
+
+def summary_rows(report: BalanceReport) -> list[dict[str, Any]]:
+    """One dict per group: name, raw, raw share, expected, expected share, drawn, factor."""
+    raw_total = float(report.raw.sum()) or 1.0
+    exp_total = float(report.expected.sum()) or 1.0
+    rows = []
+    for i, name in enumerate(report.names):
+        raw, exp = float(report.raw[i]), float(report.expected[i])
+        rows.append(
+            {
+                "name": name,
+                "raw": raw,
+                "raw_share": raw / raw_total,
+                "expected": exp,
+                "expected_share": exp / exp_total,
+                "drawn": None if report.drawn is None else float(report.drawn[i]),
+                "factor": exp / raw if raw > 0 else None,
+            }
+        )
+    return rows
