@@ -22,8 +22,11 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from detloader.dataset import Sample
 from detloader.annotations.index import MISSING
+from detloader.dataset import Sample
+from detloader.transforms.functional import chw_tensor
+
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "Batch", "collate_detection"]
 
 #: ImageNet statistics in 0..1 units, the usual default for pretrained backbones.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -183,9 +186,7 @@ def _image_tensor(image: Any, position: int) -> torch.Tensor:
             a = np.repeat(a[..., None], 3, axis=2)
         if a.ndim != 3 or a.shape[2] != 3:
             raise ValueError(f"samples[{position}]: numpy image shape {a.shape}; expected [H, W, 3] or [H, W]")
-        if any(s < 0 for s in a.strides) or not a.flags.writeable:
-            a = a.copy()
-        t = torch.from_numpy(a).permute(2, 0, 1)
+        t = chw_tensor(a)
     if t.dtype != torch.uint8:
         raise ValueError(
             f"samples[{position}]: image dtype {t.dtype}; collate_detection batches uint8 images "

@@ -17,6 +17,7 @@ every epoch.
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
 import warnings
@@ -26,9 +27,12 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from detloader.images import ExifPolicy, check_exif_policy, read_image
 from detloader.annotations.index import AnnotationIndex
-from detloader.transforms import Annotated, affine_boxes, affine_points, min_input_size
+from detloader.images import ExifPolicy, MinSize, check_exif_policy, read_image
+from detloader.transforms.base import Annotated, min_input_size
+from detloader.transforms.functional import affine_boxes, affine_points, chw_tensor
+
+__all__ = ["DetectionDataset", "Sample"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,15 +76,18 @@ class Sample:
 
     def boxes_to_original(self, boxes: np.ndarray) -> np.ndarray:
         """float32 ``[N, 4]`` boxes of ``image`` (e.g. predictions) in annotation coordinates."""
-        (sx, sy), (ox, oy) = self.scale, self.offset
-        return affine_boxes(boxes, 1 / sx, 1 / sy, -ox / sx, -oy / sy)
+        return affine_boxes(boxes, *self._to_original())
 
     def landmarks_to_original(self, landmarks: np.ndarray) -> np.ndarray:
         """float32 ``[N, K, 2]`` points of ``image`` in annotation coordinates (all points are
         mapped; use the visibility to ignore absent ones)."""
-        (sx, sy), (ox, oy) = self.scale, self.offset
         vis = np.ones(np.shape(landmarks)[:-1], dtype=np.uint8)
-        return affine_points(landmarks, vis, 1 / sx, 1 / sy, -ox / sx, -oy / sy)
+        return affine_points(landmarks, vis, *self._to_original())
+
+    def _to_original(self) -> tuple[float, float, float, float]:
+        """(sx, sy, ox, oy) of the inverse map: ``image`` -> annotation coordinates."""
+        (sx, sy), (ox, oy) = self.scale, self.offset
+        return 1 / sx, 1 / sy, -ox / sx, -oy / sy
 
 
 def _new_seed() -> int:
@@ -165,13 +172,9 @@ class DetectionDataset(torch.utils.data.Dataset):
         transform. ``affine`` already holds any decode-time scaling."""
         idx = self.index
         ann_size = (int(idx.width[i]), int(idx.height[i]))
-        hint = None
+        hint: MinSize = None  # (w, h) -> smallest decode size the transform allows
         if self.reduced_decode and self.transform is not None:
-            transform = self.transform
-
-            def hint(w: int, h: int) -> tuple[int, int] | None:
-                return min_input_size((transform,), w, h)
-
+            hint = functools.partial(min_input_size, (self.transform,))
         path = idx.image_path(i)
         decoded = read_image(path, expected_size=ann_size, exif=self.exif, min_size=hint)
         if decoded.exif_ignored:
@@ -215,12 +218,9 @@ class DetectionDataset(torch.utils.data.Dataset):
         if self.transform is not None:
             data = self.transform(data, self.generator(i))
             _check_output(data, self.transform)
-        image = data.image
-        if any(s < 0 for s in image.strides) or not image.flags.writeable:
-            image = np.ascontiguousarray(image) if image.flags.writeable else image.copy()
         a = data.affine
         return Sample(
-            image=torch.from_numpy(image).permute(2, 0, 1),
+            image=chw_tensor(data.image),
             boxes=data.boxes,
             labels=data.labels,
             landmarks=data.landmarks,

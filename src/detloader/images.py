@@ -32,6 +32,21 @@ import numpy as np
 if TYPE_CHECKING:
     from PIL import Image
 
+__all__ = [
+    "EXIF_CHOICES",
+    "Decoded",
+    "ExifPolicy",
+    "ImageDecodeError",
+    "MinSize",
+    "apply_orientation",
+    "check_exif_policy",
+    "decode_image",
+    "jpeg_exif_orientation",
+    "oriented_size",
+    "read_image",
+    "should_apply_orientation",
+]
+
 ExifPolicy = Literal["auto", "apply", "ignore"]
 EXIF_CHOICES: tuple[str, ...] = ("auto", "apply", "ignore")
 

@@ -37,7 +37,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from detloader.annotations.landmarks import LandmarkSchema
-from detloader.transforms import Annotated, clip_boxes, invalidate_outside
+from detloader.transforms.base import Annotated
+from detloader.transforms.functional import clip_boxes, compose_affine, invalidate_outside
+
+__all__ = ["BOX_FIELD", "POINT_FIELD", "AlbumentationsTransform"]
 
 BOX_FIELD = "object_index"
 POINT_FIELD = "point_index"
@@ -193,14 +196,14 @@ class AlbumentationsTransform:
         data.labels = data.labels[kept]
         data.object_ids = data.object_ids[kept]
         data.landmarks, data.visibility = landmarks, visibility
-        data.affine = _compose_affine(data.affine, before, after)
+        data.affine = _affine_from_probes(data.affine, before, after)
         return data
 
     def __repr__(self) -> str:
         return f"AlbumentationsTransform({self.compose!r})"
 
 
-def _compose_affine(affine: np.ndarray, before: np.ndarray, after: np.ndarray) -> np.ndarray:
+def _affine_from_probes(affine: np.ndarray, before: np.ndarray, after: np.ndarray) -> np.ndarray:
     """The previous map followed by the axis-aligned map that took the probes ``before`` to
     ``after``; NaN when that map is not axis-aligned (rotation, shear, warp)."""
     (x0, y0), (x1, _), (_, y2) = before
@@ -209,6 +212,4 @@ def _compose_affine(affine: np.ndarray, before: np.ndarray, after: np.ndarray) -
     if not np.isfinite(after).all() or abs(v1 - v0) > 1e-3 * scale or abs(u2 - u0) > 1e-3 * scale:
         return np.full(4, np.nan)
     sx, sy = (u1 - u0) / (x1 - x0), (v2 - v0) / (y2 - y0)
-    ox, oy = u0 - sx * x0, v0 - sy * y0
-    a = affine
-    return np.array([a[0] * sx, a[1] * sy, a[2] * sx + ox, a[3] * sy + oy])
+    return compose_affine(affine, sx, sy, u0 - sx * x0, v0 - sy * y0)

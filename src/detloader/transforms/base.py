@@ -1,0 +1,210 @@
+"""The record transforms work on, the transform contract, and composition.
+
+:class:`Annotated` is one image with its objects while transforms run; a transform is any
+callable ``transform(data, rng) -> data`` (:class:`Transform`) that draws its random numbers
+only from ``rng``. Two optional attributes tell :class:`~detloader.dataset.DetectionDataset`
+how small a JPEG may be decoded: ``preserves_size = True`` (flips, colour: look past it) and
+``min_input_size(width, height)`` (a resize: decode at least this large). The parameter
+checks at the end are shared by the transform classes. Conventions: :mod:`detloader.transforms`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from detloader.annotations.landmarks import LandmarkSchema
+from detloader.transforms.functional import (
+    INTERPOLATIONS,
+    affine_boxes,
+    affine_points,
+    clip_boxes,
+    clip_points,
+    compose_affine,
+)
+
+__all__ = [
+    "Annotated",
+    "Compose",
+    "Transform",
+    "check_fraction",
+    "check_interpolation",
+    "min_input_size",
+    "size_pair",
+]
+
+
+@dataclass(eq=False)
+class Annotated:
+    """One image and its objects while transforms run (the caller owns every array).
+
+    Attributes:
+        image: uint8 ``[H, W, 3]`` RGB; any strides (a kernel may return a view).
+        boxes: float32 ``[N, 4]`` xyxy pixels.
+        labels: int64 ``[N]``.
+        landmarks: float32 ``[N, K, 2]`` (x, y) pixels.
+        visibility: uint8 ``[N, K]``: 0 absent, 1 hidden, 2 visible.
+        object_ids: int64 ``[N]``: which input object each row is (rows are dropped by crops).
+        affine: float64 ``[4]`` ``(sx, sy, ox, oy)``: annotation frame -> current image.
+        flip_permutation: int64 ``[K]`` from the landmark schema, or None when unknown.
+    """
+
+    image: np.ndarray
+    boxes: np.ndarray
+    labels: np.ndarray
+    landmarks: np.ndarray
+    visibility: np.ndarray
+    object_ids: np.ndarray
+    affine: np.ndarray = field(default_factory=lambda: np.array([1.0, 1.0, 0.0, 0.0]))
+    flip_permutation: np.ndarray | None = None
+
+    @classmethod
+    def create(
+        cls,
+        image: np.ndarray,
+        boxes: np.ndarray | Sequence[Sequence[float]] | None = None,
+        labels: np.ndarray | Sequence[int] | None = None,
+        landmarks: np.ndarray | None = None,
+        visibility: np.ndarray | None = None,
+        *,
+        schema: LandmarkSchema | None = None,
+    ) -> "Annotated":
+        """Build from loose arrays (copies them): the entry point when used without a
+        :class:`~detloader.dataset.DetectionDataset`. Missing visibility means 2 (visible)."""
+        image = np.asarray(image)
+        if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+            raise ValueError(
+                f"image: dtype={image.dtype}, shape={image.shape}; expected uint8 [H, W, 3]"
+            )
+        b = np.array(boxes if boxes is not None else np.zeros((0, 4)), dtype=np.float32)
+        b = b.reshape(-1, 4)
+        n = len(b)
+        lab = np.array(labels if labels is not None else np.zeros(n), dtype=np.int64).reshape(-1)
+        k = len(schema) if schema is not None else 0
+        if landmarks is None:
+            lm = np.zeros((n, k, 2), dtype=np.float32)
+        else:
+            lm = np.array(landmarks, dtype=np.float32)
+            if lm.ndim != 3 or lm.shape[0] != n or lm.shape[2] != 2:
+                raise ValueError(f"landmarks: shape {lm.shape}, expected [N={n}, K, 2]")
+        k = lm.shape[1]
+        if visibility is None:
+            vis = np.full((n, k), 2, dtype=np.uint8)
+        else:
+            vis = np.array(visibility, dtype=np.uint8).reshape(n, k)
+        if len(lab) != n:
+            raise ValueError(f"labels: {len(lab)} values for {n} boxes")
+        if schema is not None and len(schema) != k:
+            raise ValueError(f"landmarks: K={k} points but the schema has {len(schema)} names")
+        lm[vis == 0] = 0.0
+        perm = schema.flip_permutation() if schema is not None else None
+        return cls(image, b, lab, lm, vis, np.arange(n, dtype=np.int64), flip_permutation=perm)
+
+    @property
+    def width(self) -> int:
+        return int(self.image.shape[1])
+
+    @property
+    def height(self) -> int:
+        return int(self.image.shape[0])
+
+    def select(self, keep: np.ndarray) -> None:
+        """Keep only the objects where ``keep`` (bool ``[N]``) is True, in place."""
+        if keep.all():
+            return
+        self.boxes = self.boxes[keep]
+        self.labels = self.labels[keep]
+        self.landmarks = self.landmarks[keep]
+        self.visibility = self.visibility[keep]
+        self.object_ids = self.object_ids[keep]
+
+    def map_annotations(self, sx: float, sy: float, ox: float, oy: float) -> None:
+        """Apply ``x' = x * sx + ox``, ``y' = y * sy + oy`` to boxes and landmarks (the image
+        is the caller's business) and record it in :attr:`affine`. Clips the result into the
+        current image size, which only corrects float rounding for maps that keep the image
+        inside itself."""
+        self.boxes = clip_boxes(affine_boxes(self.boxes, sx, sy, ox, oy), self.width, self.height)
+        points = affine_points(self.landmarks, self.visibility, sx, sy, ox, oy)
+        self.landmarks, self.visibility = clip_points(
+            points, self.visibility, self.width, self.height
+        )
+        self.affine = compose_affine(self.affine, sx, sy, ox, oy)
+
+
+@runtime_checkable
+class Transform(Protocol):
+    """What :class:`DetectionDataset` accepts as ``transform``."""
+
+    def __call__(self, data: Annotated, rng: np.random.Generator) -> Annotated: ...
+
+
+class Compose:
+    """Apply ``transforms`` in order, all drawing from the same generator."""
+
+    def __init__(self, transforms: Sequence[Callable[[Annotated, np.random.Generator], Annotated]]) -> None:
+        self.transforms = tuple(transforms)
+        for t in self.transforms:
+            if not callable(t):
+                raise TypeError(f"transforms: {t!r} is not callable")
+
+    @property
+    def preserves_size(self) -> bool:
+        return all(getattr(t, "preserves_size", False) for t in self.transforms)
+
+    def __call__(self, data: Annotated, rng: np.random.Generator) -> Annotated:
+        for t in self.transforms:
+            data = t(data, rng)
+        return data
+
+    def min_input_size(self, width: int, height: int) -> tuple[int, int] | None:
+        """The first size-changing transform's :meth:`Resize.min_input_size` (transforms that
+        keep the size, such as flips and colour, are skipped); None when unknown."""
+        return min_input_size(self.transforms, width, height)
+
+    def __repr__(self) -> str:
+        inner = ",\n    ".join(repr(t) for t in self.transforms)
+        return f"Compose([\n    {inner}\n])"
+
+
+def min_input_size(
+    transforms: Sequence[object], width: int, height: int
+) -> tuple[int, int] | None:
+    """How small an image of ``width x height`` may be decoded for ``transforms`` without
+    losing output detail; None when no transform says (decode at full size)."""
+    for t in transforms:
+        if getattr(t, "preserves_size", False):
+            continue
+        hint = getattr(t, "min_input_size", None)
+        return hint(width, height) if hint is not None else None
+    return None
+
+
+# -- parameter checks shared by the transform classes ----------------------------------------
+def size_pair(name: str, size: int | Sequence[int]) -> tuple[int, int]:
+    """``size`` (an int or (width, height)) as a positive (width, height); ValueError names
+    ``name``."""
+    if isinstance(size, (int, np.integer)):
+        w = h = int(size)
+    else:
+        if len(size) != 2:
+            raise ValueError(f"{name}={size!r} must be an int or (width, height)")
+        w, h = int(size[0]), int(size[1])
+    if w < 1 or h < 1:
+        raise ValueError(f"{name}={size!r} must be positive")
+    return w, h
+
+
+def check_interpolation(interpolation: str) -> None:
+    """ValueError unless ``interpolation`` is one of :data:`INTERPOLATIONS`."""
+    if interpolation not in INTERPOLATIONS:
+        raise ValueError(
+            f"interpolation={interpolation!r} is not one of {', '.join(INTERPOLATIONS)}"
+        )
+
+
+def check_fraction(name: str, value: float) -> None:
+    """ValueError naming ``name`` unless ``value`` is in [0, 1]."""
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name}={value!r} must be in [0, 1]")

@@ -1,0 +1,48 @@
+"""Colour transforms: they change pixel values only, never geometry (``preserves_size``).
+The kernel is :func:`detloader.transforms.functional.adjust_colour`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from detloader.transforms.base import Annotated, check_fraction
+from detloader.transforms.functional import adjust_colour
+
+__all__ = ["ColorJitter"]
+
+
+class ColorJitter:
+    """With probability ``p``, brightness, contrast and saturation factors drawn uniformly from
+    ``[1 - b, 1 + b]`` etc. (0 disables one); see :func:`adjust_colour`. Geometry untouched."""
+
+    preserves_size = True
+
+    def __init__(
+        self,
+        brightness: float = 0.2,
+        contrast: float = 0.2,
+        saturation: float = 0.2,
+        *,
+        p: float = 1.0,
+    ) -> None:
+        for name, value in (("brightness", brightness), ("contrast", contrast), ("saturation", saturation)):
+            check_fraction(name, value)
+        check_fraction("p", p)
+        self.brightness, self.contrast, self.saturation = float(brightness), float(contrast), float(saturation)
+        self.p = float(p)
+
+    def __call__(self, data: Annotated, rng: np.random.Generator) -> Annotated:
+        if rng.random() >= self.p:
+            return data
+        b, c, s = (
+            rng.uniform(1 - v, 1 + v) if v > 0 else 1.0
+            for v in (self.brightness, self.contrast, self.saturation)
+        )
+        data.image = adjust_colour(data.image, b, c, s)
+        return data
+
+    def __repr__(self) -> str:
+        return (
+            f"ColorJitter(brightness={self.brightness}, contrast={self.contrast}, "
+            f"saturation={self.saturation}, p={self.p})"
+        )

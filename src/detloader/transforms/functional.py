@@ -1,0 +1,246 @@
+"""Kernels: pure numpy functions of arrays and numbers, apart from the transform classes.
+
+They never modify their inputs and know nothing about randomness; the coordinate convention
+is the package's (:mod:`detloader.transforms`). Images are uint8 ``[H, W, 3]``, boxes
+float32 ``[N, 4]`` xyxy pixels, landmarks float32 ``[N, K, 2]`` with uint8 visibility
+``[N, K]``. An affine here is always axis-aligned: ``x' = x*sx + ox``, ``y' = y*sy + oy``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+if TYPE_CHECKING:  # torch is imported where a kernel needs it, not for `import transforms`
+    import torch
+
+__all__ = [
+    "INTERPOLATIONS",
+    "Interpolation",
+    "adjust_colour",
+    "affine_boxes",
+    "affine_points",
+    "chw_tensor",
+    "clip_boxes",
+    "clip_points",
+    "compose_affine",
+    "crop_boxes",
+    "crop_image",
+    "hflip_boxes",
+    "hflip_image",
+    "hflip_landmarks",
+    "invalidate_outside",
+    "pad_image",
+    "resize_image",
+]
+
+Interpolation = Literal["bilinear", "nearest"]
+INTERPOLATIONS: tuple[str, ...] = ("bilinear", "nearest")
+#: Landmarks may sit this far (pixels) outside the image after a scale: float rounding.
+_ROUNDING = 1e-3
+
+
+def chw_tensor(image: np.ndarray) -> "torch.Tensor":
+    """uint8 ``[3, H, W]`` tensor over ``image``'s (``[H, W, 3]``) memory: no copy, except
+    when strides are negative or the array is read-only, which torch cannot wrap (then a
+    C-contiguous copy)."""
+    import torch  # torch: lazy, `import detloader.transforms` stays light
+
+    if any(s < 0 for s in image.strides) or not image.flags.writeable:
+        image = np.ascontiguousarray(image) if image.flags.writeable else image.copy()
+    return torch.from_numpy(image).permute(2, 0, 1)
+
+
+def resize_image(
+    image: np.ndarray, width: int, height: int, interpolation: Interpolation = "bilinear"
+) -> np.ndarray:
+    """``image`` (uint8 ``[H, W, 3]``) resized to ``[height, width, 3]``.
+
+    Bilinear, pixel-centre aligned, so that ``x -> x * width / W`` maps coordinates exactly.
+    Shrinking by less than 2x is plain bilinear (as OpenCV's ``INTER_LINEAR``, the usual
+    choice in detection pipelines); shrinking more is antialiased (as Pillow does), which is
+    rare here because JPEGs that shrink 2x or more are already reduced while decoding. Runs
+    on torch's vectorised uint8 kernel (2-3x faster than Pillow); the result is an
+    ``[H, W, 3]`` view of channel-first memory, which the Dataset turns into a CHW tensor
+    without a copy.
+    """
+    h, w = image.shape[:2]
+    if (w, h) == (width, height):
+        return image
+    if width < 1 or height < 1:
+        raise ValueError(f"resize_image: width={width}, height={height} must be >= 1")
+    import torch.nn.functional as F  # torch: lazy, as chw_tensor
+
+    x = chw_tensor(image).unsqueeze(0)
+    if interpolation == "nearest":
+        out = F.interpolate(x, size=(height, width), mode="nearest-exact")
+    else:
+        antialias = width * 2 < w or height * 2 < h
+        out = F.interpolate(
+            x, size=(height, width), mode="bilinear", align_corners=False, antialias=antialias
+        )
+    return out[0].permute(1, 2, 0).numpy()
+
+
+def affine_boxes(boxes: np.ndarray, sx: float, sy: float, ox: float, oy: float) -> np.ndarray:
+    """float32 ``[N, 4]`` xyxy boxes under ``x' = x*sx + ox``, ``y' = y*sy + oy``; corners are
+    reordered when a scale is negative (a flip), so ``x1 < x2`` still holds. Computed in
+    float64."""
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    xs = b[:, 0::2] * sx + ox
+    ys = b[:, 1::2] * sy + oy
+    out = np.empty(b.shape, dtype=np.float32)
+    out[:, 0], out[:, 2] = xs.min(axis=1), xs.max(axis=1)
+    out[:, 1], out[:, 3] = ys.min(axis=1), ys.max(axis=1)
+    return out
+
+
+def affine_points(
+    landmarks: np.ndarray, visibility: np.ndarray, sx: float, sy: float, ox: float, oy: float
+) -> np.ndarray:
+    """float32 ``[N, K, 2]`` landmarks under the same map; absent points (visibility 0) stay
+    at (0, 0)."""
+    p = np.asarray(landmarks, dtype=np.float64)
+    out = np.empty(p.shape, dtype=np.float32)
+    out[..., 0] = p[..., 0] * sx + ox
+    out[..., 1] = p[..., 1] * sy + oy
+    out[visibility == 0] = 0.0
+    return out
+
+
+def compose_affine(
+    affine: np.ndarray, sx: float, sy: float, ox: float, oy: float
+) -> np.ndarray:
+    """float64 ``[4]`` ``(sx, sy, ox, oy)``: the map ``affine`` followed by
+    ``x' = x*sx + ox``, ``y' = y*sy + oy``."""
+    a = affine
+    return np.array([a[0] * sx, a[1] * sy, a[2] * sx + ox, a[3] * sy + oy])
+
+
+def clip_boxes(boxes: np.ndarray, width: float, height: float) -> np.ndarray:
+    """Boxes clipped into ``[0, width] x [0, height]`` (a new array)."""
+    out = np.array(boxes, dtype=np.float32).reshape(-1, 4)
+    np.clip(out[:, 0::2], 0.0, float(width), out=out[:, 0::2])
+    np.clip(out[:, 1::2], 0.0, float(height), out=out[:, 1::2])
+    return out
+
+
+def invalidate_outside(
+    landmarks: np.ndarray, visibility: np.ndarray, width: float, height: float, tol: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Landmarks outside ``[-tol, width + tol] x [-tol, height + tol]`` get visibility 0 and
+    coordinates (0, 0); returns new (landmarks, visibility)."""
+    lm = np.array(landmarks, dtype=np.float32)
+    vis = np.array(visibility, dtype=np.uint8)
+    x, y = lm[..., 0], lm[..., 1]
+    outside = (x < -tol) | (x > width + tol) | (y < -tol) | (y > height + tol) | ~np.isfinite(x) | ~np.isfinite(y)
+    vis[outside] = 0
+    lm[vis == 0] = 0.0
+    return lm, vis
+
+
+def clip_points(
+    landmarks: np.ndarray, visibility: np.ndarray, width: float, height: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Points within rounding distance of the image are clipped into it, points further out
+    get visibility 0 (for maps that are meant to keep points inside)."""
+    lm, vis = invalidate_outside(landmarks, visibility, width, height, tol=_ROUNDING)
+    np.clip(lm[..., 0], 0.0, float(width), out=lm[..., 0])
+    np.clip(lm[..., 1], 0.0, float(height), out=lm[..., 1])
+    return lm, vis
+
+
+def hflip_image(image: np.ndarray) -> np.ndarray:
+    """The image mirrored left-right (a copy in the same memory layout)."""
+    return np.flip(image, 1).copy(order="K")
+
+
+def hflip_boxes(boxes: np.ndarray, width: float) -> np.ndarray:
+    """Boxes mirrored in an image ``width`` wide: ``x -> width - x``, corners reordered."""
+    return affine_boxes(boxes, -1.0, 1.0, float(width), 0.0)
+
+
+def hflip_landmarks(
+    landmarks: np.ndarray, visibility: np.ndarray, width: float, permutation: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Landmarks mirrored (``x -> width - x``) and their slots swapped by ``permutation``
+    (``new[k] = old[permutation[k]]``, from :meth:`LandmarkSchema.flip_permutation`), so a
+    left eye is still called ``left_eye`` after the flip."""
+    points = affine_points(landmarks, visibility, -1.0, 1.0, float(width), 0.0)
+    return points[:, permutation], np.asarray(visibility)[:, permutation]
+
+
+def crop_image(
+    image: np.ndarray, x0: int, y0: int, width: int, height: int, fill: int = 0
+) -> np.ndarray:
+    """The ``width x height`` window at ``(x0, y0)``; parts outside the image are ``fill``.
+    A view when the window lies inside the image."""
+    h, w = image.shape[:2]
+    if 0 <= x0 and 0 <= y0 and x0 + width <= w and y0 + height <= h:
+        return image[y0 : y0 + height, x0 : x0 + width]
+    out = np.full((height, width, 3), fill, dtype=np.uint8)
+    sx0, sy0 = max(x0, 0), max(y0, 0)
+    sx1, sy1 = min(x0 + width, w), min(y0 + height, h)
+    if sx1 > sx0 and sy1 > sy0:
+        out[sy0 - y0 : sy1 - y0, sx0 - x0 : sx1 - x0] = image[sy0:sy1, sx0:sx1]
+    return out
+
+
+def crop_boxes(
+    boxes: np.ndarray, x0: float, y0: float, width: float, height: float, min_visibility: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Boxes in the frame of the window ``(x0, y0, width, height)``, clipped to it, and the
+    bool mask of boxes to keep: positive size after clipping and at least ``min_visibility``
+    of their area inside. Returns (all boxes shifted and clipped, keep)."""
+    shifted = affine_boxes(boxes, 1.0, 1.0, -float(x0), -float(y0))
+    clipped = clip_boxes(shifted, width, height)
+    bw, bh = clipped[:, 2] - clipped[:, 0], clipped[:, 3] - clipped[:, 1]
+    area = np.maximum(shifted[:, 2] - shifted[:, 0], 0) * np.maximum(shifted[:, 3] - shifted[:, 1], 0)
+    inside = bw * bh
+    with np.errstate(invalid="ignore", divide="ignore"):
+        frac = np.where(area > 0, inside / area, 0.0)
+    keep = (bw > 0) & (bh > 0) & (frac >= min_visibility)
+    return clipped, keep
+
+
+def pad_image(
+    image: np.ndarray, width: int, height: int, left: int, top: int, fill: int = 0
+) -> np.ndarray:
+    """A ``[height, width, 3]`` canvas of ``fill`` with ``image`` placed at ``(left, top)``."""
+    h, w = image.shape[:2]
+    if left < 0 or top < 0 or left + w > width or top + h > height:
+        raise ValueError(
+            f"pad_image: a {w}x{h} image at left={left}, top={top} does not fit {width}x{height}"
+        )
+    if (w, h) == (width, height):
+        return image
+    out = np.full((height, width, 3), fill, dtype=np.uint8)
+    out[top : top + h, left : left + w] = image
+    return out
+
+
+def adjust_colour(
+    image: np.ndarray, brightness: float = 1.0, contrast: float = 1.0, saturation: float = 1.0
+) -> np.ndarray:
+    """Brightness, contrast and saturation factors (1 = unchanged) as torchvision defines
+    them, in that order, on uint8: brightness and contrast are one 256-entry lookup table;
+    saturation blends with the luma image in 16-bit integers. Contrast uses the mean luma of
+    every 4th pixel in each direction (cheap, deterministic)."""
+    out = image
+    if brightness != 1.0 or contrast != 1.0:
+        values = np.arange(256, dtype=np.float64) * brightness
+        if contrast != 1.0:
+            sample = np.asarray(image[::4, ::4], dtype=np.float64)
+            mean = float((sample @ np.array([0.299, 0.587, 0.114])).mean()) * brightness
+            mean = min(mean, 255.0)
+            values = (values - mean) * contrast + mean
+        lut = np.clip(np.rint(values), 0, 255).astype(np.uint8)
+        out = lut[out]
+    if saturation != 1.0:
+        a = np.asarray(out, dtype=np.int16)
+        gray = (a[..., 0] * 77 + a[..., 1] * 150 + a[..., 2] * 29 + 128) >> 8
+        s = int(round(saturation * 256))
+        mixed = gray[..., None] + (((a - gray[..., None]) * s) >> 8)
+        out = np.clip(mixed, 0, 255).astype(np.uint8)
+    return out

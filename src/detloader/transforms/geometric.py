@@ -1,0 +1,277 @@
+"""Geometric transforms: resize / letterbox, horizontal flip with the left/right landmark
+swap, random crops. Each holds its parameters, draws from the generator it is given and calls
+the kernels of :mod:`detloader.transforms.functional`; every map is axis-aligned and is
+recorded in ``Annotated.affine``. Conventions and guarantees: :mod:`detloader.transforms`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, Sequence
+
+import numpy as np
+
+from detloader.annotations.landmarks import LandmarkSchema
+from detloader.transforms.base import Annotated, check_fraction, check_interpolation, size_pair
+from detloader.transforms.functional import (
+    Interpolation,
+    affine_points,
+    compose_affine,
+    crop_boxes,
+    crop_image,
+    hflip_boxes,
+    hflip_image,
+    hflip_landmarks,
+    invalidate_outside,
+    pad_image,
+    resize_image,
+)
+
+__all__ = [
+    "RESIZE_MODES",
+    "RandomCrop",
+    "RandomHorizontalFlip",
+    "RandomResizedCrop",
+    "Resize",
+    "ResizeMode",
+]
+
+ResizeMode = Literal["fixed", "shorter", "longer", "letterbox"]
+RESIZE_MODES: tuple[str, ...] = ("fixed", "shorter", "longer", "letterbox")
+
+
+class Resize:
+    """Resize to ``size`` and map the annotations exactly.
+
+    Modes (``size`` is an int or (width, height)):
+
+    ``"fixed"``      output exactly ``size`` (aspect ratio not kept): ``sx = W'/W, sy = H'/H``.
+    ``"shorter"``    keep the aspect ratio, shorter side = ``size`` (an int); ``max_size`` caps
+                     the longer side (torchvision's rule).
+    ``"longer"``     keep the aspect ratio, longer side = ``size`` (an int).
+    ``"letterbox"``  keep the aspect ratio, fit inside ``size``, pad with ``fill`` to exactly
+                     ``size``, content centred; the padding offsets are in ``Annotated.affine``.
+
+    In keep-ratio modes the content is ``round(W * s) x round(H * s)`` and the maps are
+    ``sx = W'/W``, ``sy = H'/H`` for that rounded content (exact for the pixels).
+    """
+
+    def __init__(
+        self,
+        size: int | Sequence[int],
+        *,
+        mode: ResizeMode = "fixed",
+        max_size: int | None = None,
+        interpolation: Interpolation = "bilinear",
+        fill: int = 0,
+    ) -> None:
+        if mode not in RESIZE_MODES:
+            raise ValueError(f"mode={mode!r} is not one of {', '.join(RESIZE_MODES)}")
+        check_interpolation(interpolation)
+        if mode in ("shorter", "longer"):
+            if not isinstance(size, (int, np.integer)) or size < 1:
+                raise ValueError(f"size={size!r}: mode={mode!r} needs one positive int")
+            self.size: tuple[int, int] = (int(size), int(size))
+        else:
+            self.size = size_pair("size", size)
+        if max_size is not None and (mode != "shorter" or max_size < self.size[0]):
+            raise ValueError(
+                f"max_size={max_size!r} applies to mode='shorter' only and must be >= size"
+            )
+        if not 0 <= fill <= 255:
+            raise ValueError(f"fill={fill!r} must be in 0..255")
+        self.mode = mode
+        self.max_size = max_size
+        self.interpolation = interpolation
+        self.fill = int(fill)
+
+    def content_size(self, width: int, height: int) -> tuple[int, int]:
+        """(width, height) the image content gets for a ``width x height`` input."""
+        tw, th = self.size
+        if self.mode == "fixed":
+            return tw, th
+        if self.mode == "shorter":
+            s = tw / min(width, height)
+            if self.max_size is not None and max(width, height) * s > self.max_size:
+                s = self.max_size / max(width, height)
+        elif self.mode == "longer":
+            s = tw / max(width, height)
+        else:  # letterbox
+            s = min(tw / width, th / height)
+        cw, ch = max(1, round(width * s)), max(1, round(height * s))
+        if self.mode == "letterbox":
+            cw, ch = min(cw, tw), min(ch, th)
+        return cw, ch
+
+    def output_size(self, width: int, height: int) -> tuple[int, int]:
+        """(width, height) of the output for a ``width x height`` input."""
+        return self.size if self.mode == "letterbox" else self.content_size(width, height)
+
+    def min_input_size(self, width: int, height: int) -> tuple[int, int]:
+        """The content size: decoding at any size >= this loses no output detail."""
+        return self.content_size(width, height)
+
+    def __call__(self, data: Annotated, rng: np.random.Generator) -> Annotated:
+        w, h = data.width, data.height
+        cw, ch = self.content_size(w, h)
+        image = resize_image(data.image, cw, ch, self.interpolation)
+        left = top = 0
+        if self.mode == "letterbox":
+            tw, th = self.size
+            left, top = (tw - cw) // 2, (th - ch) // 2
+            image = pad_image(image, tw, th, left, top, self.fill)
+        data.image = image
+        data.map_annotations(cw / w, ch / h, float(left), float(top))
+        return data
+
+    def __repr__(self) -> str:
+        return f"Resize(size={self.size}, mode={self.mode!r}, max_size={self.max_size})"
+
+
+class RandomHorizontalFlip:
+    """Mirror left-right with probability ``p``, swapping left/right landmark slots.
+
+    The permutation comes from ``schema`` when given, else from the data
+    (:class:`DetectionDataset` sets it from ``index.landmark_schema``). Landmarks without a
+    known permutation are refused rather than silently mislabelled.
+    """
+
+    preserves_size = True
+
+    def __init__(self, p: float = 0.5, *, schema: LandmarkSchema | None = None) -> None:
+        check_fraction("p", p)
+        self.p = float(p)
+        self.permutation = schema.flip_permutation() if schema is not None else None
+
+    def __call__(self, data: Annotated, rng: np.random.Generator) -> Annotated:
+        if rng.random() >= self.p:
+            return data
+        perm = self.permutation if self.permutation is not None else data.flip_permutation
+        k = data.landmarks.shape[1]
+        if perm is None:
+            if k:
+                raise ValueError(
+                    f"RandomHorizontalFlip: {k} landmarks but no flip permutation; pass "
+                    "schema= or build the data with a LandmarkSchema"
+                )
+            perm = np.zeros(0, dtype=np.int64)
+        if len(perm) != k:
+            raise ValueError(f"RandomHorizontalFlip: permutation of {len(perm)} for K={k} landmarks")
+        w = data.width
+        data.image = hflip_image(data.image)
+        data.boxes = hflip_boxes(data.boxes, w)
+        data.landmarks, data.visibility = hflip_landmarks(data.landmarks, data.visibility, w, perm)
+        data.affine = compose_affine(data.affine, -1.0, 1.0, float(w), 0.0)
+        return data
+
+    def __repr__(self) -> str:
+        return f"RandomHorizontalFlip(p={self.p})"
+
+
+def _crop(
+    data: Annotated, x0: int, y0: int, cw: int, ch: int, min_visibility: float, fill: int
+) -> None:
+    """Cut the ``cw x ch`` window at ``(x0, y0)`` out of ``data`` in place (see RandomCrop)."""
+    data.image = crop_image(data.image, x0, y0, cw, ch, fill)
+    boxes, keep = crop_boxes(data.boxes, x0, y0, cw, ch, min_visibility)
+    points = affine_points(data.landmarks, data.visibility, 1.0, 1.0, -float(x0), -float(y0))
+    points, vis = invalidate_outside(points, data.visibility, cw, ch)
+    data.boxes, data.landmarks, data.visibility = boxes, points, vis
+    data.select(keep)
+    data.affine = compose_affine(data.affine, 1.0, 1.0, -float(x0), -float(y0))
+
+
+class RandomCrop:
+    """A ``size`` window at a uniformly drawn position; where the image is smaller than the
+    window it is padded with ``fill`` (its position then drawn inside the window).
+
+    Boxes keeping less than ``min_visibility`` of their area are dropped with their labels and
+    landmarks; kept boxes are clipped; landmarks outside get visibility 0.
+    """
+
+    def __init__(
+        self, size: int | Sequence[int], *, min_visibility: float = 0.25, fill: int = 0
+    ) -> None:
+        self.size = size_pair("size", size)
+        check_fraction("min_visibility", min_visibility)
+        self.min_visibility = float(min_visibility)
+        self.fill = int(fill)
+
+    def __call__(self, data: Annotated, rng: np.random.Generator) -> Annotated:
+        cw, ch = self.size
+        w, h = data.width, data.height
+        x0 = int(rng.integers(min(0, w - cw), max(0, w - cw) + 1))
+        y0 = int(rng.integers(min(0, h - ch), max(0, h - ch) + 1))
+        _crop(data, x0, y0, cw, ch, self.min_visibility, self.fill)
+        return data
+
+    def __repr__(self) -> str:
+        return f"RandomCrop(size={self.size}, min_visibility={self.min_visibility})"
+
+
+class RandomResizedCrop:
+    """torchvision's RandomResizedCrop for detection: a window of random area fraction in
+    ``scale`` and aspect ratio (w/h, log-uniform) in ``ratio`` inside the image (up to
+    ``attempts`` draws, else the largest centred window of a valid ratio), resized to
+    ``size``. Boxes and landmarks as :class:`RandomCrop`, then scaled exactly."""
+
+    def __init__(
+        self,
+        size: int | Sequence[int],
+        *,
+        scale: tuple[float, float] = (0.25, 1.0),
+        ratio: tuple[float, float] = (3 / 4, 4 / 3),
+        min_visibility: float = 0.25,
+        interpolation: Interpolation = "bilinear",
+        attempts: int = 10,
+    ) -> None:
+        self.size = size_pair("size", size)
+        if not (0 < scale[0] <= scale[1] <= 1):
+            raise ValueError(f"scale={scale!r} must satisfy 0 < low <= high <= 1")
+        if not (0 < ratio[0] <= ratio[1]):
+            raise ValueError(f"ratio={ratio!r} must satisfy 0 < low <= high")
+        check_fraction("min_visibility", min_visibility)
+        check_interpolation(interpolation)
+        if attempts < 1:
+            raise ValueError(f"attempts={attempts!r} must be >= 1")
+        self.scale = (float(scale[0]), float(scale[1]))
+        self.ratio = (float(ratio[0]), float(ratio[1]))
+        self.min_visibility = float(min_visibility)
+        self.interpolation = interpolation
+        self.attempts = int(attempts)
+
+    def window(self, width: int, height: int, rng: np.random.Generator) -> tuple[int, int, int, int]:
+        """(x0, y0, w, h) of the crop window in a ``width x height`` image."""
+        area = width * height
+        log_lo, log_hi = math.log(self.ratio[0]), math.log(self.ratio[1])
+        for _ in range(self.attempts):
+            target = area * rng.uniform(self.scale[0], self.scale[1])
+            aspect = math.exp(rng.uniform(log_lo, log_hi))
+            cw = int(round(math.sqrt(target * aspect)))
+            ch = int(round(math.sqrt(target / aspect)))
+            if 0 < cw <= width and 0 < ch <= height:
+                x0 = int(rng.integers(0, width - cw + 1))
+                y0 = int(rng.integers(0, height - ch + 1))
+                return x0, y0, cw, ch
+        in_ratio = width / height
+        if in_ratio < self.ratio[0]:
+            cw, ch = width, max(1, int(round(width / self.ratio[0])))
+        elif in_ratio > self.ratio[1]:
+            cw, ch = max(1, int(round(height * self.ratio[1]))), height
+        else:
+            cw, ch = width, height
+        return (width - cw) // 2, (height - ch) // 2, cw, ch
+
+    def __call__(self, data: Annotated, rng: np.random.Generator) -> Annotated:
+        x0, y0, cw, ch = self.window(data.width, data.height, rng)
+        _crop(data, x0, y0, cw, ch, self.min_visibility, 0)
+        tw, th = self.size
+        data.image = resize_image(data.image, tw, th, self.interpolation)
+        data.map_annotations(tw / cw, th / ch, 0.0, 0.0)
+        return data
+
+    def __repr__(self) -> str:
+        return (
+            f"RandomResizedCrop(size={self.size}, scale={self.scale}, ratio={self.ratio}, "
+            f"min_visibility={self.min_visibility})"
+        )
