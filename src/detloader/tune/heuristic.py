@@ -25,7 +25,8 @@ from typing import Any
 
 from detloader import _system
 from detloader.tune.measure import loader_kwargs
-from detloader.tune.probe import PINNABLE, accelerator_info, free_cpus
+from detloader._system import PINNABLE, accelerator_info
+from detloader.tune.probe import free_cpus
 
 #: Most workers the heuristic gives; tune_loader measures beyond it.
 MAX_HEURISTIC_WORKERS = 8

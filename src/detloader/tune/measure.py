@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import numpy as np
 
 from detloader import _system
+from detloader.tune.probe import device_synchronizer
 
 LoaderFactory = Callable[..., Iterable[Any]]
 #: A consumer gets each batch, as a training step would; it runs in the main process.
@@ -151,9 +152,7 @@ def make_consumer(
             raise ValueError(f"step_time={step_time!r} must be a number of seconds >= 0 or a callable")
     sync: Callable[[], None] = lambda: None
     if device is not None:
-        from detloader.tune.probe import _synchronizer
-
-        sync = _synchronizer(device)
+        sync = device_synchronizer(device)
 
     def consume(batch: Any) -> None:
         if device is not None:

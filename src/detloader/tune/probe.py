@@ -25,9 +25,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from detloader import _system
+from detloader._system import PINNABLE, accelerator_info
 
-#: Accelerator types whose host-to-device copies benefit from page-locked (pinned) memory.
-PINNABLE = ("cuda", "xpu")
 
 
 @dataclass(frozen=True)
@@ -110,28 +109,6 @@ class DatasetProbe:
 
 
 # -- machine ------------------------------------------------------------------------------------
-def accelerator_info() -> tuple[str | None, str | None, int]:
-    """``(type, device name, count)`` of the accelerator torch sees, or ``(None, None, 0)``.
-
-    Does not create a CUDA context (safe before DataLoader workers fork).
-    """
-    import torch
-
-    if torch.cuda.is_available():
-        count = torch.cuda.device_count()
-        try:
-            name = torch.cuda.get_device_name(0)
-        except Exception:  # a driver that answers is_available but not the name
-            name = None
-        return "cuda", name, count
-    accel = getattr(torch, "accelerator", None)
-    if accel is not None and accel.is_available():
-        device = accel.current_accelerator()
-        kind = device.type if device is not None else None
-        return kind, kind, int(accel.device_count())
-    return None, None, 0
-
-
 def host_to_device_gbps(
     device: str, nbytes: int = 64 << 20, repeats: int = 5
 ) -> tuple[float, float]:
@@ -139,7 +116,7 @@ def host_to_device_gbps(
     ``repeats`` copies of ``nbytes``). This is what ``pin_memory=True`` buys per batch."""
     import torch
 
-    sync = _synchronizer(device)
+    sync = device_synchronizer(device)
     pageable = torch.empty(nbytes, dtype=torch.uint8)
     pinned = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
     target = torch.empty(nbytes, dtype=torch.uint8, device=device)
@@ -157,7 +134,8 @@ def host_to_device_gbps(
     return best(pageable, False), best(pinned, True)  # the buffers go with this frame
 
 
-def _synchronizer(device: str) -> Callable[[], None]:
+def device_synchronizer(device: str) -> Callable[[], None]:
+    """``torch.<type>.synchronize`` for ``device`` (waits for its queued work), or a no-op."""
     import torch
 
     kind = torch.device(device).type

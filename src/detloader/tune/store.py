@@ -47,11 +47,9 @@ def _hash(data: Any) -> str:
 def machine_fingerprint() -> str:
     """Hash of what makes one machine's best loader setting differ from another's (cheap: no
     measurement, no CUDA context)."""
-    import torch
+    import torch  # torch: lazy, keeps the CLI fast
 
-    from detloader.tune.probe import accelerator_info
-
-    kind, name, count = accelerator_info()
+    kind, name, count = _system.accelerator_info()
     mem = _system.memory_facts()
     facts = {
         "host": socket.gethostname(),
