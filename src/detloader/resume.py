@@ -31,6 +31,10 @@ from typing import Any, Iterator, Mapping
 
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
+from detloader.loader import set_epoch
+
+__all__ = ["ResumableLoader"]
+
 
 class ResumableLoader:
     """Wraps a DataLoader; counts consumed batches; saves and restores the epoch position.
@@ -95,8 +99,6 @@ class ResumableLoader:
     def set_epoch(self, epoch: int) -> None:
         """Forwarded to the sampler and the dataset (augmentation seeds), as
         :func:`detloader.set_epoch` does; a restored position of the same epoch is kept."""
-        from detloader.loader import set_epoch
-
         set_epoch(self.loader, epoch)  # the sampler (self._source is one of its parts) and the dataset
         if int(epoch) != self._epoch:
             self._start, self._consumed, self._pending = 0, 0, False
