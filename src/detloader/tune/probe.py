@@ -25,12 +25,25 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from detloader import _system
-from detloader._system import PINNABLE, accelerator_info
+from detloader.tune.records import Record
+
+__all__ = [
+    "DatasetProbe",
+    "MachineProbe",
+    "batch_nbytes",
+    "device_synchronizer",
+    "free_cpus",
+    "host_to_device_gbps",
+    "image_paths",
+    "probe_dataset",
+    "probe_machine",
+    "read_speed",
+]
 
 
 
 @dataclass(frozen=True)
-class MachineProbe:
+class MachineProbe(Record):
     """The machine as this process sees it. CPUs are counts (floats where measured over time),
     memory is bytes, copy speeds are GB/s (10**9 bytes per second).
 
@@ -60,19 +73,11 @@ class MachineProbe:
     @property
     def can_pin(self) -> bool:
         """True when ``pin_memory=True`` can speed up copies (a CUDA or XPU device exists)."""
-        return self.accelerator in PINNABLE
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "MachineProbe":
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return self.accelerator in _system.PINNABLE
 
 
 @dataclass(frozen=True)
-class DatasetProbe:
+class DatasetProbe(Record):
     """The single-core cost of this dataset's samples, measured in the main process.
 
     ``ms_per_image``: mean wall time of ``dataset[i]`` (read + decode + transform) with one
@@ -98,14 +103,6 @@ class DatasetProbe:
         """Throughput one worker could reach if nothing else cost time."""
         total = self.ms_per_image + self.collate_ms_per_image
         return 1000.0 / total if total > 0 else math.inf
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DatasetProbe":
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 # -- machine ------------------------------------------------------------------------------------
@@ -153,9 +150,9 @@ def probe_machine(busy_window_s: float = 1.0, copy_speed: bool = True) -> Machin
     affinity = _system.affinity_cpus()
     busy = _system.busy_cpus(busy_window_s) if busy_window_s > 0 else 0.0
     mem = _system.memory_facts()
-    kind, name, count = accelerator_info()
+    kind, name, count = _system.accelerator_info()
     pageable = pinned = None
-    if copy_speed and kind in PINNABLE:
+    if copy_speed and kind in _system.PINNABLE:
         try:
             pageable, pinned = host_to_device_gbps(kind)
         except (RuntimeError, MemoryError):  # a full device: the copy test is optional

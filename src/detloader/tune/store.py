@@ -28,6 +28,18 @@ from detloader import _system
 from detloader.annotations.cache import CACHE_DIR_ENV, atomic_write, user_cache_dir
 from detloader.tune.result import TuneResult
 
+__all__ = [
+    "cache_file",
+    "cache_key",
+    "dataset_fingerprint",
+    "load_result",
+    "machine_fingerprint",
+    "save_result",
+    "strip_addresses",
+    "transform_fingerprint",
+    "tune_cache_dir",
+]
+
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
