@@ -101,12 +101,13 @@ def resolve_balance(
 ) -> Sampler[Any]:
     """The sampler for ``make_loader(balance=...)``: conflicts refused by name, then
     :func:`detloader.balance.samplers.make_balanced_sampler` on the dataset's index."""
-    clash = _clashes(("shuffle=True", shuffle), ("sampler", sampler is not None), ("batch_sampler", batch_sampler is not None))
-    if clash:
-        raise ValueError(
-            f"balance={_short(balance)} builds the sampler, so {clash} must be left out "
-            "(pass your own sampler as balance=, or drop balance)"
-        )
+    _refuse_clashes(
+        f"balance={_short(balance)} builds the sampler",
+        "must be left out (pass your own sampler as balance=, or drop balance)",
+        ("shuffle=True", shuffle),
+        ("sampler", sampler is not None),
+        ("batch_sampler", batch_sampler is not None),
+    )
     if isinstance(balance, Sampler):
         return balance
     index = getattr(dataset, "index", None)
@@ -125,9 +126,12 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _clashes(*options: tuple[str, bool]) -> str:
-    """The names of the ``(name, given)`` options that are given, comma-separated ('' if none)."""
-    return ", ".join(name for name, given in options if given)
+def _refuse_clashes(cause: str, verdict: str, *options: tuple[str, bool]) -> None:
+    """ValueError ``"{cause}, so {names} {verdict}"`` naming the ``(name, given)`` options that
+    are given; nothing when none is."""
+    names = ", ".join(name for name, given in options if given)
+    if names:
+        raise ValueError(f"{cause}, so {names} {verdict}")
 
 
 def resolve_auto_workers(dataset: Dataset[Any], o: LoaderOptions, batch_size: int) -> LoaderOptions:
@@ -172,17 +176,14 @@ def set_epoch(loader: DataLoader[Any], epoch: int) -> None:
 def check_options(o: LoaderOptions) -> None:
     """Refuse conflicting or invalid options, naming them (ValueError)."""
     if o.batch_sampler is not None:
-        clash = _clashes(
+        _refuse_clashes(
+            "batch_sampler is given",
+            "must be left out: the batch sampler decides the batch size, order, sampling and last batch",
             (f"batch_size={o.batch_size}", o.batch_size != 1),
             ("shuffle=True", bool(o.shuffle)),
             ("sampler", o.sampler is not None),
             ("drop_last=True", bool(o.drop_last)),
         )
-        if clash:
-            raise ValueError(
-                f"batch_sampler is given, so {clash} must be left out: the batch "
-                "sampler decides the batch size, order, sampling and last batch"
-            )
     elif o.batch_size is not None and (not isinstance(o.batch_size, int) or o.batch_size < 1):
         raise ValueError(f"batch_size={o.batch_size!r} must be a positive int")
     if o.batch_size is None and o.batch_sampler is None and o.collate_fn is collate_detection:
@@ -200,17 +201,14 @@ def check_options(o: LoaderOptions) -> None:
     if o.timeout < 0:
         raise ValueError(f"timeout={o.timeout!r} must be >= 0")
     if o.num_workers == 0:
-        clash = _clashes(
+        _refuse_clashes(
+            "num_workers=0 loads in the main process",
+            "cannot apply: use num_workers >= 1 or leave them out",
             (f"prefetch_factor={o.prefetch_factor}", o.prefetch_factor is not None),
             ("persistent_workers=True", bool(o.persistent_workers)),
             (f"timeout={o.timeout}", o.timeout > 0),
             (f"multiprocessing_context={o.multiprocessing_context!r}", o.multiprocessing_context is not None),
         )
-        if clash:
-            raise ValueError(
-                f"num_workers=0 loads in the main process, so {clash} cannot "
-                "apply: use num_workers >= 1 or leave them out"
-            )
     if o.prefetch_factor is not None and (not isinstance(o.prefetch_factor, int) or o.prefetch_factor < 1):
         raise ValueError(f"prefetch_factor={o.prefetch_factor!r} must be a positive int")
     if o.seed is not None and not isinstance(o.seed, (int, np.integer)):

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from detloader.annotations.problems import ON_ERROR_CHOICES, AnnotationWarning
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from detloader.annotations.index import AnnotationIndex
 
 __all__ = [
@@ -93,13 +95,14 @@ def progress_bar(description: str, enabled: bool = True) -> Iterator[Callable[[i
         yield update
 
 
-def _stderr_console():
+def _stderr_console() -> "Console":
     from rich.console import Console
 
     return Console(stderr=True)
 
 
-def console():
+def console() -> "Console":
+    """A rich console on stdout, without syntax highlighting of numbers and paths."""
     from rich.console import Console
 
     return Console(highlight=False)

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from detloader.cli._common import add_read_arguments, console, print_json, progress_bar, read_index
+
+if TYPE_CHECKING:
+    from detloader.dataset import DetectionDataset
+    from detloader.tune import TuneResult
 
 __all__ = ["build_dataset", "print_result", "register", "run"]
 
@@ -44,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def build_dataset(args: argparse.Namespace):
+def build_dataset(args: argparse.Namespace) -> "DetectionDataset":
     """The dataset as training would see it: the index and a letterbox resize."""
     from detloader.dataset import DetectionDataset
     from detloader.transforms import Resize
@@ -82,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_result(result, plot: str | None = None, cached: bool = False) -> None:
+def print_result(result: "TuneResult", plot: str | None = None, cached: bool = False) -> None:
     from rich.table import Table
 
     from detloader.tune.explain import describe_settings
