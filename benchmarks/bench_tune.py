@@ -47,7 +47,10 @@ from detloader.dataset import DetectionDataset
 from detloader.loader import make_loader
 from detloader.synth import make_synthetic
 from detloader.transforms import Resize
-from detloader.tune import Trial, grid_candidates, measure_setting, search_settings, tune_loader
+from detloader.tune import Trial, tune_loader
+from detloader.tune.measure import measure_setting
+from detloader.tune.search import search_settings
+from detloader.tune.tuner import grid_candidates
 from detloader.tune.explain import describe_settings
 
 BUSY_LOOP = "import time\nwhile True:\n    pass\n"

@@ -15,7 +15,8 @@ from torch.utils.data import DataLoader, Dataset
 from detloader import read_annotations
 from detloader.collate import Batch
 from detloader.dataset import DetectionDataset
-from detloader.loader import accelerator_available, make_loader
+from detloader._system import accelerator_available
+from detloader.loader import LoaderOptions, make_loader
 from detloader.transforms import ColorJitter, Compose, RandomHorizontalFlip, RandomResizedCrop, Resize
 
 
@@ -145,3 +146,15 @@ def test_workers_run_single_threaded_and_seeded() -> None:
     assert sorted({mark for *_, mark in items}) == [100, 101]  # the user's init ran too
     assert [i[2:4] for i in items] == [i[2:4] for i in run(5)]  # numpy and random seeded
     assert [i[2:4] for i in items] != [i[2:4] for i in run(6)]
+
+
+def test_make_loader_signature_matches_loader_options() -> None:
+    # LoaderOptions is the one list of names and defaults; make_loader's signature repeats it
+    import dataclasses
+    import inspect
+
+    params = inspect.signature(make_loader).parameters
+    for f in dataclasses.fields(LoaderOptions):
+        assert f.name in params, f.name
+        assert params[f.name].default == f.default, f.name
+

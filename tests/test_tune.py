@@ -23,17 +23,14 @@ from detloader.tune import (
     TuneResult,
     TuneWarning,
     auto_loader_kwargs,
-    choose,
-    grid_candidates,
-    heuristic_loader_kwargs,
-    loader_kwargs,
-    measure_setting,
     probe_dataset,
     probe_machine,
-    search_settings,
     tune_loader,
-    worker_ladder,
 )
+from detloader.tune.heuristic import heuristic_loader_kwargs
+from detloader.tune.measure import loader_kwargs, measure_setting
+from detloader.tune.search import choose, search_settings, worker_ladder
+from detloader.tune.tuner import grid_candidates
 from detloader.tune import search as search_module
 from detloader.tune import store, tuner
 from detloader.tune.heuristic import MAX_HEURISTIC_WORKERS, WORKER_MEMORY_GUESS

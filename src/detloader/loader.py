@@ -24,22 +24,19 @@ import os
 import random
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
 
+from detloader._system import accelerator_available
+from detloader.balance.factory import make_balanced_sampler
 from detloader.collate import collate_detection
+from detloader.tune.heuristic import auto_loader_kwargs
 
-
-def accelerator_available() -> bool:
-    """Whether torch sees a device worth pinning memory for (CUDA, ROCm, XPU, MPS...)."""
-    acc = getattr(torch, "accelerator", None)
-    if acc is not None and hasattr(acc, "is_available"):
-        return bool(acc.is_available())
-    return bool(torch.cuda.is_available())
+__all__ = ["LoaderOptions", "make_loader", "set_epoch"]
 
 
 class WorkerInit:
@@ -68,7 +65,9 @@ class WorkerInit:
 
 @dataclass(frozen=True)
 class LoaderOptions:
-    """The resolved options of :func:`make_loader` (one place to add new ones)."""
+    """The resolved options of :func:`make_loader`: the one list of their names and defaults
+    (``make_loader``'s signature repeats them for readers; a test holds the two equal). Every
+    field but ``seed`` is a ``DataLoader`` keyword argument of the same name."""
 
     batch_size: int | None = 1
     shuffle: bool = False
@@ -83,7 +82,7 @@ class LoaderOptions:
     multiprocessing_context: Any = None
     prefetch_factor: int | None = None
     persistent_workers: bool = False
-    seed: int | None = None
+    seed: int | None = field(default=None, metadata={"dataloader": False})
 
 
 #: What ``make_loader(balance=...)`` takes: a strategy name, ``{group: weight}`` or a sampler.
@@ -101,19 +100,14 @@ def resolve_balance(
     batch_sampler: Any,
 ) -> Sampler[Any]:
     """The sampler for ``make_loader(balance=...)``: conflicts refused by name, then
-    :func:`detloader.balance.samplers.make_balanced_sampler` on the dataset's index."""
-    clash = [
-        name
-        for name, bad in (("shuffle=True", shuffle), ("sampler", sampler is not None), ("batch_sampler", batch_sampler is not None))
-        if bad
-    ]
-    if clash:
-        raise ValueError(
-            f"balance={_short(balance)} builds the sampler, so {', '.join(clash)} must be left out "
-            "(pass your own sampler as balance=, or drop balance)"
-        )
-    from detloader.balance.factory import make_balanced_sampler
-
+    :func:`detloader.balance.make_balanced_sampler` on the dataset's index."""
+    _refuse_clashes(
+        f"balance={_short(balance)} builds the sampler",
+        "must be left out (pass your own sampler as balance=, or drop balance)",
+        ("shuffle=True", shuffle),
+        ("sampler", sampler is not None),
+        ("batch_sampler", batch_sampler is not None),
+    )
     if isinstance(balance, Sampler):
         return balance
     index = getattr(dataset, "index", None)
@@ -132,16 +126,20 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _refuse_clashes(cause: str, verdict: str, *options: tuple[str, bool]) -> None:
+    """ValueError ``"{cause}, so {names} {verdict}"`` naming the ``(name, given)`` options that
+    are given; nothing when none is."""
+    names = ", ".join(name for name, given in options if given)
+    if names:
+        raise ValueError(f"{cause}, so {names} {verdict}")
+
+
 def resolve_auto_workers(dataset: Dataset[Any], o: LoaderOptions, batch_size: int) -> LoaderOptions:
     """``num_workers="auto"``: the tuned (or heuristic) settings of :mod:`detloader.tune`.
 
     ``pin_memory``, ``prefetch_factor`` and ``persistent_workers`` follow the recommendation
     where the caller left them at their defaults.
     """
-    from dataclasses import replace
-
-    from detloader.tune import auto_loader_kwargs
-
     # the warning (heuristic, not measured) points at the caller of make_loader
     rec, _reason = auto_loader_kwargs(dataset, batch_size, stacklevel=4)
     workers = int(rec.get("num_workers", 0))
@@ -178,21 +176,14 @@ def set_epoch(loader: DataLoader[Any], epoch: int) -> None:
 def check_options(o: LoaderOptions) -> None:
     """Refuse conflicting or invalid options, naming them (ValueError)."""
     if o.batch_sampler is not None:
-        clash = [
-            name
-            for name, bad in (
-                (f"batch_size={o.batch_size}", o.batch_size != 1),
-                ("shuffle=True", bool(o.shuffle)),
-                ("sampler", o.sampler is not None),
-                ("drop_last=True", bool(o.drop_last)),
-            )
-            if bad
-        ]
-        if clash:
-            raise ValueError(
-                f"batch_sampler is given, so {', '.join(clash)} must be left out: the batch "
-                "sampler decides the batch size, order, sampling and last batch"
-            )
+        _refuse_clashes(
+            "batch_sampler is given",
+            "must be left out: the batch sampler decides the batch size, order, sampling and last batch",
+            (f"batch_size={o.batch_size}", o.batch_size != 1),
+            ("shuffle=True", bool(o.shuffle)),
+            ("sampler", o.sampler is not None),
+            ("drop_last=True", bool(o.drop_last)),
+        )
     elif o.batch_size is not None and (not isinstance(o.batch_size, int) or o.batch_size < 1):
         raise ValueError(f"batch_size={o.batch_size!r} must be a positive int")
     if o.batch_size is None and o.batch_sampler is None and o.collate_fn is collate_detection:
@@ -210,21 +201,14 @@ def check_options(o: LoaderOptions) -> None:
     if o.timeout < 0:
         raise ValueError(f"timeout={o.timeout!r} must be >= 0")
     if o.num_workers == 0:
-        clash = [
-            name
-            for name, bad in (
-                (f"prefetch_factor={o.prefetch_factor}", o.prefetch_factor is not None),
-                ("persistent_workers=True", bool(o.persistent_workers)),
-                (f"timeout={o.timeout}", o.timeout > 0),
-                (f"multiprocessing_context={o.multiprocessing_context!r}", o.multiprocessing_context is not None),
-            )
-            if bad
-        ]
-        if clash:
-            raise ValueError(
-                f"num_workers=0 loads in the main process, so {', '.join(clash)} cannot "
-                "apply: use num_workers >= 1 or leave them out"
-            )
+        _refuse_clashes(
+            "num_workers=0 loads in the main process",
+            "cannot apply: use num_workers >= 1 or leave them out",
+            (f"prefetch_factor={o.prefetch_factor}", o.prefetch_factor is not None),
+            ("persistent_workers=True", bool(o.persistent_workers)),
+            (f"timeout={o.timeout}", o.timeout > 0),
+            (f"multiprocessing_context={o.multiprocessing_context!r}", o.multiprocessing_context is not None),
+        )
     if o.prefetch_factor is not None and (not isinstance(o.prefetch_factor, int) or o.prefetch_factor < 1):
         raise ValueError(f"prefetch_factor={o.prefetch_factor!r} must be a positive int")
     if o.seed is not None and not isinstance(o.seed, (int, np.integer)):
@@ -242,24 +226,14 @@ def dataloader_kwargs(dataset: Dataset[Any], o: LoaderOptions) -> dict[str, Any]
             stacklevel=3,
         )
         pin = False
-    kwargs: dict[str, Any] = {
-        "batch_size": o.batch_size,
-        "shuffle": o.shuffle,
-        "sampler": o.sampler,
-        "batch_sampler": o.batch_sampler,
-        "num_workers": o.num_workers,
-        "collate_fn": o.collate_fn,
-        "pin_memory": pin,
-        "drop_last": o.drop_last,
-        "timeout": o.timeout,
-        "worker_init_fn": WorkerInit(o.worker_init_fn) if o.num_workers > 0 else o.worker_init_fn,
-        "multiprocessing_context": o.multiprocessing_context,
-        "persistent_workers": o.persistent_workers,
-    }
+    kwargs = {f.name: getattr(o, f.name) for f in fields(o) if f.metadata.get("dataloader", True)}
+    kwargs["pin_memory"] = pin
+    if o.num_workers > 0:
+        kwargs["worker_init_fn"] = WorkerInit(o.worker_init_fn)
     if o.batch_sampler is not None:  # DataLoader wants its defaults here
         kwargs.update(batch_size=1, shuffle=None, sampler=None, drop_last=False)
-    if o.prefetch_factor is not None:
-        kwargs["prefetch_factor"] = o.prefetch_factor
+    if o.prefetch_factor is None:  # left out: DataLoader's own default applies
+        del kwargs["prefetch_factor"]
     if o.seed is not None:
         # Two streams from one seed: the shuffle order from the sampler's own generator (so
         # it does not depend on how many worker seeds the loader drew before, which differs
@@ -305,7 +279,7 @@ def make_loader(
       ``"sqrt"``, ``"power:0.3"``, ``"effective:0.999"``, ``"repeat_factor:0.1"``,
       ``"class_aware"``), a ``{group: weight}`` mapping, or a ready sampler; ``balance_by``
       the grouping (``"class"``, ``"image_class"``, ``"attribute:NAME"``, a tuple for a
-      product). See :func:`detloader.balance.samplers.make_balanced_sampler`. Call
+      product). See :func:`detloader.balance.make_balanced_sampler`. Call
       :func:`set_epoch` before each epoch.
 
     Raises:
@@ -327,22 +301,10 @@ def make_loader(
     auto = isinstance(num_workers, str)
     if auto and num_workers != "auto":
         raise ValueError(f"num_workers={num_workers!r} must be an int >= 0 or 'auto'")
-    options = LoaderOptions(
-        batch_size=batch_size,
-        shuffle=shuffle,
-        sampler=sampler,
-        batch_sampler=batch_sampler,
-        num_workers=0 if auto else num_workers,  # type: ignore[arg-type]
-        collate_fn=collate_fn,
-        pin_memory=pin_memory,
-        drop_last=drop_last,
-        timeout=timeout,
-        worker_init_fn=worker_init_fn,
-        multiprocessing_context=multiprocessing_context,
-        prefetch_factor=prefetch_factor,
-        persistent_workers=persistent_workers,
-        seed=seed,
-    )
+    if auto:
+        num_workers = 0  # until resolve_auto_workers below
+    given = locals()
+    options = LoaderOptions(**{f.name: given[f.name] for f in fields(LoaderOptions)})
     if auto:
         size = batch_size if batch_size is not None else getattr(batch_sampler, "batch_size", 1)
         options = resolve_auto_workers(dataset, options, int(size or 1))

@@ -7,11 +7,11 @@ sampler's state with that count; after ``load_state_dict`` the next pass over th
 the rest of it, in the same order as the uninterrupted run would have.
 
 It works with any ``torch.utils.data.DataLoader`` over a map-style dataset whose sampler (or
-batch sampler) follows the resume protocol of :mod:`detloader.balance.samplers`: ``state_dict()``
+batch sampler) follows the resume protocol of :mod:`detloader.balance.base`: ``state_dict()``
 returns a dict with integer ``"epoch"`` and ``"offset"`` (items yielded in the epoch);
 ``load_state_dict(state)`` makes the next iteration of that epoch start at ``offset``;
 ``set_epoch(epoch)`` keeps a restored offset of that same epoch. Every sampler in
-:mod:`detloader.balance.samplers` does.
+:mod:`detloader.balance.base` does.
 
 Typical loop::
 
@@ -30,6 +30,10 @@ from __future__ import annotations
 from typing import Any, Iterator, Mapping
 
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
+
+from detloader.loader import set_epoch
+
+__all__ = ["ResumableLoader"]
 
 
 class ResumableLoader:
@@ -95,8 +99,6 @@ class ResumableLoader:
     def set_epoch(self, epoch: int) -> None:
         """Forwarded to the sampler and the dataset (augmentation seeds), as
         :func:`detloader.set_epoch` does; a restored position of the same epoch is kept."""
-        from detloader.loader import set_epoch
-
         set_epoch(self.loader, epoch)  # the sampler (self._source is one of its parts) and the dataset
         if int(epoch) != self._epoch:
             self._start, self._consumed, self._pending = 0, 0, False

@@ -5,10 +5,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from detloader.annotations.problems import ON_ERROR_CHOICES
+from detloader.annotations.problems import ON_ERROR_CHOICES, AnnotationWarning
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from detloader.annotations.index import AnnotationIndex
+
+__all__ = [
+    "add_read_arguments",
+    "console",
+    "print_attribute_counts",
+    "print_json",
+    "progress_bar",
+    "read_index",
+    "read_kwargs",
+]
 
 
 def add_read_arguments(parser: argparse.ArgumentParser, on_error: str = "warn") -> None:
@@ -30,6 +46,7 @@ def add_read_arguments(parser: argparse.ArgumentParser, on_error: str = "warn") 
 
 
 def read_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The options of :func:`add_read_arguments` as :func:`detloader.read_annotations` takes them."""
     return {
         "format": args.format,
         "on_error": args.on_error,
@@ -39,6 +56,19 @@ def read_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "workers": args.workers,
         "cache": False if args.no_cache else ("rebuild" if args.rebuild else True),
     }
+
+
+def read_index(args: argparse.Namespace, *, hide_warnings: bool, bar: bool = True) -> "AnnotationIndex":
+    """The index that :func:`add_read_arguments`' options describe, with an "indexing" progress
+    bar when ``bar``; ``hide_warnings``: annotation warnings are silenced (the command reports
+    the problems itself)."""
+    from detloader import read_annotations  # lazy: keeps `detloader --help` fast
+
+    with warnings.catch_warnings():
+        if hide_warnings:
+            warnings.simplefilter("ignore", AnnotationWarning)
+        with progress_bar("indexing", enabled=bar) as progress:
+            return read_annotations(args.path, progress=progress, **read_kwargs(args))
 
 
 @contextmanager
@@ -65,13 +95,14 @@ def progress_bar(description: str, enabled: bool = True) -> Iterator[Callable[[i
         yield update
 
 
-def _stderr_console():
+def _stderr_console() -> "Console":
     from rich.console import Console
 
     return Console(stderr=True)
 
 
-def console():
+def console() -> "Console":
+    """A rich console on stdout, without syntax highlighting of numbers and paths."""
     from rich.console import Console
 
     return Console(highlight=False)

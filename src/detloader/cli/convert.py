@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import warnings
 
-from detloader.cli._common import add_read_arguments, console, progress_bar, read_kwargs
+from detloader.cli._common import add_read_arguments, console, read_index
+
+__all__ = ["register", "run"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,14 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from detloader import read_annotations
     from detloader.annotations.writers import write_annotations
-    from detloader.annotations.problems import AnnotationWarning
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", AnnotationWarning)  # summarised below instead
-        with progress_bar("indexing") as progress:
-            index = read_annotations(args.path, progress=progress, **read_kwargs(args))
+    index = read_index(args, hide_warnings=True)  # warnings: summarised below instead
     written = write_annotations(
         index, args.out, args.to, images=args.images, split=args.split, overwrite=args.overwrite
     )

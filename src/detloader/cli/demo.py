@@ -11,6 +11,8 @@ import argparse
 import time
 from pathlib import Path
 
+__all__ = ["register", "run"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run the pipeline on the synthetic dataset (no download)")

@@ -5,14 +5,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from detloader.cli._common import (
-    add_read_arguments,
-    console,
-    print_attribute_counts,
-    print_json,
-    progress_bar,
-    read_kwargs,
-)
+from detloader.cli._common import add_read_arguments, console, print_attribute_counts, print_json, read_index
+
+__all__ = ["print_summary", "register", "run"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,17 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import warnings
-
-    from detloader import read_annotations
-    from detloader.annotations.problems import AnnotationWarning
-
     start = time.perf_counter()
-    with warnings.catch_warnings():
-        if args.json or args.on_error == "warn":
-            warnings.simplefilter("ignore", AnnotationWarning)  # reported below instead
-        with progress_bar("indexing", enabled=not args.json) as progress:
-            index = read_annotations(args.path, progress=progress, **read_kwargs(args))
+    # warnings: the problems are reported below instead
+    index = read_index(args, hide_warnings=args.json or args.on_error == "warn", bar=not args.json)
     seconds = time.perf_counter() - start
     summary = index.summary()
     if args.json:

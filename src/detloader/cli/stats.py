@@ -13,14 +13,7 @@ import argparse
 import sys
 from typing import Any
 
-from detloader.cli._common import (
-    add_read_arguments,
-    console,
-    print_attribute_counts,
-    print_json,
-    progress_bar,
-    read_kwargs,
-)
+from detloader.cli._common import add_read_arguments, console, print_attribute_counts, print_json, read_index
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,17 +50,10 @@ def _by(value: str) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import warnings
-
-    from detloader import read_annotations
     from detloader.stats import balance_report, dataset_stats, plot_balance
-    from detloader.annotations.problems import AnnotationWarning
 
-    with warnings.catch_warnings():
-        if args.json or args.on_error == "warn":
-            warnings.simplefilter("ignore", AnnotationWarning)  # counted in the output instead
-        with progress_bar("indexing", enabled=not args.json) as progress:
-            index = read_annotations(args.path, progress=progress, **read_kwargs(args))
+    # warnings: the problems are counted in the output instead
+    index = read_index(args, hide_warnings=args.json or args.on_error == "warn", bar=not args.json)
     stats = dataset_stats(index)
     by = _by(args.by)
     report = None

@@ -6,6 +6,8 @@ import argparse
 
 from detloader.cli._common import console, progress_bar
 
+__all__ = ["register", "run"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("synth", help="write the deterministic synthetic VOC dataset")

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from detloader.cli._common import add_read_arguments, console, print_json, progress_bar, read_kwargs
+from detloader.cli._common import add_read_arguments, console, print_json, progress_bar, read_index
+
+if TYPE_CHECKING:
+    from detloader.dataset import DetectionDataset
+    from detloader.tune import TuneResult
+
+__all__ = ["build_dataset", "print_result", "register", "run"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,20 +49,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def build_dataset(args: argparse.Namespace):
+def build_dataset(args: argparse.Namespace) -> "DetectionDataset":
     """The dataset as training would see it: the index and a letterbox resize."""
-    import warnings
-
-    from detloader import read_annotations
     from detloader.dataset import DetectionDataset
     from detloader.transforms import Resize
-    from detloader.annotations.problems import AnnotationWarning
 
     if args.size < 0:
         raise ValueError(f"--size={args.size} must be >= 0")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", AnnotationWarning)
-        index = read_annotations(args.path, **read_kwargs(args))
+    index = read_index(args, hide_warnings=True, bar=False)
     if len(index) == 0:
         raise ValueError(f"{args.path}: no images to tune on")
     transform = Resize(args.size, mode="letterbox") if args.size else None
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_result(result, plot: str | None = None, cached: bool = False) -> None:
+def print_result(result: "TuneResult", plot: str | None = None, cached: bool = False) -> None:
     from rich.table import Table
 
     from detloader.tune.explain import describe_settings

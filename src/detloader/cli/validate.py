@@ -6,6 +6,8 @@ import argparse
 
 from detloader.cli._common import add_read_arguments, console, print_json, progress_bar, read_kwargs
 
+__all__ = ["register", "run"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="report every problem in a dataset's annotations")

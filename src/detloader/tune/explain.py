@@ -14,6 +14,21 @@ from detloader.tune.measure import Trial
 from detloader.tune.result import TuneResult
 from detloader.tune.search import setting_rates, settings_key
 
+__all__ = [
+    "cap_reason_text",
+    "choice_line",
+    "consumer_line",
+    "cost_line",
+    "cpu_line",
+    "describe_settings",
+    "explain",
+    "extras_lines",
+    "memory_line",
+    "noise_line",
+    "search_line",
+    "summary",
+]
+
 
 def _gib(n: float | None) -> str:
     if n is None:

@@ -25,7 +25,16 @@ from typing import Any
 
 from detloader import _system
 from detloader.tune.measure import loader_kwargs
-from detloader.tune.probe import PINNABLE, accelerator_info, free_cpus
+from detloader.tune.probe import free_cpus
+from detloader.tune.store import cache_key, load_result
+
+__all__ = [
+    "MAX_HEURISTIC_WORKERS",
+    "WORKER_MEMORY_GUESS",
+    "TuneWarning",
+    "auto_loader_kwargs",
+    "heuristic_loader_kwargs",
+]
 
 #: Most workers the heuristic gives; tune_loader measures beyond it.
 MAX_HEURISTIC_WORKERS = 8
@@ -85,8 +94,6 @@ def auto_loader_kwargs(
     ``busy_window_s`` seconds) and, with ``warn``, a :class:`TuneWarning` saying so (shown
     once per process by Python's default warning filter) pointing ``stacklevel`` frames up.
     """
-    from detloader.tune.store import cache_key, load_result
-
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be >= 1")
     result = load_result(cache_key(dataset, batch_size), cache_dir)
@@ -94,11 +101,11 @@ def auto_loader_kwargs(
         return dict(result.recommended), f"tuned: {result.summary}"
     usable, affinity = _system.usable_cpus(), _system.affinity_cpus()
     busy = _system.busy_cpus(busy_window_s) if busy_window_s > 0 else 0.0
-    kind, _, _ = accelerator_info()
+    kind, _, _ = _system.accelerator_info()
     kwargs, reason = heuristic_loader_kwargs(
         free=free_cpus(usable, affinity, busy),
         memory_available=_system.memory_facts().available,
-        can_pin=kind in PINNABLE,
+        can_pin=kind in _system.PINNABLE,
         processes=_system.local_world_size(),
     )
     if warn:

@@ -10,7 +10,6 @@ the CPU the main process and the workers used, and the memory of each worker pro
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import math
 import time
@@ -20,6 +19,21 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import numpy as np
 
 from detloader import _system
+from detloader.tune.probe import device_synchronizer
+from detloader.tune.records import Record
+
+__all__ = [
+    "Consumer",
+    "LoaderFactory",
+    "Trial",
+    "failed_trial",
+    "images_in",
+    "loader_kwargs",
+    "make_consumer",
+    "measure_setting",
+    "steady_rate",
+    "to_device",
+]
 
 LoaderFactory = Callable[..., Iterable[Any]]
 #: A consumer gets each batch, as a training step would; it runs in the main process.
@@ -27,7 +41,7 @@ Consumer = Callable[[Any], None]
 
 
 @dataclass
-class Trial:
+class Trial(Record):
     """What one setting measured. Rates are per second of wall time, CPU in cores (1.0 = one
     core fully busy), memory in MiB, latencies in milliseconds.
 
@@ -72,14 +86,6 @@ class Trial:
     @property
     def ok(self) -> bool:
         return self.error is None and self.images > 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Trial":
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 def loader_kwargs(
@@ -151,9 +157,7 @@ def make_consumer(
             raise ValueError(f"step_time={step_time!r} must be a number of seconds >= 0 or a callable")
     sync: Callable[[], None] = lambda: None
     if device is not None:
-        from detloader.tune.probe import _synchronizer
-
-        sync = _synchronizer(device)
+        sync = device_synchronizer(device)
 
     def consume(batch: Any) -> None:
         if device is not None:

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from typing import Sequence
 
 from detloader._plotting import new_figure
+from detloader.tune.measure import Trial
 
-if TYPE_CHECKING:
-    from detloader.tune.result import TuneResult
+__all__ = ["plot_trials"]
 
 
-def plot_result(result: "TuneResult", path: str | os.PathLike[str]) -> str:
+def plot_trials(trials: Sequence[Trial], chosen: Trial, title: str, path: str | os.PathLike[str]) -> str:
     """Two panels sharing the x axis (``num_workers``): images/s per setting family
     (prefetch_factor x pin_memory; the line joins each setting's best window, dots are all
-    windows, the recommendation is circled) and the memory all workers hold (USS per worker x
+    windows, ``chosen`` is circled) and the memory all workers hold (USS per worker x
     workers). Saved to ``path`` with the Agg backend; returns the path.
     Raises :class:`~detloader._plotting.PlotExtraMissing` when matplotlib is missing."""
     # per family (prefetch x pinning): every window as a faint dot, each setting's best window
@@ -23,7 +23,7 @@ def plot_result(result: "TuneResult", path: str | os.PathLike[str]) -> str:
     windows: dict[str, list[tuple[int, float]]] = defaultdict(list)
     best: dict[str, dict[int, float]] = defaultdict(dict)
     memory: dict[str, dict[int, float]] = defaultdict(dict)
-    for t in result.trials:
+    for t in trials:
         if not t.ok:
             continue
         s = t.settings
@@ -45,19 +45,15 @@ def plot_result(result: "TuneResult", path: str | os.PathLike[str]) -> str:
         ms = sorted(memory[label])
         if ms:
             ax_mem.plot(ms, [memory[label][x] for x in ms], marker="s", color=line.get_color(), label=label)
-    chosen = result.chosen_trial
     ax_rate.scatter([chosen.num_workers], [chosen.images_per_s], s=220, facecolors="none",
                     edgecolors="crimson", linewidths=2, label="recommended", zorder=5)
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # the optional plot extra: imported when drawing
 
     ax_rate.set_ylabel("images / s")
     ax_rate.set_ylim(bottom=0)
     ax_mem.set_ylim(bottom=0)
     ax_mem.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax_rate.set_title(
-        f"batch {result.batch_size}: {result.cpus['usable']} usable CPUs, "
-        f"{result.cpus['busy']:.1f} busy -> {result.cpus['free']:.1f} free"
-    )
+    ax_rate.set_title(title)
     ax_rate.grid(alpha=0.3)
     ax_rate.legend(fontsize=8)
     ax_mem.set_xlabel("num_workers")

@@ -25,13 +25,25 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from detloader import _system
+from detloader.tune.records import Record
 
-#: Accelerator types whose host-to-device copies benefit from page-locked (pinned) memory.
-PINNABLE = ("cuda", "xpu")
+__all__ = [
+    "DatasetProbe",
+    "MachineProbe",
+    "batch_nbytes",
+    "device_synchronizer",
+    "free_cpus",
+    "host_to_device_gbps",
+    "image_paths",
+    "probe_dataset",
+    "probe_machine",
+    "read_speed",
+]
+
 
 
 @dataclass(frozen=True)
-class MachineProbe:
+class MachineProbe(Record):
     """The machine as this process sees it. CPUs are counts (floats where measured over time),
     memory is bytes, copy speeds are GB/s (10**9 bytes per second).
 
@@ -61,19 +73,11 @@ class MachineProbe:
     @property
     def can_pin(self) -> bool:
         """True when ``pin_memory=True`` can speed up copies (a CUDA or XPU device exists)."""
-        return self.accelerator in PINNABLE
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "MachineProbe":
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return self.accelerator in _system.PINNABLE
 
 
 @dataclass(frozen=True)
-class DatasetProbe:
+class DatasetProbe(Record):
     """The single-core cost of this dataset's samples, measured in the main process.
 
     ``ms_per_image``: mean wall time of ``dataset[i]`` (read + decode + transform) with one
@@ -100,38 +104,8 @@ class DatasetProbe:
         total = self.ms_per_image + self.collate_ms_per_image
         return 1000.0 / total if total > 0 else math.inf
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DatasetProbe":
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
 
 # -- machine ------------------------------------------------------------------------------------
-def accelerator_info() -> tuple[str | None, str | None, int]:
-    """``(type, device name, count)`` of the accelerator torch sees, or ``(None, None, 0)``.
-
-    Does not create a CUDA context (safe before DataLoader workers fork).
-    """
-    import torch
-
-    if torch.cuda.is_available():
-        count = torch.cuda.device_count()
-        try:
-            name = torch.cuda.get_device_name(0)
-        except Exception:  # a driver that answers is_available but not the name
-            name = None
-        return "cuda", name, count
-    accel = getattr(torch, "accelerator", None)
-    if accel is not None and accel.is_available():
-        device = accel.current_accelerator()
-        kind = device.type if device is not None else None
-        return kind, kind, int(accel.device_count())
-    return None, None, 0
-
-
 def host_to_device_gbps(
     device: str, nbytes: int = 64 << 20, repeats: int = 5
 ) -> tuple[float, float]:
@@ -139,7 +113,7 @@ def host_to_device_gbps(
     ``repeats`` copies of ``nbytes``). This is what ``pin_memory=True`` buys per batch."""
     import torch
 
-    sync = _synchronizer(device)
+    sync = device_synchronizer(device)
     pageable = torch.empty(nbytes, dtype=torch.uint8)
     pinned = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
     target = torch.empty(nbytes, dtype=torch.uint8, device=device)
@@ -157,7 +131,8 @@ def host_to_device_gbps(
     return best(pageable, False), best(pinned, True)  # the buffers go with this frame
 
 
-def _synchronizer(device: str) -> Callable[[], None]:
+def device_synchronizer(device: str) -> Callable[[], None]:
+    """``torch.<type>.synchronize`` for ``device`` (waits for its queued work), or a no-op."""
     import torch
 
     kind = torch.device(device).type
@@ -175,9 +150,9 @@ def probe_machine(busy_window_s: float = 1.0, copy_speed: bool = True) -> Machin
     affinity = _system.affinity_cpus()
     busy = _system.busy_cpus(busy_window_s) if busy_window_s > 0 else 0.0
     mem = _system.memory_facts()
-    kind, name, count = accelerator_info()
+    kind, name, count = _system.accelerator_info()
     pageable = pinned = None
-    if copy_speed and kind in PINNABLE:
+    if copy_speed and kind in _system.PINNABLE:
         try:
             pageable, pinned = host_to_device_gbps(kind)
         except (RuntimeError, MemoryError):  # a full device: the copy test is optional

@@ -8,7 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detloader.tune.measure import Trial
+from detloader.tune.plot import plot_trials
 from detloader.tune.probe import DatasetProbe, MachineProbe
+
+__all__ = ["CAP_REASONS", "RESULT_VERSION", "TuneResult"]
 
 #: Bumped when the JSON layout changes; older cached results are then measured again.
 RESULT_VERSION = 1
@@ -124,9 +127,12 @@ class TuneResult:
     def plot(self, path: str) -> str:
         """Save images/s and worker memory against ``num_workers`` to ``path`` (needs
         matplotlib); returns the path."""
-        from detloader.tune.plot import plot_result
-
-        return plot_result(self, path)
+        cpus = self.cpus
+        title = (
+            f"batch {self.batch_size}: {cpus['usable']} usable CPUs, "
+            f"{cpus['busy']:.1f} busy -> {cpus['free']:.1f} free"
+        )
+        return plot_trials(self.trials, self.chosen_trial, title, path)
 
 
 def _json_default(value: Any) -> Any:

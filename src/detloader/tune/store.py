@@ -28,6 +28,18 @@ from detloader import _system
 from detloader.annotations.cache import CACHE_DIR_ENV, atomic_write, user_cache_dir
 from detloader.tune.result import TuneResult
 
+__all__ = [
+    "cache_file",
+    "cache_key",
+    "dataset_fingerprint",
+    "load_result",
+    "machine_fingerprint",
+    "save_result",
+    "strip_addresses",
+    "transform_fingerprint",
+    "tune_cache_dir",
+]
+
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
@@ -47,11 +59,9 @@ def _hash(data: Any) -> str:
 def machine_fingerprint() -> str:
     """Hash of what makes one machine's best loader setting differ from another's (cheap: no
     measurement, no CUDA context)."""
-    import torch
+    import torch  # torch: lazy, keeps the CLI fast
 
-    from detloader.tune.probe import accelerator_info
-
-    kind, name, count = accelerator_info()
+    kind, name, count = _system.accelerator_info()
     mem = _system.memory_facts()
     facts = {
         "host": socket.gethostname(),

@@ -14,6 +14,17 @@ from detloader.tune.probe import DatasetProbe, MachineProbe, probe_dataset, prob
 from detloader.tune.result import TuneResult
 from detloader.tune.search import Progress, search_settings
 
+__all__ = [
+    "BUSY_WINDOW_S",
+    "CACHE_CHOICES",
+    "default_collate_for",
+    "default_loader_factory",
+    "grid_candidates",
+    "normalise_candidate",
+    "tune_loader",
+    "worker_cap",
+]
+
 #: Seconds the probe watches the CPUs to count those busy with other processes.
 BUSY_WINDOW_S = 1.0
 CACHE_CHOICES = (True, False, "refresh")
@@ -57,7 +68,7 @@ def default_loader_factory(
 ) -> LoaderFactory:
     """``make_loader(dataset, batch_size=..., shuffle=True, collate_fn=..., seed=...)`` awaiting
     the four settings: the loader the user will train with."""
-    from detloader.loader import make_loader
+    from detloader.loader import make_loader  # lazy: loader imports tune (num_workers="auto")
 
     return functools.partial(
         make_loader, dataset, batch_size=batch_size, shuffle=True, collate_fn=collate_fn, seed=seed

@@ -1,60 +1,38 @@
-"""Small facts about the machine that several stages need (CPU count for worker pools, memory).
+"""cgroups: where this process's cgroup is, and the CPU quota and memory limit set on it.
 
-Everything here is cheap (a few small files under ``/proc`` and ``/sys/fs/cgroup``), except
-:func:`busy_cpus`, which watches the machine for a short window on purpose.
-
-cgroups: a process's cgroup is found from ``/proc/self/cgroup`` (``hierarchy:controllers:path``
-lines; cgroup v2 is the single ``0::/path`` line) and the mount points in
-``/proc/self/mountinfo``. A limit set on any ancestor cgroup applies too, so limits are read at
-every level from the process's cgroup up to the mount point and the smallest one wins.
+A process's cgroup is found from ``/proc/self/cgroup`` (``hierarchy:controllers:path`` lines;
+cgroup v2 is the single ``0::/path`` line) and the mount points in ``/proc/self/mountinfo``. A
+limit set on any ancestor cgroup applies too, so limits are read at every level from the
+process's cgroup up to the mount point and the smallest one wins. Parsers take text and are pure;
+readers take the folders to read, so tests point them at fixtures.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+
+__all__ = [
+    "CgroupMount",
+    "cgroup_chain",
+    "cgroup_cpu_limit",
+    "cgroup_memory_limit",
+    "cgroup_memory_usage",
+    "parse_cfs",
+    "parse_cpu_max",
+    "parse_memory_limit",
+    "parse_mountinfo",
+    "parse_proc_cgroup",
+    "proc_chain",
+    "read_text",
+]
 
 #: Memory limits at or above this are cgroup v1's way of saying "unlimited" (2**63 - page size).
 _UNLIMITED_BYTES = 1 << 60
 
 
-def affinity_cpus() -> int:
-    """CPUs this process may run on (its affinity mask), at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
-def affinity_set() -> frozenset[int]:
-    """Ids of the CPUs this process may run on (all CPUs where affinity is not supported)."""
-    try:
-        return frozenset(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return frozenset(range(os.cpu_count() or 1))
-
-
-def logical_cores() -> int:
-    """Logical CPUs of the machine (hardware threads), whatever this process may use."""
-    return max(1, os.cpu_count() or 1)
-
-
-def physical_cores() -> int | None:
-    """Physical cores of the machine (hyper-threads counted once), or None when unknown."""
-    try:
-        import psutil
-
-        n = psutil.cpu_count(logical=False)
-    except Exception:  # psutil missing or the platform does not say
-        return None
-    return int(n) if n else None
-
-
-# -- cgroup discovery ---------------------------------------------------------------------------
+# -- discovery ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CgroupMount:
     """One cgroup file system mount from ``/proc/self/mountinfo``.
@@ -162,7 +140,8 @@ def cgroup_chain(
     return version, chain
 
 
-def _read_text(path: Path | str) -> str | None:
+def read_text(path: Path | str) -> str | None:
+    """A small file's text (``/proc``, ``/sys``), or None when it cannot be read."""
     try:
         with open(path) as fh:
             return fh.read()
@@ -170,15 +149,16 @@ def _read_text(path: Path | str) -> str | None:
         return None
 
 
-def _proc_chain(controller: str, proc_self: Path | str) -> tuple[int, list[Path]]:
-    cgroup = _read_text(Path(proc_self) / "cgroup")
-    mountinfo = _read_text(Path(proc_self) / "mountinfo")
+def proc_chain(controller: str, proc_self: Path | str) -> tuple[int, list[Path]]:
+    """:func:`cgroup_chain` for the process whose ``/proc/<pid>`` folder is ``proc_self``."""
+    cgroup = read_text(Path(proc_self) / "cgroup")
+    mountinfo = read_text(Path(proc_self) / "mountinfo")
     if cgroup is None or mountinfo is None:
         return 0, []
     return cgroup_chain(controller, cgroup, mountinfo)
 
 
-# -- CPU quota ----------------------------------------------------------------------------------
+# -- CPU quota ---------------------------------------------------------------------------------
 def cgroup_cpu_limit(cgroup_root: str | None = None, proc_self: str = "/proc/self") -> float | None:
     """CPU quota of this process's cgroup in CPUs (e.g. 1.5), or None when unlimited/unknown.
 
@@ -190,17 +170,17 @@ def cgroup_cpu_limit(cgroup_root: str | None = None, proc_self: str = "/proc/sel
     """
     if cgroup_root is not None:
         return _cpu_limit_at_root(Path(cgroup_root))
-    version, chain = _proc_chain("cpu", proc_self)
+    version, chain = proc_chain("cpu", proc_self)
     if not chain:
         return _cpu_limit_at_root(Path("/sys/fs/cgroup"))
     limits: list[float] = []
     for folder in chain:
         if version == 2:
-            text = _read_text(folder / "cpu.max")
+            text = read_text(folder / "cpu.max")
             value = parse_cpu_max(text) if text is not None else None
         else:
-            quota = _read_text(folder / "cpu.cfs_quota_us")
-            period = _read_text(folder / "cpu.cfs_period_us")
+            quota = read_text(folder / "cpu.cfs_quota_us")
+            period = read_text(folder / "cpu.cfs_period_us")
             value = parse_cfs(quota, period) if quota is not None and period is not None else None
         if value is not None:
             limits.append(value)
@@ -208,11 +188,11 @@ def cgroup_cpu_limit(cgroup_root: str | None = None, proc_self: str = "/proc/sel
 
 
 def _cpu_limit_at_root(root: Path) -> float | None:
-    text = _read_text(root / "cpu.max")
+    text = read_text(root / "cpu.max")
     if text is not None:
         return parse_cpu_max(text)
-    quota = _read_text(root / "cpu" / "cpu.cfs_quota_us")
-    period = _read_text(root / "cpu" / "cpu.cfs_period_us")
+    quota = read_text(root / "cpu" / "cpu.cfs_quota_us")
+    period = read_text(root / "cpu" / "cpu.cfs_period_us")
     if quota is None or period is None:
         return None
     return parse_cfs(quota, period)
@@ -240,16 +220,7 @@ def parse_cfs(quota_text: str, period_text: str) -> float | None:
     return quota / period if quota > 0 and period > 0 else None
 
 
-def usable_cpus() -> int:
-    """CPUs this process can really use: its affinity, capped by a cgroup CPU quota."""
-    n = affinity_cpus()
-    limit = cgroup_cpu_limit()
-    if limit is not None:
-        n = min(n, max(1, int(limit)))
-    return n
-
-
-# -- memory -------------------------------------------------------------------------------------
+# -- memory limit ------------------------------------------------------------------------------
 def parse_memory_limit(text: str) -> int | None:
     """cgroup ``memory.max`` (v2) or ``memory.limit_in_bytes`` (v1) -> bytes, None if unlimited."""
     value = text.strip()
@@ -272,15 +243,15 @@ def cgroup_memory_limit(cgroup_root: str | None = None, proc_self: str = "/proc/
     if cgroup_root is not None:
         root = Path(cgroup_root)
         for candidate in (root / "memory.max", root / "memory" / "memory.limit_in_bytes"):
-            text = _read_text(candidate)
+            text = read_text(candidate)
             if text is not None:
                 return parse_memory_limit(text)
         return None
-    version, chain = _proc_chain("memory", proc_self)
+    version, chain = proc_chain("memory", proc_self)
     name = "memory.max" if version == 2 else "memory.limit_in_bytes"
     limits = []
     for folder in chain:
-        text = _read_text(folder / name)
+        text = read_text(folder / name)
         value = parse_memory_limit(text) if text is not None else None
         if value is not None:
             limits.append(value)
@@ -294,125 +265,15 @@ def cgroup_memory_usage(cgroup_root: str | None = None, proc_self: str = "/proc/
         root = Path(cgroup_root)
         files = [root / "memory.current", root / "memory" / "memory.usage_in_bytes"]
     else:
-        version, chain = _proc_chain("memory", proc_self)
+        version, chain = proc_chain("memory", proc_self)
         if not chain:
             return None
         files = [chain[0] / ("memory.current" if version == 2 else "memory.usage_in_bytes")]
     for f in files:
-        text = _read_text(f)
+        text = read_text(f)
         if text is not None:
             try:
                 return int(text.strip())
             except ValueError:
                 return None
     return None
-
-
-@dataclass(frozen=True)
-class MemoryFacts:
-    """Host and cgroup memory in bytes. ``available`` is what a new process can still take:
-    the host's available memory, capped by the cgroup's remaining room when it has a limit."""
-
-    total: int
-    available: int
-    cgroup_limit: int | None
-    cgroup_usage: int | None
-
-
-def memory_facts() -> MemoryFacts:
-    """RAM total/available (psutil) combined with the cgroup memory limit and usage."""
-    import psutil
-
-    vm = psutil.virtual_memory()
-    limit = cgroup_memory_limit()
-    usage = cgroup_memory_usage() if limit is not None else None
-    available = int(vm.available)
-    if limit is not None:
-        available = min(available, max(0, limit - (usage or 0)))
-    return MemoryFacts(int(vm.total), available, limit, usage)
-
-
-# -- CPUs taken by others -----------------------------------------------------------------------
-def parse_proc_stat(text: str) -> dict[int, tuple[float, float]]:
-    """Per-CPU ``(busy, total)`` ticks from a ``/proc/stat`` text.
-
-    busy = user + nice + system + irq + softirq + steal (guest time is already inside user);
-    idle and iowait are not busy: a CPU waiting for a disk can run our workers.
-    """
-    out: dict[int, tuple[float, float]] = {}
-    for line in text.splitlines():
-        if not line.startswith("cpu") or line.startswith("cpu "):
-            continue
-        fields = line.split()
-        try:
-            cpu = int(fields[0][3:])
-            values = [float(v) for v in fields[1:9]]
-        except (ValueError, IndexError):
-            continue
-        values += [0.0] * (8 - len(values))
-        user, nice, system, idle, iowait, irq, softirq, steal = values
-        busy = user + nice + system + irq + softirq + steal
-        out[cpu] = (busy, busy + idle + iowait)
-    return out
-
-
-def local_world_size() -> int:
-    """Training processes sharing this machine (``LOCAL_WORLD_SIZE``; 1 when unset/invalid)."""
-    try:
-        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
-
-
-def busy_from_samples(
-    before: dict[int, tuple[float, float]],
-    after: dict[int, tuple[float, float]],
-    own_cpu_s: float,
-    wall_s: float,
-    cpus: Iterable[int] | None = None,
-) -> float:
-    """CPUs' worth of work done by other processes between two ``parse_proc_stat`` samples.
-
-    Sums, over ``cpus`` (default all), the busy share of each CPU in the window, then takes
-    away ``own_cpu_s / wall_s`` (this process's own CPU time). Clamped to ``[0, len(cpus)]``.
-    """
-    ids = sorted(set(before) & set(after) if cpus is None else set(cpus) & set(before) & set(after))
-    busy = 0.0
-    for c in ids:
-        db = after[c][0] - before[c][0]
-        dt = after[c][1] - before[c][1]
-        if dt > 0:
-            busy += min(1.0, max(0.0, db / dt))
-    own = own_cpu_s / wall_s if wall_s > 0 else 0.0
-    return float(min(len(ids), max(0.0, busy - own)))
-
-
-def cpu_sample() -> dict[int, tuple[float, float]] | None:
-    """Per-CPU ``(busy, total)`` ticks now (``/proc/stat``), or None where there is none."""
-    text = _read_text("/proc/stat")
-    return parse_proc_stat(text) if text is not None else None
-
-
-def busy_cpus(window_s: float = 0.5) -> float:
-    """CPUs kept busy by other processes, measured over ``window_s`` seconds (this call sleeps).
-
-    Counts only the CPUs this process may run on; this process's own CPU time is taken out
-    (its child processes are not: a background job started by us competes like any other).
-    Linux reads ``/proc/stat``; elsewhere psutil's system-wide CPU percentage is used.
-    """
-    import psutil
-
-    me = psutil.Process()
-    cpus = affinity_set()
-    text = _read_text("/proc/stat")
-    if text is None:
-        t0, own0 = time.perf_counter(), sum(me.cpu_times()[:2])
-        percent = psutil.cpu_percent(interval=window_s)
-        wall, own = time.perf_counter() - t0, sum(me.cpu_times()[:2]) - own0
-        total = percent / 100.0 * logical_cores()
-        return float(min(len(cpus), max(0.0, total - own / max(wall, 1e-9))))
-    before, own0, t0 = parse_proc_stat(text), sum(me.cpu_times()[:2]), time.perf_counter()
-    time.sleep(window_s)
-    after_text = _read_text("/proc/stat") or text
-    own, wall = sum(me.cpu_times()[:2]) - own0, time.perf_counter() - t0
-    return busy_from_samples(before, parse_proc_stat(after_text), own, wall, cpus)

@@ -1,0 +1,153 @@
+"""CPUs: how many this process may use (affinity, cgroup quota), and how many others keep busy.
+
+Everything here is cheap (a few small files under ``/proc`` and ``/sys/fs/cgroup``), except
+:func:`busy_cpus`, which watches the machine for a short window on purpose.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Iterable
+
+from detloader._system.cgroups import cgroup_cpu_limit, read_text
+
+__all__ = [
+    "affinity_cpus",
+    "affinity_set",
+    "busy_cpus",
+    "busy_from_samples",
+    "cpu_sample",
+    "local_world_size",
+    "logical_cores",
+    "parse_proc_stat",
+    "physical_cores",
+    "usable_cpus",
+]
+
+
+def affinity_cpus() -> int:
+    """CPUs this process may run on (its affinity mask), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def affinity_set() -> frozenset[int]:
+    """Ids of the CPUs this process may run on (all CPUs where affinity is not supported)."""
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return frozenset(range(os.cpu_count() or 1))
+
+
+def logical_cores() -> int:
+    """Logical CPUs of the machine (hardware threads), whatever this process may use."""
+    return max(1, os.cpu_count() or 1)
+
+
+def physical_cores() -> int | None:
+    """Physical cores of the machine (hyper-threads counted once), or None when unknown."""
+    try:
+        import psutil
+
+        n = psutil.cpu_count(logical=False)
+    except Exception:  # psutil missing or the platform does not say
+        return None
+    return int(n) if n else None
+
+
+def usable_cpus() -> int:
+    """CPUs this process can really use: its affinity, capped by a cgroup CPU quota."""
+    n = affinity_cpus()
+    limit = cgroup_cpu_limit()
+    if limit is not None:
+        n = min(n, max(1, int(limit)))
+    return n
+
+
+def local_world_size() -> int:
+    """Training processes sharing this machine (``LOCAL_WORLD_SIZE``; 1 when unset/invalid)."""
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+# -- CPUs taken by others -----------------------------------------------------------------------
+def parse_proc_stat(text: str) -> dict[int, tuple[float, float]]:
+    """Per-CPU ``(busy, total)`` ticks from a ``/proc/stat`` text.
+
+    busy = user + nice + system + irq + softirq + steal (guest time is already inside user);
+    idle and iowait are not busy: a CPU waiting for a disk can run our workers.
+    """
+    out: dict[int, tuple[float, float]] = {}
+    for line in text.splitlines():
+        if not line.startswith("cpu") or line.startswith("cpu "):
+            continue
+        fields = line.split()
+        try:
+            cpu = int(fields[0][3:])
+            values = [float(v) for v in fields[1:9]]
+        except (ValueError, IndexError):
+            continue
+        values += [0.0] * (8 - len(values))
+        user, nice, system, idle, iowait, irq, softirq, steal = values
+        busy = user + nice + system + irq + softirq + steal
+        out[cpu] = (busy, busy + idle + iowait)
+    return out
+
+
+def busy_from_samples(
+    before: dict[int, tuple[float, float]],
+    after: dict[int, tuple[float, float]],
+    own_cpu_s: float,
+    wall_s: float,
+    cpus: Iterable[int] | None = None,
+) -> float:
+    """CPUs' worth of work done by other processes between two ``parse_proc_stat`` samples.
+
+    Sums, over ``cpus`` (default all), the busy share of each CPU in the window, then takes
+    away ``own_cpu_s / wall_s`` (this process's own CPU time). Clamped to ``[0, len(cpus)]``.
+    """
+    ids = sorted(set(before) & set(after) if cpus is None else set(cpus) & set(before) & set(after))
+    busy = 0.0
+    for c in ids:
+        db = after[c][0] - before[c][0]
+        dt = after[c][1] - before[c][1]
+        if dt > 0:
+            busy += min(1.0, max(0.0, db / dt))
+    own = own_cpu_s / wall_s if wall_s > 0 else 0.0
+    return float(min(len(ids), max(0.0, busy - own)))
+
+
+def cpu_sample() -> dict[int, tuple[float, float]] | None:
+    """Per-CPU ``(busy, total)`` ticks now (``/proc/stat``), or None where there is none."""
+    text = read_text("/proc/stat")
+    return parse_proc_stat(text) if text is not None else None
+
+
+def busy_cpus(window_s: float = 0.5) -> float:
+    """CPUs kept busy by other processes, measured over ``window_s`` seconds (this call sleeps).
+
+    Counts only the CPUs this process may run on; this process's own CPU time is taken out
+    (its child processes are not: a background job started by us competes like any other).
+    Linux reads ``/proc/stat``; elsewhere psutil's system-wide CPU percentage is used.
+    """
+    import psutil
+
+    me = psutil.Process()
+    cpus = affinity_set()
+    text = read_text("/proc/stat")
+    if text is None:
+        t0, own0 = time.perf_counter(), sum(me.cpu_times()[:2])
+        percent = psutil.cpu_percent(interval=window_s)
+        wall, own = time.perf_counter() - t0, sum(me.cpu_times()[:2]) - own0
+        total = percent / 100.0 * logical_cores()
+        return float(min(len(cpus), max(0.0, total - own / max(wall, 1e-9))))
+    before, own0, t0 = parse_proc_stat(text), sum(me.cpu_times()[:2]), time.perf_counter()
+    time.sleep(window_s)
+    after_text = read_text("/proc/stat") or text
+    own, wall = sum(me.cpu_times()[:2]) - own0, time.perf_counter() - t0
+    return busy_from_samples(before, parse_proc_stat(after_text), own, wall, cpus)
