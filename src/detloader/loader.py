@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
 
+from detloader._pool import worker_context
 from detloader._system import accelerator_available
 from detloader.balance.factory import make_balanced_sampler
 from detloader.collate import collate_detection
@@ -230,6 +231,8 @@ def dataloader_kwargs(dataset: Dataset[Any], o: LoaderOptions) -> dict[str, Any]
     kwargs["pin_memory"] = pin
     if o.num_workers > 0:
         kwargs["worker_init_fn"] = WorkerInit(o.worker_init_fn)
+        if o.multiprocessing_context is None:  # workers that never import the caller's script
+            kwargs["multiprocessing_context"] = worker_context()
     if o.batch_sampler is not None:  # DataLoader wants its defaults here
         kwargs.update(batch_size=1, shuffle=None, sampler=None, drop_last=False)
     if o.prefetch_factor is None:  # left out: DataLoader's own default applies
