@@ -14,7 +14,7 @@ from typing import Sequence
 from detloader import __version__
 
 #: Sub-command modules, in the order ``--help`` lists them.
-COMMANDS = ("demo", "synth", "index", "validate", "convert", "tune", "stats")
+COMMANDS = ("demo", "synth", "index", "validate", "convert", "tune", "stats", "train", "evaluate")
 
 
 def build_parser() -> argparse.ArgumentParser:
