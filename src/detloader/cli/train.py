@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="none, inverse, sqrt, power:P, effective[:BETA], repeat_factor[:T], class_aware (default: none)",
     )
     p.add_argument("--balance-by", default="class", help="class (default), image_class, attribute:NAME")
-    p.add_argument("--epochs", type=int, help="epochs (default 12)")
+    p.add_argument("--epochs", type=int, help="epochs (default 20)")
     p.add_argument("--size", type=int, help="letterbox side, a multiple of 32 (default 128)")
     p.add_argument("--batch-size", type=int, help="images per step and process (default 16)")
     p.add_argument("--lr", type=float, help="AdamW learning rate")

@@ -69,7 +69,7 @@ class TrainConfig:
     synthetic_seed: int = 0
     size: int = 128
     batch_size: int = 16
-    epochs: int = 12
+    epochs: int = 20
     lr: float = 3e-3
     weight_decay: float = 1e-4
     warmup_steps: int = 50
