@@ -3,7 +3,6 @@ other), per-class figures, NME with its named normaliser, image-class accuracy."
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest

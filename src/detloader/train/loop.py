@@ -130,7 +130,7 @@ def _train_loader(config: TrainConfig, index: Any, env: DistEnv) -> Any:
         "batch_size": config.batch_size,
         "num_workers": config.num_workers,
         "pin_memory": env.device.type == "cuda",
-        "drop_last": True,  # BatchNorm wants no batch of one
+        "drop_last": True,  # equal, full steps on every rank
         "seed": config.seed,
     }
     with warnings.catch_warnings():
@@ -196,8 +196,6 @@ def _train(
     on_step: Callable[[StepInfo], None] | None,
     on_epoch: Callable[[EpochInfo], None] | None,
 ) -> dict[str, Any]:
-    import detloader
-
     out = config.out_dir
     if env.is_main:
         out.mkdir(parents=True, exist_ok=True)
