@@ -54,7 +54,7 @@ def main() -> None:
     base = TrainConfig(out=str(out / "data"))
     if args.epochs:
         base = base.replace(epochs=args.epochs)
-    console = Console()
+    console = Console(width=max(Console().width, 120))
     console.print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; config: size {base.size}, "
                   f"{base.epochs} epochs, batch {base.batch_size}, {base.synthetic_images} images, seed {base.seed}")
     result: dict = {"config": base.to_dict(), "balance": [], "data_wait": []}
