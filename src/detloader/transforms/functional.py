@@ -225,7 +225,7 @@ def adjust_colour(
 ) -> np.ndarray:
     """Brightness, contrast and saturation factors (1 = unchanged) as torchvision defines
     them, in that order, on uint8: brightness and contrast are one 256-entry lookup table;
-    saturation blends with the luma image in 16-bit integers. Contrast uses the mean luma of
+    saturation blends with the luma image in 32-bit integers. Contrast uses the mean luma of
     every 4th pixel in each direction (cheap, deterministic)."""
     out = image
     if brightness != 1.0 or contrast != 1.0:
@@ -238,7 +238,7 @@ def adjust_colour(
         lut = np.clip(np.rint(values), 0, 255).astype(np.uint8)
         out = lut[out]
     if saturation != 1.0:
-        a = np.asarray(out, dtype=np.int16)
+        a = np.asarray(out, dtype=np.int32)  # int16 overflows: 255 * 150 > 32767
         gray = (a[..., 0] * 77 + a[..., 1] * 150 + a[..., 2] * 29 + 128) >> 8
         s = int(round(saturation * 256))
         mixed = gray[..., None] + (((a - gray[..., None]) * s) >> 8)

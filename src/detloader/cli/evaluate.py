@@ -1,0 +1,79 @@
+"""``detloader evaluate CKPT PATH``: box mAP, per-class precision / recall / AP, landmark NME
+and image-class accuracy of a training checkpoint on a dataset split."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from detloader.cli._common import console, print_json, progress_bar
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("evaluate", help="metrics of a training checkpoint on a dataset (mAP, NME, image class)")
+    p.add_argument("checkpoint", help="a *.pt file written by detloader train")
+    p.add_argument("path", help="dataset folder or annotation file (any format detloader reads)")
+    p.add_argument("--split", default="val", help="split to evaluate, or 'all' (default: val)")
+    p.add_argument("--format", default="auto", help="annotation format (default: auto)")
+    p.add_argument("--on-error", default="warn", choices=("raise", "skip", "warn"), help="bad annotations (default: warn)")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--score-threshold", type=float, default=0.3, help="operating point of precision / recall (default 0.3)")
+    p.add_argument("--backend", default="auto", choices=("auto", "faster_coco_eval", "pycocotools"))
+    p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
+    p.set_defaults(func=run)
+
+
+def _fmt(value: Any, percent: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{100 * value:.1f}" if percent else f"{value:.3f}"
+
+
+def print_metrics(metrics: dict[str, Any]) -> None:
+    """The per-class table and one line per summary figure."""
+    from rich.table import Table
+
+    out = console()
+    if "per_class" in metrics:
+        table = Table(title=f"boxes (precision / recall at score >= {metrics['score_threshold']:g}, IoU 0.5)")
+        for col in ("class", "objects", "precision", "recall", "AP@0.5", "AP@0.5:0.95"):
+            table.add_column(col, justify="left" if col == "class" else "right")
+        for name, row in metrics["per_class"].items():
+            table.add_row(
+                name, str(row["objects"]), _fmt(row["precision"]), _fmt(row["recall"]),
+                _fmt(row["ap50"]), _fmt(row["ap50_95"]),
+            )
+        out.print(table)
+        out.print(f"box mAP@0.5 {_fmt(metrics['map50'])}, mAP@0.5:0.95 {_fmt(metrics['map50_95'])} ({metrics['images']} images, {metrics['backend']})")
+        if metrics.get("nme") is not None:
+            out.print(f"landmark NME {_fmt(metrics['nme'])} (normalised by {metrics['nme_normaliser']}, {metrics['nme_objects']} matched objects)")
+        if metrics.get("image_class_accuracy") is not None:
+            recall = ", ".join(f"{k} {_fmt(v)}" for k, v in metrics["image_class_recall"].items())
+            out.print(f"image class accuracy {_fmt(metrics['image_class_accuracy'])} (recall: {recall})")
+    if "data_wait_fraction" in metrics:
+        out.print(f"data wait {_fmt(metrics['data_wait_fraction'], percent=True)} % of step time (num_workers={metrics.get('num_workers')})")
+    if "samples_per_rank" in metrics and metrics.get("world_size", 1) > 1:
+        out.print("training samples per rank: " + ", ".join(f"rank {r}: {n}" for r, n in enumerate(metrics["samples_per_rank"])))
+
+
+def run(args: argparse.Namespace) -> int:
+    from detloader.train import evaluate_checkpoint
+
+    with progress_bar("evaluate", enabled=not args.json) as progress:
+        metrics = evaluate_checkpoint(
+            args.checkpoint,
+            args.path,
+            split=None if args.split == "all" else args.split,
+            read_options={"format": args.format, "on_error": args.on_error},
+            batch_size=args.batch_size,
+            device=args.device,
+            score_threshold=args.score_threshold,
+            backend=args.backend,
+            progress=progress,
+        )
+    if args.json:
+        print_json(metrics)
+    else:
+        print_metrics(metrics)
+    return 0

@@ -1,0 +1,167 @@
+"""``detloader train [PATH]``: the reference multi-task model on any dataset detloader reads
+(no PATH: the embedded synthetic dataset), with class balancing, a tuned loader, checkpoints,
+exact ``--resume``, the data-wait share of step time, and a final evaluation.
+
+The same command runs distributed under ``torchrun --nproc_per_node=N`` (see
+docs/training.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from detloader.cli._common import console, print_json
+
+
+def _workers(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"num-workers={value!r} must be an int >= 0 or 'auto'") from None
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train the reference detection + landmark + image-class model")
+    p.add_argument("path", nargs="?", help="dataset folder or annotation file (default: the synthetic dataset)")
+    p.add_argument("--format", default="auto", help="annotation format (default: auto)")
+    p.add_argument("--on-error", default="warn", choices=("raise", "skip", "warn"), help="bad annotations (default: warn)")
+    p.add_argument("--classes", help="comma-separated class list, in id order")
+    p.add_argument(
+        "--balance",
+        default=None,
+        help="none, inverse, sqrt, power:P, effective[:BETA], repeat_factor[:T], class_aware (default: none)",
+    )
+    p.add_argument("--balance-by", default="class", help="class (default), image_class, attribute:NAME")
+    p.add_argument("--epochs", type=int, help="epochs (default 20)")
+    p.add_argument("--size", type=int, help="letterbox side, a multiple of 32 (default 128)")
+    p.add_argument("--batch-size", type=int, help="images per step and process (default 16)")
+    p.add_argument("--lr", type=float, help="AdamW learning rate")
+    p.add_argument("--width", type=int, help="channels of the first backbone stage (default 16)")
+    p.add_argument("--num-workers", type=_workers, default="auto", help="loader workers or 'auto' (default)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--landmark-loss", choices=("l1", "wing"), default="l1")
+    p.add_argument("--synthetic-images", type=int, help="images of the synthetic dataset (default 400)")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="also save every N steps (default: epoch ends)")
+    p.add_argument("--max-steps", type=int, help="stop after N steps in all, with a checkpoint (as if killed)")
+    p.add_argument("--resume", metavar="CKPT", help="continue from this checkpoint (mid-epoch, exactly)")
+    p.add_argument("--out", default="runs/train", help="checkpoints, metrics.json, config.json (default: runs/train)")
+    p.add_argument("--no-eval", action="store_true", help="skip the final evaluation")
+    p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
+    p.set_defaults(func=run)
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from detloader.train import TrainConfig
+
+    changes: dict[str, Any] = {}
+    if args.resume:  # the run's own settings, unless given again
+        from detloader.train import load_checkpoint
+
+        saved = dict(load_checkpoint(args.resume)["config"])
+        saved.pop("resume", None)
+        changes.update(saved)
+    read_options: dict[str, Any] = dict(changes.get("read_options", {}))
+    if args.path is not None:
+        changes["data"] = args.path
+        read_options.update(format=args.format, on_error=args.on_error)
+        if args.classes:
+            read_options["classes"] = [c.strip() for c in args.classes.split(",")]
+    changes["read_options"] = read_options
+    explicit = {
+        "balance": args.balance,
+        "epochs": args.epochs,
+        "size": args.size,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "width": args.width,
+        "synthetic_images": args.synthetic_images,
+        "max_steps": args.max_steps,
+    }
+    changes.update({k: v for k, v in explicit.items() if v is not None})
+    if not args.resume:
+        changes.update(balance_by=tuple(args.balance_by.split(",")) if "," in args.balance_by else args.balance_by,
+                       seed=args.seed, landmark_loss=args.landmark_loss)
+    changes.update(
+        out=args.out, device=args.device, num_workers=args.num_workers, resume=args.resume,
+        checkpoint_every=args.checkpoint_every, evaluate=not args.no_eval,
+    )
+    return TrainConfig.from_dict(changes)
+
+
+class _Progress:
+    """A rich progress bar with the loss parts (stderr, interactive terminals only) and one
+    line per epoch with the data-wait share, on rank 0."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.out = console()
+        self.bar = None
+        self.task = None
+        if enabled and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(
+                TextColumn("epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
+                TimeElapsedColumn(), TextColumn("{task.fields[losses]}"),
+                console=Console(stderr=True), transient=True,
+            )
+        self.enabled = enabled
+
+    def __enter__(self) -> "_Progress":
+        if self.bar is not None:
+            self.bar.__enter__()
+            self.task = self.bar.add_task("train", total=None, epoch=0, losses="")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+    def step(self, info: Any) -> None:
+        if self.bar is None or info.rank != 0:
+            return
+        parts = " ".join(f"{k} {v:.3f}" for k, v in info.losses.items())
+        self.bar.update(self.task, completed=info.step_in_epoch, total=info.steps_in_epoch, epoch=info.epoch, losses=parts)
+
+    def epoch(self, info: Any) -> None:
+        if not self.enabled or info.rank != 0:
+            return
+        parts = ", ".join(f"{k} {v:.3f}" for k, v in info.losses.items() if k != "total")
+        self.out.print(
+            f"epoch {info.epoch + 1}/{info.epochs}: loss {info.losses.get('total', 0):.3f} ({parts}); "
+            f"data wait {100 * info.data_wait_fraction:.1f} % of step time"
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    import warnings
+
+    from detloader.train import train
+
+    config = _config(args)
+    rank0 = int(os.environ.get("RANK", "0")) == 0
+    show = rank0 and not args.json
+    with warnings.catch_warnings():
+        if not show:
+            warnings.simplefilter("ignore")
+        with _Progress(show) as progress:
+            metrics = train(config, on_step=progress.step, on_epoch=progress.epoch)
+    if not rank0:
+        return 0
+    if args.json:
+        print_json(metrics)
+        return 0
+    from detloader.cli.evaluate import print_metrics
+
+    print_metrics(metrics)
+    out = console()
+    if metrics.get("stopped_early"):
+        out.print(f"stopped after {metrics['steps']} steps (--max-steps); continue with --resume {config.out}/last.pt")
+    out.print(f"{config.out}/: last.pt, metrics.json, config.json ({metrics['train_seconds']:.0f} s of training)")
+    return 0

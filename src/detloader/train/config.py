@@ -1,0 +1,158 @@
+"""The training configuration: one frozen dataclass, checked on construction, saved as JSON.
+
+The defaults are the demo's budget: on the embedded synthetic dataset (``data=None``) a run
+finishes in about three minutes on two CPU cores and reaches box mAP@0.5 above 0.5 on the
+validation split (figures in ``docs/training.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from detloader.train.losses import LANDMARK_LOSSES, LossWeights
+from detloader.train.model import INPUT_MULTIPLE
+
+__all__ = ["BALANCE_NAMES", "DEVICES", "TrainConfig"]
+
+DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+#: ``balance`` values: no balancing, or the strategies ``make_loader(balance=)`` knows.
+BALANCE_NAMES: tuple[str, ...] = ("none", "inverse", "sqrt", "power", "effective", "repeat_factor", "class_aware")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a run depends on.
+
+    Attributes:
+        data: dataset path (anything :func:`detloader.read_annotations` reads); None: the
+            embedded synthetic dataset, written to ``out/synthetic``.
+        out: folder for checkpoints (``last.pt``), ``metrics.json`` and ``config.json``.
+        read_options: keyword arguments of ``read_annotations`` (``format``, ``on_error``...).
+        train_split, val_split: split names; when the dataset has neither, a seeded 80/20
+            random split (stratified by image class) is made.
+        synthetic_images, synthetic_seed: size and seed of the synthetic dataset.
+        size: letterbox side of the network input, pixels (a multiple of 32).
+        batch_size: images per step and process.
+        epochs: passes over the (balanced) training sampler.
+        lr, weight_decay, warmup_steps: AdamW with linear warm-up then cosine decay to 5 %.
+        balance: ``"none"`` (a seeded shuffle) or a strategy of ``make_loader(balance=)``:
+            ``inverse``, ``sqrt``, ``power:P``, ``effective[:BETA]``, ``repeat_factor[:T]``,
+            ``class_aware``.
+        balance_by: grouping of the balance (``"class"``, ``"image_class"``, ...).
+        num_workers: DataLoader workers, or ``"auto"`` (tuned for the machine).
+        device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
+        amp: mixed precision on CUDA (bfloat16 when supported, else float16 with a scaler);
+            ignored on CPU.
+        seed: seeds the model initialisation, the sampler and the augmentations.
+        width: channels of the first backbone stage (model size).
+        landmark_loss: ``"l1"`` or ``"wing"``.
+        loss_weights: :class:`~detloader.train.losses.LossWeights`.
+        checkpoint_every: also save ``last.pt`` every this many steps (0: at epoch ends only).
+        max_steps: stop (with a checkpoint) after this many steps in all, as if killed: for
+            resume tests and smoke runs; None: train all epochs.
+        resume: checkpoint to continue from (mid-epoch, no sample lost or repeated).
+        score_threshold: operating point of the per-class precision / recall.
+        eval_backend: ``"auto"``, ``"faster_coco_eval"`` or ``"pycocotools"``.
+        evaluate: evaluate on the validation split at the end.
+    """
+
+    data: str | None = None
+    out: str = "runs/train"
+    read_options: Mapping[str, Any] = field(default_factory=dict)
+    train_split: str = "train"
+    val_split: str = "val"
+    synthetic_images: int = 400
+    synthetic_seed: int = 0
+    size: int = 128
+    batch_size: int = 16
+    epochs: int = 20
+    lr: float = 3e-3
+    weight_decay: float = 1e-4
+    warmup_steps: int = 50
+    balance: str = "none"
+    balance_by: Any = "class"
+    num_workers: int | str = "auto"
+    device: str = "auto"
+    amp: bool = True
+    seed: int = 0
+    width: int = 16
+    landmark_loss: str = "l1"
+    loss_weights: LossWeights = field(default_factory=LossWeights)
+    checkpoint_every: int = 0
+    max_steps: int | None = None
+    resume: str | None = None
+    score_threshold: float = 0.3
+    eval_backend: str = "auto"
+    evaluate: bool = True
+
+    def __post_init__(self) -> None:
+        def positive(name: str, allow_zero: bool = False) -> None:
+            value = getattr(self, name)
+            low = 0 if allow_zero else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name}={value!r} must be an int >= {low}")
+
+        for name in ("batch_size", "epochs", "synthetic_images", "width"):
+            positive(name)
+        for name in ("warmup_steps", "checkpoint_every"):
+            positive(name, allow_zero=True)
+        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < INPUT_MULTIPLE or self.size % INPUT_MULTIPLE:
+            raise ValueError(f"size={self.size!r} must be a positive multiple of {INPUT_MULTIPLE}")
+        if self.max_steps is not None and (not isinstance(self.max_steps, int) or self.max_steps < 1):
+            raise ValueError(f"max_steps={self.max_steps!r} must be None or an int >= 1")
+        if self.device not in DEVICES:
+            raise ValueError(f"device={self.device!r} is not one of {DEVICES}")
+        if self.landmark_loss not in LANDMARK_LOSSES:
+            raise ValueError(f"landmark_loss={self.landmark_loss!r} is not one of {LANDMARK_LOSSES}")
+        if not (self.num_workers == "auto" or (isinstance(self.num_workers, int) and not isinstance(self.num_workers, bool) and self.num_workers >= 0)):
+            raise ValueError(f"num_workers={self.num_workers!r} must be an int >= 0 or 'auto'")
+        if not (self.lr > 0 and self.weight_decay >= 0):
+            raise ValueError(f"lr={self.lr!r} must be > 0 and weight_decay={self.weight_decay!r} >= 0")
+        if not 0.0 <= self.score_threshold <= 1.0:
+            raise ValueError(f"score_threshold={self.score_threshold!r} must be in [0, 1]")
+        from detloader.train.evaluate import BACKENDS
+
+        if self.eval_backend not in BACKENDS:
+            raise ValueError(f"eval_backend={self.eval_backend!r} is not one of {BACKENDS}")
+        if not isinstance(self.balance, str) or not self.balance:
+            raise ValueError(f"balance={self.balance!r} must be 'none' or a strategy name")
+        if self.balance.partition(":")[0].strip() not in BALANCE_NAMES:
+            raise ValueError(f"balance={self.balance!r} is not one of {BALANCE_NAMES} (with :PARAM where it takes one)")
+        if isinstance(self.loss_weights, Mapping):
+            object.__setattr__(self, "loss_weights", LossWeights.from_dict(self.loss_weights))
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out)
+
+    def replace(self, **changes: Any) -> "TrainConfig":
+        """A copy with ``changes`` (checked again)."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data (``loss_weights`` as a dict, ``balance_by`` as a list when a
+        tuple)."""
+        data = asdict(self)
+        data["read_options"] = dict(self.read_options)
+        if isinstance(self.balance_by, tuple):
+            data["balance_by"] = list(self.balance_by)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":
+        """Inverse of :meth:`to_dict`; unknown keys are an error naming them."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"TrainConfig: unknown keys {unknown}; known: {sorted(known)}")
+        values = dict(data)
+        if isinstance(values.get("balance_by"), list):
+            values["balance_by"] = tuple(values["balance_by"])
+        return cls(**values)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")

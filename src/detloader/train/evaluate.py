@@ -1,0 +1,321 @@
+"""Metrics of a trained model on an annotated split.
+
+* **Boxes**: COCO-style mAP@0.5 and mAP@0.5:0.95 (101-point interpolated AP, up to 100
+  detections per image, all areas), computed by faster-coco-eval or pycocotools (the
+  ``eval`` extra: ``pip install detloader[eval]``) rather than by a home-made matcher; both
+  give the same figures. Per class: AP@0.5, AP@0.5:0.95, and precision / recall at the
+  operating point ``score_threshold``, read off the same COCO precision-recall curve at IoU
+  0.5 (the last recall point reached by detections scoring >= the threshold).
+* **Landmarks**: NME, the mean over ground-truth objects matched by a detection (same class,
+  IoU >= 0.5, greedy by score) of the mean point error over labelled points (visibility >
+  0) divided by a normaliser that is always named: ``"inter_ocular"`` (distance between the
+  ground-truth left and right eye) when the landmark schema has a left and a right eye,
+  else ``"box_diagonal"`` (of the ground-truth box), as mmpose's ``keypoint_2d_metrics``.
+* **Image class**: accuracy and per-class recall over images with an image-level label.
+
+Ground truth comes from the :class:`~detloader.AnnotationIndex` (annotation coordinates);
+predictions must already be mapped back to them (``Batch.boxes_to_original``). Undefined
+figures (no landmark head, no image classes) are ``None``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from dataclasses import dataclass
+from typing import Any, Literal, Sequence
+
+import numpy as np
+
+__all__ = [
+    "BACKENDS",
+    "ImagePredictions",
+    "coco_ground_truth",
+    "coco_evaluate",
+    "compute_metrics",
+    "landmark_normaliser",
+]
+
+Backend = Literal["auto", "faster_coco_eval", "pycocotools"]
+BACKENDS: tuple[str, ...] = ("auto", "faster_coco_eval", "pycocotools")
+
+
+@dataclass(frozen=True)
+class ImagePredictions:
+    """Predictions for one image, in annotation coordinates (plain numpy: cheap to pickle
+    between ranks).
+
+    Attributes:
+        image_id: row of the image in the index being evaluated.
+        boxes: float32 ``[P, 4]`` xyxy pixels; scores: float32 ``[P]``; labels: int64 ``[P]``.
+        landmarks: float32 ``[P, K, 2]`` pixels.
+        image_probs: float32 ``[I]`` image-class probabilities (``I = 0``: no head).
+    """
+
+    image_id: int
+    boxes: np.ndarray
+    scores: np.ndarray
+    labels: np.ndarray
+    landmarks: np.ndarray
+    image_probs: np.ndarray
+
+
+# -- COCO mAP ---------------------------------------------------------------------------------
+def coco_ground_truth(index: Any) -> dict[str, Any]:
+    """The index as a COCO ``instances`` dict: image ids = index rows + 1, category ids =
+    class ids + 1, ``bbox`` xywh pixels."""
+    images = [
+        {"id": i + 1, "width": int(index.width[i]), "height": int(index.height[i])} for i in range(len(index))
+    ]
+    cats = [{"id": c + 1, "name": name} for c, name in enumerate(index.classes)]
+    anns = []
+    img_of = index.object_image
+    for j in range(index.num_objects):
+        x1, y1, x2, y2 = (float(v) for v in index.boxes[j])
+        w, h = max(x2 - x1, 0.0), max(y2 - y1, 0.0)
+        anns.append(
+            {
+                "id": j + 1,
+                "image_id": int(img_of[j]) + 1,
+                "category_id": int(index.labels[j]) + 1,
+                "bbox": [x1, y1, w, h],
+                "area": w * h,
+                "iscrowd": 0,
+            }
+        )
+    return {"images": images, "categories": cats, "annotations": anns}
+
+
+def _detections(predictions: Sequence[ImagePredictions]) -> list[dict[str, Any]]:
+    out = []
+    for p in predictions:
+        for box, score, label in zip(p.boxes.tolist(), p.scores.tolist(), p.labels.tolist()):
+            x1, y1, x2, y2 = box
+            out.append(
+                {
+                    "image_id": p.image_id + 1,
+                    "category_id": int(label) + 1,
+                    "bbox": [x1, y1, max(x2 - x1, 0.0), max(y2 - y1, 0.0)],
+                    "score": float(score),
+                }
+            )
+    return out
+
+
+def _backend(name: str) -> str:
+    if name not in BACKENDS:
+        raise ValueError(f"backend={name!r} is not one of {BACKENDS}")
+    order = ("faster_coco_eval", "pycocotools") if name == "auto" else (name,)
+    for candidate in order:
+        try:
+            __import__(candidate)
+            return candidate
+        except ImportError:
+            continue
+    raise ImportError(
+        f"backend={name!r}: {' or '.join(order)} is not installed; box mAP needs the 'eval' "
+        "extra: pip install 'detloader[eval]'"
+    )
+
+
+def coco_evaluate(
+    gt: dict[str, Any], detections: list[dict[str, Any]], backend: Backend = "auto"
+) -> dict[str, Any]:
+    """COCO bbox evaluation, quietly: ``{"backend", "stats" [12], "precision" [T, R, C],
+    "scores" [T, R, C], "recall" [T, C]}`` (area "all", 100 detections; -1 where a class
+    has no ground truth). No detections at all give zeros."""
+    name = _backend(backend)
+    c = len(gt["categories"])
+    if not detections:
+        return {
+            "backend": name,
+            "stats": np.zeros(12),
+            "precision": np.zeros((10, 101, c)),
+            "scores": np.zeros((10, 101, c)),
+            "recall": np.zeros((10, c)),
+        }
+    with contextlib.redirect_stdout(io.StringIO()):
+        if name == "faster_coco_eval":
+            from faster_coco_eval import COCO, COCOeval_faster
+
+            coco_gt = COCO(gt)
+            coco_dt = coco_gt.loadRes(detections)
+            ev = COCOeval_faster(coco_gt, coco_dt, "bbox")
+        else:
+            from pycocotools.coco import COCO
+            from pycocotools.cocoeval import COCOeval
+
+            coco_gt = COCO()
+            coco_gt.dataset = gt
+            coco_gt.createIndex()
+            coco_dt = coco_gt.loadRes(detections)
+            ev = COCOeval(coco_gt, coco_dt, "bbox")
+        ev.evaluate()
+        ev.accumulate()
+        ev.summarize()
+    return {
+        "backend": name,
+        "stats": np.asarray(ev.stats, dtype=np.float64),
+        "precision": np.asarray(ev.eval["precision"])[:, :, :, 0, -1],
+        "scores": np.asarray(ev.eval["scores"])[:, :, :, 0, -1],
+        "recall": np.asarray(ev.eval["recall"])[:, :, 0, -1],
+    }
+
+
+def _mean_valid(values: np.ndarray) -> float | None:
+    v = values[values > -1]
+    return float(v.mean()) if v.size else None
+
+
+def _per_class(result: dict[str, Any], classes: Sequence[str], counts: np.ndarray, threshold: float) -> dict[str, Any]:
+    rec_thrs = np.linspace(0.0, 1.0, 101)
+    out: dict[str, Any] = {}
+    for k, name in enumerate(classes):
+        prec50 = result["precision"][0, :, k]
+        scores50 = result["scores"][0, :, k]
+        reached = np.flatnonzero((scores50 >= threshold) & (prec50 > 0))
+        if counts[k] == 0:
+            precision = recall = None
+        elif reached.size:
+            r = int(reached[-1])
+            precision, recall = float(prec50[r]), float(rec_thrs[r])
+        else:
+            precision, recall = 0.0, 0.0
+        out[name] = {
+            "objects": int(counts[k]),
+            "precision": precision,
+            "recall": recall,
+            "max_recall": float(result["recall"][0, k]) if counts[k] else None,
+            "ap50": _mean_valid(prec50) if counts[k] else None,
+            "ap50_95": _mean_valid(result["precision"][:, :, k]) if counts[k] else None,
+        }
+    return out
+
+
+# -- landmarks --------------------------------------------------------------------------------
+def landmark_normaliser(names: Sequence[str]) -> tuple[str, tuple[int, int] | None]:
+    """(``"inter_ocular"``, (left eye, right eye)) when the schema names both eyes, else
+    (``"box_diagonal"``, None)."""
+    def find(side: str) -> int | None:
+        pattern = re.compile(rf"(^|[^a-z]){side}[_\- ]?eye($|[^a-z])")
+        hits = [i for i, n in enumerate(names) if pattern.search(n.lower())]
+        return hits[0] if len(hits) == 1 else None
+
+    left, right = find("left"), find("right")
+    if left is not None and right is not None:
+        return "inter_ocular", (left, right)
+    return "box_diagonal", None
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of xyxy boxes ``[N, 4]`` x ``[M, 4]`` -> ``[N, M]``."""
+    lt = np.maximum(a[:, None, :2], b[None, :, :2])
+    rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    inter = np.clip(rb - lt, 0, None).prod(axis=2)
+    area_a = np.clip(a[:, 2:] - a[:, :2], 0, None).prod(axis=1)
+    area_b = np.clip(b[:, 2:] - b[:, :2], 0, None).prod(axis=1)
+    return inter / np.maximum(area_a[:, None] + area_b[None] - inter, 1e-9)
+
+
+def _nme(index: Any, predictions: Sequence[ImagePredictions], iou_threshold: float = 0.5) -> tuple[float | None, str | None, int]:
+    names = index.landmark_schema.names
+    if not names:
+        return None, None, 0
+    normaliser, eyes = landmark_normaliser(names)
+    errors: list[float] = []
+    offsets = index.object_offsets
+    for p in predictions:
+        lo, hi = int(offsets[p.image_id]), int(offsets[p.image_id + 1])
+        if hi == lo or len(p.boxes) == 0 or p.landmarks.shape[1] != len(names):
+            continue
+        gt_boxes, gt_labels = index.boxes[lo:hi], index.labels[lo:hi]
+        gt_lm, gt_vis = index.landmarks[lo:hi], index.visibility[lo:hi]
+        ious = _iou(p.boxes, gt_boxes)
+        taken = np.zeros(hi - lo, dtype=bool)
+        for d in np.argsort(-p.scores, kind="stable"):
+            cand = np.where((~taken) & (gt_labels == p.labels[d]), ious[d], -1.0)
+            g = int(np.argmax(cand))
+            if cand[g] < iou_threshold:
+                continue
+            taken[g] = True
+            labelled = gt_vis[g] > 0
+            if not labelled.any():
+                continue
+            if eyes is not None:
+                if not (gt_vis[g, eyes[0]] > 0 and gt_vis[g, eyes[1]] > 0):
+                    continue
+                norm = float(np.linalg.norm(gt_lm[g, eyes[0]] - gt_lm[g, eyes[1]]))
+            else:
+                x1, y1, x2, y2 = gt_boxes[g]
+                norm = float(np.hypot(x2 - x1, y2 - y1))
+            if norm <= 0:
+                continue
+            dist = np.linalg.norm(p.landmarks[d][labelled] - gt_lm[g][labelled], axis=1)
+            errors.append(float(dist.mean()) / norm)
+    return (float(np.mean(errors)) if errors else None), normaliser, len(errors)
+
+
+# -- image class ------------------------------------------------------------------------------
+def _image_class(index: Any, predictions: Sequence[ImagePredictions]) -> tuple[float | None, dict[str, float | None]]:
+    classes = index.image_classes
+    if not classes:
+        return None, {}
+    truth, guess = [], []
+    for p in predictions:
+        label = int(index.image_labels[p.image_id])
+        if label >= 0 and p.image_probs.size:
+            truth.append(label)
+            guess.append(int(np.argmax(p.image_probs)))
+    if not truth:
+        return None, {name: None for name in classes}
+    t, g = np.asarray(truth), np.asarray(guess)
+    recall = {name: (float((g[t == c] == c).mean()) if (t == c).any() else None) for c, name in enumerate(classes)}
+    return float((t == g).mean()), recall
+
+
+# -- all together -----------------------------------------------------------------------------
+def compute_metrics(
+    index: Any,
+    predictions: Sequence[ImagePredictions],
+    *,
+    score_threshold: float = 0.3,
+    backend: Backend = "auto",
+) -> dict[str, Any]:
+    """Every metric of the module docstring as a JSON-ready dict (keys ``map50``,
+    ``map50_95``, ``per_class``, ``score_threshold``, ``nme``, ``nme_normaliser``,
+    ``nme_objects``, ``image_class_accuracy``, ``image_class_recall``, ``images``,
+    ``backend``).
+
+    ``index`` is the evaluated split; each prediction's ``image_id`` is a row of it; images
+    without a prediction entry are left out of the evaluation."""
+    if not 0.0 <= score_threshold <= 1.0:
+        raise ValueError(f"score_threshold={score_threshold!r} must be in [0, 1]")
+    seen = sorted({p.image_id for p in predictions})
+    if len(seen) != len(predictions):
+        raise ValueError("predictions: an image_id appears twice (a rank evaluated an image twice?)")
+    sub = index.subset(np.asarray(seen, dtype=np.int64)) if len(seen) != len(index) else index
+    if sub is not index:  # renumber the predictions to the rows of the subset
+        row = {old: new for new, old in enumerate(seen)}
+        predictions = [
+            ImagePredictions(row[p.image_id], p.boxes, p.scores, p.labels, p.landmarks, p.image_probs)
+            for p in predictions
+        ]
+    gt = coco_ground_truth(sub)
+    result = coco_evaluate(gt, _detections(predictions), backend)
+    counts = np.bincount(np.asarray(sub.labels, dtype=np.int64), minlength=len(sub.classes))
+    nme, normaliser, nme_objects = _nme(sub, predictions)
+    accuracy, recall = _image_class(sub, predictions)
+    return {
+        "map50": float(result["stats"][1]),
+        "map50_95": float(result["stats"][0]),
+        "per_class": _per_class(result, sub.classes, counts, score_threshold),
+        "score_threshold": score_threshold,
+        "nme": nme,
+        "nme_normaliser": normaliser,
+        "nme_objects": nme_objects,
+        "image_class_accuracy": accuracy,
+        "image_class_recall": recall,
+        "images": len(sub),
+        "backend": result["backend"],
+    }

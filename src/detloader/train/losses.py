@@ -1,0 +1,151 @@
+"""The multi-task loss: focal heatmap, L1 size/offset, GIoU box, landmarks, image class.
+
+Weights (:class:`LossWeights`) default to CenterNet's multi-pose values: heatmap 1, size
+0.1, offset 1, landmark (keypoint offset) 1; plus GIoU 1 on the decoded box at the centre
+cell and image-class cross-entropy 1. Each term is a mean over what it is defined on
+(heatmap: per positive centre; regression: per valid object coordinate; landmarks: per
+landmark coordinate with visibility > 0 -- absent points never train; image class: per
+labelled image), so that the weights keep their meaning whatever the batch holds. A term
+with nothing to average is an exact zero that still touches its head's outputs (DDP needs a
+gradient, even 0, for every parameter).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, Mapping
+
+import torch
+import torch.nn.functional as F
+
+from detloader.train.targets import Targets
+
+__all__ = [
+    "LANDMARK_LOSSES",
+    "LossWeights",
+    "focal_heatmap_loss",
+    "giou_loss",
+    "multitask_loss",
+    "wing_loss",
+]
+
+LandmarkLoss = Literal["l1", "wing"]
+LANDMARK_LOSSES: tuple[str, ...] = ("l1", "wing")
+
+
+@dataclass(frozen=True)
+class LossWeights:
+    """Weights of the loss terms (see the module docstring for what each averages over)."""
+
+    heatmap: float = 1.0
+    size: float = 0.1
+    offset: float = 1.0
+    giou: float = 1.0
+    landmarks: float = 1.0
+    image_class: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"loss weight {name}={value!r} must be a number >= 0")
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "LossWeights":
+        return cls(**{k: float(v) for k, v in data.items()})
+
+
+def focal_heatmap_loss(logits: torch.Tensor, target: torch.Tensor, alpha: float = 2.0, beta: float = 4.0) -> torch.Tensor:
+    """CenterNet's penalty-reduced focal loss, summed and divided by the number of peaks.
+
+    ``logits`` and ``target`` ``[B, C, h, w]``; ``target`` is 1 at centres, a Gaussian around
+    them. Computed from logits (log-sigmoid) for stability."""
+    logits = logits.float()
+    p = logits.sigmoid()
+    log_p = F.logsigmoid(logits)
+    log_1mp = F.logsigmoid(-logits)
+    pos = target.eq(1).float()
+    pos_loss = (1 - p) ** alpha * log_p * pos
+    neg_loss = (1 - target) ** beta * p**alpha * log_1mp * (1 - pos)
+    num_pos = pos.sum().clamp(min=1)
+    return -(pos_loss.sum() + neg_loss.sum()) / num_pos
+
+
+def wing_loss(diff: torch.Tensor, width: float = 1.0, curvature: float = 0.25) -> torch.Tensor:
+    """Wing loss (Feng et al. 2018) of the elementwise errors ``diff`` (cells):
+    ``width * ln(1 + |x| / curvature)`` below ``width``, ``|x| - C`` above (continuous)."""
+    x = diff.abs()
+    c = width - width * torch.log1p(torch.tensor(width / curvature, device=diff.device))
+    return torch.where(x < width, width * torch.log1p(x / curvature), x - c)
+
+
+def giou_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``1 - GIoU`` per box, for xyxy boxes ``[N, 4]`` -> ``[N]``."""
+    area_p = (pred[:, 2] - pred[:, 0]).clamp(min=0) * (pred[:, 3] - pred[:, 1]).clamp(min=0)
+    area_t = (target[:, 2] - target[:, 0]).clamp(min=0) * (target[:, 3] - target[:, 1]).clamp(min=0)
+    lt = torch.maximum(pred[:, :2], target[:, :2])
+    rb = torch.minimum(pred[:, 2:], target[:, 2:])
+    inter = (rb - lt).clamp(min=0).prod(dim=1)
+    union = area_p + area_t - inter
+    iou = inter / union.clamp(min=1e-6)
+    hull = (torch.maximum(pred[:, 2:], target[:, 2:]) - torch.minimum(pred[:, :2], target[:, :2])).clamp(min=0).prod(dim=1)
+    return 1 - (iou - (hull - union) / hull.clamp(min=1e-6))
+
+
+def _gather(dense: torch.Tensor, batch_index: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
+    """``dense`` ``[B, D, h, w]`` at (batch_index, cell) -> ``[M, D]``."""
+    b, d = dense.shape[:2]
+    flat = dense.reshape(b, d, -1)
+    return flat[batch_index, :, cell].float()
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor, touch: torch.Tensor) -> torch.Tensor:
+    if bool(mask.any()):
+        return values[mask].mean()
+    return touch.sum() * 0.0
+
+
+def multitask_loss(
+    outputs: Mapping[str, torch.Tensor],
+    targets: Targets,
+    weights: LossWeights,
+    landmark_loss: LandmarkLoss = "l1",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The weighted total (a scalar tensor) and each unweighted term as a float.
+
+    ``outputs`` as :class:`~detloader.train.model.CenterNet` returns them; terms of heads the
+    model does not have are left out."""
+    if landmark_loss not in LANDMARK_LOSSES:
+        raise ValueError(f"landmark_loss={landmark_loss!r} is not one of {LANDMARK_LOSSES}")
+    parts: dict[str, torch.Tensor] = {}
+    parts["heatmap"] = focal_heatmap_loss(outputs["heatmap"], targets.heatmap)
+    v = targets.valid
+    bi, cell = targets.batch_index, targets.cell
+    size = _gather(outputs["size"], bi, cell)
+    offset = _gather(outputs["offset"], bi, cell)
+    parts["size"] = _masked_mean((size - targets.size).abs(), v.unsqueeze(1).expand_as(size), outputs["size"])
+    parts["offset"] = _masked_mean((offset - targets.offset).abs(), v.unsqueeze(1).expand_as(offset), outputs["offset"])
+    if weights.giou > 0:
+        w = outputs["size"].shape[-1]
+        centre = torch.stack([cell % w, cell // w], dim=1).float() + offset
+        half = size.clamp(min=0) / 2
+        pred_box = torch.cat([centre - half, centre + half], dim=1)
+        parts["giou"] = _masked_mean(giou_loss(pred_box, targets.box), v, outputs["size"])
+    if "landmarks" in outputs:
+        k = targets.landmarks.shape[1]
+        lm = _gather(outputs["landmarks"], bi, cell).view(-1, k, 2)
+        diff = lm - targets.landmarks
+        err = diff.abs() if landmark_loss == "l1" else wing_loss(diff)
+        mask = targets.landmark_mask.unsqueeze(-1).expand_as(err)
+        parts["landmarks"] = _masked_mean(err, mask, outputs["landmarks"])
+    if "image_logits" in outputs:
+        logits = outputs["image_logits"].float()
+        labelled = targets.image_labels >= 0
+        if bool(labelled.any()):
+            parts["image_class"] = F.cross_entropy(logits[labelled], targets.image_labels[labelled])
+        else:
+            parts["image_class"] = logits.sum() * 0.0
+    total = sum(getattr(weights, name) * value for name, value in parts.items())
+    return total, {name: float(value.detach()) for name, value in parts.items()}  # type: ignore[return-value]
