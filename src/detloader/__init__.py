@@ -1,8 +1,16 @@
 """detloader: annotations to a tuned, class-balanced PyTorch DataLoader.
 
-Pipeline: ``read_annotations`` (formats/, validate, index, cache) -> ``DetectionDataset`` ->
-balanced sampler -> ``collate_detection`` -> ``make_loader``.
+The pipeline, one stage per folder, data flowing one way: ``annotations`` (read_annotations:
+files -> a validated, cached :class:`AnnotationIndex`) -> ``images`` (decode) ->
+``transforms`` -> ``dataset`` (:class:`DetectionDataset`) -> ``balance`` (weights, samplers)
+-> ``collate`` (:class:`Batch`) -> ``loader`` (:func:`make_loader`, a real DataLoader);
+``tune``, ``stats``, ``train`` and the CLI only read the stages. See docs/architecture.md.
+
+The torch-side names load on first use, so that ``import detloader`` (and the CLI) stays
+quick for work that needs no torch; they are listed in ``__all__`` and ``dir()`` all the same.
 """
+
+from typing import TYPE_CHECKING
 
 from detloader.annotations import (
     FACE5,
@@ -18,21 +26,20 @@ from detloader.annotations import (
     detect_format,
     read_annotations,
 )
+from detloader.annotations.cache import CacheError
+from detloader.images import ImageDecodeError
 
 __version__ = "0.1.0"
 
-# The torch-side stages load on first use, so that `import detloader` (and the CLI) stays
-# quick for work that needs no torch: name -> module.
+# name -> the module that defines it (torch: imported on first use, keeps the CLI fast)
 _LAZY = {
-    "Batch": "detloader.collate",
     "DetectionDataset": "detloader.dataset",
     "Sample": "detloader.dataset",
+    "Batch": "detloader.collate",
     "collate_detection": "detloader.collate",
     "make_loader": "detloader.loader",
     "set_epoch": "detloader.loader",
-    "TuneResult": "detloader.tune",
-    "auto_loader_kwargs": "detloader.tune",
-    "tune_loader": "detloader.tune",
+    "ResumableLoader": "detloader.resume",
     "sample_weights": "detloader.balance.weights",
     "WeightedSampler": "detloader.balance.weighted",
     "RepeatFactorSampler": "detloader.balance.repeat_factor",
@@ -40,49 +47,57 @@ _LAZY = {
     "BalancedBatchSampler": "detloader.balance.batch",
     "DistributedSamplerWrapper": "detloader.balance.wrapper",
     "make_balanced_sampler": "detloader.balance.factory",
-    "ResumableLoader": "detloader.resume",
+    "TuneResult": "detloader.tune.result",
+    "TuneWarning": "detloader.tune.heuristic",
+    "tune_loader": "detloader.tune.tuner",
     "balance_report": "detloader.stats",
     "dataset_stats": "detloader.stats",
 }
 
+if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ loads these
+    from detloader.balance.batch import BalancedBatchSampler
+    from detloader.balance.class_aware import ClassAwareSampler
+    from detloader.balance.factory import make_balanced_sampler
+    from detloader.balance.repeat_factor import RepeatFactorSampler
+    from detloader.balance.weighted import WeightedSampler
+    from detloader.balance.weights import sample_weights
+    from detloader.balance.wrapper import DistributedSamplerWrapper
+    from detloader.collate import Batch, collate_detection
+    from detloader.dataset import DetectionDataset, Sample
+    from detloader.loader import make_loader, set_epoch
+    from detloader.resume import ResumableLoader
+    from detloader.stats import balance_report, dataset_stats
+    from detloader.tune.heuristic import TuneWarning
+    from detloader.tune.result import TuneResult
+    from detloader.tune.tuner import tune_loader
+
 
 def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        import importlib
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'detloader' has no attribute {name!r}")
+    import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'detloader' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
-    "FACE5",
-    "MISSING",
-    "AnnotationError",
-    "AnnotationIndex",
-    "AnnotationWarning",
-    "Batch",
-    "DetectionDataset",
-    "ImageView",
-    "LandmarkSchema",
-    "Problem",
-    "ProblemReport",
-    "Sample",
-    "TuneResult",
-    "auto_loader_kwargs",
-    "available_formats",
-    "collate_detection",
-    "detect_format",
-    "make_loader",
-    "read_annotations",
-    "set_epoch",
-    "tune_loader",
-    "sample_weights",
-    "WeightedSampler",
-    "RepeatFactorSampler",
-    "ClassAwareSampler",
-    "BalancedBatchSampler",
-    "DistributedSamplerWrapper",
-    "make_balanced_sampler",
+    # annotations
+    "read_annotations", "available_formats", "detect_format", "AnnotationIndex", "ImageView",
+    "LandmarkSchema", "FACE5", "MISSING", "Problem", "ProblemReport",
+    # dataset, balance, collate, loader
+    "DetectionDataset", "Sample", "sample_weights", "WeightedSampler", "RepeatFactorSampler",
+    "ClassAwareSampler", "BalancedBatchSampler", "DistributedSamplerWrapper",
+    "make_balanced_sampler", "Batch", "collate_detection", "make_loader", "set_epoch",
     "ResumableLoader",
-    "balance_report",
-    "dataset_stats",
+    # tune, stats
+    "tune_loader", "TuneResult", "balance_report", "dataset_stats",
+    # errors and warnings
+    "AnnotationError", "CacheError", "ImageDecodeError", "AnnotationWarning", "TuneWarning",
 ]

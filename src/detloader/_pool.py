@@ -82,11 +82,17 @@ def worker_context() -> multiprocessing.context.BaseContext:
     return _HIDDEN_MAIN.get(method) or multiprocessing.get_context(method)
 
 
-# The process classes travel to the child by reference, so they live at module level.
-class _SpawnProcess(multiprocessing.context.SpawnProcess):
+class _StartsWithMainHidden:
+    """Mixin for a ``Process`` class: :meth:`start` runs with ``__main__`` hidden."""
+
     def start(self) -> None:
         with _main_hidden():
-            super().start()
+            super().start()  # type: ignore[misc]
+
+
+# The process classes travel to the child by reference, so they live at module level.
+class _SpawnProcess(_StartsWithMainHidden, multiprocessing.context.SpawnProcess):
+    pass
 
 
 class _SpawnContext(multiprocessing.context.SpawnContext):
@@ -97,10 +103,8 @@ _HIDDEN_MAIN: dict[str, multiprocessing.context.BaseContext] = {"spawn": _SpawnC
 
 if sys.platform != "win32":
 
-    class _ForkServerProcess(multiprocessing.context.ForkServerProcess):
-        def start(self) -> None:
-            with _main_hidden():
-                super().start()
+    class _ForkServerProcess(_StartsWithMainHidden, multiprocessing.context.ForkServerProcess):
+        pass
 
     class _ForkServerContext(multiprocessing.context.ForkServerContext):
         Process = _ForkServerProcess

@@ -77,3 +77,5 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_metrics(metrics)
     return 0
+
+__all__ = ["print_metrics", "register", "run"]

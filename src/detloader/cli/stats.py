@@ -196,3 +196,5 @@ def print_balance(report: Any) -> None:
     )
     for note in report.notes:
         out.print(f"[yellow]note:[/yellow] {note}")
+
+__all__ = ["print_balance", "print_stats", "register", "run"]

@@ -165,3 +165,5 @@ def run(args: argparse.Namespace) -> int:
         out.print(f"stopped after {metrics['steps']} steps (--max-steps); continue with --resume {config.out}/last.pt")
     out.print(f"{config.out}/: last.pt, metrics.json, config.json ({metrics['train_seconds']:.0f} s of training)")
     return 0
+
+__all__ = ["register", "run"]

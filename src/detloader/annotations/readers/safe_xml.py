@@ -71,16 +71,12 @@ def check_prolog(head: bytes) -> None:
         raise UnsafeXMLError("DOCTYPE with an external identifier (SYSTEM/PUBLIC) refused")
 
 
+#: lxml settings for untrusted input: no entities, no network, no DTD, no comments or PIs.
+_SAFE = dict(resolve_entities=False, no_network=True, load_dtd=False, remove_comments=True, remove_pis=True)
+
+
 def _make_parser() -> etree.XMLParser:
-    return etree.XMLParser(
-        resolve_entities=False,
-        no_network=True,
-        load_dtd=False,
-        dtd_validation=False,
-        huge_tree=False,
-        remove_comments=True,
-        remove_pis=True,
-    )
+    return etree.XMLParser(dtd_validation=False, huge_tree=False, **_SAFE)
 
 
 _PARSER = _make_parser()
@@ -160,17 +156,7 @@ def iterparse_safe(path: str, tag: str | tuple[str, ...], events: tuple[str, ...
     with open(path, "rb") as fh:
         head = _ascii_head(fh.read(64 * 1024))
     check_prolog(head[: prolog_end(head)])
-    return etree.iterparse(
-        path,
-        events=events,
-        tag=tag,
-        resolve_entities=False,
-        no_network=True,
-        load_dtd=False,
-        huge_tree=True,
-        remove_comments=True,
-        remove_pis=True,
-    )
+    return etree.iterparse(path, events=events, tag=tag, huge_tree=True, **_SAFE)
 
 
 _TAG = re.compile(rb"<([A-Za-z_][\w.-]*)[\s>/]")

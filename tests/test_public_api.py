@@ -1,0 +1,40 @@
+"""The package face: a small set of names, all importable, listed for dir(); torch loads lazily."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import subprocess
+import sys
+
+import detloader
+
+
+def test_every_listed_name_resolves_and_dir_lists_it() -> None:
+    assert len(detloader.__all__) == len(set(detloader.__all__))
+    for name in detloader.__all__:
+        assert getattr(detloader, name) is not None, name
+        assert name in dir(detloader)
+
+
+def test_internals_stay_off_the_face() -> None:
+    for name in ("check_options", "dataloader_kwargs", "choose", "worker_ladder", "grid_candidates",
+                 "auto_loader_kwargs", "build_index"):
+        assert name not in detloader.__all__
+        assert not hasattr(detloader, name)
+
+
+def test_import_does_not_load_torch() -> None:
+    code = "import sys, detloader, detloader.cli; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_every_module_declares_all_and_exports_what_it_lists() -> None:
+    for info in pkgutil.walk_packages(detloader.__path__, "detloader."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        assert hasattr(module, "__all__"), f"{info.name} has no __all__"
+        for name in module.__all__:
+            assert hasattr(module, name), f"{info.name}.__all__ lists {name!r}, which it lacks"
