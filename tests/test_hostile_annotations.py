@@ -236,3 +236,191 @@ def test_unforeseen_reader_error_becomes_a_problem_of_that_file(tmp_path, monkey
     assert index.num_objects == 1
     (p,) = [p for p in index.problems if p.kind == "reader_error"]
     assert p.file == "Annotations/a.xml" and "TypeError: unforeseen" in p.message
+
+
+# -- the hostile corpus -----------------------------------------------------------------------
+# Each case is one broken annotation file, written into a dataset that also holds one good
+# image; the read must finish with the listed problem kind (or none, where the file is valid)
+# and never raise anything but AnnotationError. ``python tests/test_hostile_annotations.py``
+# prints the table of docs/reliability.md (behaviour, time and peak memory per case).
+_DTD_BOMB = (
+    '<!DOCTYPE r [<!ENTITY a "aaaaaaaaaa">'
+    + "".join(f'<!ENTITY {c} "{("&" + p + ";") * 10}">' for p, c in zip("abcdefgh", "bcdefghi"))
+    + "]>"
+)
+_DTD_EXTERNAL = '<!DOCTYPE r [<!ENTITY x SYSTEM "file:///etc/passwd">]>'
+_DEEP = "<d>" * 10_000 + "</d>" * 10_000
+
+
+def _xml_doc(fmt: str, box=(1, 1, 9, 9), name: str = "cat", width="64") -> str:
+    x1, y1, x2, y2 = box
+    if fmt == "voc":
+        body = voc_xml("a.jpg", [voc_object(name, box)]).replace("<width>64</width>", f"<width>{width}</width>")
+        return f'<?xml version="1.0"?>{body}'
+    if fmt == "cvat":
+        return (
+            f'<?xml version="1.0"?><annotations><version>1.1</version><image id="0" name="a.jpg" width="{width}" height="48">'
+            f'<box label="{name}" occluded="0" xtl="{x1}" ytl="{y1}" xbr="{x2}" ybr="{y2}"></box></image></annotations>'
+        )
+    return (
+        f"<?xml version='1.0'?><dataset><images><image file='a.jpg' width='{width}' height='48'>"
+        f"<box top='{y1}' left='{x1}' width='{x2}' height='{y2}'><label>{name}</label></box></image></images></dataset>"
+    )
+
+
+_ROOTS = {"voc": "annotation", "cvat": "annotations", "imglab": "dataset"}
+
+
+def _xml_cases(fmt: str) -> dict[str, tuple[bytes, set[str]]]:
+    doc = _xml_doc(fmt)
+    root = _ROOTS[fmt]
+    bad_box = "empty_box" if fmt != "imglab" else "empty_box"
+    return {
+        "entity bomb": (doc.replace("?>", "?>" + _DTD_BOMB, 1).replace(">cat<", ">&i;<").replace('"cat"', '"&i;"').encode(), {"unsafe_xml"}),
+        "external entity": (doc.replace("?>", "?>" + _DTD_EXTERNAL, 1).replace(">cat<", ">&x;<").replace('"cat"', '"&x;"').encode(), {"unsafe_xml"}),
+        "10k-deep nesting": (doc.replace(f"</{root}>", _DEEP + f"</{root}>").encode(), {"unparseable"}),
+        "truncated": (doc.encode()[: len(doc) * 2 // 3], {"unparseable"}),
+        "wrong root": (b"<html><body><p>not annotations</p></body></html>", {"unsupported"}),
+        "zero bytes": (b"", {"unparseable"}),
+        "not UTF-8": (doc.encode().replace(b"cat", b"\xff\xfe"), {"unparseable"}),
+        "text in a number": (_xml_doc(fmt, box=(1, "abc", 9, 9)).encode(), {"bad_value"}),
+        "NaN in a number": (_xml_doc(fmt, box=(1, 1, "nan", 9)).encode(), {"non_finite"} if fmt != "imglab" else {"non_finite"}),
+        "inverted box": (_xml_doc(fmt, box=(9, 9, 1, 1) if fmt != "imglab" else (9, 9, -8, -8)).encode(), {bad_box}),
+        "size 1e309": (_xml_doc(fmt, width="1e309").encode(), {"missing_size"}),
+    }
+
+
+def _coco_doc(bbox=(1, 1, 8, 8), width: object = 64) -> str:
+    w = width if isinstance(width, str) else json.dumps(width)
+    box = ", ".join(str(v) if not isinstance(v, str) or v in ("NaN", "Infinity", "1e309") else json.dumps(v) for v in bbox)
+    return (
+        f'{{"images": [{{"id": 1, "file_name": "a.jpg", "width": {w}, "height": 48}}],'
+        f'"annotations": [{{"id": 1, "image_id": 1, "category_id": 1, "bbox": [{box}]}}],'
+        f'"categories": [{{"id": 1, "name": "cat"}}]}}'
+    )
+
+
+def _coco_cases() -> dict[str, tuple[bytes, set[str]]]:
+    doc = _coco_doc()
+    return {
+        "10k-deep nesting": (('{"images": ' + "[" * 10_000 + "]" * 10_000 + "}").encode(), {"unparseable"}),
+        "truncated": (doc.encode()[: len(doc) * 2 // 3], {"unparseable"}),
+        "wrong root": (b"[1, 2, 3]", {"unsupported"}),
+        "zero bytes": (b"", {"unparseable"}),
+        "not UTF-8": (doc.encode().replace(b"cat", b"\xff\xfe"), {"unparseable"}),
+        "text in a number": (_coco_doc(bbox=(1, "abc", 8, 8)).encode(), {"bad_value"}),
+        "NaN in a number": (_coco_doc(bbox=(1, 1, "NaN", 8)).encode(), {"non_finite"}),
+        "inverted box": (_coco_doc(bbox=(9, 9, -8, -8)).encode(), {"empty_box"}),
+        "size 1e309": (_coco_doc(width="1e309").encode(), {"missing_size"}),
+        "id is a list": (doc.replace('"image_id": 1', '"image_id": [1]').encode(), {"bad_value"}),
+    }
+
+
+def _line_cases(fmt: str) -> dict[str, tuple[bytes, set[str]]]:
+    if fmt == "yolo":
+        good, line = "0 0.5 0.5 0.2 0.2", "0 {} 0.5 {} 0.2"
+    else:
+        good, line = "images/a.jpg cat", None
+    # a txt file is recognised by its lines: one that is no list is refused as a whole
+    refused = {"!ValueError"} if fmt == "txt" else None
+    cases = {
+        "zero bytes": (b"", refused or set()),  # YOLO: an empty label file is a background image
+        "not UTF-8": (b"\xff\xfe\x00garbage\n", refused or {"unparseable"}),
+        "truncated": (good[: len(good) // 2].encode(), refused or {"bad_value"}),
+    }
+    if line is not None:
+        cases.update(
+            {
+                "text in a number": (line.format("abc", 0.2).encode(), {"bad_value"}),
+                "NaN in a number": (line.format("nan", 0.2).encode(), {"non_finite"}),
+                "inverted box": (line.format(0.5, -0.2).encode(), {"empty_box"}),
+                "value 1e309": (line.format("1e309", 0.2).encode(), {"non_finite"}),
+            }
+        )
+    return cases
+
+
+def _write_case(tmp: Path, fmt: str, data: bytes) -> Path:
+    """A dataset holding image ``a.jpg`` and the annotation file ``data``; the path to read."""
+    if fmt == "voc":
+        write_image(tmp / "JPEGImages" / "a.jpg")
+        (tmp / "Annotations").mkdir(parents=True)
+        (tmp / "Annotations" / "a.xml").write_bytes(data)
+        return tmp
+    if fmt == "yolo":
+        write_image(tmp / "images" / "train" / "a.jpg")
+        (tmp / "labels" / "train").mkdir(parents=True)
+        (tmp / "labels" / "train" / "a.txt").write_bytes(data)
+        (tmp / "data.yaml").write_text("train: images/train\nnames: {0: cat}\n")
+        return tmp / "data.yaml"
+    write_image(tmp / "images" / "a.jpg")
+    name = {"cvat": "annotations.xml", "imglab": "faces.xml", "coco": "annotations.json", "txt": "list.txt"}[fmt]
+    (tmp / name).write_bytes(data)
+    return tmp / name
+
+
+def hostile_corpus() -> list[tuple[str, str, bytes, set[str]]]:
+    """``(format, case, file bytes, expected problem kinds)`` for every reader."""
+    out = []
+    for fmt in ("voc", "cvat", "imglab"):
+        out += [(fmt, case, data, kinds) for case, (data, kinds) in _xml_cases(fmt).items()]
+    out += [("coco", case, data, kinds) for case, (data, kinds) in _coco_cases().items()]
+    for fmt in ("yolo", "txt"):
+        out += [(fmt, case, data, kinds) for case, (data, kinds) in _line_cases(fmt).items()]
+    return out
+
+
+_CORPUS = hostile_corpus()
+
+
+def read_case(tmp: Path, fmt: str, data: bytes):
+    """Read one corpus case with ``on_error="skip"``: the index."""
+    path = _write_case(tmp, fmt, data)
+    return read_annotations(path, format=fmt, on_error="skip", cache=False, workers=1)
+
+
+@pytest.mark.parametrize("fmt,case,data,kinds", _CORPUS, ids=[f"{f}-{c}" for f, c, _, _ in _CORPUS])
+def test_hostile_corpus(tmp_path, fmt, case, data, kinds):
+    if kinds == {"!ValueError"}:  # refused whole, naming the file
+        with pytest.raises(ValueError, match=r"list\.txt"):
+            read_case(tmp_path, fmt, data)
+        return
+    index = read_case(tmp_path, fmt, data)
+    found = {p.kind for p in index.problems}
+    assert kinds <= found, index.problems.summary()
+    assert "reader_error" not in found, index.problems.summary()
+    if index.problems.errors:
+        with pytest.raises(AnnotationError):
+            read_annotations(_write_case(tmp_path / "again", fmt, data), format=fmt, cache=False, workers=1)
+
+
+def _measure_main() -> None:  # pragma: no cover - prints the table of docs/reliability.md
+    import subprocess
+    import sys
+    import tempfile
+
+    code = (
+        "import sys, time, resource, pathlib; sys.path[:0] = ['tests', 'src'];"
+        "import test_hostile_annotations as t; fmt, case = sys.argv[1], sys.argv[2];"
+        "data = next(d for f, c, d, _ in t._CORPUS if f == fmt and c == case);"
+        "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss;"
+        "t0 = time.perf_counter(); idx = t.read_case(pathlib.Path(sys.argv[3]), fmt, data);"
+        "dt = time.perf_counter() - t0; peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss;"
+        "kinds = sorted({p.kind for p in idx.problems});"
+        "print(f'{dt * 1000:.1f}\\t{(peak - base) / 1024:.1f}\\t{len(idx)}\\t{idx.num_objects}\\t' + ', '.join(kinds))"
+    )
+    print("| format | case | bytes | outcome (images, objects) | problems | time (ms) | extra peak RSS (MiB) |")
+    print("|---|---|---|---|---|---|---|")
+    for fmt, case, data, _ in _CORPUS:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = subprocess.run([sys.executable, "-c", code, fmt, case, tmp], capture_output=True, text=True)
+        if out.returncode:
+            error = out.stderr.strip().splitlines()[-1].split(tmp)[-1].replace("|", "/")
+            print(f"| {fmt} | {case} | {len(data)} | refused | {error} | | |")
+            continue
+        ms, mib, n, m, kinds = out.stdout.rstrip("\n").split("\t")
+        print(f"| {fmt} | {case} | {len(data)} | read ({n}, {m}) | {kinds} | {ms} | {mib} |")
+
+
+if __name__ == "__main__":
+    _measure_main()
