@@ -424,3 +424,13 @@ def _measure_main() -> None:  # pragma: no cover - prints the table of docs/reli
 
 if __name__ == "__main__":
     _measure_main()
+
+
+@pytest.mark.parametrize("visible", ["inf", "1e309", "nan", "-inf"])
+def test_voc_keypoint_visibility_not_finite(tmp_path, visible):
+    """Found by the fuzzer: ``visible="inf"`` raised OverflowError."""
+    lm = f'<keypoints><keypoint name="nose" x="3" y="3" visible="{visible}"/></keypoints>'
+    files = {"a": voc_xml("a.jpg", [voc_object("cat", (1, 1, 9, 9), extra=lm)])}
+    index = read_annotations(voc_dataset(tmp_path, files), on_error="skip", cache=False)
+    assert index.num_objects == 1
+    assert any("object[1]/keypoints" in s and visible in s for s in _problems(index, "bad_value")), _problems(index)
