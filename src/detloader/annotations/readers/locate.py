@@ -72,8 +72,9 @@ class ImageLocator:
     that a dataset whose images all live in one place costs one ``stat`` per image. Each
     folder is tried with the name as written, then its base name, then the same stem with the
     usual image extensions. A name that leaves the dataset (absolute outside the root, or
-    ``..`` above it) is never followed: only its base name is looked for in the folders, and
-    :attr:`escaped` holds the name (else None) for the caller to report. With ``check=False``
+    ``..`` above it) is not followed: only its base name is looked for in the folders;
+    :attr:`escaped` holds the name (else None) for the caller to report, :attr:`followed`
+    the path as written when it exists (relative to the root). With ``check=False``
     nothing is looked up: the name is joined to the first folder.
     """
 
@@ -83,6 +84,7 @@ class ImageLocator:
         self.check = check
         self._last = 0
         self.escaped: str | None = None
+        self.followed: str | None = None
 
     def describe(self) -> str:
         return ", ".join(f or "." for f in self.folders)
@@ -90,22 +92,35 @@ class ImageLocator:
     def _exists(self, rel: str) -> bool:
         return os.path.isfile(os.path.join(self.root, rel))
 
+    def _first(self, names: Sequence[str]) -> str | None:
+        """The first of ``names``, joined to a folder, that exists (no check: the first)."""
+        for folder in self.folders:
+            for n in names:
+                rel = os.path.normpath(os.path.join(folder, n))
+                if not self.check or self._exists(rel):
+                    return rel
+        return None
+
     def find(self, name: str, alternatives: Sequence[str] = ()) -> str | None:
         """Path of the image relative to the root, or None when no candidate exists."""
-        self.escaped = None
+        self.escaped = self.followed = None
         names = [_normalise(n) for n in (name, *alternatives) if n and n.strip()]
         if not names:
             return None
         if os.path.isabs(names[0]):
             rel = os.path.relpath(names[0], self.root)
-            if inside(rel) and (not self.check or os.path.isfile(names[0])):
-                return rel
+            if not self.check or os.path.isfile(names[0]):
+                if inside(rel):
+                    return rel
+                self.followed = rel
             names = [os.path.basename(names[0])] + names[1:]
             if not inside(rel):
                 self.escaped = name
         kept = [n for n in names if all(stays_inside(f, n) for f in self.folders)]
         if len(kept) < len(names):
             self.escaped = self.escaped or name
+            if self.followed is None:
+                self.followed = self._first([n for n in names if n not in kept])
             names = kept + [os.path.basename(n) for n in names if n not in kept and os.path.basename(n) not in ("", "..")]
         if not names:
             return None
@@ -140,8 +155,11 @@ class ImageLocator:
 def find_image(locator: ImageLocator, b: ChunkBuilder, name: str, where: str, shown: str, alternatives: Sequence[str] = ()) -> str | None:
     """:meth:`ImageLocator.find` with its problems: ``outside_dataset`` when the name leaves
     the dataset (repaired when its base name is found inside), ``missing_image`` when nothing
-    is found; ``shown`` is how the messages name the value (``file_name='a.jpg'``)."""
+    is found; ``shown`` is how the messages name the value (``file_name='a.jpg'``). With
+    ``allow_outside_images`` such a name is followed as written when it exists."""
     rel = locator.find(name, alternatives)
+    if locator.escaped is not None and b.options.allow_outside_images and locator.followed is not None:
+        return locator.followed
     if locator.escaped is not None:
         if rel is None:
             b.problem("outside_dataset", where, f"{shown} leaves the dataset; not followed", "image skipped")

@@ -182,7 +182,7 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
     filename = (child_text(top, "filename") or "").strip()
     sub = _sub_folder(os.path.dirname(rel), ann_dir)
     stem = os.path.splitext(os.path.basename(rel))[0]
-    if filename and not stays_inside(os.path.join(image_dir, sub), filename):
+    if filename and not opts.allow_outside_images and not stays_inside(os.path.join(image_dir, sub), filename):
         base = ntpath.basename(filename)
         b.problem("outside_dataset", "filename", f"filename={filename!r} leaves the dataset; not followed", f"looked for {base!r} inside it", "repaired")
         filename = base
