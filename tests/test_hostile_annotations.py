@@ -434,3 +434,17 @@ def test_voc_keypoint_visibility_not_finite(tmp_path, visible):
     index = read_annotations(voc_dataset(tmp_path, files), on_error="skip", cache=False)
     assert index.num_objects == 1
     assert any("object[1]/keypoints" in s and visible in s for s in _problems(index, "bad_value")), _problems(index)
+
+
+def test_cli_follows_outside_images_only_when_asked(tmp_path, capsys):
+    from detloader.cli import main
+
+    ds, secret = _outside(tmp_path)
+    data = {"images": [_img(1, "../secret.jpg")], "annotations": [], "categories": []}
+    (ds / "annotations.json").write_text(json.dumps(data))
+    assert main(["index", str(ds / "annotations.json"), "--json", "--no-cache"]) == 0
+    refused = json.loads(capsys.readouterr().out)
+    assert refused["images"] == 0 and refused["problems"] == {"outside_dataset": 1}
+    assert main(["index", str(ds / "annotations.json"), "--json", "--no-cache", "--allow-outside-images"]) == 0
+    followed = json.loads(capsys.readouterr().out)
+    assert followed["images"] == 1 and followed["problems"] == {}
