@@ -77,11 +77,13 @@ json_value = st.recursive(
     max_leaves=6,
 )
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_ELEMENT = re.compile(r"<(\w+)[^<>]*/>|<(\w+)[^<>]*>[^<]*</\2>")
 
 
 @st.composite
 def mutate_text(draw: st.DrawFn, seed: str) -> bytes:
-    """The seed with some numbers replaced by hostile text, then some bytes cut or inserted."""
+    """The seed with some numbers replaced by hostile text, some XML elements dropped, then
+    some bytes cut, inserted or the file truncated."""
     spans = [m.span() for m in _NUMBER.finditer(seed)]
     chosen = draw(st.sets(st.sampled_from(range(len(spans))), max_size=4)) if spans else set()
     out, last = [], 0
@@ -90,6 +92,9 @@ def mutate_text(draw: st.DrawFn, seed: str) -> bytes:
             out += [seed[last:a], draw(number_text)]
             last = b
     text = "".join(out) + seed[last:]
+    elements = [m.span() for m in _ELEMENT.finditer(text)]
+    for a, b in sorted(draw(st.sets(st.sampled_from(elements), max_size=2)) if elements else (), reverse=True):
+        text = text[:a] + text[b:]  # drop whole elements (no overlap: innermost ones only)
     data = text.encode("utf-8", "surrogatepass")
     for _ in range(draw(st.integers(0, 2))):
         op = draw(st.sampled_from(["cut", "insert", "truncate"]))
