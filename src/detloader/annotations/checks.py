@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from numbers import Integral
 from typing import Any, NamedTuple
 
 from detloader.annotations.problems import Severity
@@ -68,7 +69,7 @@ def parse_number(value: Any, fieldname: str, action: str, *, text: bool = True) 
 def check_size(width: Any, height: Any) -> Finding | None:
     """An image needs integer ``0 < width, height <= MAX_SIDE`` (else it is skipped)."""
     ok = all(
-        isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_SIDE for v in (width, height)
+        isinstance(v, Integral) and not isinstance(v, bool) and 0 < v <= MAX_SIDE for v in (width, height)
     )
     if ok:
         return None

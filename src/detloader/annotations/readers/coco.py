@@ -255,7 +255,11 @@ def _parse_file(root: str, rel: str, source: Source, b: ChunkBuilder) -> None:
         if not isinstance(ann, dict):
             b.problem("bad_value", where, "not an object", "object skipped")
             continue
-        owner = image_ids.get(_id(ann.get("image_id")))
+        raw = ann.get("image_id")
+        if raw is not None and _id(raw) is None:
+            _bad_id(b, where, "image_id", raw, "object skipped")
+            continue
+        owner = image_ids.get(_id(raw))
         if owner is None:
             b.problem("bad_value", f"{where}/image_id", f"image_id={ann.get('image_id')!r} is not in images", "object skipped")
             continue
@@ -295,7 +299,11 @@ def _image(img: dict, where: str, locator: ImageLocator, b: ChunkBuilder) -> boo
 
 
 def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> None:
-    cat = categories.get(_id(ann.get("category_id")))
+    raw = ann.get("category_id")
+    if raw is not None and _id(raw) is None:
+        _bad_id(b, where, "category_id", raw, "object skipped")
+        return
+    cat = categories.get(_id(raw))
     if cat is None:
         b.problem("bad_value", f"{where}/category_id", f"category_id={ann.get('category_id')!r} is not in categories", "object skipped")
         return
