@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-quick bench clean venv
+.PHONY: demo test test-quick bench fuzz clean venv
 
 venv: $(STAMP)
 
@@ -24,6 +24,11 @@ test: $(STAMP)
 
 test-quick: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
+
+# Long fuzzing of every annotation reader (the suite runs 25 examples per reader).
+FUZZ_EXAMPLES ?= 5000
+fuzz: $(STAMP)
+	DETLOADER_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz_readers.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_index.py

@@ -50,6 +50,9 @@ class ReadOptions:
         image_class_attribute: name of the image attribute that holds the image-level class.
         max_file_bytes: size cap of one annotation file.
         image_dir: image folder, overriding the one found from the layout.
+        allow_outside_images: follow image names that leave the dataset (absolute, ``../``),
+            as ``convert --images none`` writes them; otherwise they are ``outside_dataset``
+            problems and only their base name is looked for inside.
     """
 
     classes: tuple[str, ...] | None = None
@@ -61,6 +64,7 @@ class ReadOptions:
     image_class_attribute: str = "class"
     max_file_bytes: int = MAX_FILE_BYTES
     image_dir: str | None = None
+    allow_outside_images: bool = False
     extra: tuple[tuple[str, Any], ...] = ()
 
     def option(self, name: str, default: Any = None) -> Any:
@@ -78,6 +82,7 @@ class ReadOptions:
             "image_class_attribute": self.image_class_attribute,
             "max_file_bytes": self.max_file_bytes,
             "image_dir": self.image_dir,
+            "allow_outside_images": self.allow_outside_images,
             "extra": [[k, repr(v)] for k, v in self.extra],
         }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from numbers import Integral
 from typing import Any, NamedTuple
 
 from detloader.annotations.problems import Severity
@@ -22,8 +23,12 @@ __all__ = [
     "check_point",
     "check_size",
     "fmt",
+    "MAX_SIDE",
     "parse_number",
 ]
+
+#: The largest image side stored (the index keeps sizes as int32).
+MAX_SIDE = 2**31 - 1
 
 Box = tuple[float, float, float, float]
 Point = tuple[float, float, int]
@@ -56,16 +61,19 @@ def parse_number(value: Any, fieldname: str, action: str, *, text: bool = True) 
         return Finding("bad_value", f"{fieldname}={value!r} is not a number", action)
     try:
         return float(value)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: an int beyond float range
         shown = value.strip() if text else value
         return Finding("bad_value", f"{fieldname}={shown!r} is not a number", action)
 
 
-def check_size(width: int, height: int) -> Finding | None:
-    """An image needs ``width > 0`` and ``height > 0`` (else it is skipped)."""
-    if width > 0 and height > 0:
+def check_size(width: Any, height: Any) -> Finding | None:
+    """An image needs integer ``0 < width, height <= MAX_SIDE`` (else it is skipped)."""
+    ok = all(
+        isinstance(v, Integral) and not isinstance(v, bool) and 0 < v <= MAX_SIDE for v in (width, height)
+    )
+    if ok:
         return None
-    return Finding("bad_value", f"width={width} height={height}", "image skipped")
+    return Finding("bad_value", f"width={width!r} height={height!r}", "image skipped")
 
 
 def check_box(
@@ -79,7 +87,10 @@ def check_box(
     outside the image is clipped (``box_clipped``, repaired) when ``clip``, else rejected
     (``box_outside_image``), as is a box wholly outside.
     """
-    x1, y1, x2, y2 = (float(v) for v in box)
+    try:
+        x1, y1, x2, y2 = (float(v) for v in box)
+    except (TypeError, ValueError, OverflowError):
+        return None, Finding("bad_value", f"box={tuple(box)!r} is not four numbers", "object skipped")
     if one_based:
         x1, y1 = x1 - 1.0, y1 - 1.0
     x1, y1, x2, y2 = array("f", (x1, y1, x2, y2))
@@ -108,9 +119,9 @@ def check_point(
     """The landmark to store as ``(x, y, visibility)`` or None when it is skipped, and what was
     found. Visibility 0 stores ``(0, 0, 0)``; a point outside ``[0, width] x [0, height]`` is
     kept with visibility 0 (``landmark_outside_image``); ``one_based`` subtracts 1 from x, y."""
-    v = int(v)
     if v not in (0, 1, 2):
         return None, Finding("bad_value", f"visibility={v} is not 0, 1 or 2", "point skipped")
+    v = int(v)
     if v == 0:
         return (0.0, 0.0, 0), None
     if not (math.isfinite(x) and math.isfinite(y)):

@@ -27,7 +27,14 @@ ProgressFn = Callable[[int, int], None]
 
 def _parse_chunk(reader_name: str, source: Source, files: Sequence[str], options: ReadOptions) -> Partial:
     builder = ChunkBuilder(options)
-    READERS[reader_name].parse(source, files, builder)
+    reader = READERS[reader_name]
+    for rel in files:
+        try:
+            reader.parse(source, [rel], builder)
+        except Exception as err:  # last resort: a reader gap costs one file, never the read
+            builder.problem(
+                "reader_error", "", f"{type(err).__name__}: {err}", "rest of the file skipped", file=builder.file or rel
+            )
     return builder.finish()
 
 

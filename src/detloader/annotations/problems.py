@@ -114,6 +114,8 @@ KINDS: dict[str, str] = {
     "landmark_count": "number of landmark coordinates does not match the schema",
     "unsupported": "a construct this reader does not understand",
     "split_mismatch": "a split file names images that are not in the index",
+    "outside_dataset": "an image path leaves the dataset (absolute or ../); not followed",
+    "reader_error": "a value the reader did not foresee; the rest of that file is skipped",
 }
 
 

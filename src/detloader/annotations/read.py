@@ -79,6 +79,7 @@ def read_annotations(
     check_images: bool = True,
     image_class_attribute: str = "class",
     image_dir: str | os.PathLike[str] | None = None,
+    allow_outside_images: bool = False,
     max_file_bytes: int = 16 * 1024 * 1024,
     workers: int | None = None,
     cache: bool | str = True,
@@ -99,6 +100,8 @@ def read_annotations(
         check_images: check that image files exist.
         image_class_attribute: the image attribute that holds the image-level class.
         image_dir: image folder, when it is not where the layout says.
+        allow_outside_images: follow image names that leave the dataset (``../``, absolute);
+            by default they are ``outside_dataset`` problems (docs/reliability.md).
         max_file_bytes: size cap of one annotation file.
         workers: processes for the cold build (default: the usable CPUs).
         cache: True (use and write the cache), False (neither) or ``"rebuild"``.
@@ -121,6 +124,7 @@ def read_annotations(
         image_class_attribute=image_class_attribute,
         image_dir=os.fspath(Path(image_dir).resolve()) if image_dir is not None else None,
         max_file_bytes=max_file_bytes,
+        allow_outside_images=bool(allow_outside_images),
         format_options=format_options,
     )
     name = detect_format(p) if format == "auto" else format

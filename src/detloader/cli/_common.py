@@ -40,6 +40,9 @@ def add_read_arguments(parser: argparse.ArgumentParser, on_error: str = "warn") 
     parser.add_argument("--classes", help="comma-separated class list, in id order")
     parser.add_argument("--one-based", action="store_true", help="VOC 1-based pixel indices")
     parser.add_argument("--no-check-images", action="store_true", help="do not check image files exist")
+    parser.add_argument(
+        "--allow-outside-images", action="store_true", help="follow image names that leave the dataset (../, absolute)"
+    )
     parser.add_argument("--workers", type=int, help="processes for a cold build (default: usable CPUs)")
     parser.add_argument("--rebuild", action="store_true", help="ignore the cached index")
     parser.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
@@ -53,6 +56,7 @@ def read_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "classes": [c.strip() for c in args.classes.split(",")] if args.classes else None,
         "one_based": args.one_based,
         "check_images": not args.no_check_images,
+        "allow_outside_images": args.allow_outside_images,
         "workers": args.workers,
         "cache": False if args.no_cache else ("rebuild" if args.rebuild else True),
     }

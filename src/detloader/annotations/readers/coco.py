@@ -51,7 +51,7 @@ from detloader.annotations.readers.common import (
     parse_flag,
     read_head,
 )
-from detloader.annotations.readers.locate import ImageLocator, declared_size
+from detloader.annotations.readers.locate import ImageLocator, declared_size, find_image
 from detloader.annotations.landmarks import preset_schema
 from detloader.annotations.landmarks import LandmarkSchema
 
@@ -151,6 +151,22 @@ def _number(value: Any, where: str, field: str, action: str, b: ChunkBuilder) ->
     return found
 
 
+def _id(value: Any) -> int | str | None:
+    """A COCO id as a dictionary key: an int or a string (an integral float reads as the
+    int); None for anything else (lists, objects, booleans, fractions, NaN, infinity)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _bad_id(b: ChunkBuilder, where: str, field: str, value: Any, action: str) -> None:
+    b.problem("bad_value", f"{where}/{field}", f"{field}={value!r} is not an integer or string id", action)
+
+
 def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -183,10 +199,14 @@ def _categories(records: list, b: ChunkBuilder) -> dict[Any, tuple[str, list[str
         if not isinstance(cat, dict):
             b.problem("bad_value", where, "not an object", "category skipped")
             continue
-        cid, name = cat.get("id"), cat.get("name")
-        if cid is None or name is None or not str(name).strip():
-            field = "id" if cid is None else "name"
+        raw_id, name = cat.get("id"), cat.get("name")
+        if raw_id is None or name is None or not str(name).strip():
+            field = "id" if raw_id is None else "name"
             b.problem("missing_field", f"{where}/{field}", f"{field} is missing", "category skipped")
+            continue
+        cid = _id(raw_id)
+        if cid is None:
+            _bad_id(b, where, "id", raw_id, "category skipped")
             continue
         if cid in out:
             b.problem("bad_value", f"{where}/id", f"id={cid!r} repeats an earlier category", "category skipped")
@@ -220,18 +240,26 @@ def _parse_file(root: str, rel: str, source: Source, b: ChunkBuilder) -> None:
 
     image_ids: dict[Any, int] = {}
     for i, img in enumerate(images):
-        if isinstance(img, dict) and "id" in img:
-            if img["id"] in image_ids:
-                b.problem("duplicate_image", f"images[{i}]/id", f"id={img['id']!r} repeats images[{image_ids[img['id']]}]", "image skipped")
+        if isinstance(img, dict) and img.get("id") is not None:
+            iid = _id(img["id"])
+            if iid is None:
+                _bad_id(b, f"images[{i}]", "id", img["id"], "image skipped")
                 continue
-            image_ids[img["id"]] = i
+            if iid in image_ids:
+                b.problem("duplicate_image", f"images[{i}]/id", f"id={img['id']!r} repeats images[{image_ids[iid]}]", "image skipped")
+                continue
+            image_ids[iid] = i
     per_image: dict[int, list[int]] = {}
     for j, ann in enumerate(annotations):
         where = f"annotations[{j}]"
         if not isinstance(ann, dict):
             b.problem("bad_value", where, "not an object", "object skipped")
             continue
-        owner = image_ids.get(ann.get("image_id"))
+        raw = ann.get("image_id")
+        if raw is not None and _id(raw) is None:
+            _bad_id(b, where, "image_id", raw, "object skipped")
+            continue
+        owner = image_ids.get(_id(raw))
         if owner is None:
             b.problem("bad_value", f"{where}/image_id", f"image_id={ann.get('image_id')!r} is not in images", "object skipped")
             continue
@@ -243,8 +271,8 @@ def _parse_file(root: str, rel: str, source: Source, b: ChunkBuilder) -> None:
         if not isinstance(img, dict):
             b.problem("bad_value", where, "not an object", "image skipped")
             continue
-        if image_ids.get(img.get("id")) != i:
-            if "id" not in img:
+        if image_ids.get(_id(img.get("id"))) != i:
+            if img.get("id") is None:
                 b.problem("missing_field", f"{where}/id", "id is missing", "image skipped")
             continue
         if _image(img, where, locator, b):
@@ -257,9 +285,8 @@ def _image(img: dict, where: str, locator: ImageLocator, b: ChunkBuilder) -> boo
     if not isinstance(name, str) or not name.strip():
         b.problem("missing_field", f"{where}/file_name", "file_name is missing", "image skipped")
         return False
-    rel = locator.find(name)
+    rel = find_image(locator, b, name, f"{where}/file_name", f"file_name={name!r}")
     if rel is None:
-        b.problem("missing_image", f"{where}/file_name", f"file_name={name!r} not found in {locator.describe()}", "image skipped")
         return False
     raw = f"width={img.get('width')!r} height={img.get('height')!r}"
     size = declared_size(b, locator.root, rel, where, _text(img.get("width", "")), _text(img.get("height", "")), raw)
@@ -272,7 +299,11 @@ def _image(img: dict, where: str, locator: ImageLocator, b: ChunkBuilder) -> boo
 
 
 def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> None:
-    cat = categories.get(ann.get("category_id"))
+    raw = ann.get("category_id")
+    if raw is not None and _id(raw) is None:
+        _bad_id(b, where, "category_id", raw, "object skipped")
+        return
+    cat = categories.get(_id(raw))
     if cat is None:
         b.problem("bad_value", f"{where}/category_id", f"category_id={ann.get('category_id')!r} is not in categories", "object skipped")
         return

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from detloader.annotations.cache import CACHE_SUBDIR
 from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.checks import MAX_SIDE
 
 __all__ = [
     "FileTooLargeError",
@@ -129,7 +130,7 @@ def parse_flag(text: str | None) -> bool | None:
         return False
     try:
         return float(value) != 0.0
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
 
 
@@ -147,7 +148,7 @@ def is_number(token: str) -> bool:
     """Whether ``float(token)`` succeeds."""
     try:
         float(token)
-    except ValueError:
+    except (ValueError, OverflowError):
         return False
     return True
 
@@ -157,7 +158,7 @@ def parse_floats(tokens: Sequence[str], where: str, b: ChunkBuilder, action: str
     not a number (``'abc' is not a number``, then ``action``)."""
     try:
         return [float(t) for t in tokens]
-    except ValueError:
+    except (ValueError, OverflowError):
         bad = next(t for t in tokens if not is_number(t))
         b.problem("bad_value", where, f"{bad!r} is not a number", action)
         return None
@@ -254,11 +255,14 @@ def parse_each(
 
 
 def int_or_none(text: str | None) -> int | None:
-    """Integer value of a size field ("640", "640.0"); None when absent, empty or not a number."""
+    """Integer value of a size field ("640", "640.0"); None when absent, empty, not a number,
+    not finite, fractional or beyond ``MAX_SIDE`` (``inf``, ``1e309``, ``2**31``)."""
     if text is None or not str(text).strip():
         return None
     try:
         value = float(text)
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
-    return int(value) if value.is_integer() else None
+    if not value.is_integer() or abs(value) > MAX_SIDE:  # is_integer() is False for inf and nan
+        return None
+    return int(value)

@@ -74,7 +74,7 @@ from detloader.annotations.readers.common import (
     int_or_none,
     parse_each,
 )
-from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, ImageLocator, declared_size
+from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, ImageLocator, declared_size, find_image
 from detloader.annotations.readers.cvat_shapes import (
     BoxShape,
     PointsShape,
@@ -266,10 +266,9 @@ def _image(
     subset = (image.get("subset") or "").strip()
     if subset and images_by == "name":
         alternatives = alternatives + [os.path.join(subset, name)]
-    rel = locator.find(first, alternatives)
+    shown = f"id={image_id!r}" if images_by == "id" else f"name={name!r}"
+    rel = find_image(locator, b, first, element, shown, alternatives)
     if rel is None:
-        shown = f"id={image_id!r}" if images_by == "id" else f"name={name!r}"
-        b.problem("missing_image", element, f"{shown} not found in {locator.describe()}", "image skipped")
         return
     size = declared_size(b, locator.root, rel, element, image.get("width"), image.get("height"))
     if size is None:

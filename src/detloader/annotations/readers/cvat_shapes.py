@@ -94,10 +94,11 @@ def parse_box(child: etree._Element, where: str, b: ChunkBuilder) -> BoxShape | 
         return None
     rotation = child.get("rotation")
     if rotation is not None and rotation.strip():
-        try:
-            degrees = float(rotation)
-        except ValueError:
-            b.problem("bad_value", f"{where}/rotation", f"rotation={rotation!r} is not a number", "object skipped")
+        degrees = b.number(rotation, f"{where}/rotation", "rotation", "object skipped")
+        if degrees is None:
+            return None
+        if not math.isfinite(degrees):
+            b.problem("non_finite", f"{where}/rotation", f"rotation={rotation.strip()!r} is not finite", "object skipped")
             return None
         if degrees % 360 != 0:
             box = _rotated_bounds(box, degrees)

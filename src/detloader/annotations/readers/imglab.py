@@ -52,7 +52,7 @@ from detloader.annotations.readers.common import (
     flag_value,
     parse_each,
 )
-from detloader.annotations.readers.locate import ImageLocator, declared_size
+from detloader.annotations.readers.locate import ImageLocator, declared_size, find_image
 from detloader.annotations.readers.safe_xml import annotation_xml, sniff_xml, stream_records
 
 NAME = "imglab"
@@ -116,9 +116,8 @@ def _image(image: etree._Element, element: str, locator: ImageLocator, default_c
     if not name:
         b.problem("missing_field", element, "file= is missing", "image skipped")
         return
-    rel = locator.find(name)
+    rel = find_image(locator, b, name, f"{element}/file", f"file={name!r}")
     if rel is None:
-        b.problem("missing_image", f"{element}/file", f"file={name!r} not found in {locator.describe()}", "image skipped")
         return
     size = declared_size(b, locator.root, rel, element, image.get("width"), image.get("height"))
     if size is None:

@@ -16,7 +16,18 @@ from typing import Any, Sequence
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.readers.common import int_or_none
 
-__all__ = ["IMAGE_EXTENSIONS", "ImageLocator", "declared_size", "header_size", "image_header_size", "image_size", "add_listed_image"]
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "ImageLocator",
+    "add_listed_image",
+    "declared_size",
+    "find_image",
+    "header_size",
+    "image_header_size",
+    "image_size",
+    "inside",
+    "stays_inside",
+]
 
 #: Image file extensions tried when an annotation names an image without one (or wrongly).
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".JPG", ".JPEG", ".PNG")
@@ -39,14 +50,32 @@ def _normalise(name: str) -> str:
     return name
 
 
+def inside(rel: str) -> bool:
+    """Whether ``rel`` (relative to the dataset root) stays inside it, by its text alone:
+    not absolute, and no ``..`` climbs above the root once normalised."""
+    if os.path.isabs(rel) or ntpath.isabs(rel):
+        return False
+    norm = os.path.normpath(rel)
+    return norm != ".." and not norm.startswith(".." + os.sep)
+
+
+def stays_inside(folder: str, name: str) -> bool:
+    """Whether ``name`` joined to ``folder`` stays in the dataset (or, for an image folder the
+    user put outside it, in that folder)."""
+    return inside(os.path.join(folder, name)) if inside(folder) else inside(name)
+
+
 class ImageLocator:
     """Finds the image file an annotation names.
 
     ``folders`` are tried in order (relative to ``root``), the folder of the last hit first, so
     that a dataset whose images all live in one place costs one ``stat`` per image. Each
     folder is tried with the name as written, then its base name, then the same stem with the
-    usual image extensions. Absolute names are used as they are. With ``check=False`` nothing
-    is looked up: the name is joined to the first folder.
+    usual image extensions. A name that leaves the dataset (absolute outside the root, or
+    ``..`` above it) is not followed: only its base name is looked for in the folders;
+    :attr:`escaped` holds the name (else None) for the caller to report, :attr:`followed`
+    the path as written when it exists (relative to the root). With ``check=False``
+    nothing is looked up: the name is joined to the first folder.
     """
 
     def __init__(self, root: str | os.PathLike[str], folders: Sequence[str], check: bool) -> None:
@@ -54,6 +83,8 @@ class ImageLocator:
         self.folders = list(folders) or [""]
         self.check = check
         self._last = 0
+        self.escaped: str | None = None
+        self.followed: str | None = None
 
     def describe(self) -> str:
         return ", ".join(f or "." for f in self.folders)
@@ -61,15 +92,38 @@ class ImageLocator:
     def _exists(self, rel: str) -> bool:
         return os.path.isfile(os.path.join(self.root, rel))
 
+    def _first(self, names: Sequence[str]) -> str | None:
+        """The first of ``names``, joined to a folder, that exists (no check: the first)."""
+        for folder in self.folders:
+            for n in names:
+                rel = os.path.normpath(os.path.join(folder, n))
+                if not self.check or self._exists(rel):
+                    return rel
+        return None
+
     def find(self, name: str, alternatives: Sequence[str] = ()) -> str | None:
         """Path of the image relative to the root, or None when no candidate exists."""
+        self.escaped = self.followed = None
         names = [_normalise(n) for n in (name, *alternatives) if n and n.strip()]
         if not names:
             return None
         if os.path.isabs(names[0]):
+            rel = os.path.relpath(names[0], self.root)
             if not self.check or os.path.isfile(names[0]):
-                return os.path.relpath(names[0], self.root)
+                if inside(rel):
+                    return rel
+                self.followed = rel
             names = [os.path.basename(names[0])] + names[1:]
+            if not inside(rel):
+                self.escaped = name
+        kept = [n for n in names if all(stays_inside(f, n) for f in self.folders)]
+        if len(kept) < len(names):
+            self.escaped = self.escaped or name
+            if self.followed is None:
+                self.followed = self._first([n for n in names if n not in kept])
+            names = kept + [os.path.basename(n) for n in names if n not in kept and os.path.basename(n) not in ("", "..")]
+        if not names:
+            return None
         if not self.check:
             return os.path.normpath(os.path.join(self.folders[0], names[0]))
         order = [self._last] + [i for i in range(len(self.folders)) if i != self._last]
@@ -96,6 +150,25 @@ class ImageLocator:
                         self._last = i
                         return rel
         return None
+
+
+def find_image(locator: ImageLocator, b: ChunkBuilder, name: str, where: str, shown: str, alternatives: Sequence[str] = ()) -> str | None:
+    """:meth:`ImageLocator.find` with its problems: ``outside_dataset`` when the name leaves
+    the dataset (repaired when its base name is found inside), ``missing_image`` when nothing
+    is found; ``shown`` is how the messages name the value (``file_name='a.jpg'``). With
+    ``allow_outside_images`` such a name is followed as written when it exists."""
+    rel = locator.find(name, alternatives)
+    if locator.escaped is not None and b.options.allow_outside_images and locator.followed is not None:
+        return locator.followed
+    if locator.escaped is not None:
+        if rel is None:
+            b.problem("outside_dataset", where, f"{shown} leaves the dataset; not followed", "image skipped")
+            return None
+        b.problem("outside_dataset", where, f"{shown} leaves the dataset; not followed", f"found {rel!r} inside it", "repaired")
+        return rel
+    if rel is None:
+        b.problem("missing_image", where, f"{shown} not found in {locator.describe()}", "image skipped")
+    return rel
 
 
 def header_size(b: ChunkBuilder, root: str, rel: str, element: str, raw: str) -> tuple[int, int] | None:
@@ -140,9 +213,8 @@ def add_listed_image(
 ) -> bool:
     """Find image ``name`` and add it to ``b`` (size from the image header unless ``size`` is
     given); False, with a ``missing_image`` / ``missing_size`` problem, when that fails."""
-    rel = locator.find(name)
+    rel = find_image(locator, b, name, where, repr(name))
     if rel is None:
-        b.problem("missing_image", where, f"{name!r} not found in {locator.describe()}", "image skipped")
         return False
     if size is None:
         size = image_size(b, locator.root, rel, where)

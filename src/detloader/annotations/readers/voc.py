@@ -33,6 +33,7 @@ Element paths in problems are XPath-like and 1-based: ``object[2]/bndbox`` is th
 
 from __future__ import annotations
 
+import math
 import ntpath
 import os
 from pathlib import Path
@@ -42,6 +43,7 @@ import numpy as np
 from lxml import etree
 
 from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.checks import MAX_SIDE
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import FACE5, LandmarkSchema
 from detloader.annotations.problems import Problem
@@ -54,7 +56,7 @@ from detloader.annotations.readers.common import (
     scan_files,
     stat_entry,
 )
-from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, header_size
+from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, header_size, stays_inside
 from detloader.annotations.readers.voc_objects import child_text, first_children, parse_attributes, parse_object
 from detloader.annotations.readers.safe_xml import UnsafeXMLError, parse_xml_bytes, report_xml_error, root_tag
 
@@ -180,6 +182,10 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
     filename = (child_text(top, "filename") or "").strip()
     sub = _sub_folder(os.path.dirname(rel), ann_dir)
     stem = os.path.splitext(os.path.basename(rel))[0]
+    if filename and not opts.allow_outside_images and not stays_inside(os.path.join(image_dir, sub), filename):
+        base = ntpath.basename(filename)
+        b.problem("outside_dataset", "filename", f"filename={filename!r} leaves the dataset; not followed", f"looked for {base!r} inside it", "repaired")
+        filename = base
     image_rel = _resolve_image(root, image_dir, sub, filename, stem, child_text(top, "path"), opts.check_images)
     if image_rel is None:
         shown = filename or f"{stem}.*"
@@ -233,12 +239,15 @@ def _sub_folder(folder: str, ann_dir: str) -> str:
 
 
 def _int_or_zero(text: str | None) -> int | None:
+    """A size field as an int (fractions cut), 0 when absent; None when not a finite number
+    within ``MAX_SIDE``."""
     if text is None or not text.strip():
         return 0
     try:
-        return int(float(text))
-    except ValueError:
+        value = float(text)
+    except (ValueError, OverflowError):
         return None
+    return int(value) if math.isfinite(value) and abs(value) <= MAX_SIDE else None
 
 
 def _resolve_image(

@@ -63,10 +63,10 @@ def _visibility(text: str | None) -> int | None:
     if value in ("false", "no"):
         return 1
     try:
-        v = int(float(value))
+        v = float(value)
     except ValueError:
         return None
-    return v if v in (0, 1, 2) else None
+    return int(v) if v in (0.0, 1.0, 2.0) else None  # inf, nan, 1e309: not a visibility
 
 
 def _named_keypoints(children: list, where: str, b: ChunkBuilder) -> list[tuple[str, float, float, int]]:
