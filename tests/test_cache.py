@@ -166,3 +166,93 @@ def test_shared_not_copied_by_forked_workers(synth_root):
     values = [float(v) for v in loader]
     assert len(set(values)) == 1
     assert values[0] == pytest.approx(float(np.asarray(index.boxes, np.float64).sum() + index.landmarks.sum()), rel=1e-5)
+
+
+# -- integrity (issue 12) ---------------------------------------------------------------------
+def _data_start(good: bytes) -> int:
+    header_len = struct.unpack_from("<Q", good, 16)[0]
+    return (24 + header_len + 63) // 64 * 64
+
+
+def test_every_flipped_byte_is_caught_and_the_cache_rebuilt_with_a_warning(tmp_path):
+    root = _root(tmp_path, n=4)
+    reference = read_annotations(root, cache=False)
+    path = read_annotations(root)._source_file
+    good = open(path, "rb").read()
+    header_len = struct.unpack_from("<Q", good, 16)[0]
+    start = _data_start(good)
+    boxes_at = start + cache_mod._read_header(path)[0]["arrays"]["boxes"][2]
+    # magic, version, header CRC, header length, header bytes, array bytes (a box's xmax)
+    positions = [0, 8, 12, 16, 23, 24, 24 + header_len // 2, 24 + header_len - 1, boxes_at + 8, boxes_at + 11]
+    for pos in positions:
+        damaged = bytearray(good)
+        damaged[pos] ^= 0x40
+        open(path, "wb").write(bytes(damaged))
+        with pytest.raises(cache_mod.CacheError):
+            cache_mod.load_index_file(path)
+        with pytest.warns(RuntimeWarning, match="rebuilding the index cache"):
+            again = read_annotations(root)
+        assert arrays_equal(again, reference), pos
+        assert open(path, "rb").read() == good
+
+
+def test_a_huge_declared_length_or_shape_is_a_cache_error_not_memory_error(tmp_path):
+    root = _root(tmp_path)
+    path = read_annotations(root)._source_file
+    good = bytearray(open(path, "rb").read())
+    struct.pack_into("<Q", good, 16, 2**63)
+    open(path, "wb").write(bytes(good))
+    with pytest.raises(cache_mod.CacheError, match="length"):
+        cache_mod.load_index_file(path)
+
+
+def test_cache_files_are_readable_by_the_group(tmp_path):
+    old = os.umask(0o022)
+    try:
+        path = read_annotations(_root(tmp_path))._source_file
+    finally:
+        os.umask(old)
+    assert os.stat(path).st_mode & 0o777 == 0o644
+
+
+def test_read_only_dataset_and_cache_folder_reads_without_cache_with_one_warning(tmp_path, monkeypatch):
+    import warnings
+
+    monkeypatch.delenv(cache_mod.CACHE_DIR_ENV)
+    xdg = tmp_path / "xdg"
+    xdg.write_text("")  # a file: no folder can be made under it, even by root
+    monkeypatch.setenv("XDG_CACHE_HOME", str(xdg))
+    root = _root(tmp_path)
+    os.chmod(root, 0o555)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            index = read_annotations(root)
+        assert index._source_file is None and len(index) == 3
+        assert [str(w.message) for w in caught if "without an index cache" in str(w.message)] == [
+            str(caught[0].message)
+        ] and len(caught) == 1
+    finally:
+        os.chmod(root, 0o755)
+
+
+def test_an_index_whose_file_was_replaced_pickles_its_arrays(tmp_path):
+    """A cache rebuilt by another process (atomic rename: a new inode) while workers run:
+    the next epoch's workers get the arrays their parent uses, not the new file."""
+    root = _root(tmp_path)
+    warm = read_annotations(root)
+    boxes = np.array(warm.boxes)
+    (root / "Annotations" / "0.xml").write_text(voc_xml("0.jpg", []))
+    os.utime(root / "Annotations" / "0.xml", ns=(5, 5))
+    rebuilt = read_annotations(root)
+    assert rebuilt._source_file == warm._source_file and rebuilt.num_objects == 2
+    again = pickle.loads(pickle.dumps(warm))
+    assert np.array_equal(again.boxes, boxes) and again.num_objects == 3
+
+
+def test_a_worker_loading_a_file_with_another_checksum_fails_once_clearly(tmp_path):
+    root = _root(tmp_path)
+    warm = read_annotations(root)
+    func, args = warm.__reduce__()
+    with pytest.raises(cache_mod.CacheError, match=r"\.dlindex: the cache was rebuilt by another process.*CRC"):
+        func(args[0], args[1], args[2], args[3] ^ 1)

@@ -206,3 +206,52 @@ def test_reduced_decode_of_a_rotated_jpeg_counts_in_the_rotated_frame() -> None:
     data = _encode(Image.fromarray(_pattern(64, 32)), "JPEG", quality=90, exif=_exif(6))
     out = decode_image(data, expected_size=(32, 64), min_size=(16, 32))
     assert out.exif_applied and out.image.shape == (32, 16, 3) and out.scale == 0.5
+
+
+# -- pixel cap (checked from the header, before decoding) -------------------------------------
+def _declaring(fmt: str, width: int, height: int) -> bytes:
+    data = bytearray(_encode(Image.new("RGB", (16, 16)), fmt))
+    if fmt == "JPEG":
+        i = data.find(b"\xff\xc0")
+        data[i + 5 : i + 9] = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+    else:
+        data[16:24] = width.to_bytes(4, "big") + height.to_bytes(4, "big")
+    return bytes(data)
+
+
+@pytest.mark.parametrize("fmt,size", [("JPEG", (20000, 20000)), ("JPEG", (65000, 65000)), ("PNG", (50000, 50000))])
+def test_a_header_over_the_pixel_cap_is_refused_with_the_file_and_size(fmt: str, size: tuple[int, int]) -> None:
+    from detloader.images import header_size
+
+    data = _declaring(fmt, *size)
+    assert header_size(data) == size
+    with pytest.raises(ImageDecodeError, match=rf"bomb\.img: header declares {size[0]}x{size[1]} = {size[0] * size[1]} pixels, over max_pixels=178956970"):
+        decode_image(data, source="bomb.img")
+
+
+def test_the_pixel_cap_is_a_parameter_and_an_environment_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from detloader.images import MAX_PIXELS_ENV
+
+    data = _encode(Image.new("RGB", (40, 30)), "PNG")
+    assert decode_image(data, max_pixels=1200).image.shape == (30, 40, 3)
+    with pytest.raises(ImageDecodeError, match="40x30 = 1200 pixels, over max_pixels=1199"):
+        decode_image(data, max_pixels=1199)
+    path = tmp_path / "x.png"
+    path.write_bytes(data)
+    monkeypatch.setenv(MAX_PIXELS_ENV, "100")
+    with pytest.raises(ImageDecodeError, match=r"x\.png: header declares 40x30"):
+        read_image(path)
+    monkeypatch.setenv(MAX_PIXELS_ENV, "0")  # no cap
+    assert read_image(path).image.shape == (30, 40, 3)
+
+
+def test_a_palette_png_with_transparency_decodes_without_a_warning() -> None:
+    import warnings
+
+    im = Image.new("P", (8, 8), 3)
+    im.putpalette([0, 0, 0, 255, 0, 0, 0, 255, 0, 0, 0, 255] + [0] * 756)
+    data = _encode(im, "PNG", transparency=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = decode_image(data)
+    assert out.image.shape == (8, 8, 3) and tuple(out.image[0, 0]) == (0, 0, 255)

@@ -37,7 +37,11 @@ __all__ = [
     "Decoded",
     "ExifPolicy",
     "ImageDecodeError",
+    "MAX_PIXELS",
+    "MAX_PIXELS_ENV",
     "MinSize",
+    "check_pixels",
+    "header_size",
     "apply_orientation",
     "check_exif_policy",
     "decode_image",
@@ -54,6 +58,12 @@ EXIF_CHOICES: tuple[str, ...] = ("auto", "apply", "ignore")
 MinSize = Union[tuple[int, int], Callable[[int, int], Optional[tuple[int, int]]], None]
 
 _ORIENTATION_TAG = 0x0112
+
+#: Default cap on the pixels an image header may declare (width * height): 178 956 970, the
+#: limit at which Pillow raises ``DecompressionBombError`` (2x its warning threshold), about
+#: 537 MB as RGB. ``max_pixels=`` or the environment variable below change it; 0 or None: no cap.
+MAX_PIXELS = 178_956_970
+MAX_PIXELS_ENV = "DETLOADER_MAX_PIXELS"
 
 
 class ImageDecodeError(ValueError):
@@ -170,6 +180,88 @@ def _tiff_orientation(tiff: bytes) -> int:
     return 1
 
 
+# -- header check (pixel cap) -----------------------------------------------------------------
+def _default_max_pixels() -> int | None:
+    value = os.environ.get(MAX_PIXELS_ENV)
+    if value is None or value == "":
+        return MAX_PIXELS
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(f"{MAX_PIXELS_ENV}={value!r} is not an integer") from None
+    return n if n > 0 else None
+
+
+def header_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) the header of ``data`` declares (JPEG SOF, PNG IHDR, or whatever Pillow
+    reads without decoding pixels), None when no header can be read."""
+    if data[:3] == b"\xff\xd8\xff":
+        size = _jpeg_sof_size(data)
+        if size is not None:
+            return size
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24 and data[12:16] == b"IHDR":
+        w, h = struct.unpack(">II", data[16:24])
+        return int(w), int(h)
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(io.BytesIO(data)) as img:
+                return int(img.size[0]), int(img.size[1])
+    except Image.DecompressionBombError:
+        raise  # Pillow's own cap (other formats); decode_image words it with the file name
+    except Exception:  # noqa: BLE001 - any other failure here means "no readable header"
+        return None
+
+
+def _jpeg_sof_size(data: bytes) -> tuple[int, int] | None:
+    n = len(data)
+    pos = 2
+    while pos + 4 <= n:
+        if data[pos] != 0xFF:
+            return None
+        marker = data[pos + 1]
+        if marker == 0xFF:
+            pos += 1
+            continue
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+            pos += 2
+            continue
+        if marker in (0xD9, 0xDA):
+            return None
+        (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            if pos + 9 > n:
+                return None
+            h, w = struct.unpack(">HH", data[pos + 5 : pos + 9])
+            return int(w), int(h)
+        pos += 2 + length
+    return None
+
+
+def check_pixels(
+    data: bytes, source: str = "<bytes>", max_pixels: int | None | Literal["default"] = "default"
+) -> tuple[int, int] | None:
+    """Refuse ``data`` whose header declares more than ``max_pixels`` pixels, before any pixel
+    is decoded; returns the declared (width, height), or None when no header is readable.
+
+    Raises:
+        ImageDecodeError: ``"<source>: header declares 20000x20000 = 400000000 pixels, over
+            max_pixels=178956970"``.
+    """
+    limit = _default_max_pixels() if max_pixels == "default" else max_pixels
+    size = header_size(data)
+    if size is not None and limit:
+        w, h = size
+        if w * h > limit:
+            raise ImageDecodeError(
+                f"{source}: header declares {w}x{h} = {w * h} pixels, over max_pixels={limit} "
+                f"(raise it with max_pixels= or {MAX_PIXELS_ENV})"
+            )
+    return size
+
+
 # -- decoding ---------------------------------------------------------------------------------
 def _resolve_min_size(
     min_size: MinSize,
@@ -198,6 +290,7 @@ def decode_image(
     exif: ExifPolicy = "auto",
     min_size: MinSize = None,
     source: str = "<bytes>",
+    max_pixels: int | None | Literal["default"] = "default",
 ) -> Decoded:
     """Decode image bytes to uint8 ``[H, W, 3]`` RGB.
 
@@ -209,11 +302,21 @@ def decode_image(
             (DCT scaling) only when that shrinks it at least 2x in both directions; the result
             is never smaller than ``min_size``. See :attr:`Decoded.scale`.
         source: a name for error messages (the file path).
+        max_pixels: refuse an image whose header declares more pixels (checked before
+            decoding); ``"default"``: :data:`MAX_PIXELS` or ``$DETLOADER_MAX_PIXELS``;
+            0 or None: no cap.
 
     Raises:
-        ImageDecodeError: the bytes are not an image that can be decoded.
+        ImageDecodeError: the bytes are not an image that can be decoded, or declare more
+            than ``max_pixels`` pixels.
     """
     check_exif_policy(exif)
+    from PIL import Image
+
+    try:
+        check_pixels(data, source, max_pixels)
+    except Image.DecompressionBombError as err:
+        raise ImageDecodeError(f"{source}: {err}") from err
     if data[:3] == b"\xff\xd8\xff":
         out = _decode_jpeg(data, expected_size, exif, min_size, source)
         if out is not None:
@@ -227,6 +330,7 @@ def read_image(
     expected_size: tuple[int, int] | None = None,
     exif: ExifPolicy = "auto",
     min_size: MinSize = None,
+    max_pixels: int | None | Literal["default"] = "default",
 ) -> Decoded:
     """:func:`decode_image` of the file at ``path``."""
     try:
@@ -235,7 +339,12 @@ def read_image(
     except OSError as err:
         raise ImageDecodeError(f"{os.fspath(path)}: cannot read image: {err}") from err
     return decode_image(
-        data, expected_size=expected_size, exif=exif, min_size=min_size, source=os.fspath(path)
+        data,
+        expected_size=expected_size,
+        exif=exif,
+        min_size=min_size,
+        source=os.fspath(path),
+        max_pixels=max_pixels,
     )
 
 
@@ -291,6 +400,9 @@ def _to_rgb(img: "Image.Image") -> np.ndarray:
         return np.repeat(a[..., None], 3, axis=2)
     if mode == "F":
         img = img.convert("L")
+    if mode == "P" and "transparency" in img.info:
+        # through RGBA, as Pillow advises (it warns on every such file otherwise); alpha dropped
+        img = img.convert("RGBA")
     return np.array(img.convert("RGB"))
 
 
@@ -305,7 +417,7 @@ def _decode_pillow(
             if not 1 <= orientation <= 8:
                 orientation = 1
             image = _to_rgb(img)
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
         raise ImageDecodeError(f"{source}: cannot decode image: {err}") from err
     h, w = image.shape[:2]
     applied = should_apply_orientation(orientation, (w, h), expected_size, exif)

@@ -140,12 +140,17 @@ def read_annotations(
         # files beside each other in one folder (training.xml, testing.xml) get their own cache
         tag_text = options_json + (f"\0{p.name}" if p.is_file() else "")
         options_tag = hashlib.blake2b(tag_text.encode(), digest_size=8).hexdigest()
-        cache_file = _cache.cache_dir_for(source.root) / f"{name}-{options_tag}.dlindex"
-        if cache != "rebuild" and _cache.read_key(cache_file) == key:
+        try:
+            cache_file = _cache.cache_dir_for(source.root) / f"{name}-{options_tag}.dlindex"
+        except OSError as err:  # neither the dataset folder nor the user cache can be written
+            warnings.warn(f"{source.root}: reading without an index cache ({err})", RuntimeWarning, stacklevel=2)
+        if cache_file is not None and cache != "rebuild" and cache_file.exists():
+            index = None
             try:
-                index = _cache.load_index_file(cache_file, root=source.root)
-            except (OSError, _cache.CacheError):
-                index = None
+                if _cache.read_key(cache_file, strict=True) == key:
+                    index = _cache.load_index_file(cache_file, root=source.root)
+            except (OSError, _cache.CacheError) as err:  # damaged: never used, rebuilt
+                warnings.warn(f"{err}; rebuilding the index cache", RuntimeWarning, stacklevel=2)
             if index is not None:
                 apply_policy(index.problems, on_error, str(source.root))
                 return index

@@ -14,6 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_read_arguments(p, on_error="skip")
     p.add_argument("--json", action="store_true", help="print the problems as JSON")
     p.add_argument("--limit", type=int, default=0, help="show at most this many rows (default: all)")
+    p.add_argument("--no-images", action="store_true", help="skip the image header checks")
+    p.add_argument("--decode", action="store_true", help="also decode every image fully, in parallel")
     p.set_defaults(func=run)
 
 
@@ -27,6 +29,15 @@ def run(args: argparse.Namespace) -> int:
     with progress_bar("validating", enabled=not args.json) as progress:
         index = read_annotations(args.path, progress=progress, **kwargs)
     report = index.problems
+    if not args.no_images:
+        import os
+
+        from detloader.validate_images import check_images
+
+        workers = (os.cpu_count() or 1) if args.decode else 1
+        with progress_bar("decoding" if args.decode else "image headers", enabled=not args.json) as progress:
+            for problem in check_images(index, decode=args.decode, workers=workers, progress=progress):
+                report.add(problem)
     if args.json:
         print_json({"images": len(index), "objects": index.num_objects, "problems": report.counts(), "items": report.to_list()})
         return 1 if report else 0
