@@ -17,8 +17,8 @@ def test_demo_runs_the_story_and_writes_its_pictures(tmp_path: Path, capsys: pyt
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--images", "40", "--epochs", "1", "--tune-budget", "1.5"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    for step in ("1. synthesise", "2. index", "5. balance (sqrt)", "6. look at the data", "7. tune", "8. train",
-                 "9. evaluate"):
+    for step in ("1. synthesise", "2. index", "5. balance (sqrt)", "6. look at the data", "7. tune", "8. load",
+                 "9. train", "10. evaluate"):
         assert step in text
     # the per-class evaluation table of the train CLI
     assert "AP@0.5" in text and "face" in text and "masked" in text and "box mAP@0.5" in text

@@ -2,7 +2,7 @@
 
 synthesise -> index (cold, then warm from the cache) -> validate -> summary -> balance (objects
 per epoch, raw vs balanced) -> pictures of the data (as stored, and augmented) -> tune the
-loader for this machine -> a short balanced training run (which finds the tuned settings
+loader for this machine -> one epoch of the balanced loader -> a short balanced training run (which finds the tuned settings
 through ``num_workers="auto"``) -> the per-class evaluation table -> a picture of validation
 images with the predictions beside the truth. Everything goes under ``--out``.
 """
@@ -108,9 +108,35 @@ def run(args: argparse.Namespace) -> int:
         result = tune_loader(dataset, batch_size=args.batch_size, budget_s=args.tune_budget)
         print_result(result, cached=result.from_cache)
 
-    out.rule(f"8. train: {args.epochs} epochs, balance={args.balance}")
+    out.rule("8. load: one epoch of balanced, augmented batches with the tuned settings")
     import warnings
 
+    from detloader import make_loader
+    from detloader.tune import TuneWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TuneWarning)  # tuning skipped: the heuristic is fine here
+        loader = make_loader(dataset, batch_size=args.batch_size, balance=args.balance, num_workers="auto",
+                             seed=args.seed)
+    out.print(f"make_loader(num_workers='auto') -> num_workers={loader.num_workers}, "
+              f"pin_memory={loader.pin_memory}, sampler={type(loader.sampler).__name__}")
+    counts = train_index.class_counts()
+    rare_name = min(counts, key=counts.get)
+    rare = train_index.classes.index(rare_name)
+    t, images, objects, rare_objects = time.perf_counter(), 0, 0, 0
+    for step, batch in enumerate(loader):
+        images, objects = images + len(batch), objects + len(batch.labels)
+        rare_objects += int((batch.labels == rare).sum())
+        if step == 0:
+            out.print(f"batch 0: images {tuple(batch.images.shape)} uint8, boxes {tuple(batch.boxes.shape)}, "
+                      f"landmarks {tuple(batch.landmarks.shape)}, visibility {tuple(batch.visibility.shape)}")
+    dt = time.perf_counter() - t
+    out.print(f"{images} images, {objects} objects ({100 * rare_objects / max(objects, 1):.1f} % '{rare_name}', "
+              f"{100 * counts[rare_name] / max(train_index.num_objects, 1):.1f} % in the data) in {dt:.2f} s "
+              f"= {images / max(dt, 1e-9):.0f} images/s")
+    del loader
+
+    out.rule(f"9. train: {args.epochs} epochs, balance={args.balance}")
     from detloader.train import TrainConfig, train
 
     config = TrainConfig(
@@ -132,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     out.print(f"{config.out}/: last.pt, metrics.json ({metrics['train_seconds']:.0f} s of training, "
               f"num_workers={metrics.get('num_workers')})")
 
-    out.rule("9. evaluate on the validation split")
+    out.rule("10. evaluate on the validation split")
     from detloader.cli.evaluate import print_metrics
 
     print_metrics(metrics)
