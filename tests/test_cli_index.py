@@ -53,7 +53,8 @@ def test_bad_argument_is_one_line(tmp_path, capsys):
 
 
 def test_demo_runs(tmp_path, capsys):
-    assert main(["demo", "--out", str(tmp_path / "demo"), "--images", "24", "--tune-budget", "0", "--size", "96"]) == 0
+    assert main(["demo", "--out", str(tmp_path / "demo"), "--images", "24", "--tune-budget", "0", "--size", "96",
+                 "--epochs", "1"]) == 0
     out = capsys.readouterr().out
     for step in ("synthesise", "index", "validate", "summary", "balance", "load"):
         assert step in out

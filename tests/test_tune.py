@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset
 
+from detloader import _system
 from detloader.tune import (
     MachineProbe,
     Trial,
@@ -413,6 +414,8 @@ def test_probe_machine_is_consistent() -> None:
 @pytest.fixture
 def fast_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tuner, "BUSY_WINDOW_S", 0.1)
+    # a steady load: these tests reuse cached results, which re-checks the load (freshness)
+    monkeypatch.setattr(_system, "busy_cpus", lambda window_s=0.5: 0.0)
 
 
 def test_tune_loader_on_a_tiny_dataset(fast_probe: None) -> None:

@@ -25,12 +25,14 @@ from typing import Any
 
 from detloader import _system
 from detloader.tune.measure import loader_kwargs
+from detloader.tune.freshness import check_load, fit_to_load
 from detloader.tune.probe import free_cpus
 from detloader.tune.store import cache_key, load_result
 
 __all__ = [
     "MAX_HEURISTIC_WORKERS",
     "WORKER_MEMORY_GUESS",
+    "StaleTuneWarning",
     "TuneWarning",
     "auto_loader_kwargs",
     "heuristic_loader_kwargs",
@@ -44,6 +46,11 @@ WORKER_MEMORY_GUESS = 512 * 2**20
 
 class TuneWarning(UserWarning):
     """Loader settings come from the heuristic, not from a measurement."""
+
+
+class StaleTuneWarning(TuneWarning):
+    """The cached tuning result was measured under another load than the machine has now
+    (see :mod:`detloader.tune.freshness`)."""
 
 
 def heuristic_loader_kwargs(
@@ -90,7 +97,10 @@ def auto_loader_kwargs(
     ``persistent_workers`` for ``dataset`` at ``batch_size``, and a one-line reason.
 
     The cached :func:`detloader.tune_loader` result for this machine, dataset, transform and
-    batch size when there is one; else the heuristic of this module (it watches the CPUs for
+    batch size when there is one, after a cheap re-check of the load
+    (:func:`detloader.tune.freshness.check_load`): when it changed, a :class:`StaleTuneWarning`
+    says so and, on a busier machine, the workers are capped at the CPUs free now; else the
+    heuristic of this module (it watches the CPUs for
     ``busy_window_s`` seconds) and, with ``warn``, a :class:`TuneWarning` saying so (shown
     once per process by Python's default warning filter) pointing ``stacklevel`` frames up.
     """
@@ -98,7 +108,21 @@ def auto_loader_kwargs(
         raise ValueError(f"batch_size={batch_size} must be >= 1")
     result = load_result(cache_key(dataset, batch_size), cache_dir)
     if result is not None:
-        return dict(result.recommended), f"tuned: {result.summary}"
+        check = check_load(result)
+        if not check.changed:
+            return dict(result.recommended), f"tuned: {result.summary}"
+        kwargs = fit_to_load(result.recommended, check)
+        if warn:
+            capped = (f"num_workers={kwargs['num_workers']} instead of the tuned "
+                      f"{result.recommended['num_workers']}" if kwargs != result.recommended
+                      else f"the tuned num_workers={kwargs['num_workers']} is kept")
+            warnings.warn(
+                f"{check.describe()}: {capped}. Run detloader.tune_loader(dataset, batch_size=...) "
+                "or `detloader tune PATH` again to measure under this load.",
+                StaleTuneWarning,
+                stacklevel=stacklevel,
+            )
+        return kwargs, f"tuned, load changed: {result.summary}; {check.describe()}"
     usable, affinity = _system.usable_cpus(), _system.affinity_cpus()
     busy = _system.busy_cpus(busy_window_s) if busy_window_s > 0 else 0.0
     kind, _, _ = _system.accelerator_info()

@@ -6,11 +6,16 @@ file name is a hash of the four fingerprints; the file holds the :class:`TuneRes
 
 * **machine**: host name, logical and physical CPUs, the affinity set, the cgroup CPU quota,
   total RAM (GiB) and the cgroup memory limit, the accelerator and its count, the torch
-  version. Not the momentary load: a result measured on a busy machine stays valid for that
-  machine until :func:`detloader.tune_loader` is run again with ``refresh=True``.
+  version. Not the momentary load: that is stored *in* the result (``machine.busy_cpus`` /
+  ``free_cpus``) and re-checked on every reuse (:mod:`detloader.tune.freshness`).
 * **dataset**: the index's cache key (a hash of its annotation files) and size when the
-  dataset has one, else its type, length and ``repr``.
-* **transform**: ``repr(dataset.transform)`` with memory addresses removed.
+  dataset has one; a dataset that wraps others (``dataset`` / ``datasets`` attributes, as
+  ``torch.utils.data.Subset`` and ``ConcatDataset`` have, or the user's own wrapper) adds their
+  fingerprints, its type, length and ``indices``; any other dataset its type, length and
+  :func:`describe` (its ``repr``, or for the default ``<X object>`` repr, its attributes).
+* **transform**: the ``transform``, ``transforms`` and ``target_transform`` attributes of the
+  dataset and of the datasets it wraps, by :func:`describe` (memory addresses removed): a
+  transform chain of the user's own classes counts with its parameters.
 * **batch size**.
 """
 
@@ -32,6 +37,7 @@ __all__ = [
     "cache_file",
     "cache_key",
     "dataset_fingerprint",
+    "describe",
     "load_result",
     "machine_fingerprint",
     "save_result",
@@ -41,6 +47,8 @@ __all__ = [
 ]
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_TRANSFORM_ATTRIBUTES = ("transform", "transforms", "target_transform")
+_SIMPLE = (str, int, float, bool, type(None), Path)
 
 
 def tune_cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
@@ -82,7 +90,42 @@ def strip_addresses(text: str) -> str:
     return _ADDRESS.sub("", text)
 
 
-def dataset_fingerprint(dataset: Any) -> str:
+def describe(value: Any, depth: int = 4) -> str:
+    """A repr that is the same in every run and tells parameters apart: ``repr`` without
+    memory addresses; an object whose repr holds a default ``<X object>`` repr (its own, or a
+    part's: a chain of the user's transforms) is written
+    ``X(name=value, ...)`` from its attributes, and lists, tuples and dicts element by
+    element (``depth`` levels down)."""
+    if depth > 0 and isinstance(value, (list, tuple)):
+        inner = ", ".join(describe(v, depth - 1) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner})"
+    if depth > 0 and isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {describe(v, depth - 1)}" for k, v in value.items()) + "}"
+    text = strip_addresses(repr(value))
+    if depth > 0 and " object>" in text and hasattr(value, "__dict__"):  # a default repr, maybe nested
+        cls = type(value)
+        fields = ", ".join(f"{k}={describe(v, depth - 1)}" for k, v in sorted(vars(value).items())
+                           if not k.startswith("_") and (isinstance(v, _SIMPLE + (list, tuple, dict)) or callable(v)))
+        return f"{cls.__module__}.{cls.__qualname__}({fields})"
+    return text
+
+
+def _wrapped(dataset: Any) -> list[Any]:
+    """The datasets ``dataset`` wraps: its ``dataset`` attribute, or its ``datasets``, or else
+    its attributes that are torch datasets (a user's wrapper: ``self.base = ...``)."""
+    from torch.utils.data import Dataset  # torch: lazy, keeps the CLI fast
+
+    inner = getattr(dataset, "dataset", None)
+    if inner is not None and inner is not dataset and hasattr(inner, "__getitem__") and hasattr(inner, "__len__"):
+        return [inner]
+    many = getattr(dataset, "datasets", None)
+    if isinstance(many, (list, tuple)) and all(hasattr(d, "__getitem__") for d in many):
+        return list(many)
+    return [v for _, v in sorted(getattr(dataset, "__dict__", {}).items())
+            if isinstance(v, Dataset) and v is not dataset]
+
+
+def dataset_fingerprint(dataset: Any, _depth: int = 0) -> str:
     """Hash identifying the dataset's content (not its transform)."""
     index = getattr(dataset, "index", None)
     if index is None and hasattr(dataset, "object_offsets"):
@@ -95,21 +138,42 @@ def dataset_fingerprint(dataset: Any) -> str:
             "objects": int(getattr(index, "num_objects", 0)),
             "key": meta.get("cache_key"),
         }
-        if facts["key"] is None:
-            blob = getattr(index, "_image_path_blob", None)
-            if blob is not None:
-                facts["paths"] = hashlib.blake2b(memoryview(blob).cast("B"), digest_size=10).hexdigest()
+        blob = getattr(index, "_image_path_blob", None)
+        if blob is not None:  # which images: two subsets of one size differ
+            facts["paths"] = hashlib.blake2b(memoryview(blob).cast("B"), digest_size=10).hexdigest()
         return _hash(facts)
-    return _hash({
-        "type": f"{type(dataset).__module__}.{type(dataset).__qualname__}",
-        "len": len(dataset),
-        "repr": strip_addresses(repr(dataset)),
-    })
+    kind = f"{type(dataset).__module__}.{type(dataset).__qualname__}"
+    inner = _wrapped(dataset) if _depth < 4 else []
+    if inner:
+        indices = getattr(dataset, "indices", None)
+        return _hash({
+            "type": kind,
+            "len": len(dataset),
+            "wraps": [dataset_fingerprint(d, _depth + 1) for d in inner],
+            "indices": _hash([int(i) for i in indices]) if indices is not None else None,
+        })
+    return _hash({"type": kind, "len": len(dataset), "repr": describe(dataset)})
+
+
+def _transforms(dataset: Any, depth: int = 0) -> list[str]:
+    found = [f"{name}={describe(getattr(dataset, name))}" for name in _TRANSFORM_ATTRIBUTES
+             if getattr(dataset, name, None) is not None]
+    if depth < 4:
+        for inner in _wrapped(dataset):
+            found += [f"wrapped: {t}" for t in _transforms(inner, depth + 1)]
+    return found
 
 
 def transform_fingerprint(dataset: Any) -> str:
-    """``repr`` of the dataset's ``transform`` attribute (addresses removed), or ``None``."""
-    return strip_addresses(repr(getattr(dataset, "transform", None)))
+    """The dataset's transform chain as text (see the module docstring): ``repr`` of its
+    ``transform`` alone when that is all it has (a :class:`~detloader.DetectionDataset`), else
+    every transform attribute of it and of the datasets it wraps; ``"None"`` without any."""
+    found = _transforms(dataset)
+    if not found:
+        return "None"
+    if len(found) == 1 and found[0].startswith("transform="):
+        return found[0][len("transform="):]
+    return "; ".join(found)
 
 
 def cache_key(dataset: Any, batch_size: int, machine: str | None = None) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from detloader.tune.search import Progress, search_settings
 __all__ = [
     "BUSY_WINDOW_S",
     "CACHE_CHOICES",
+    "LOAD_CHANGE_CHOICES",
     "default_collate_for",
     "default_loader_factory",
     "grid_candidates",
@@ -28,6 +29,8 @@ __all__ = [
 #: Seconds the probe watches the CPUs to count those busy with other processes.
 BUSY_WINDOW_S = 1.0
 CACHE_CHOICES = (True, False, "refresh")
+#: What a cached result measured under another load does (see :mod:`detloader.tune.freshness`).
+LOAD_CHANGE_CHOICES = ("retune", "warn", "ignore")
 _SETTING_NAMES = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 
 
@@ -76,13 +79,20 @@ def default_loader_factory(
 
 
 def default_collate_for(dataset: Any) -> Callable[[list[Any]], Any] | None:
-    """The collate function make_loader would use for ``dataset`` (None: torch's default)."""
+    """The collate function make_loader would use for ``dataset`` (None: torch's default):
+    ``collate_detection`` for a ``DetectionDataset`` or a dataset (a user's wrapper) whose
+    items are ``Sample``s."""
     try:
-        from detloader.dataset import DetectionDataset
+        from detloader.dataset import DetectionDataset, Sample
         from detloader.collate import collate_detection
     except ImportError:
         return None
-    return collate_detection if isinstance(dataset, DetectionDataset) else None
+    if isinstance(dataset, DetectionDataset):
+        return collate_detection
+    try:
+        return collate_detection if len(dataset) and isinstance(dataset[0], Sample) else None
+    except Exception:  # noqa: BLE001 - the user's dataset: its error shows when it is measured
+        return None
 
 
 def _step_label(step_time: float | Consumer | None) -> float | str | None:
@@ -124,6 +134,7 @@ def tune_loader(
     device: str | None = "auto",
     loader_factory: LoaderFactory | None = None,
     cache: bool | str = True,
+    on_load_change: str = "retune",
     progress: Progress | None = None,
 ) -> TuneResult:
     """Measure the loader on this machine and recommend ``num_workers``, ``pin_memory``,
@@ -142,7 +153,15 @@ def tune_loader(
     copy). ``candidates``: measure exactly these settings (partial dicts are completed).
     ``respect_busy``: try no more workers than free CPUs. ``tolerance``: fewer workers win
     when within this fraction of the best throughput. ``cache``: True reads and writes the
-    tuning cache, "refresh" measures again and writes, False neither.
+    tuning cache, "refresh" measures again and writes, False neither. A cached result is
+    reused only after a cheap re-check of the load (:mod:`detloader.tune.freshness`): when
+    the free CPUs changed, ``on_load_change="retune"`` measures again and replaces it,
+    ``"warn"`` returns it with a ``StaleTuneWarning``, ``"ignore"`` returns it.
+
+    ``dataset`` is any map-style dataset, the user's own included: the cache key is its
+    content and its transform chain (``transform``/``transforms`` attributes, also of the
+    datasets it wraps), so ``make_loader(dataset, num_workers="auto")`` on the same dataset
+    finds the result (see :mod:`detloader.tune.store`).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be >= 1")
@@ -150,6 +169,8 @@ def tune_loader(
         raise ValueError(f"budget_s={budget_s} must be a positive number of seconds")
     if cache not in CACHE_CHOICES:
         raise ValueError(f"cache={cache!r}; valid: {list(CACHE_CHOICES)}")
+    if on_load_change not in LOAD_CHANGE_CHOICES:
+        raise ValueError(f"on_load_change={on_load_change!r}; valid: {list(LOAD_CHANGE_CHOICES)}")
     if len(dataset) == 0:
         raise ValueError("tune_loader: the dataset is empty (len(dataset)=0)")
     grid = [normalise_candidate(c) for c in candidates] if candidates is not None else None
@@ -163,7 +184,19 @@ def tune_loader(
     if cache is True and grid is None:
         cached = load_result(key)
         if cached is not None and cached.step_time == step_label:
-            return cached
+            from detloader.tune.freshness import check_load
+
+            check = check_load(cached) if on_load_change != "ignore" else None
+            if check is None or not check.changed:
+                return cached
+            if on_load_change == "warn":
+                import warnings
+
+                from detloader.tune.heuristic import StaleTuneWarning
+
+                warnings.warn(f"cached tuning result of {cached.created}: {check.describe()}; "
+                              "tune_loader(..., cache='refresh') measures again", StaleTuneWarning, stacklevel=2)
+                return cached
 
     start = time.perf_counter()
 

@@ -1,0 +1,55 @@
+"""``detloader show PATH``: a grid of images with their annotations drawn, as a PNG."""
+
+from __future__ import annotations
+
+import argparse
+
+from detloader.cli._common import add_read_arguments, console, read_index
+
+__all__ = ["register", "run"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "show",
+        help="draw a grid of images with boxes, class names, landmarks and image classes",
+    )
+    add_read_arguments(p, on_error="skip")
+    p.add_argument("--out", default="grid.png", help="picture to write (default: grid.png)")
+    p.add_argument("--n", type=int, default=16, help="images in the grid (default: 16)")
+    p.add_argument("--split", help="only images of this split (ImageSets/Main/SPLIT.txt or a split file)")
+    p.add_argument("--class", dest="class_name", metavar="C", help="only images with an object (or image class) C")
+    p.add_argument(
+        "--after-transform",
+        action="store_true",
+        help="show augmented samples (random horizontal flip, then letterbox to --size) instead of the stored images",
+    )
+    p.add_argument("--size", type=int, default=320, help="letterbox side with --after-transform (default: 320)")
+    p.add_argument("--flip", type=float, default=0.5, help="flip probability with --after-transform (default: 0.5)")
+    p.add_argument("--tile", type=int, default=256, help="pixels per tile (default: 256)")
+    p.add_argument("--seed", type=int, default=0, help="which images, and the augmentation (default: 0)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from detloader.dataset import DetectionDataset
+    from detloader.show import show_dataset
+
+    index = read_index(args, hide_warnings=True, bar=True)
+    if args.split is not None:
+        index = index.split(args.split)
+    data = index
+    if args.after_transform:
+        from detloader.transforms import Compose, RandomHorizontalFlip, Resize
+
+        if args.size < 1:
+            raise ValueError(f"--size={args.size} must be >= 1")
+        transform = Compose([RandomHorizontalFlip(p=args.flip), Resize(args.size, mode="letterbox")])
+        data = DetectionDataset(index, transform, seed=args.seed)
+    grid = show_dataset(
+        data, args.out, n=args.n, class_name=args.class_name, after_transform=args.after_transform,
+        seed=args.seed, tile=args.tile,
+    )
+    w, h = grid.image.size
+    console().print(f"{grid.path}: {len(grid.image_ids)} images, {w}x{h} pixels")
+    return 0
