@@ -11,13 +11,15 @@ the balanced sampler is distributed as soon as the group exists.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["DistEnv", "all_gather_objects", "barrier", "broadcast_object", "close_distributed", "init_distributed", "resolve_device"]
+__all__ = ["DistEnv", "all_gather_objects", "barrier", "broadcast_object", "close_distributed", "init_distributed", "resolve_device", "running_distributed"]
 
 
 @dataclass(frozen=True)
@@ -72,10 +74,30 @@ def init_distributed(device: str = "auto") -> DistEnv:
     return DistEnv(rank, world, local_rank, resolve_device(device, local_rank), owns)
 
 
-def close_distributed(env: DistEnv) -> None:
-    """Destroy the process group if :func:`init_distributed` started it."""
+def close_distributed(env: DistEnv, *, wait: bool = True) -> None:
+    """Destroy the process group if :func:`init_distributed` started it. With ``wait``
+    (a run that ended normally) every rank first meets at a barrier: a rank that tears
+    its group down while another still has gloo work in flight can abort that process at
+    exit. After an error there is no waiting, since the other ranks may never get there."""
     if env.owns_group and dist.is_initialized():
-        dist.destroy_process_group()
+        try:
+            if wait:
+                dist.barrier()
+        finally:
+            dist.destroy_process_group()
+
+
+@contextmanager
+def running_distributed(device: str = "auto") -> Iterator[DistEnv]:
+    """:func:`init_distributed` for the ``with`` block, then :func:`close_distributed`:
+    waiting for the other ranks when the block ended normally, not after an error."""
+    env = init_distributed(device)
+    try:
+        yield env
+    except BaseException:
+        close_distributed(env, wait=False)
+        raise
+    close_distributed(env)
 
 
 def barrier(env: DistEnv) -> None:

@@ -11,7 +11,7 @@ import torch
 
 from detloader.train.checkpoint import load_checkpoint
 from detloader.train.decode import decode
-from detloader.train.distributed import DistEnv, all_gather_objects, close_distributed, init_distributed
+from detloader.train.distributed import DistEnv, all_gather_objects, running_distributed
 from detloader.train.evaluate import ImagePredictions, compute_metrics
 from detloader.train.model import STRIDE, CenterNet, ModelConfig
 
@@ -108,8 +108,7 @@ def evaluate_checkpoint(
     the model's; image classes are matched by name."""
     import detloader
 
-    env = init_distributed(device)
-    try:
+    with running_distributed(device) as env:
         state = load_checkpoint(checkpoint)
         options = dict(read_options or {})
         options.setdefault("classes", list(state["classes"]))
@@ -129,5 +128,3 @@ def evaluate_checkpoint(
         metrics["checkpoint"] = str(checkpoint)
         metrics["split"] = split
         return metrics
-    finally:
-        close_distributed(env)

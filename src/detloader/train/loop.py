@@ -32,8 +32,8 @@ from detloader.train.distributed import (
     all_gather_objects,
     barrier,
     broadcast_object,
-    close_distributed,
     init_distributed,
+    running_distributed,
 )
 from detloader.train.evaluate import compute_metrics
 from detloader.train.inference import predict, val_loader
@@ -183,11 +183,8 @@ def train(
     ``device``, ``train_seconds`` and ``stopped_early`` (``max_steps`` reached). Without
     ``config.evaluate`` the box / landmark / image-class figures are left out.
     """
-    env = init_distributed(config.device)
-    try:
+    with running_distributed(config.device) as env:
         return _train(config, env, on_step, on_epoch)
-    finally:
-        close_distributed(env)
 
 
 def _train(
