@@ -462,7 +462,7 @@ def test_tune_loader_refresh_and_grid(fast_probe: None) -> None:
     fresh = tune_loader(ds, batch_size=8, loader_factory=factory, budget_s=2.0, cache="refresh")
     assert fresh.created != first.created
     assert store.load_result(first.key).created == fresh.created
-    grid = tune_loader(ds, batch_size=8, loader_factory=factory, budget_s=5.0,
+    grid = tune_loader(ds, batch_size=8, loader_factory=factory, budget_s=60.0,
                        candidates=[{"num_workers": 0}, {"num_workers": 1}, {"num_workers": 2, "prefetch_factor": 4}])
     assert grid.stop == "grid" and [t.num_workers for t in grid.trials] == [0, 1, 2]
     assert grid.cap_reason == "candidates"
