@@ -25,10 +25,11 @@ test: $(STAMP)
 test-quick: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
-# Long fuzzing of every annotation reader (the suite runs 25 examples per reader).
+# Long fuzzing of every annotation reader and of the image decoder (the suite runs 25
+# examples per reader, 150 per decoder test).
 FUZZ_EXAMPLES ?= 5000
 fuzz: $(STAMP)
-	DETLOADER_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz_readers.py
+	DETLOADER_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz_readers.py tests/test_fuzz_decode.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_index.py

@@ -1,60 +1,162 @@
-"""Fuzzing the decoder: any bytes (and mutations of real JPEG/PNG files) decode to RGB uint8 or
-raise ImageDecodeError naming the source, nothing else. A short run in the suite; the long run
-is ``DETLOADER_FUZZ=long`` (the ``make fuzz`` target sets it)."""
+"""Fuzzing the decoder: random bytes, and mutated / truncated copies of small real JPEG, PNG,
+GIF and BMP files, decoded with random options (reduced-size decode, EXIF policy, expected
+size) must give RGB uint8 under the pixel cap or raise ImageDecodeError naming the source;
+no other exception, and no allocation beyond what the pixel cap allows.
+
+The suite runs ``DETLOADER_FUZZ_EXAMPLES`` examples per test (default 150, a few seconds);
+``make fuzz`` runs the long pass. Counts and findings: docs/reliability.md.
+"""
 
 from __future__ import annotations
 
 import io
 import os
+import resource
+import tracemalloc
 import warnings
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
 from detloader.images import ImageDecodeError, decode_image
 
-settings.register_profile("detloader-short", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("detloader-long", max_examples=20_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-PROFILE = "detloader-long" if os.environ.get("DETLOADER_FUZZ") == "long" else "detloader-short"
+FUZZ = settings(
+    max_examples=int(os.environ.get("DETLOADER_FUZZ_EXAMPLES", "150")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    database=None,
+)
+#: The cap the fuzzer decodes under, and the most memory (traced by tracemalloc: Python and
+#: numpy buffers) one decode may take: a few RGB copies of the largest allowed image.
+MAX_PIXELS = 1_000_000
+MAX_TRACED_BYTES = 8 * 3 * MAX_PIXELS
+#: Growth of the process's peak RSS over the whole module (Pillow's own buffers included).
+MAX_RSS_GROWTH_MIB = 512
 
 
-def _seed(fmt: str) -> bytes:
+def _image(mode: str = "RGB", size: tuple[int, int] = (24, 16)) -> Image.Image:
+    rgb = Image.fromarray(np.arange(size[0] * size[1] * 3, dtype=np.uint8).reshape(size[1], size[0], 3))
+    return rgb.convert(mode) if mode != "RGB" else rgb
+
+
+def _save(img: Image.Image, fmt: str, **kwargs: object) -> bytes:
     buf = io.BytesIO()
-    Image.fromarray(np.arange(24 * 16 * 3, dtype=np.uint8).reshape(16, 24, 3)).save(buf, fmt)
+    img.save(buf, fmt, **kwargs)
     return buf.getvalue()
 
 
-SEEDS = [_seed("JPEG"), _seed("PNG"), _seed("GIF"), _seed("BMP")]
+def _exif_jpeg(orientation: int) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return _save(_image(size=(40, 24)), "JPEG", exif=exif.tobytes())
 
 
-def _check(data: bytes) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            out = decode_image(data, source="fuzz.img", max_pixels=4_000_000)
-        except ImageDecodeError as err:
-            assert str(err).startswith("fuzz.img: ")
-            return
-    assert out.image.dtype == np.uint8 and out.image.ndim == 3 and out.image.shape[2] == 3
-    assert out.image.shape[0] * out.image.shape[1] <= 4_000_000
+SEEDS = [
+    _save(_image(), "JPEG"),
+    _save(_image(size=(64, 48)), "JPEG", progressive=True, quality=70),
+    _exif_jpeg(6),
+    _save(_image("L"), "JPEG"),
+    _save(_image(), "PNG"),
+    _save(_image("P"), "PNG", transparency=0),
+    _save(_image("I;16"), "PNG"),
+    _save(_image(), "GIF"),
+    _save(_image(), "BMP"),
+]
+
+OPTIONS = st.fixed_dictionaries(
+    {
+        "exif": st.sampled_from(["auto", "apply", "ignore"]),
+        "expected_size": st.none() | st.tuples(st.integers(1, 100), st.integers(1, 100)),
+        "min_size": st.none() | st.tuples(st.integers(1, 64), st.integers(1, 64)),
+    }
+)
 
 
-@settings.get_profile(PROFILE)
+@pytest.fixture(scope="module", autouse=True)
+def _bounded_rss():  # type: ignore[no-untyped-def]
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    yield
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mib < MAX_RSS_GROWTH_MIB, f"peak RSS grew {grown_mib:.0f} MiB while fuzzing the decoder"
+
+
+def _check(data: bytes, options: dict | None = None) -> None:
+    tracemalloc.start()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                out = decode_image(data, source="fuzz.img", max_pixels=MAX_PIXELS, **(options or {}))
+            except ImageDecodeError as err:
+                assert str(err).startswith("fuzz.img: ")
+                out = None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak <= MAX_TRACED_BYTES, f"{peak} bytes traced for a decode under max_pixels={MAX_PIXELS}"
+    if out is None:
+        return
+    image = out.image
+    assert isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3
+    assert image.flags.c_contiguous and 0 < image.shape[0] * image.shape[1] <= MAX_PIXELS
+    assert 0 < out.scale <= 1 and 1 <= out.orientation <= 8
+
+
+def test_seeds_decode() -> None:
+    for data in SEEDS:
+        out = decode_image(data, source="seed")
+        assert out.image.dtype == np.uint8 and out.image.shape[2] == 3
+
+
+@FUZZ
 @given(st.binary(max_size=512))
 def test_random_bytes(data: bytes) -> None:
     _check(data)
 
 
-@settings.get_profile(PROFILE)
+@FUZZ
 @given(
     st.sampled_from(range(len(SEEDS))),
-    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=8),
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("set"), st.integers(0, 10_000), st.binary(min_size=1, max_size=4)),
+            st.tuples(st.just("insert"), st.integers(0, 10_000), st.binary(min_size=1, max_size=16)),
+            st.tuples(st.just("delete"), st.integers(0, 10_000), st.integers(1, 64)),
+        ),
+        max_size=8,
+    ),
     st.integers(0, 10_000),
+    OPTIONS,
 )
-def test_mutated_real_files(which: int, flips: list[tuple[int, int]], cut: int) -> None:
+def test_mutated_real_files(which: int, edits: list[tuple], cut: int, options: dict) -> None:
     data = bytearray(SEEDS[which])
-    for pos, value in flips:
-        data[pos % len(data)] = value
-    _check(bytes(data[: max(1, len(data) - cut % len(data))]))
+    for op, pos, arg in edits:
+        pos %= len(data)
+        if op == "set":
+            data[pos : pos + len(arg)] = arg
+        elif op == "insert":
+            data[pos:pos] = arg
+        elif len(data) > arg:
+            del data[pos : pos + arg]
+    _check(bytes(data[: max(1, len(data) - cut % len(data))]), options)
+
+
+@FUZZ
+@given(st.sampled_from(range(len(SEEDS))), st.integers(1, 2**31 - 1), st.integers(1, 2**31 - 1))
+def test_declared_sizes(which: int, width: int, height: int) -> None:
+    """The header's width and height rewritten to anything: refused by the cap, decoded, or
+    ImageDecodeError; never an allocation the header alone asked for."""
+    data = bytearray(SEEDS[which])
+    if data[:2] == b"\xff\xd8":  # JPEG: the first SOF segment's height, width (16 bits each)
+        sof = next(i for i in range(2, len(data) - 9) if data[i] == 0xFF and data[i + 1] in (0xC0, 0xC1, 0xC2))
+        data[sof + 5 : sof + 9] = (height & 0xFFFF).to_bytes(2, "big") + (width & 0xFFFF).to_bytes(2, "big")
+    elif data[:4] == b"\x89PNG":  # IHDR width, height (32 bits)
+        data[16:24] = width.to_bytes(4, "big") + height.to_bytes(4, "big")
+    elif data[:3] == b"GIF":  # logical screen, 16 bits little-endian
+        data[6:10] = (width & 0xFFFF).to_bytes(2, "little") + (height & 0xFFFF).to_bytes(2, "little")
+    else:  # BMP info header, 32 bits little-endian
+        data[18:26] = (width & 0x7FFFFFFF).to_bytes(4, "little") + (height & 0x7FFFFFFF).to_bytes(4, "little")
+    _check(bytes(data))

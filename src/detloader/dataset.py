@@ -13,6 +13,16 @@ start of every epoch (before iterating the loader), as with ``DistributedSampler
 lives in a one-element shared-memory tensor, so the call reaches workers that already run
 (``persistent_workers=True``) as well as new ones. Forgetting it repeats the same augmentation
 every epoch.
+
+Decode errors: ``on_decode_error="raise"`` (default) raises
+:class:`~detloader.images.ImageDecodeError` naming the file and the dataset index (from a
+DataLoader worker too: torch re-raises it in the main process with the worker's traceback).
+``on_decode_error="skip"`` returns a substitute instead: another image with the same image
+class and the same rarest object class (fewest objects in the dataset), so the class balance
+holds, chosen by ``numpy.random.default_rng((seed, epoch, i, 1))`` among those: the same
+substitute whatever ``num_workers`` is. Each skipped file is warned about once per process, and
+:attr:`DetectionDataset.skipped` lists the files skipped since the last
+:meth:`~DetectionDataset.set_epoch`, in the main process even when workers skipped them.
 """
 
 from __future__ import annotations
@@ -22,17 +32,23 @@ import operator
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import numpy as np
 import torch
 
 from detloader.annotations.index import AnnotationIndex
-from detloader.images import ExifPolicy, MinSize, check_exif_policy, read_image
+from detloader.annotations.splits import rarest_class_per_image
+from detloader.images import ExifPolicy, ImageDecodeError, MinSize, check_exif_policy, read_image
 from detloader.transforms.base import Annotated, min_input_size
 from detloader.transforms.functional import affine_boxes, affine_points, chw_tensor
 
-__all__ = ["DetectionDataset", "Sample"]
+__all__ = ["DECODE_ERROR_CHOICES", "DetectionDataset", "OnDecodeError", "Sample"]
+
+OnDecodeError = Literal["raise", "skip"]
+DECODE_ERROR_CHOICES: tuple[str, ...] = ("raise", "skip")
+#: Images tried as substitutes of one undecodable image before giving up.
+MAX_SUBSTITUTE_TRIES = 32
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,6 +125,9 @@ class DetectionDataset(torch.utils.data.Dataset):
         exif: EXIF orientation policy, see :mod:`detloader.images` (``"auto"``: rotate when
             the annotation's size matches the rotated image).
         reduced_decode: allow DCT-scaled JPEG decoding (above).
+        on_decode_error: ``"raise"`` (an :class:`~detloader.images.ImageDecodeError` naming
+            the file and the dataset index) or ``"skip"`` (a substitute of the same image
+            class and rarest object class; module docstring).
 
     When the decoded image's size differs from the size the annotation states, annotations
     are scaled to the image (per axis) and a warning is given once per process.
@@ -122,12 +141,15 @@ class DetectionDataset(torch.utils.data.Dataset):
         seed: int | None = None,
         exif: ExifPolicy = "auto",
         reduced_decode: bool = True,
+        on_decode_error: OnDecodeError = "raise",
     ) -> None:
         if not isinstance(index, AnnotationIndex):
             raise TypeError(f"index={type(index).__name__}: expected an AnnotationIndex")
         if transform is not None and not callable(transform):
             raise TypeError(f"transform={transform!r} is not callable")
         check_exif_policy(exif)
+        if on_decode_error not in DECODE_ERROR_CHOICES:
+            raise ValueError(f"on_decode_error={on_decode_error!r} is not one of {', '.join(DECODE_ERROR_CHOICES)}")
         self.index = index
         self.transform = transform
         self.seed = _new_seed() if seed is None else int(seed)
@@ -137,6 +159,11 @@ class DetectionDataset(torch.utils.data.Dataset):
         # One shared int64: set_epoch in the main process is seen by running workers.
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._warned: set[str] = set()
+        self.on_decode_error: OnDecodeError = on_decode_error
+        # One shared flag per image (only under "skip"): 1 when it failed to decode in this
+        # epoch, in whichever process; set_epoch clears them.
+        self._skip_flags = torch.zeros(len(index) if on_decode_error == "skip" else 0, dtype=torch.uint8).share_memory_()
+        self._rarest: np.ndarray | None = None
 
     # -- epochs -----------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -144,6 +171,8 @@ class DetectionDataset(torch.utils.data.Dataset):
         epoch = operator.index(epoch)
         if epoch < 0:
             raise ValueError(f"epoch={epoch} must be >= 0")
+        if epoch != self.epoch:
+            self._skip_flags.zero_()
         self._epoch[0] = epoch
 
     @property
@@ -208,13 +237,73 @@ class DetectionDataset(torch.utils.data.Dataset):
         )
         return data
 
+    # -- decode errors ----------------------------------------------------------------------
+    @property
+    def skipped(self) -> list[tuple[int, str]]:
+        """(dataset index, image path) of the images that failed to decode since the last
+        :meth:`set_epoch` (``on_decode_error="skip"``), in index order; DataLoader workers'
+        skips included (the flags live in shared memory)."""
+        return [(int(i), os.fspath(self.index.image_path(int(i)))) for i in torch.nonzero(self._skip_flags).flatten()]
+
+    def _load_or_substitute(self, i: int) -> tuple[int, Annotated]:
+        """``(j, self.load(j))``: ``j == i`` unless image ``i`` does not decode and the policy
+        is ``"skip"``, then ``j`` is its substitute (module docstring).
+
+        Raises:
+            ImageDecodeError: ``"raise"`` policy, naming the file and the dataset index; or no
+                substitute tried decodes.
+        """
+        try:
+            return i, self.load(i)
+        except ImageDecodeError as err:
+            if self.on_decode_error == "raise":
+                raise ImageDecodeError(f"{err} (dataset index {i})") from err
+            self._skip(i, err)
+        group, rest = self._substitutes(i)
+        for j in np.concatenate([group, rest])[:MAX_SUBSTITUTE_TRIES]:
+            j = int(j)
+            try:
+                data = self.load(j)
+            except ImageDecodeError as err:
+                self._skip(j, err)
+                continue
+            if j not in group:
+                self._warn_once(
+                    "substitute",
+                    f"{os.fspath(self.index.image_path(i))}: no image of the same image class and rarest "
+                    f"object class decodes; substituted image {j} of another group",
+                )
+            return j, data
+        raise ImageDecodeError(
+            f"{os.fspath(self.index.image_path(i))}: cannot decode image (dataset index {i}) and none of "
+            f"{min(len(group) + len(rest), MAX_SUBSTITUTE_TRIES)} substitutes tried decodes either"
+        )
+
+    def _skip(self, i: int, err: ImageDecodeError) -> None:
+        self._skip_flags[i] = 1
+        self._warn_once(f"skip:{i}", f"{err} (dataset index {i}); skipped, a substitute is used")
+
+    def _substitutes(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Substitute candidates of image ``i`` in the order they are tried: the other images of
+        its group (same image class, same rarest object class), then the rest, each in the
+        order of ``default_rng((seed, epoch, i, 1))``."""
+        idx = self.index
+        if self._rarest is None:
+            self._rarest = rarest_class_per_image(idx.labels, idx.object_image, len(idx), len(idx.classes))
+        same = (self._rarest == self._rarest[i]) & (idx.image_labels == idx.image_labels[i])
+        same[i] = False
+        others = ~same
+        others[i] = False
+        rng = np.random.default_rng((self.seed, self.epoch, i, 1))
+        return rng.permutation(np.flatnonzero(same)), rng.permutation(np.flatnonzero(others))
+
     def __getitem__(self, i: int) -> Sample:
         n = len(self.index)
         i = operator.index(i)
         if not -n <= i < n:
             raise IndexError(f"index i={i} out of range for {n} images")
         i %= n
-        data = self.load(i)
+        j, data = self._load_or_substitute(i)
         if self.transform is not None:
             data = self.transform(data, self.generator(i))
             _check_output(data, self.transform)
@@ -225,9 +314,9 @@ class DetectionDataset(torch.utils.data.Dataset):
             labels=data.labels,
             landmarks=data.landmarks,
             visibility=data.visibility,
-            image_label=int(self.index.image_labels[i]),
-            image_id=i,
-            orig_size=(int(self.index.width[i]), int(self.index.height[i])),
+            image_label=int(self.index.image_labels[j]),
+            image_id=j,
+            orig_size=(int(self.index.width[j]), int(self.index.height[j])),
             scale=(float(a[0]), float(a[1])),
             offset=(float(a[2]), float(a[3])),
             object_ids=data.object_ids,
@@ -242,6 +331,7 @@ class DetectionDataset(torch.utils.data.Dataset):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_warned"] = set()  # each process warns for itself
+        state["_rarest"] = None
         return state
 
 

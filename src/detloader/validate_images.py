@@ -2,14 +2,16 @@
 image, declared size vs the annotation, over the pixel cap), and optionally a full decode.
 
 Results are :class:`~detloader.annotations.problems.Problem` rows (annotation file, field,
-value), the same report style as the annotation checks.
+value), the same report style as the annotation checks. Each image file is checked once, and
+what the reader already reported is left out, so one missing or broken image is one row per
+kind.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from detloader._pool import run_in_processes
 from detloader.annotations.index import AnnotationIndex
@@ -60,24 +62,40 @@ def check_images(
     decode: bool = False,
     workers: int = 1,
     progress: Callable[[int, int], None] | None = None,
+    reported: Iterable[Problem] = (),
 ) -> list[Problem]:
-    """:func:`check_image` for every image of ``index``, in index order; ``workers > 1``
-    runs them in worker processes; ``progress(done, total)`` after each image."""
-    calls = [
-        (str(index.image_path(i)), index.annotation_path(i), (int(index.width[i]), int(index.height[i])), decode)
-        for i in range(len(index))
-    ]
-    results: list[list[Problem]] = [[] for _ in calls]
-    if workers > 1 and len(calls) > 1:
+    """:func:`check_image` for every distinct image file of ``index`` (an image named by
+    several rows is checked once, against its first annotation), in index order;
+    ``workers > 1`` runs them in worker processes; ``progress(done, total)`` after each image.
+
+    ``reported``: problems already found (the reader's, ``index.problems``); a problem of
+    the same kind for the same annotation file (``a.json#img.jpg`` counts as ``a.json``) whose
+    message names the same image file is not reported again.
+    """
+    calls: dict[str, tuple[str, str, tuple[int, int], bool]] = {}
+    for i in range(len(index)):
+        path = str(index.image_path(i))
+        if path not in calls:
+            calls[path] = (path, index.annotation_path(i), (int(index.width[i]), int(index.height[i])), decode)
+    jobs = list(calls.values())
+    results: list[list[Problem]] = [[] for _ in jobs]
+    if workers > 1 and len(jobs) > 1:
         done = 0
-        for i, found in run_in_processes(check_image, calls, max_workers=workers):
+        for i, found in run_in_processes(check_image, jobs, max_workers=workers):
             results[i] = found
             done += 1
             if progress is not None:
-                progress(done, len(calls))
+                progress(done, len(jobs))
     else:
-        for i, args in enumerate(calls):
+        for i, args in enumerate(jobs):
             results[i] = check_image(*args)
             if progress is not None:
-                progress(i + 1, len(calls))
-    return [p for found in results for p in found]
+                progress(i + 1, len(jobs))
+    known: dict[tuple[str, str], list[str]] = {}
+    for p in reported:
+        known.setdefault((p.kind, p.file.partition("#")[0]), []).append(p.message)
+    out = []
+    for (path, *_), found in zip(jobs, results):
+        name = os.path.basename(path)
+        out.extend(p for p in found if not any(name in m for m in known.get((p.kind, p.file.partition("#")[0]), ())))
+    return out

@@ -92,7 +92,8 @@ class Problem:
         return asdict(self)
 
 
-#: The kinds of problem the readers report, with a one-line description.
+#: The kinds of problem the readers (and ``detloader validate``'s image checks) report, with
+#: a one-line description.
 KINDS: dict[str, str] = {
     "unreadable_file": "the annotation file cannot be read",
     "file_too_large": "the annotation file is larger than the size cap",
@@ -103,6 +104,8 @@ KINDS: dict[str, str] = {
     "missing_size": "image size missing or zero in the annotation; read from the image header",
     "size_mismatch": "image size in the annotation differs from the image file",
     "missing_image": "the image file named by the annotation does not exist",
+    "unreadable_image": "the image file cannot be read, is 0 bytes, is not an image or does not decode",
+    "too_many_pixels": "the image header declares more pixels than the cap (max_pixels)",
     "duplicate_image": "the same image is annotated by more than one file or record",
     "non_finite": "a coordinate is NaN or infinite",
     "empty_box": "box with xmax <= xmin or ymax <= ymin",

@@ -36,7 +36,9 @@ def run(args: argparse.Namespace) -> int:
 
         workers = (os.cpu_count() or 1) if args.decode else 1
         with progress_bar("decoding" if args.decode else "image headers", enabled=not args.json) as progress:
-            for problem in check_images(index, decode=args.decode, workers=workers, progress=progress):
+            for problem in check_images(
+                index, decode=args.decode, workers=workers, progress=progress, reported=list(report)
+            ):
                 report.add(problem)
     if args.json:
         print_json({"images": len(index), "objects": index.num_objects, "problems": report.counts(), "items": report.to_list()})

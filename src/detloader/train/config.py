@@ -32,6 +32,8 @@ class TrainConfig:
             embedded synthetic dataset, written to ``out/synthetic``.
         out: folder for checkpoints (``last.pt``), ``metrics.json`` and ``config.json``.
         read_options: keyword arguments of ``read_annotations`` (``format``, ``on_error``...).
+        on_decode_error: images that fail to decode during training: ``"raise"`` or ``"skip"``
+            (a substitute of the same class group; ``DetectionDataset(on_decode_error=)``).
         train_split, val_split: split names; when the dataset has neither, a seeded 80/20
             random split (stratified by image class) is made.
         synthetic_images, synthetic_seed: size and seed of the synthetic dataset.
@@ -63,6 +65,7 @@ class TrainConfig:
     data: str | None = None
     out: str = "runs/train"
     read_options: Mapping[str, Any] = field(default_factory=dict)
+    on_decode_error: str = "raise"
     train_split: str = "train"
     val_split: str = "val"
     synthetic_images: int = 400
@@ -104,6 +107,10 @@ class TrainConfig:
             raise ValueError(f"size={self.size!r} must be a positive multiple of {INPUT_MULTIPLE}")
         if self.max_steps is not None and (not isinstance(self.max_steps, int) or self.max_steps < 1):
             raise ValueError(f"max_steps={self.max_steps!r} must be None or an int >= 1")
+        from detloader.dataset import DECODE_ERROR_CHOICES
+
+        if self.on_decode_error not in DECODE_ERROR_CHOICES:
+            raise ValueError(f"on_decode_error={self.on_decode_error!r} is not one of {DECODE_ERROR_CHOICES}")
         if self.device not in DEVICES:
             raise ValueError(f"device={self.device!r} is not one of {DEVICES}")
         if self.landmark_loss not in LANDMARK_LOSSES:

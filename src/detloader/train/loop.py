@@ -125,7 +125,9 @@ def prepare_data(config: TrainConfig, env: DistEnv | None = None) -> tuple[Any, 
 def _train_loader(config: TrainConfig, index: Any, env: DistEnv) -> Any:
     import detloader
 
-    dataset = detloader.DetectionDataset(index, train_transform(config.size), seed=config.seed)
+    dataset = detloader.DetectionDataset(
+        index, train_transform(config.size), seed=config.seed, on_decode_error=config.on_decode_error  # type: ignore[arg-type]
+    )
     common = {
         "batch_size": config.batch_size,
         "num_workers": config.num_workers,
