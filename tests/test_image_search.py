@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import warnings
 from pathlib import Path
 
 import pytest
 from helpers import voc_dataset, voc_xml, write_image
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import detloader.annotations.read as read_module
 from detloader import AnnotationError, read_annotations
@@ -162,3 +165,31 @@ def test_find_image_folder_bounds_and_ties(tmp_path):
     assert find_image_folder(tmp_path, ["x.jpg", "y.jpg"], max_folders=2) is None  # the root and a/ only
     assert find_image_folder(tmp_path, ["z.jpg"]) is None
     assert should_search(0, 5) and should_search(1, 20) and not should_search(1, 5) and not should_search(0, 0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["", "a", "b", "a/c", "b/d", "a/c/e"]),
+        st.sets(st.sampled_from(["1.jpg", "2.jpg", "3.png", "4.jpg", "notes.txt"]), min_size=1),
+        min_size=1,
+    ),
+    st.sets(st.sampled_from(["1.jpg", "x/2.jpg", "3.jpg", "4.jpg"]), min_size=1),
+)
+def test_the_folder_found_holds_the_most_names(layout, names):
+    def holds(folder: str) -> int:
+        files = layout.get(folder, set())
+        stems = {os.path.splitext(f)[0] for f in files if not f.endswith(".txt")}
+        return sum(1 for n in names if os.path.basename(n) in files or os.path.splitext(os.path.basename(n))[0] in stems)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for folder, files in layout.items():
+            os.makedirs(os.path.join(tmp, folder), exist_ok=True)
+            for name in files:
+                Path(tmp, folder, name).touch()  # names are compared: nothing is opened
+        hit = find_image_folder(tmp, names)
+    best = max(holds(f) for f in layout)
+    if best == 0:
+        assert hit is None
+    else:
+        assert hit is not None and hit.hits == best == holds(hit.folder) and hit.names == len(names)
