@@ -58,6 +58,12 @@ def test_image_dir_and_class_map(tmp_path, capsys):
     data = json.loads(out.out)
     assert data["images"] == 1 and data["classes"] == {"animal": 2} and data["problems"] == {}
     assert "read from there" not in out.err  # an explicit folder: no search
+    (tmp_path / "map.json").write_text('{"cat": "feline", "dog": null}')
+    assert main(["index", str(root), "--json", "--image-dir", "shots", "--class-map", str(tmp_path / "map.json")]) == 0
+    assert json.loads(capsys.readouterr().out)["classes"] == {"bird": 1, "feline": 1}
+    (tmp_path / "bad.json").write_text('["cat"]')
+    assert main(["index", str(root), "--class-map", str(tmp_path / "bad.json")]) == 2
+    assert "bad.json: top level is a list, not a mapping of class names" in capsys.readouterr().err
     assert main(["index", str(root), "--image-dir", "nowhere"]) == 2
     assert "image_dir='nowhere' is not a folder" in capsys.readouterr().err
     assert main(["index", str(root), "--class-map", "cat"]) == 2

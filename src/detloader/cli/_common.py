@@ -110,8 +110,8 @@ def _class_map_file(path: str) -> dict[str, str | None]:
 
     try:
         with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+            data = json.load(fh) if path.lower().endswith(".json") else yaml.safe_load(fh)
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as err:
         raise ValueError(f"--class-map {path}: not readable JSON/YAML: {err}") from None
     if not isinstance(data, dict):
         raise ValueError(f"--class-map {path}: top level is a {type(data).__name__}, not a mapping of class names")
