@@ -442,9 +442,9 @@ def test_cli_follows_outside_images_only_when_asked(tmp_path, capsys):
     ds, secret = _outside(tmp_path)
     data = {"images": [_img(1, "../secret.jpg")], "annotations": [], "categories": []}
     (ds / "annotations.json").write_text(json.dumps(data))
-    assert main(["index", str(ds / "annotations.json"), "--json", "--no-cache"]) == 0
-    refused = json.loads(capsys.readouterr().out)
-    assert refused["images"] == 0 and refused["problems"] == {"outside_dataset": 1}
+    assert main(["index", str(ds / "annotations.json"), "--json", "--no-cache"]) == 2  # nothing indexed
+    refused = capsys.readouterr().err
+    assert "every image was dropped (outside_dataset: 1)" in refused and "--allow-outside-images" in refused
     assert main(["index", str(ds / "annotations.json"), "--json", "--no-cache", "--allow-outside-images"]) == 0
     followed = json.loads(capsys.readouterr().out)
     assert followed["images"] == 1 and followed["problems"] == {}

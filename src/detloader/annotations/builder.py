@@ -25,6 +25,8 @@ from detloader.annotations.problems import Problem, Severity
 __all__ = ["MAX_FILE_BYTES", "ChunkBuilder", "ReadOptions"]
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
+#: Names of missing images a chunk keeps for the image-folder search (``image_search``).
+MISSING_NAMES_KEPT = 256
 
 #: ``array`` type codes of the fields the builder keeps as plain typed columns (bool as 'b').
 _TYPECODES = {np.dtype(np.int32): "i", np.dtype(np.float32): "f", np.dtype(np.bool_): "b"}
@@ -114,6 +116,7 @@ class ChunkBuilder:
         self.file = ""
         self.problems: list[Problem] = []
         self.stats: dict[str, int] = {}
+        self.missing_names: list[str] = []
         # typed columns, not lists of tuples: a few bytes per object instead of ~2 KB
         self._cols = {f.name: array(_TYPECODES[np.dtype(f.dtype)]) for f in FIELDS if _is_column(f)}
         self._strings: dict[str, list[str]] = {f.name: [] for f in FIELDS if f.level == "string"}
@@ -164,6 +167,13 @@ class ChunkBuilder:
             mapped = self._class_map.get(name, name)
             if mapped:
                 self._declared.setdefault(mapped, None)
+
+    def missing_image(self, element: str, message: str, name: str) -> None:
+        """A ``missing_image`` problem (image skipped); ``name``, the image as the annotation
+        names it, is kept (the first :data:`MISSING_NAMES_KEPT`) to look for its folder."""
+        if len(self.missing_names) < MISSING_NAMES_KEPT:
+            self.missing_names.append(name)
+        self.problem("missing_image", element, message, "image skipped")
 
     def count(self, name: str, n: int = 1) -> None:
         self.stats[name] = self.stats.get(name, 0) + n
@@ -347,4 +357,5 @@ class ChunkBuilder:
             problems=self.problems,
             stats=self.stats,
             declared_classes=list(self._declared),
+            missing_names=self.missing_names,
         )

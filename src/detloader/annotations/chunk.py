@@ -23,7 +23,8 @@ class Partial:
     ``arrays``: every image/object field of ``FIELDS`` plus ``object_offsets``, ids local to
     the chunk; ``strings``: the string fields as lists; ``vocabs``: for each vocabulary a
     field refers to (``Field.vocab``), the local names in id order (for attribute tables, a
-    list of ``(attribute, values)``). Fields read as attributes: ``part.boxes``.
+    list of ``(attribute, values)``); ``missing_names``: the first images not found, as named.
+Fields read as attributes: ``part.boxes``.
     """
 
     arrays: dict[str, np.ndarray]
@@ -32,6 +33,7 @@ class Partial:
     problems: list[Problem]
     stats: dict[str, int] = field(default_factory=dict)
     declared_classes: list[str] = field(default_factory=list)
+    missing_names: list[str] = field(default_factory=list)
 
     def __getattr__(self, name: str) -> Any:
         arrays = self.__dict__.get("arrays")

@@ -63,8 +63,10 @@ def build_index(
     *,
     workers: int | None = None,
     progress: ProgressFn | None = None,
+    missing_names: list[str] | None = None,
 ) -> AnnotationIndex:
-    """Parse every file of ``source`` (in parallel when worthwhile) and merge, in file order."""
+    """Parse every file of ``source`` (in parallel when worthwhile) and merge, in file order.
+    ``missing_names``, when given, receives the first names of images not found (per chunk)."""
     files = source.files
     total = len(files)
     n_workers = usable_cpus() if workers is None else max(1, int(workers))
@@ -87,6 +89,9 @@ def build_index(
             partials.append(_parse_chunk(reader.NAME, source, files[start : start + step], options))
             if progress is not None:
                 progress(min(start + step, total), total)
+    if missing_names is not None:
+        for part in partials:
+            missing_names.extend(part.missing_names)
     index = merge(
         partials,
         options,

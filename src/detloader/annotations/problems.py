@@ -30,6 +30,8 @@ __all__ = [
     "ON_ERROR_CHOICES",
     "AnnotationError",
     "AnnotationWarning",
+    "HINTS",
+    "HINT_MIN",
     "OnError",
     "Problem",
     "ProblemReport",
@@ -55,6 +57,8 @@ class AnnotationError(ValueError):
         message = str(problem)
         if report is not None and len(report.errors) > 1:
             message += f" (and {len(report.errors) - 1} more errors: {report.summary_line()})"
+        if report is not None and problem.kind in report.hints():
+            message += f"; hint: {report.hints()[problem.kind]}"
         super().__init__(message)
         self.problem = problem
         self.report = report
@@ -106,6 +110,7 @@ KINDS: dict[str, str] = {
     "missing_image": "the image file named by the annotation does not exist",
     "unreadable_image": "the image file cannot be read, is 0 bytes, is not an image or does not decode",
     "too_many_pixels": "the image header declares more pixels than the cap (max_pixels)",
+    "images_found_elsewhere": "the layout's image folder lacks the images; they were read from the folder found",
     "duplicate_image": "the same image is annotated by more than one file or record",
     "non_finite": "a coordinate is NaN or infinite",
     "empty_box": "box with xmax <= xmin or ymax <= ymin",
@@ -120,6 +125,15 @@ KINDS: dict[str, str] = {
     "outside_dataset": "an image path leaves the dataset (absolute or ../); not followed",
     "reader_error": "a value the reader did not foresee; the rest of that file is skipped",
 }
+
+
+#: What to try, shown under a kind in :meth:`ProblemReport.summary` (and in an
+#: :class:`AnnotationError`) once it occurs :data:`HINT_MIN` times.
+HINTS: dict[str, str] = {
+    "missing_image": "images elsewhere? pass image_dir= (detloader --image-dir DIR, relative to the "
+    "dataset root); CVAT images renamed to their id? images_by='id' (--images-by id)",
+}
+HINT_MIN = 3
 
 
 class ProblemReport:
@@ -172,10 +186,18 @@ class ProblemReport:
         if not self._problems:
             return "no problems"
         lines = [f"{len(self._problems)} problems ({len(self.errors)} errors): {self.summary_line()}"]
+        hints = self.hints()
         for kind, examples in self.examples(per_kind).items():
             lines.append(f"  {kind}:")
             lines.extend(f"    {e}" for e in examples)
+            if kind in hints:
+                lines.append(f"    hint: {hints[kind]}")
         return "\n".join(lines)
+
+    def hints(self) -> dict[str, str]:
+        """Problem kind -> what to try (:data:`HINTS`), for the kinds found often enough."""
+        counts = self.counts()
+        return {kind: hint for kind, hint in HINTS.items() if counts.get(kind, 0) >= HINT_MIN}
 
     def to_list(self) -> list[dict[str, str]]:
         return [p.to_dict() for p in self._problems]

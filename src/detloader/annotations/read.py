@@ -9,17 +9,19 @@ import hashlib
 import json
 import os
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from detloader.annotations import cache as _cache
 from detloader.annotations.builder import ReadOptions
+from detloader.annotations.image_search import ImageFolderWarning, find_image_folder, search_message, should_search
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.annotations.parse import ProgressFn, build_index
-from detloader.annotations.problems import OnError, apply_policy, check_on_error
+from detloader.annotations.problems import OnError, Problem, ProblemReport, apply_policy, check_on_error
 from detloader.annotations.readers import READERS
-from detloader.annotations.readers.common import Source
+from detloader.annotations.readers.common import Source, dir_mtime
 
 #: Bumped when what a reader produces changes, so that old caches are rebuilt.
 READER_VERSION = 1
@@ -99,7 +101,10 @@ def read_annotations(
         clip_boxes: clip partly-outside boxes (reported) instead of dropping them.
         check_images: check that image files exist.
         image_class_attribute: the image attribute that holds the image-level class.
-        image_dir: image folder, when it is not where the layout says.
+        image_dir: image folder, when it is not where the layout says; a relative one is
+            relative to the dataset root (else to the working directory). Without it, when the
+            layout's folders hold (almost) none of the images, the folders below the root are
+            searched (:mod:`detloader.annotations.image_search`).
         allow_outside_images: follow image names that leave the dataset (``../``, absolute);
             by default they are ``outside_dataset`` problems (docs/reliability.md).
         max_file_bytes: size cap of one annotation file.
@@ -122,7 +127,6 @@ def read_annotations(
         clip_boxes=clip_boxes,
         check_images=check_images,
         image_class_attribute=image_class_attribute,
-        image_dir=os.fspath(Path(image_dir).resolve()) if image_dir is not None else None,
         max_file_bytes=max_file_bytes,
         allow_outside_images=bool(allow_outside_images),
         format_options=format_options,
@@ -131,7 +135,11 @@ def read_annotations(
     if name not in READERS:
         raise ValueError(f"format={format!r} is not one of auto, {', '.join(READERS)}")
     reader = READERS[name]
+    if image_dir is not None:
+        options = replace(options, image_dir=_image_folder(image_dir, reader, p, options))
     source: Source = reader.discover(p, options)
+    if format != "auto":
+        _require_files(source, name, p)
     options_json = json.dumps(options.to_json(), sort_keys=True)
     key = _content_key(name, options_json, source)
 
@@ -147,23 +155,150 @@ def read_annotations(
         if cache_file is not None and cache != "rebuild" and cache_file.exists():
             index = None
             try:
-                if _cache.read_key(cache_file, strict=True) == key:
+                if _key_matches(_cache.read_key(cache_file, strict=True), key, source.root):
                     index = _cache.load_index_file(cache_file, root=source.root)
             except (OSError, _cache.CacheError) as err:  # damaged: never used, rebuilt
                 warnings.warn(f"{err}; rebuilding the index cache", RuntimeWarning, stacklevel=2)
             if index is not None:
-                apply_policy(index.problems, on_error, str(source.root))
+                _finish(index, on_error, source.root)
                 return index
 
-    index = build_index(reader, source, options, workers=workers, progress=progress)
+    missing: list[str] = []
+    index = build_index(reader, source, options, workers=workers, progress=progress, missing_names=missing)
+    found = _search_images(reader, p, source, options, index, missing, workers)
+    if found is not None:
+        index = found
+        key = _searched_key(key, source.root, index.meta["image_search"]["folder"])
     if cache_file is not None:
         try:
             _cache.save_index(index, cache_file, key)
             index = _cache.load_index_file(cache_file, root=source.root)
         except OSError as err:
             warnings.warn(f"index cache not written to {cache_file}: {err}", RuntimeWarning, stacklevel=2)
-    apply_policy(index.problems, on_error, str(source.root))
+    _finish(index, on_error, source.root)
     return index
+
+
+def _finish(index: AnnotationIndex, on_error: OnError, root: Path) -> None:
+    """Apply the error policy; say where the images were found when they were searched for
+    (the ``warn`` policy's summary says it already)."""
+    found = index.meta.get("image_search")
+    if found is not None and on_error != "warn":
+        warnings.warn(
+            f"{root}: {search_message(found)}; read from there (image_dir= chooses the folder)",
+            ImageFolderWarning,
+            stacklevel=3,
+        )
+    apply_policy(index.problems, on_error, str(root))
+
+
+def _image_folder(image_dir: str | os.PathLike[str], reader: Any, path: Path, options: ReadOptions) -> str:
+    """``image_dir`` as an absolute folder: a relative one is relative to the dataset root,
+    else (when no such folder is there) to the working directory; FileNotFoundError when
+    it is not a folder."""
+    folder = Path(image_dir).expanduser()
+    if folder.is_absolute():
+        tried = [folder]
+    else:
+        tried = [reader.discover(path, options).root / folder, Path.cwd() / folder]
+    for candidate in tried:
+        if candidate.is_dir():
+            return os.fspath(candidate.resolve())
+    where = " or ".join(str(t) for t in tried)
+    raise FileNotFoundError(f"image_dir={os.fspath(image_dir)!r} is not a folder (looked for {where})")
+
+
+def _require_files(source: Source, name: str, path: Path) -> None:
+    """ValueError naming the folder and the format when a forced format finds nothing to read
+    there: no annotation files, or (``label_files`` of a reader whose records are the images)
+    images without any label file."""
+    if source.files and source.extra.get("label_files") != 0:
+        return
+    try:
+        detected = detect_format(path)
+    except ValueError:
+        detected = None
+    hint = f"; it looks like {detected} (format={detected!r} or 'auto')" if detected not in (None, name) else ""
+    what = f"{len(source.files)} images but no label files" if source.files else "no annotation files"
+    raise ValueError(f"{source.root}: format={name!r} found {what} there{hint}")
+
+
+def _default_dirs(source: Source) -> list[str] | None:
+    """The image folders the reader looked in (relative to the root); None for a reader
+    whose records are the images themselves (YOLO)."""
+    if "image_dirs" in source.extra:
+        return list(source.extra["image_dirs"])
+    if "image_dir" in source.extra:
+        return [source.extra["image_dir"]]
+    return None
+
+
+def _search_images(
+    reader: Any,
+    path: Path,
+    source: Source,
+    options: ReadOptions,
+    index: AnnotationIndex,
+    missing: Sequence[str],
+    workers: int | None,
+) -> AnnotationIndex | None:
+    """The index read with the image folder found below the root, when the layout's folders
+    hold (almost) none of the images and that folder gives more; else None."""
+    looked_in = _default_dirs(source)
+    if options.image_dir is not None or not options.check_images or looked_in is None:
+        return None
+    found, n_missing = len(index), index.problems.counts().get("missing_image", 0)
+    if not should_search(found, n_missing):
+        return None
+    hit = find_image_folder(source.root, missing, skip=looked_in)
+    if hit is None:
+        return None
+    searched = replace(options, image_dir=os.fspath(source.root / hit.folder))
+    again = reader.discover(path, searched)
+    if again.root != source.root:
+        return None
+    result = build_index(reader, again, searched, workers=workers)
+    if len(result) <= found:
+        return None
+    result.meta["image_search"] = {
+        "folder": hit.folder,
+        "looked_in": looked_in,
+        "found": found,
+        "missing": n_missing,
+        "hits": hit.hits,
+        "names": hit.names,
+    }
+    where = os.path.commonpath(source.files) if source.files else "."
+    note = Problem(
+        "images_found_elsewhere",
+        where,
+        "",
+        search_message(result.meta["image_search"]),
+        f"read with image_dir={hit.folder or '.'!r}",
+        "repaired",
+    )
+    result.problems = ProblemReport([note, *result.problems])
+    return result
+
+
+def _searched_key(key: str, root: Path, folder: str) -> str:
+    """The cache key of an index read from a folder the search found: that folder and its
+    mtime join the key, so adding or removing images there rebuilds the index."""
+    return f"{key} {json.dumps([folder, dir_mtime(root / folder)])}"
+
+
+def _key_matches(stored: str | None, key: str, root: Path) -> bool:
+    if stored is None:
+        return False
+    if stored == key:
+        return True
+    if not stored.startswith(key + " "):
+        return False
+    try:
+        folder = json.loads(stored[len(key) + 1 :])[0]
+    except (ValueError, IndexError, KeyError, TypeError):
+        return False
+    return isinstance(folder, str) and stored == _searched_key(key, root, folder)
 
 
 def _content_key(name: str, options_json: str, source: Source) -> str:

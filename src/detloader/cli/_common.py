@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from detloader.annotations.problems import ON_ERROR_CHOICES, AnnotationWarning
+from detloader.annotations.problems import ON_ERROR_CHOICES, AnnotationWarning, ProblemReport
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -17,62 +18,193 @@ if TYPE_CHECKING:
     from detloader.annotations.index import AnnotationIndex
 
 __all__ = [
+    "add_dataset_arguments",
     "add_read_arguments",
     "console",
+    "dataset_kwargs",
+    "parse_class_map",
     "print_attribute_counts",
     "print_json",
     "progress_bar",
     "read_index",
     "read_kwargs",
+    "require_images",
 ]
 
 
-def add_read_arguments(parser: argparse.ArgumentParser, on_error: str = "warn") -> None:
-    """Arguments of :func:`detloader.read_annotations` that the CLI exposes."""
-    parser.add_argument("path", help="dataset folder or annotation file")
-    parser.add_argument("--format", default="auto", help="annotation format (default: auto)")
-    parser.add_argument(
+def add_read_arguments(
+    parser: argparse.ArgumentParser,
+    on_error: str = "warn",
+    *,
+    path_nargs: str | None = None,
+    path_help: str = "dataset folder or annotation file",
+    build: bool = True,
+) -> None:
+    """Arguments of :func:`detloader.read_annotations` that the CLI exposes: the dataset
+    ``path`` (``path_nargs="?"``: optional), the dataset options of
+    :func:`add_dataset_arguments` and, with ``build``, how the index is built (workers, cache)."""
+    parser.add_argument("path", nargs=path_nargs, help=path_help)
+    add_dataset_arguments(parser, on_error)
+    if not build:
+        return
+    group = parser.add_argument_group("index building")
+    group.add_argument("--workers", type=int, help="processes for a cold build (default: usable CPUs)")
+    group.add_argument("--rebuild", action="store_true", help="ignore the cached index")
+    group.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+
+
+def add_dataset_arguments(parser: argparse.ArgumentParser, on_error: str = "warn") -> None:
+    """How to read the dataset: format, error policy, classes, where the images are."""
+    group = parser.add_argument_group("reading the dataset")
+    group.add_argument("--format", default="auto", help="annotation format (default: auto)")
+    group.add_argument(
         "--on-error",
         choices=ON_ERROR_CHOICES,
         default=on_error,
         help=f"what bad annotations do (default: {on_error})",
     )
-    parser.add_argument("--classes", help="comma-separated class list, in id order")
-    parser.add_argument("--one-based", action="store_true", help="VOC 1-based pixel indices")
-    parser.add_argument("--no-check-images", action="store_true", help="do not check image files exist")
-    parser.add_argument(
+    group.add_argument("--classes", help="comma-separated class list, in id order")
+    group.add_argument(
+        "--class-map",
+        action="append",
+        metavar="NAME=NEW|FILE",
+        help="rename (NAME=NEW), merge, or drop (NAME=) a class; repeatable, or a JSON/YAML file "
+        "of {name: new name or null}",
+    )
+    group.add_argument(
+        "--image-dir",
+        metavar="DIR",
+        help="image folder, relative to the dataset root (default: from the layout, else searched)",
+    )
+    group.add_argument(
+        "--images-by", metavar="name|id", help="CVAT: find images by their name (default) or id (renamed exports)"
+    )
+    group.add_argument("--one-based", action="store_true", help="VOC 1-based pixel indices")
+    group.add_argument("--no-check-images", action="store_true", help="do not check image files exist")
+    group.add_argument(
         "--allow-outside-images", action="store_true", help="follow image names that leave the dataset (../, absolute)"
     )
-    parser.add_argument("--workers", type=int, help="processes for a cold build (default: usable CPUs)")
-    parser.add_argument("--rebuild", action="store_true", help="ignore the cached index")
-    parser.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+
+
+def parse_class_map(values: list[str] | None) -> dict[str, str | None] | None:
+    """``--class-map`` values as ``class_map``: ``NAME=NEW`` pairs (``NAME=`` drops the class)
+    and JSON/YAML files of ``{name: new name or null}``, later entries winning."""
+    if not values:
+        return None
+    out: dict[str, str | None] = {}
+    for value in values:
+        if os.path.isfile(value):
+            out.update(_class_map_file(value))
+        elif "=" in value:
+            name, _, new = value.partition("=")
+            if not name.strip():
+                raise ValueError(f"--class-map {value!r}: the class name before '=' is empty")
+            out[name.strip()] = new.strip() or None
+        else:
+            raise ValueError(f"--class-map {value!r} is neither NAME=NEW nor a JSON/YAML file")
+    return out
+
+
+def _class_map_file(path: str) -> dict[str, str | None]:
+    import yaml  # lazy: keeps `detloader --help` fast
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh) if path.lower().endswith(".json") else yaml.safe_load(fh)
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as err:
+        raise ValueError(f"--class-map {path}: not readable JSON/YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--class-map {path}: top level is a {type(data).__name__}, not a mapping of class names")
+    out: dict[str, str | None] = {}
+    for name, new in data.items():
+        if new is not None and not isinstance(new, (str, int)):
+            raise ValueError(f"--class-map {path}: {name!r}: {new!r} is not a class name or null")
+        out[str(name)] = str(new) if new is not None else None
+    return out
+
+
+def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The options of :func:`add_dataset_arguments` as :func:`detloader.read_annotations`
+    takes them: ``format`` and ``on_error``, and the others where they differ from its defaults."""
+    kwargs: dict[str, Any] = {"format": args.format, "on_error": args.on_error}
+    if args.classes:
+        kwargs["classes"] = [c.strip() for c in args.classes.split(",")]
+    class_map = parse_class_map(args.class_map)
+    if class_map is not None:
+        kwargs["class_map"] = class_map
+    if args.image_dir is not None:
+        kwargs["image_dir"] = args.image_dir
+    if args.images_by is not None:
+        kwargs["images_by"] = args.images_by
+    for flag, name, value in (
+        ("one_based", "one_based", True),
+        ("no_check_images", "check_images", False),
+        ("allow_outside_images", "allow_outside_images", True),
+    ):
+        if getattr(args, flag):
+            kwargs[name] = value
+    return kwargs
 
 
 def read_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The options of :func:`add_read_arguments` as :func:`detloader.read_annotations` takes them."""
     return {
-        "format": args.format,
-        "on_error": args.on_error,
-        "classes": [c.strip() for c in args.classes.split(",")] if args.classes else None,
-        "one_based": args.one_based,
-        "check_images": not args.no_check_images,
-        "allow_outside_images": args.allow_outside_images,
+        **dataset_kwargs(args),
         "workers": args.workers,
         "cache": False if args.no_cache else ("rebuild" if args.rebuild else True),
     }
 
 
-def read_index(args: argparse.Namespace, *, hide_warnings: bool, bar: bool = True) -> "AnnotationIndex":
-    """The index that :func:`add_read_arguments`' options describe, with an "indexing" progress
-    bar when ``bar``; ``hide_warnings``: annotation warnings are silenced (the command reports
-    the problems itself)."""
+def read_index(
+    args: argparse.Namespace,
+    *,
+    hide_warnings: bool,
+    bar: bool = True,
+    description: str = "indexing",
+    on_error: str | None = None,
+) -> "AnnotationIndex":
+    """The index that :func:`add_read_arguments`' options describe, with a progress bar
+    (``description``) when ``bar``; ``hide_warnings``: annotation warnings are silenced (the
+    command reports the problems itself); ``on_error`` overrides ``--on-error``. When the
+    images were found in another folder than the layout's, one line on stderr says which."""
     from detloader import read_annotations  # lazy: keeps `detloader --help` fast
+    from detloader.annotations.image_search import ImageFolderWarning
 
+    kwargs = read_kwargs(args)
+    if on_error is not None:
+        kwargs["on_error"] = on_error
     with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ImageFolderWarning)  # said below, in CLI words
         if hide_warnings:
             warnings.simplefilter("ignore", AnnotationWarning)
-        with progress_bar("indexing", enabled=bar) as progress:
-            return read_annotations(args.path, progress=progress, **read_kwargs(args))
+        with progress_bar(description, enabled=bar) as progress:
+            index = read_annotations(args.path, progress=progress, **kwargs)
+    found = index.meta.get("image_search")
+    if found is not None:
+        from detloader.annotations.image_search import search_message
+
+        print(f"detloader {args.command}: {search_message(found)}; read from there (--image-dir chooses)", file=sys.stderr)
+    return index
+
+
+def require_images(index: "AnnotationIndex", what: str) -> None:
+    """ValueError (exit status 2, one line) when ``index`` holds no images: why, and what to
+    try (``--image-dir``, ``--images-by id``, ``detloader validate``)."""
+    if len(index):
+        return
+    errors = ProblemReport(index.problems.errors)
+    reason = f"every image was dropped ({errors.summary_line()})" if errors else "the annotations name no images"
+    hints = []
+    if "missing_image" in errors.counts():
+        hints.append("if the images are elsewhere, pass --image-dir DIR (relative to the dataset root)")
+        if index.meta.get("format") == "cvat":
+            hints.append("if they were renamed to their CVAT id, --images-by id")
+    if "outside_dataset" in errors.counts():
+        hints.append("--allow-outside-images follows image names that leave the dataset")
+    if errors:
+        hints.append("detloader validate lists every problem")
+    tail = f"; {'; '.join(hints)}" if hints else ""
+    raise ValueError(f"{index.root}: no images to {what}: {reason}{tail}")
 
 
 @contextmanager

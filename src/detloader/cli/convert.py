@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from detloader.cli._common import add_read_arguments, console, read_index
+from detloader.cli._common import add_read_arguments, console, read_index, require_images
 
 __all__ = ["register", "run"]
 
@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from detloader.annotations.writers import write_annotations
 
     index = read_index(args, hide_warnings=True)  # warnings: summarised below instead
+    require_images(index, "convert")
     written = write_annotations(
         index, args.out, args.to, images=args.images, split=args.split, overwrite=args.overwrite
     )

@@ -6,16 +6,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from detloader.cli._common import console, print_json, progress_bar
+from detloader.cli._common import add_read_arguments, console, dataset_kwargs, print_json, progress_bar
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help="metrics of a training checkpoint on a dataset (mAP, NME, image class)")
     p.add_argument("checkpoint", help="a *.pt file written by detloader train")
-    p.add_argument("path", help="dataset folder or annotation file (any format detloader reads)")
+    add_read_arguments(p, path_help="dataset folder or annotation file (any format detloader reads)", build=False)
     p.add_argument("--split", default="val", help="split to evaluate, or 'all' (default: val)")
-    p.add_argument("--format", default="auto", help="annotation format (default: auto)")
-    p.add_argument("--on-error", default="warn", choices=("raise", "skip", "warn"), help="bad annotations (default: warn)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--score-threshold", type=float, default=0.3, help="operating point of precision / recall (default 0.3)")
@@ -65,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
             args.checkpoint,
             args.path,
             split=None if args.split == "all" else args.split,
-            read_options={"format": args.format, "on_error": args.on_error},
+            read_options=dataset_kwargs(args),
             batch_size=args.batch_size,
             device=args.device,
             score_threshold=args.score_threshold,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from detloader.cli._common import add_read_arguments, console, print_attribute_counts, print_json, read_index
+from detloader.cli._common import add_read_arguments, console, print_attribute_counts, print_json, read_index, require_images
 
 __all__ = ["print_summary", "register", "run"]
 
@@ -22,6 +22,7 @@ def run(args: argparse.Namespace) -> int:
     # warnings: the problems are reported below instead
     index = read_index(args, hide_warnings=args.json or args.on_error == "warn", bar=not args.json)
     seconds = time.perf_counter() - start
+    require_images(index, "index")
     summary = index.summary()
     if args.json:
         summary["seconds"] = round(seconds, 4)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from detloader.cli._common import add_read_arguments, console, read_index
+from detloader.cli._common import add_read_arguments, console, read_index, require_images
 
 __all__ = ["register", "run"]
 
@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from detloader.show import show_dataset
 
     index = read_index(args, hide_warnings=True, bar=True)
+    require_images(index, "show")
     if args.split is not None:
         index = index.split(args.split)
     data = index

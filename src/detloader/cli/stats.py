@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import Any
 
-from detloader.cli._common import add_read_arguments, console, print_attribute_counts, print_json, read_index
+from detloader.cli._common import add_read_arguments, console, print_attribute_counts, print_json, read_index, require_images
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
     # warnings: the problems are counted in the output instead
     index = read_index(args, hide_warnings=args.json or args.on_error == "warn", bar=not args.json)
+    require_images(index, "describe")
     stats = dataset_stats(index)
     by = _by(args.by)
     report = None

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from detloader.cli._common import console, print_json
+from detloader.cli._common import add_read_arguments, console, dataset_kwargs, print_json
 
 
 def _workers(value: str) -> int | str:
@@ -27,10 +27,9 @@ def _workers(value: str) -> int | str:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train the reference detection + landmark + image-class model")
-    p.add_argument("path", nargs="?", help="dataset folder or annotation file (default: the synthetic dataset)")
-    p.add_argument("--format", default="auto", help="annotation format (default: auto)")
-    p.add_argument("--on-error", default="warn", choices=("raise", "skip", "warn"), help="bad annotations (default: warn)")
-    p.add_argument("--classes", help="comma-separated class list, in id order")
+    add_read_arguments(
+        p, path_nargs="?", path_help="dataset folder or annotation file (default: the synthetic dataset)", build=False
+    )
     p.add_argument(
         "--balance",
         default=None,
@@ -69,9 +68,7 @@ def _config(args: argparse.Namespace) -> Any:
     read_options: dict[str, Any] = dict(changes.get("read_options", {}))
     if args.path is not None:
         changes["data"] = args.path
-        read_options.update(format=args.format, on_error=args.on_error)
-        if args.classes:
-            read_options["classes"] = [c.strip() for c in args.classes.split(",")]
+        read_options.update(dataset_kwargs(args))
     changes["read_options"] = read_options
     explicit = {
         "balance": args.balance,

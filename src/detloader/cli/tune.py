@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from detloader.cli._common import add_read_arguments, console, print_json, progress_bar, read_index
+from detloader.cli._common import add_read_arguments, console, print_json, progress_bar, read_index, require_images
 
 if TYPE_CHECKING:
     from detloader.dataset import DetectionDataset
@@ -57,8 +57,7 @@ def build_dataset(args: argparse.Namespace) -> "DetectionDataset":
     if args.size < 0:
         raise ValueError(f"--size={args.size} must be >= 0")
     index = read_index(args, hide_warnings=True, bar=False)
-    if len(index) == 0:
-        raise ValueError(f"{args.path}: no images to tune on")
+    require_images(index, "tune on")
     transform = Resize(args.size, mode="letterbox") if args.size else None
     return DetectionDataset(index, transform, seed=0)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from detloader.cli._common import add_read_arguments, console, print_json, progress_bar, read_kwargs
+from detloader.cli._common import add_read_arguments, console, print_json, progress_bar, read_index
 
 __all__ = ["register", "run"]
 
@@ -22,12 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from detloader import read_annotations
-
-    kwargs = read_kwargs(args)
-    kwargs["on_error"] = "skip"  # collect everything, then report
-    with progress_bar("validating", enabled=not args.json) as progress:
-        index = read_annotations(args.path, progress=progress, **kwargs)
+    # on_error="skip": collect everything, then report
+    index = read_index(args, hide_warnings=False, bar=not args.json, description="validating", on_error="skip")
     report = index.problems
     if not args.no_images:
         import os

@@ -167,7 +167,7 @@ def find_image(locator: ImageLocator, b: ChunkBuilder, name: str, where: str, sh
         b.problem("outside_dataset", where, f"{shown} leaves the dataset; not followed", f"found {rel!r} inside it", "repaired")
         return rel
     if rel is None:
-        b.problem("missing_image", where, f"{shown} not found in {locator.describe()}", "image skipped")
+        b.missing_image(where, f"{shown} not found in {locator.describe()}", name)
     return rel
 
 
@@ -202,7 +202,7 @@ def image_size(b: ChunkBuilder, root: str, rel: str, element: str) -> tuple[int,
     try:
         return image_header_size(full)
     except FileNotFoundError:
-        b.problem("missing_image", element, f"image {rel!r} not found", "image skipped")
+        b.missing_image(element, f"image {rel!r} not found", rel)
     except (OSError, ValueError) as err:
         b.problem("missing_size", element, f"image {rel!r} unreadable: {err}", "image skipped")
     return None

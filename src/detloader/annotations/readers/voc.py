@@ -189,12 +189,7 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
     image_rel = _resolve_image(root, image_dir, sub, filename, stem, child_text(top, "path"), opts.check_images)
     if image_rel is None:
         shown = filename or f"{stem}.*"
-        b.problem(
-            "missing_image",
-            "filename",
-            f"filename={shown!r} not found in {os.path.join(image_dir, sub) or '.'}",
-            "image skipped",
-        )
+        b.missing_image("filename", f"filename={shown!r} not found in {os.path.join(image_dir, sub) or '.'}", filename or stem)
         return
 
     size_el = top.get("size")

@@ -170,10 +170,12 @@ def discover(path: Path, options: ReadOptions) -> Source:
             stamp.append(stat_entry(names_file, root))
     files = [item[0] for item in image_list]
     stamp.extend(image_list)
+    labels = 0
     for rel in files:
         label = label_path(str(root), rel)
         try:
             stamp.append(stat_entry(os.path.join(root, label), root))
+            labels += 1
         except OSError:
             pass
     return Source(
@@ -187,6 +189,7 @@ def discover(path: Path, options: ReadOptions) -> Source:
             "names": names,
             "kpt": kpt,
             "splits": split_specs,
+            "label_files": labels,
         },
     )
 

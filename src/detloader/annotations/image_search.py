@@ -1,0 +1,146 @@
+"""Finding the image folder when the place the layout gives holds (almost) none of the images.
+
+Exports put images where their tool likes: a COCO JSON with a custom name in ``annotations/``
+and the images in ``train2017/`` or ``valid/`` beside it, a CVAT export whose images are in a
+folder of its own name, a folder that holds ``VOCdevkit/``. When the folders a reader looked
+in hold fewer than :data:`FEW_FOUND` of the images the annotations name,
+:func:`find_image_folder` walks the folders below the dataset root (at most
+:data:`SEARCH_DEPTH` levels, :data:`SEARCH_MAX_FOLDERS` folders; it compares file names and
+opens no image) and returns the one holding the most of the names not found.
+:func:`detloader.read_annotations` then reads with that folder as ``image_dir``, keeps the
+result when it finds more images, and says so: an ``images_found_elsewhere`` problem of
+repaired severity, ``index.meta["image_search"]`` and an :class:`ImageFolderWarning`.
+An explicit ``image_dir`` (or ``check_images=False``) turns the search off.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from detloader.annotations.cache import CACHE_SUBDIR
+from detloader.annotations.problems import AnnotationWarning
+from detloader.annotations.readers.locate import IMAGE_EXTENSIONS
+
+__all__ = [
+    "FEW_FOUND",
+    "SEARCH_DEPTH",
+    "SEARCH_MAX_FOLDERS",
+    "FolderHit",
+    "ImageFolderWarning",
+    "find_image_folder",
+    "search_message",
+    "should_search",
+]
+
+#: Levels of folders below the dataset root that are looked at (the root is level 0).
+SEARCH_DEPTH = 4
+#: Folders looked at, at most (breadth first: the shallow ones first).
+SEARCH_MAX_FOLDERS = 2000
+#: The search runs when fewer than this share of the named images were found.
+FEW_FOUND = 0.1
+
+_IMAGE_SUFFIXES = frozenset(e.lower() for e in IMAGE_EXTENSIONS)
+
+
+class ImageFolderWarning(AnnotationWarning):
+    """The images were not where the layout says; they were read from the folder found."""
+
+
+@dataclass(frozen=True)
+class FolderHit:
+    """The folder found: ``folder`` relative to the root, holding ``hits`` of ``names``."""
+
+    folder: str
+    hits: int
+    names: int
+
+
+def should_search(found: int, missing: int) -> bool:
+    """Whether ``found`` images of ``found + missing`` named are few enough to look elsewhere."""
+    return missing > 0 and found < FEW_FOUND * (found + missing)
+
+
+def _wanted(names: Iterable[str]) -> dict[str, str]:
+    """Base name -> stem of each name (``img/0012.jpg`` -> ``0012.jpg`` -> ``0012``)."""
+    out: dict[str, str] = {}
+    for name in names:
+        base = os.path.basename(name.replace("\\", "/").strip())
+        if base:
+            out[base] = os.path.splitext(base)[0]
+    return out
+
+
+def _score(files: set[str], wanted: Mapping[str, str]) -> int:
+    """How many wanted names the folder holds: by base name, else by stem with an image
+    extension (the readers try those too)."""
+    stems = {os.path.splitext(f)[0] for f in files if os.path.splitext(f)[1].lower() in _IMAGE_SUFFIXES}
+    return sum(1 for base, stem in wanted.items() if base in files or stem in stems)
+
+
+def find_image_folder(
+    root: str | os.PathLike[str],
+    names: Iterable[str],
+    *,
+    skip: Iterable[str] = (),
+    max_depth: int = SEARCH_DEPTH,
+    max_folders: int = SEARCH_MAX_FOLDERS,
+) -> FolderHit | None:
+    """The folder below ``root`` (or ``root`` itself, ``""``) holding the most of ``names``;
+    None when none holds any. Folders in ``skip`` (relative to ``root``: where the reader
+    already looked) are walked but not chosen; hidden folders and the index cache are not
+    walked. Ties go to the shallower folder, then to the first in name order."""
+    wanted = _wanted(names)
+    if not wanted:
+        return None
+    top = Path(root).resolve()
+    skipped = {os.path.normpath(s) for s in skip}
+    seen: set[str] = set()
+    queue: deque[tuple[Path, int]] = deque([(top, 0)])
+    best: FolderHit | None = None
+    visited = 0
+    while queue and visited < max_folders:
+        folder, depth = queue.popleft()
+        real = os.path.realpath(folder)
+        if real in seen:  # a link back up the tree
+            continue
+        seen.add(real)
+        visited += 1
+        files: set[str] = set()
+        children: list[Path] = []
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    try:
+                        if entry.is_dir():
+                            if not entry.name.startswith(".") and entry.name != CACHE_SUBDIR:
+                                children.append(Path(entry.path))
+                        else:
+                            files.add(entry.name)
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+        if depth < max_depth:
+            queue.extend((child, depth + 1) for child in sorted(children))
+        rel = os.path.relpath(folder, top)
+        rel = "" if rel == "." else rel
+        if os.path.normpath(rel) in skipped or not files:
+            continue
+        hits = _score(files, wanted)
+        if hits and (best is None or hits > best.hits):
+            best = FolderHit(rel, hits, len(wanted))
+    return best
+
+
+def search_message(found: Mapping[str, Any]) -> str:
+    """One line for ``index.meta["image_search"]``: where the images were not, and where
+    they were found."""
+    looked = ", ".join(d or "." for d in found["looked_in"]) or "."
+    return (
+        f"{found['missing']} of {found['missing'] + found['found']} images not found in {looked}; "
+        f"{found['hits']} of {found['names']} names looked for are in {found['folder'] or '.'}/"
+    )
