@@ -12,6 +12,9 @@ from helpers import write_image
 from detloader import AnnotationError, detect_format, read_annotations
 from detloader.cli import main
 
+# the reader closes the files it opens: an abandoned stream left to the garbage collector fails
+pytestmark = pytest.mark.filterwarnings("error::ResourceWarning")
+
 META = """
   <meta>
     <task>

@@ -57,6 +57,7 @@ is the third ``<box>`` of image 12; the record of an image is its ``name``.
 from __future__ import annotations
 
 import os
+from contextlib import closing
 from pathlib import Path
 from typing import Sequence
 
@@ -155,19 +156,20 @@ def _point_labels(xml: Path) -> list[str]:
     in declaration order. Reads only up to the first ``<image>``."""
     labels: list[tuple[str, str, str]] = []  # (name, type, parent)
     try:
-        for event, el in iterparse_safe(str(xml), ("meta", "image"), events=("start", "end")):
-            if el.tag == "image":
-                break
-            if event == "end":
-                for label in el.iterfind(".//labels/label"):
-                    labels.append(
-                        (
-                            (label.findtext("name") or "").strip(),
-                            (label.findtext("type") or "").strip(),
-                            (label.findtext("parent") or "").strip(),
+        with closing(iterparse_safe(str(xml), ("meta", "image"), events=("start", "end"))) as events:
+            for event, el in events:
+                if el.tag == "image":
+                    break
+                if event == "end":
+                    for label in el.iterfind(".//labels/label"):
+                        labels.append(
+                            (
+                                (label.findtext("name") or "").strip(),
+                                (label.findtext("type") or "").strip(),
+                                (label.findtext("parent") or "").strip(),
+                            )
                         )
-                    )
-                break
+                    break
     except STREAM_ERRORS:
         return []  # parse() reports the problem
     skeletons = {name for name, kind, _ in labels if kind == "skeleton"}
