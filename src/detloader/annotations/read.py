@@ -22,7 +22,7 @@ from detloader.annotations.readers import READERS
 from detloader.annotations.readers.common import Source
 
 #: Bumped when what a reader produces changes, so that old caches are rebuilt.
-READER_VERSION = 1
+READER_VERSION = 2
 
 
 def available_formats() -> list[str]:
@@ -80,6 +80,7 @@ def read_annotations(
     image_class_attribute: str = "class",
     image_dir: str | os.PathLike[str] | None = None,
     allow_outside_images: bool = False,
+    boxes_from_points: str = "enclose",
     max_file_bytes: int = 16 * 1024 * 1024,
     workers: int | None = None,
     cache: bool | str = True,
@@ -93,7 +94,8 @@ def read_annotations(
         format: ``"auto"`` or a reader name (see :func:`available_formats`).
         on_error: ``"raise"`` | ``"skip"`` | ``"warn"``; see :mod:`detloader.annotations.problems`.
         classes: fixed class list (id order); other classes become ``unknown_class`` errors.
-        class_map: ``{name_in_file: new_name}`` to rename or merge, ``{name: None}`` to drop.
+        class_map: ``{name_in_file: new_name}`` to rename or merge, ``{name: None}`` to drop;
+            a key that matches no class of any file is refused (:class:`ClassMapError`).
         landmark_schema: a :class:`LandmarkSchema` or ordered names (flip pairs inferred).
         one_based: convert VOC's 1-based pixel indices (xmin, ymin minus 1).
         clip_boxes: clip partly-outside boxes (reported) instead of dropping them.
@@ -102,6 +104,9 @@ def read_annotations(
         image_dir: image folder, when it is not where the layout says.
         allow_outside_images: follow image names that leave the dataset (``../``, absolute);
             by default they are ``outside_dataset`` problems (docs/reliability.md).
+        boxes_from_points: what an object with landmarks but no box becomes: ``"enclose"``
+            (boxed by its labelled points), ``"image"`` (boxed by the whole image) or
+            ``"skip"``; reported once per file (``box_from_points``, docs/formats.md).
         max_file_bytes: size cap of one annotation file.
         workers: processes for the cold build (default: the usable CPUs).
         cache: True (use and write the cache), False (neither) or ``"rebuild"``.
@@ -125,6 +130,7 @@ def read_annotations(
         image_dir=os.fspath(Path(image_dir).resolve()) if image_dir is not None else None,
         max_file_bytes=max_file_bytes,
         allow_outside_images=bool(allow_outside_images),
+        boxes_from_points=boxes_from_points,
         format_options=format_options,
     )
     name = detect_format(p) if format == "auto" else format

@@ -309,19 +309,24 @@ def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> Non
         return
     name, kp_names = cat
     bbox = ann.get("bbox")
-    if bbox is None:
+    box: tuple[float, float, float, float] | None = None
+    if bbox in (None, []) and ann.get("keypoints"):
+        pass  # keypoints alone: the builder makes the box (boxes_from_points)
+    elif bbox is None:
         b.problem("missing_field", f"{where}/bbox", "bbox is missing", "object skipped")
         return
-    if not isinstance(bbox, list) or len(bbox) != 4:
+    elif not isinstance(bbox, list) or len(bbox) != 4:
         b.problem("bad_value", f"{where}/bbox", f"bbox={bbox!r} is not [x, y, w, h]", "object skipped")
         return
-    xywh = []
-    for field, value in zip("xywh", bbox):
-        v = _number(value, f"{where}/bbox", field, "object skipped", b)
-        if v is None:
-            return
-        xywh.append(v)
-    x, y, w, h = xywh
+    else:
+        xywh = []
+        for field, value in zip("xywh", bbox):
+            v = _number(value, f"{where}/bbox", field, "object skipped", b)
+            if v is None:
+                return
+            xywh.append(v)
+        x, y, w, h = xywh
+        box = (x, y, x + w, y + h)
     attrs = _attributes(ann.get("attributes"), f"{where}/attributes", b)
     flags = {}
     for flag in _FLAGS:
@@ -338,7 +343,7 @@ def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> Non
     elif crowd_flag:
         attrs["iscrowd"] = "1"
     b.add_object(
-        (x, y, x + w, y + h),
+        box,
         name,
         element=where,
         box_field="bbox",

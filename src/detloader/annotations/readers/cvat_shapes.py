@@ -219,16 +219,14 @@ def _area(box: tuple[float, float, float, float]) -> float:
     return max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])
 
 
-def link_points(
-    boxes: list[BoxShape], points: list[PointsShape], link: str, b: ChunkBuilder
-) -> list[tuple[PointsShape, tuple[float, float, float, float]]]:
-    """Attach landmarks to boxes (group first, then containment); return the skeletons that
-    no box takes, with the extent of their labelled points as their box."""
+def link_points(boxes: list[BoxShape], points: list[PointsShape], link: str, b: ChunkBuilder) -> list[PointsShape]:
+    """Attach landmarks to boxes (group first, then containment); return the points and
+    skeletons that no box takes (objects of their own, boxed by the builder)."""
     by_group: dict[str, list[BoxShape]] = {}
     for box in boxes:
         if box.group:
             by_group.setdefault(box.group, []).append(box)
-    standalone: list[tuple[PointsShape, tuple[float, float, float, float]]] = []
+    standalone: list[PointsShape] = []
     for pts in points:
         target: BoxShape | None = None
         group = by_group.get(pts.group, []) if pts.group else []
@@ -248,18 +246,8 @@ def link_points(
                 target = min(inside, key=lambda box: _area(box.box))
         if target is not None:
             _merge_points(target, pts, b)
-            continue
-        visible = [(x, y) for _, x, y, v in pts.points if v]
-        if pts.skeleton and visible:
-            xs, ys = [p[0] for p in visible], [p[1] for p in visible]
-            standalone.append((pts, (min(xs), min(ys), max(xs), max(ys))))
-            continue
-        b.problem(
-            "unsupported",
-            pts.element,
-            f"label={pts.label!r}: landmarks without a box (no group_id box, inside no box)",
-            "points skipped",
-        )
+        else:
+            standalone.append(pts)
     return standalone
 
 
