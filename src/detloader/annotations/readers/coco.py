@@ -9,7 +9,9 @@ prefix (``val2017``); ``image_dir`` overrides.
 
 Mapping to the index:
 
-* ``bbox`` ``[x, y, w, h]`` -> xyxy ``(x, y, x + w, y + h)``.
+* ``bbox`` ``[x, y, w, h]`` -> xyxy ``(x, y, x + w, y + h)``. An annotation with
+  ``keypoints`` and no (or an empty) ``bbox`` is boxed from its points
+  (``read_annotations(boxes_from_points=)``).
 * ``category_id`` -> the category's ``name`` (ids may start at 0 or have gaps; only names
   reach the index). Categories that share a name share a class.
 * ``keypoints`` ``[x1, y1, v1, ...]`` with v 0 (absent), 1 (hidden), 2 (visible), named by the

@@ -11,7 +11,9 @@ file)::
     </image>
 
 * **Boxes**: dlib's rectangle covers the pixels ``left .. left + width - 1``, so in continuous
-  pixel coordinates the box is ``(left, top, left + width, top + height)``.
+  pixel coordinates the box is ``(left, top, left + width, top + height)``. A ``<box>`` with
+  ``<part>``s and none of the four is boxed from its parts
+  (``read_annotations(boxes_from_points=)``).
 * **Class**: the box's ``<label>``; boxes without one get the format option
   ``default_class`` (default ``"object"``).
 * **Flags**: ``difficult``, ``truncated``, ``occluded`` map to the index's flags.
