@@ -42,9 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from detloader.annotations.writers import write_annotations
-
-    from detloader.annotations.writers.yolo import YoloExportWarning
+    from detloader.annotations.writers import YoloExportWarning, write_annotations
 
     index = read_index(args, hide_warnings=True)  # warnings: summarised below instead
     with warnings.catch_warnings(record=True) as notes:
