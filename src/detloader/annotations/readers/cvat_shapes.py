@@ -52,7 +52,6 @@ class PointsShape:
     label: str
     group: str
     points: list[tuple[str, float, float, int]]
-    skeleton: bool
 
 
 def _coords(child: etree._Element, where: str, b: ChunkBuilder) -> tuple[float, float, float, float] | None:
@@ -180,7 +179,7 @@ def parse_points(child: etree._Element, where: str, b: ChunkBuilder) -> PointsSh
             return None
         names = got
     pts = [(n, x, y, v) if v else (n, 0.0, 0.0, 0) for n, (x, y) in zip(names, coords)]
-    return PointsShape(where, label, (child.get("group_id") or "").strip(), pts, skeleton=False)
+    return PointsShape(where, label, (child.get("group_id") or "").strip(), pts)
 
 
 def parse_skeleton(child: etree._Element, where: str, b: ChunkBuilder) -> PointsShape | None:
@@ -207,7 +206,7 @@ def parse_skeleton(child: etree._Element, where: str, b: ChunkBuilder) -> Points
             b.problem("landmark_count", at, f"{len(coords)} points in one skeleton node", "point skipped")
             continue
         pts.append((name, coords[0][0], coords[0][1], v))
-    return PointsShape(where, label, (child.get("group_id") or "").strip(), pts, skeleton=True)
+    return PointsShape(where, label, (child.get("group_id") or "").strip(), pts)
 
 
 def _contains(box: tuple[float, float, float, float], pts: list[tuple[str, float, float, int]]) -> bool:
