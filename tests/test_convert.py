@@ -18,6 +18,9 @@ from detloader.cli import main
 from detloader.annotations.writers import write_annotations, write_coco, write_voc, write_yolo
 from detloader.annotations.readers.imglab import IBUG68
 
+# unsplit indexes written as YOLO warn that val names the training images (tested below)
+pytestmark = pytest.mark.filterwarnings("ignore::detloader.annotations.writers.yolo.YoloExportWarning")
+
 GEOMETRY = ("width", "height", "object_offsets", "boxes", "labels", "landmarks", "visibility")
 EVERYTHING = GEOMETRY + (
     "difficult",
@@ -294,3 +297,79 @@ def test_coco_written_into_a_folder_named_annotations(synth, tmp_path):
     back = read_annotations(path)
     assert back.root == (tmp_path / "ds").resolve()  # the COCO layout rule: root above annotations/
     assert_same(synth, back)
+
+
+def _unsplit(index):
+    whole = index.subset(np.arange(len(index)))
+    whole.splits = {}
+    return whole
+
+
+def _yaml(path: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load(path.read_text())
+
+
+def _listed(root: Path, name: str) -> list[str]:
+    return (root / name).read_text().splitlines()
+
+
+def test_yolo_of_an_unsplit_index_names_train_as_val_and_says_so(synth, tmp_path):
+    from detloader.annotations.writers.yolo import YoloExportWarning
+
+    with pytest.warns(YoloExportWarning, match="no val split, so val names the training images"):
+        path = write_yolo(_unsplit(synth), tmp_path / "y")
+    config = _yaml(path)
+    assert config["train"] == config["val"] == "images"  # Ultralytics requires the val key
+    assert not list((tmp_path / "y").glob("*.txt"))
+    # an empty val split (here: after split="train") is no val either
+    with pytest.warns(YoloExportWarning):
+        path = write_annotations(synth, tmp_path / "t", "yolo", split="train")
+    assert _yaml(path)["val"] == _yaml(path)["train"] == "train.txt"
+
+
+def test_yolo_val_fraction_holds_out_a_seeded_part_of_train(synth, tmp_path):
+    import warnings
+
+    whole = _unsplit(synth)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = write_yolo(whole, tmp_path / "a", val_fraction=0.25, seed=3)
+    config, root = _yaml(path), tmp_path / "a"
+    assert (config["train"], config["val"]) == ("train.txt", "val.txt")
+    train, val = _listed(root, "train.txt"), _listed(root, "val.txt")
+    assert len(val) == round(0.25 * len(whole)) and not set(train) & set(val)
+    assert len(train) + len(val) == len(whole)
+    again = write_yolo(whole, tmp_path / "b", val_fraction=0.25, seed=3).parent
+    assert _listed(again, "val.txt") == val
+    other = write_yolo(whole, tmp_path / "c", val_fraction=0.25, seed=4).parent
+    assert _listed(other, "val.txt") != val
+    back = read_annotations(path)
+    assert sorted(len(back.splits[k]) for k in ("train", "val")) == sorted((len(train), len(val)))
+    # a train split without val: val comes out of the train split only
+    train_only = synth.subset(synth.splits["train"])
+    train_only.splits = {"train": np.arange(len(train_only))}
+    root = write_yolo(train_only, tmp_path / "d", val_fraction=0.5).parent
+    assert len(_listed(root, "train.txt")) + len(_listed(root, "val.txt")) == len(train_only)
+
+
+def test_yolo_val_fraction_refusals(synth, tmp_path):
+    with pytest.raises(ValueError, match="the index has a val split already"):
+        write_yolo(synth, tmp_path / "a", val_fraction=0.2)
+    for bad in (0, 1, 1.5, "0.2"):
+        with pytest.raises(ValueError, match="must be a number between 0 and 1"):
+            write_yolo(_unsplit(synth), tmp_path / "b", val_fraction=bad, overwrite=True)
+    with pytest.raises(ValueError, match="val_fraction=0.2 is for format='yolo', not 'coco'"):
+        write_annotations(synth, tmp_path / "c", "coco", val_fraction=0.2)
+
+
+def test_cli_convert_val_fraction_and_the_note(small_synth_root, tmp_path, capsys):
+    argv = ["convert", str(small_synth_root), "--to", "yolo", "--split", "train"]
+    assert main([*argv, str(tmp_path / "a")]) == 0
+    assert "note: " in capsys.readouterr().out  # val names the training images
+    assert main([*argv, str(tmp_path / "b"), "--val-fraction", "0.2", "--seed", "1"]) == 0
+    assert "note: " not in capsys.readouterr().out
+    config = _yaml(tmp_path / "b" / "data.yaml")
+    assert (config["train"], config["val"]) == ("train.txt", "val.txt")
+    assert _listed(tmp_path / "b", "val.txt")

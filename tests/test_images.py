@@ -255,3 +255,16 @@ def test_a_palette_png_with_transparency_decodes_without_a_warning() -> None:
         warnings.simplefilter("error")
         out = decode_image(data)
     assert out.image.shape == (8, 8, 3) and tuple(out.image[0, 0]) == (0, 0, 255)
+
+
+def test_a_palette_png_with_transparency_in_bytes_decodes_without_a_warning() -> None:
+    import warnings
+
+    im = Image.new("P", (8, 8), 1)
+    im.putpalette([0, 0, 0, 255, 0, 0] + [0] * 762)
+    data = _encode(im, "PNG", transparency=bytes([0, 128, 200]))  # a tRNS alpha per entry
+    assert isinstance(Image.open(io.BytesIO(data)).info["transparency"], bytes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = decode_image(data)
+    assert out.image.shape == (8, 8, 3) and tuple(out.image[0, 0]) == (255, 0, 0)  # alpha dropped

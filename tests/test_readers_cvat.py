@@ -12,6 +12,9 @@ from helpers import write_image
 from detloader import AnnotationError, detect_format, read_annotations
 from detloader.cli import main
 
+# the reader closes the files it opens: an abandoned stream left to the garbage collector fails
+pytestmark = pytest.mark.filterwarnings("error::ResourceWarning")
+
 META = """
   <meta>
     <task>
@@ -113,16 +116,40 @@ def test_ungrouped_points_join_the_smallest_box_containing_them(tmp_path):
         + '<points label="chin" occluded="0" points="63,47.5"></points>'
     )
     path = _dataset(tmp_path, image_xml(0, "a.jpg", body), ("a.jpg",))
-    index = read_annotations(path, on_error="skip")
+    index = read_annotations(path, on_error="skip", boxes_from_points="skip")
     chin = index.landmark_schema.names.index("chin")
     assert index.visibility[:, chin].tolist() == [2, 2]
     np.testing.assert_array_equal(index.landmarks[:, chin], [[50, 40], [20, 25]])
     problems = [str(p) for p in index.problems]
     assert problems == [
-        "annotations.xml: image[id=0]/points[3]: label='chin': landmarks without a box (no group_id box, inside no box) (points skipped)"
+        "annotations.xml: 1 objects with landmarks and no box (first: image[id=0]/points[3]) "
+        "(skipped, boxes_from_points='skip')"
     ]
-    grouped_only = read_annotations(path, on_error="skip", link_points="group")
-    assert (grouped_only.visibility == 0).all() and grouped_only.problems.counts() == {"unsupported": 3}
+    grouped_only = read_annotations(path, on_error="skip", link_points="group", boxes_from_points="skip")
+    assert (grouped_only.visibility == 0).all() and grouped_only.meta["stats"]["points_without_box_skipped"] == 3
+
+
+def test_points_that_no_box_takes_are_objects_of_their_label(tmp_path):
+    """A points-only export: each <points> is an object of its label, boxed by its points."""
+    body = (
+        box_xml("face", (10, 10, 30, 30))
+        + '<points label="chin" occluded="0" points="20,25"></points>'  # inside the box: joins it
+        + '<points label="chin" occluded="0" points="63,47.5"></points>'  # one point, at the edge
+        + '<points label="hand" occluded="0" points="40,5;50,20;44,12"></points>'
+    )
+    path = _dataset(tmp_path, image_xml(0, "a.jpg", body), ("a.jpg",))
+    index = read_annotations(path)
+    assert [index.classes[c] for c in index.labels] == ["face", "chin", "hand"]
+    # a single point gets a 1-pixel box centred on it, kept inside the 64x48 image
+    np.testing.assert_array_equal(index.boxes, [[10, 10, 30, 30], [62.5, 47, 63.5, 48], [40, 5, 50, 20]])
+    slots = [index.landmark_schema.names.index(n) for n in ("p0", "p1", "p2")]
+    np.testing.assert_array_equal(index.landmarks[2, slots], [[40, 5], [50, 20], [44, 12]])
+    assert [(p.kind, p.severity, p.message) for p in index.problems] == [
+        ("box_from_points", "repaired", "2 objects with landmarks and no box (first: image[id=0]/points[2])")
+    ]
+    whole = read_annotations(path, boxes_from_points="image")
+    np.testing.assert_array_equal(whole.boxes[1:], [[0, 0, 64, 48], [0, 0, 64, 48]])
+    assert "boxed by the whole image" in str(next(iter(whole.problems)))
 
 
 def test_multi_point_points_element_is_positional(tmp_path):
@@ -137,7 +164,7 @@ def test_skeleton_without_box_becomes_an_object_boxed_by_its_points(tmp_path):
     index = read_annotations(_dataset(tmp_path, image_xml(0, "a.jpg", body), ("a.jpg",)))
     assert index.classes == ("face5",)
     np.testing.assert_array_equal(index.boxes, [[10, 12, 30, 25]])
-    assert index.meta["stats"]["boxes_from_skeletons"] == 1
+    assert index.meta["stats"]["boxes_from_points"] == 1
 
 
 def test_subsets_become_splits_and_an_image_attribute(tmp_path):

@@ -13,6 +13,9 @@ from detloader import AnnotationError, detect_format, read_annotations
 from detloader.cli import main
 from detloader.annotations.readers.imglab import IBUG68
 
+# streamed like CVAT: the XML file is closed however the stream ends
+pytestmark = pytest.mark.filterwarnings("error::ResourceWarning")
+
 
 def imglab_xml(images: str, *, stylesheet: bool = True) -> str:
     pi = "<?xml-stylesheet type='text/xsl' href='image_metadata_stylesheet.xsl'?>\n" if stylesheet else ""

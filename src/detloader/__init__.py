@@ -18,6 +18,7 @@ from detloader.annotations import (
     AnnotationError,
     AnnotationIndex,
     AnnotationWarning,
+    ClassMapError,
     ImageView,
     LandmarkSchema,
     Problem,
@@ -99,5 +100,5 @@ __all__ = [
     # tune, stats
     "tune_loader", "TuneResult", "balance_report", "dataset_stats",
     # errors and warnings
-    "AnnotationError", "CacheError", "ImageDecodeError", "AnnotationWarning", "TuneWarning",
+    "AnnotationError", "ClassMapError", "CacheError", "ImageDecodeError", "AnnotationWarning", "TuneWarning",
 ]

@@ -127,10 +127,14 @@ class Batch:
 
     def targets(self, label_offset: int = 0) -> list[dict[str, torch.Tensor]]:
         """One dict per image, as torchvision detection models take them: ``boxes`` float32
-        ``[N, 4]``, ``labels`` int64 ``[N]`` (+ ``label_offset``: torchvision reserves 0 for
-        background, pass 1), ``keypoints`` float32 ``[N, K, 3]`` (x, y, visibility) when
-        ``K > 0``, ``image_label`` int64 scalar, ``image_id`` int64 scalar. Views into the
-        batch tensors (no copy)."""
+        ``[N, 4]``, ``labels`` int64 ``[N]`` plus ``label_offset``, ``keypoints`` float32
+        ``[N, K, 3]`` (x, y, visibility) when ``K > 0``, ``image_label`` int64 scalar,
+        ``image_id`` int64 scalar. Views into the batch tensors (no copy).
+
+        Torchvision's detectors (Faster, Mask and Keypoint R-CNN, SSD, ...) reserve
+        label 0 for the background: call ``targets(label_offset=1)`` for them (and build the
+        model with ``num_classes=len(index.classes) + 1``). The default 0 keeps the index's
+        class ids, as the rest of the batch holds them."""
         counts = list(self.object_counts)
         boxes = torch.split(self.boxes, counts)
         labels = torch.split(self.labels + label_offset if label_offset else self.labels, counts)

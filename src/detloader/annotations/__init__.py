@@ -11,7 +11,13 @@ into VOC, COCO or YOLO.
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.annotations.view import ImageView
 from detloader.annotations.landmarks import FACE5, LandmarkSchema
-from detloader.annotations.problems import AnnotationError, AnnotationWarning, Problem, ProblemReport
+from detloader.annotations.problems import (
+    AnnotationError,
+    AnnotationWarning,
+    ClassMapError,
+    Problem,
+    ProblemReport,
+)
 from detloader.annotations.read import available_formats, detect_format, read_annotations
 
 __all__ = [
@@ -20,6 +26,7 @@ __all__ = [
     "AnnotationError",
     "AnnotationIndex",
     "AnnotationWarning",
+    "ClassMapError",
     "ImageView",
     "LandmarkSchema",
     "Problem",

@@ -16,7 +16,15 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from detloader.annotations.checks import Finding, check_box, check_point, check_size, parse_number
+from detloader.annotations.checks import (
+    BOXES_FROM_POINTS,
+    Finding,
+    box_from_points,
+    check_box,
+    check_point,
+    check_size,
+    parse_number,
+)
 from detloader.annotations.chunk import AttributeCells, LocalVocab, Partial
 from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Field
 from detloader.annotations.landmarks import LandmarkSchema
@@ -55,6 +63,10 @@ class ReadOptions:
         allow_outside_images: follow image names that leave the dataset (absolute, ``../``),
             as ``convert --images none`` writes them; otherwise they are ``outside_dataset``
             problems and only their base name is looked for inside.
+        boxes_from_points: what an object with landmarks but no box becomes: ``"enclose"``
+            (its labelled points' enclosing box), ``"image"`` (the whole image) or ``"skip"``;
+            reported once per file (``box_from_points``, repaired), see
+            :func:`~detloader.annotations.checks.box_from_points`.
     """
 
     classes: tuple[str, ...] | None = None
@@ -67,7 +79,14 @@ class ReadOptions:
     max_file_bytes: int = MAX_FILE_BYTES
     image_dir: str | None = None
     allow_outside_images: bool = False
+    boxes_from_points: str = "enclose"
     extra: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.boxes_from_points not in BOXES_FROM_POINTS:
+            raise ValueError(
+                f"boxes_from_points={self.boxes_from_points!r} is not one of {', '.join(BOXES_FROM_POINTS)}"
+            )
 
     def option(self, name: str, default: Any = None) -> Any:
         """A format-specific option passed through ``read_annotations(..., **format_options)``."""
@@ -85,6 +104,7 @@ class ReadOptions:
             "max_file_bytes": self.max_file_bytes,
             "image_dir": self.image_dir,
             "allow_outside_images": self.allow_outside_images,
+            "boxes_from_points": self.boxes_from_points,
             "extra": [[k, repr(v)] for k, v in self.extra],
         }
 
@@ -132,12 +152,37 @@ class ChunkBuilder:
         self._lm_xy = array("f")  # x, y per point
         self._lm_vis = array("B")
         self._open = False
+        # objects of the current file boxed from their points (or skipped): count, first element
+        self._from_points: tuple[int, str] = (0, "")
+        # names in the files before class_map, kept only when there is a class_map to check
+        self._file_classes: set[str] = set()
 
     # -- problems ---------------------------------------------------------------------------
     def begin_file(self, file: str) -> None:
         """Name the annotation file (relative to the root) that the next records come from."""
         self._close_image()
+        self._report_from_points()
         self.file = file
+
+    def _report_from_points(self) -> None:
+        """One ``box_from_points`` problem for the objects of the current file without a box."""
+        n, first = self._from_points
+        if not n:
+            return
+        mode = self.options.boxes_from_points
+        what = {
+            "enclose": "boxed by the extent of their points",
+            "image": "boxed by the whole image",
+            "skip": "skipped",
+        }[mode]
+        self.problem(
+            "box_from_points",
+            "",
+            f"{n} objects with landmarks and no box (first: {first})",
+            f"{what}, boxes_from_points={mode!r}",
+            "repaired",
+        )
+        self._from_points = (0, "")
 
     def problem(
         self,
@@ -164,6 +209,8 @@ class ChunkBuilder:
         """
         for name in names:
             name = name.strip()
+            if self._class_map:
+                self._file_classes.add(name)
             mapped = self._class_map.get(name, name)
             if mapped:
                 self._declared.setdefault(mapped, None)
@@ -229,7 +276,7 @@ class ChunkBuilder:
     # -- objects ----------------------------------------------------------------------------
     def add_object(
         self,
-        box: Sequence[float],
+        box: Sequence[float] | None,
         name: str,
         *,
         element: str,
@@ -241,14 +288,17 @@ class ChunkBuilder:
         landmarks: Iterable[tuple[str, float, float, int]] | None = None,
         landmark_field: str = "keypoints",
     ) -> bool:
-        """Add one object to the current image. ``box`` is xyxy as in the file; ``landmarks``
-        are ``(name, x, y, visibility)`` with visibility 0/1/2; a point's problems are reported
-        at ``{element}/{landmark_field}[k]``, k counting from 1; the box's at
-        ``{element}/{box_field}`` (``element`` alone when ``box_field`` is empty). Returns False
-        if skipped."""
+        """Add one object to the current image. ``box`` is xyxy as in the file, or None for an
+        object that has only landmarks (its box made as ``options.boxes_from_points`` says, for
+        every format alike); ``landmarks`` are ``(name, x, y, visibility)`` with visibility
+        0/1/2; a point's problems are reported at ``{element}/{landmark_field}[k]``, k counting
+        from 1; the box's at ``{element}/{box_field}`` (``element`` alone when ``box_field`` is
+        empty). Returns False if skipped."""
         if not self._open:
             raise RuntimeError("add_object before add_image")
         name = name.strip()
+        if self._class_map:
+            self._file_classes.add(name)
         if name in self._class_map:
             mapped = self._class_map[name]
             if mapped is None:
@@ -265,8 +315,14 @@ class ChunkBuilder:
             return False
         cols = self._cols
         w, h = cols["width"][-1], cols["height"][-1]
+        points: list[tuple[int, float, float, int]] | None = None
+        if box is None:
+            box, points = self._box_from_points(landmarks or (), element, f"{element}/{landmark_field}", w, h)
+            if box is None:
+                return False
+        # a box made from points is 0-based already (one_based applies to the points)
         stored, finding = check_box(
-            box, w, h, one_based=self.options.one_based, clip=self.options.clip_boxes
+            box, w, h, one_based=self.options.one_based and points is None, clip=self.options.clip_boxes
         )
         if finding is not None:
             self.report(finding, f"{element}/{box_field}" if box_field else element)
@@ -280,9 +336,31 @@ class ChunkBuilder:
         cols["occluded"].append(bool(occluded))
         if attributes:
             self._attrs["object_attributes"].add(row, attributes)
-        if landmarks is not None:
-            self._add_landmarks(row, landmarks, f"{element}/{landmark_field}", w, h)
+        if points is None and landmarks is not None:
+            points = self._check_points(landmarks, f"{element}/{landmark_field}", w, h)
+        if points:
+            self._store_points(row, points)
         return True
+
+    def _box_from_points(
+        self, landmarks: Iterable[tuple[str, float, float, int]], element: str, where: str, w: int, h: int
+    ) -> tuple[tuple[float, float, float, float] | None, list[tuple[int, float, float, int]]]:
+        """The box of an object without one (``options.boxes_from_points``; None when it is
+        skipped) and its checked points; counted for the file's ``box_from_points`` report."""
+        mode = self.options.boxes_from_points
+        n, first = self._from_points
+        if mode == "skip":
+            self._from_points = (n + 1, first or element)
+            self.count("points_without_box_skipped")
+            return None, []
+        points = self._check_points(landmarks, where, w, h)
+        box = box_from_points([(x, y) for _, x, y, v in points if v], w, h, mode)
+        if box is None:
+            self.problem("box_from_points", element, "no box and no labelled point to make one from", "object skipped")
+            return None, points
+        self._from_points = (n + 1, first or element)
+        self.count("boxes_from_points")
+        return box, points
 
     def positional_names(self, n: int, element: str, default: Sequence[str] | None = None) -> list[str] | None:
         """Names for ``n`` unnamed, ordered landmarks: the user's schema when given (and the
@@ -301,10 +379,13 @@ class ChunkBuilder:
             return list(default)
         return [f"p{i}" for i in range(n)]
 
-    def _add_landmarks(
-        self, row: int, landmarks: Iterable[tuple[str, float, float, int]], where: str, w: int, h: int
-    ) -> None:
+    def _check_points(
+        self, landmarks: Iterable[tuple[str, float, float, int]], where: str, w: int, h: int
+    ) -> list[tuple[int, float, float, int]]:
+        """The landmarks as checked ``(slot, x, y, visibility)``; problems reported at
+        ``{where}[k]``."""
         vocab = self._names["landmarks"]
+        out: list[tuple[int, float, float, int]] = []
         for k, (name, x, y, v) in enumerate(landmarks, start=1):
             if self._schema is not None and name not in vocab.ids:
                 self.problem(
@@ -319,10 +400,15 @@ class ChunkBuilder:
             if finding is not None:
                 self.report(finding, f"{where}[{k}]")
             if point is not None:
-                self._lm_rows.append(row)
-                self._lm_slots.append(slot)
-                self._lm_xy.extend(point[:2])
-                self._lm_vis.append(point[2])
+                out.append((slot, *point))
+        return out
+
+    def _store_points(self, row: int, points: Sequence[tuple[int, float, float, int]]) -> None:
+        for slot, x, y, v in points:
+            self._lm_rows.append(row)
+            self._lm_slots.append(slot)
+            self._lm_xy.extend((x, y))
+            self._lm_vis.append(v)
 
     # -- result -----------------------------------------------------------------------------
     def _landmark_arrays(self, m: int) -> dict[str, np.ndarray]:
@@ -339,6 +425,7 @@ class ChunkBuilder:
     def finish(self) -> Partial:
         """The chunk as a :class:`Partial` (call once, after the last record)."""
         self._close_image()
+        self._report_from_points()
         rows = {"image": len(self._cols["width"]), "object": len(self._cols["labels"])}
         arrays = {OFFSETS: np.frombuffer(self._offsets, dtype=np.int64).copy()}
         vocabs: dict[str, Any] = {name: v.names for name, v in self._names.items()}
@@ -358,4 +445,5 @@ class ChunkBuilder:
             stats=self.stats,
             declared_classes=list(self._declared),
             missing_names=self.missing_names,
+            file_classes=sorted(self._file_classes),
         )

@@ -11,14 +11,17 @@ from __future__ import annotations
 import math
 from array import array
 from numbers import Integral
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 from detloader.annotations.problems import Severity
 
 __all__ = [
+    "BOXES_FROM_POINTS",
     "Box",
     "Finding",
+    "POINTS_BOX_MIN_SIDE",
     "Point",
+    "box_from_points",
     "check_box",
     "check_point",
     "check_size",
@@ -32,6 +35,13 @@ MAX_SIDE = 2**31 - 1
 
 Box = tuple[float, float, float, float]
 Point = tuple[float, float, int]
+
+#: What an object with landmarks but no box becomes (``read_annotations(boxes_from_points=)``):
+#: boxed by its points' extent, boxed by the whole image, or skipped.
+BOXES_FROM_POINTS: tuple[str, ...] = ("enclose", "image", "skip")
+#: The smallest side, in pixels, of a box made from points: one point, or points on a line,
+#: get this side (centred on them, kept inside the image) where their extent is shorter.
+POINTS_BOX_MIN_SIDE = 1.0
 
 
 class Finding(NamedTuple):
@@ -132,3 +142,34 @@ def check_point(
         msg = f"{name}: x={fmt(x)} y={fmt(y)} outside image width={width} height={height}"
         return (0.0, 0.0, 0), Finding("landmark_outside_image", msg, "point kept with visibility 0")
     return (float(x), float(y), v), None
+
+
+def _span(lo: float, hi: float, limit: float) -> tuple[float, float]:
+    """``[lo, hi]`` widened to at least ``POINTS_BOX_MIN_SIDE`` about its centre, inside ``[0, limit]``."""
+    if hi - lo >= POINTS_BOX_MIN_SIDE:
+        return lo, hi
+    side = min(POINTS_BOX_MIN_SIDE, limit)
+    start = min(max((lo + hi) / 2 - side / 2, 0.0), limit - side)
+    return start, start + side
+
+
+def box_from_points(points: Sequence[tuple[float, float]], width: int, height: int, mode: str) -> Box | None:
+    """The box of an object that has landmarks but no box, or None when there is nothing to
+    box it by.
+
+    ``points`` are the object's labelled points (visibility 1 or 2, already inside the image:
+    absent points have no position). ``mode="enclose"``: their enclosing box, no margin, each
+    side at least :data:`POINTS_BOX_MIN_SIDE` (one point, points on a line), inside the image;
+    None without points. ``mode="image"``: the whole image.
+    """
+    if mode == "image":
+        return (0.0, 0.0, float(width), float(height))
+    if mode != "enclose":
+        raise ValueError(f"boxes_from_points={mode!r} is not one of {', '.join(BOXES_FROM_POINTS)}")
+    if not points:
+        return None
+    xs = [x for x, _ in points]
+    ys = [y for _, y in points]
+    x1, x2 = _span(min(xs), max(xs), float(width))
+    y1, y2 = _span(min(ys), max(ys), float(height))
+    return (x1, y1, x2, y2)

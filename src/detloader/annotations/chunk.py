@@ -34,6 +34,8 @@ Fields read as attributes: ``part.boxes``.
     stats: dict[str, int] = field(default_factory=dict)
     declared_classes: list[str] = field(default_factory=list)
     missing_names: list[str] = field(default_factory=list)
+    #: class names in the files before ``class_map`` (only collected when there is one)
+    file_classes: list[str] = field(default_factory=list)
 
     def __getattr__(self, name: str) -> Any:
         arrays = self.__dict__.get("arrays")

@@ -18,9 +18,9 @@ from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Field, pack_s
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.vocabulary import Vocabulary
 from detloader.annotations.landmarks import LandmarkSchema, infer_flip_pairs
-from detloader.annotations.problems import Problem, ProblemReport
+from detloader.annotations.problems import ClassMapError, Problem, ProblemReport
 
-__all__ = ["merge", "natural_key"]
+__all__ = ["check_class_map", "merge", "natural_key"]
 
 AttributeVocab = tuple[tuple[str, tuple[str, ...]], ...]
 
@@ -71,6 +71,21 @@ def _classes(partials: Sequence[Partial], options: ReadOptions) -> tuple[str, ..
             declared.setdefault(name, None)
     found = {c for part in partials for c in part.vocabs["classes"]}
     return tuple(declared) + tuple(sorted(found - set(declared), key=natural_key))
+
+
+def check_class_map(partials: Sequence[Partial], options: ReadOptions) -> None:
+    """Refuse ``class_map`` keys that match no class of any file (:class:`ClassMapError`).
+
+    Checked once every file is read (a key may match a class of any file). A cached index
+    needs no check of its own: it exists only for a class_map that passed here (the options,
+    class_map included, are part of its key).
+    """
+    if not options.class_map:
+        return
+    found = {name for part in partials for name in part.file_classes}
+    unmatched = [key for key, _ in options.class_map if key not in found]
+    if unmatched:
+        raise ClassMapError(unmatched, sorted(found, key=natural_key))
 
 
 def _landmark_schema(
@@ -162,8 +177,10 @@ def merge(
     ``default_landmarks`` when every name found belongs to it (readers pass a declared or
     preset schema); else the names in order of first appearance, flip pairs by spelling.
     Images annotated more than once keep their first annotation; the others are reported as
-    ``duplicate_image`` errors and dropped.
+    ``duplicate_image`` errors and dropped. ``class_map`` keys that match no class of any file
+    are refused (:func:`check_class_map`).
     """
+    check_class_map(partials, options)
     problems = [p for part in partials for p in part.problems]
     stats: dict[str, int] = {}
     for part in partials:

@@ -21,6 +21,7 @@ Either way the full :class:`ProblemReport` stays on the index (``index.problems`
 
 from __future__ import annotations
 
+import difflib
 import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -30,6 +31,7 @@ __all__ = [
     "ON_ERROR_CHOICES",
     "AnnotationError",
     "AnnotationWarning",
+    "ClassMapError",
     "HINTS",
     "HINT_MIN",
     "OnError",
@@ -65,6 +67,30 @@ class AnnotationError(ValueError):
 
     def __reduce__(self) -> tuple[Any, ...]:  # keep it picklable across worker processes
         return (AnnotationError, (self.problem, self.report))
+
+
+class ClassMapError(ValueError):
+    """``class_map`` keys that match no class found in the files (a typo would rename or drop
+    nothing). ``str(err)`` names each key, a close match when there is one, and the classes
+    found; ``err.keys`` holds the keys, ``err.classes`` the classes found."""
+
+    #: classes named in the message at most (the count of the rest follows)
+    SHOWN = 40
+
+    def __init__(self, keys: Iterable[str], classes: Iterable[str]) -> None:
+        self.keys = tuple(keys)
+        self.classes = tuple(classes)
+        parts = []
+        for key in self.keys:
+            close = difflib.get_close_matches(key, self.classes, n=1)
+            parts.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
+        shown = ", ".join(repr(c) for c in self.classes[: self.SHOWN]) or "none"
+        if len(self.classes) > self.SHOWN:
+            shown += f", ... ({len(self.classes)} in all)"
+        super().__init__(f"class_map: {', '.join(parts)} matches no class in the files; classes found: {shown}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ClassMapError, (self.keys, self.classes))
 
 
 @dataclass(frozen=True)
@@ -116,6 +142,8 @@ KINDS: dict[str, str] = {
     "empty_box": "box with xmax <= xmin or ymax <= ymin",
     "box_outside_image": "box lies (partly) outside the image",
     "box_clipped": "box partly outside the image, clipped to it",
+    "box_from_points": "object with landmarks and no box: boxed by its points, by the image, or "
+    "skipped (boxes_from_points=); reported once per file",
     "unknown_class": "class not in the given class list",
     "landmark_outside_image": "landmark outside the image; kept with visibility 0",
     "unknown_landmark": "landmark name not in the landmark schema",

@@ -24,7 +24,7 @@ from detloader.annotations.readers import READERS
 from detloader.annotations.readers.common import Source, dir_mtime
 
 #: Bumped when what a reader produces changes, so that old caches are rebuilt.
-READER_VERSION = 1
+READER_VERSION = 2
 
 
 def available_formats() -> list[str]:
@@ -82,6 +82,7 @@ def read_annotations(
     image_class_attribute: str = "class",
     image_dir: str | os.PathLike[str] | None = None,
     allow_outside_images: bool = False,
+    boxes_from_points: str = "enclose",
     max_file_bytes: int = 16 * 1024 * 1024,
     workers: int | None = None,
     cache: bool | str = True,
@@ -95,7 +96,8 @@ def read_annotations(
         format: ``"auto"`` or a reader name (see :func:`available_formats`).
         on_error: ``"raise"`` | ``"skip"`` | ``"warn"``; see :mod:`detloader.annotations.problems`.
         classes: fixed class list (id order); other classes become ``unknown_class`` errors.
-        class_map: ``{name_in_file: new_name}`` to rename or merge, ``{name: None}`` to drop.
+        class_map: ``{name_in_file: new_name}`` to rename or merge, ``{name: None}`` to drop;
+            a key that matches no class of any file is refused (:class:`ClassMapError`).
         landmark_schema: a :class:`LandmarkSchema` or ordered names (flip pairs inferred).
         one_based: convert VOC's 1-based pixel indices (xmin, ymin minus 1).
         clip_boxes: clip partly-outside boxes (reported) instead of dropping them.
@@ -107,6 +109,9 @@ def read_annotations(
             searched (:mod:`detloader.annotations.image_search`).
         allow_outside_images: follow image names that leave the dataset (``../``, absolute);
             by default they are ``outside_dataset`` problems (docs/reliability.md).
+        boxes_from_points: what an object with landmarks but no box becomes: ``"enclose"``
+            (boxed by its labelled points), ``"image"`` (boxed by the whole image) or
+            ``"skip"``; reported once per file (``box_from_points``, docs/formats.md).
         max_file_bytes: size cap of one annotation file.
         workers: processes for the cold build (default: the usable CPUs).
         cache: True (use and write the cache), False (neither) or ``"rebuild"``.
@@ -129,6 +134,7 @@ def read_annotations(
         image_class_attribute=image_class_attribute,
         max_file_bytes=max_file_bytes,
         allow_outside_images=bool(allow_outside_images),
+        boxes_from_points=boxes_from_points,
         format_options=format_options,
     )
     name = detect_format(p) if format == "auto" else format

@@ -9,7 +9,9 @@ prefix (``val2017``); ``image_dir`` overrides.
 
 Mapping to the index:
 
-* ``bbox`` ``[x, y, w, h]`` -> xyxy ``(x, y, x + w, y + h)``.
+* ``bbox`` ``[x, y, w, h]`` -> xyxy ``(x, y, x + w, y + h)``. An annotation with
+  ``keypoints`` and no (or an empty) ``bbox`` is boxed from its points
+  (``read_annotations(boxes_from_points=)``).
 * ``category_id`` -> the category's ``name`` (ids may start at 0 or have gaps; only names
   reach the index). Categories that share a name share a class.
 * ``keypoints`` ``[x1, y1, v1, ...]`` with v 0 (absent), 1 (hidden), 2 (visible), named by the
@@ -309,19 +311,11 @@ def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> Non
         return
     name, kp_names = cat
     bbox = ann.get("bbox")
-    if bbox is None:
-        b.problem("missing_field", f"{where}/bbox", "bbox is missing", "object skipped")
-        return
-    if not isinstance(bbox, list) or len(bbox) != 4:
-        b.problem("bad_value", f"{where}/bbox", f"bbox={bbox!r} is not [x, y, w, h]", "object skipped")
-        return
-    xywh = []
-    for field, value in zip("xywh", bbox):
-        v = _number(value, f"{where}/bbox", field, "object skipped", b)
-        if v is None:
+    box = None  # keypoints alone: the builder makes the box (boxes_from_points)
+    if bbox not in (None, []) or not ann.get("keypoints"):
+        box = _bbox(bbox, f"{where}/bbox", b)
+        if box is None:
             return
-        xywh.append(v)
-    x, y, w, h = xywh
     attrs = _attributes(ann.get("attributes"), f"{where}/attributes", b)
     flags = {}
     for flag in _FLAGS:
@@ -338,7 +332,7 @@ def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> Non
     elif crowd_flag:
         attrs["iscrowd"] = "1"
     b.add_object(
-        (x, y, x + w, y + h),
+        box,
         name,
         element=where,
         box_field="bbox",
@@ -349,6 +343,24 @@ def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> Non
         landmarks=_keypoints(ann.get("keypoints"), kp_names, f"{where}/keypoints", b),
         landmark_field="keypoints",
     )
+
+
+def _bbox(bbox: Any, where: str, b: ChunkBuilder) -> tuple[float, float, float, float] | None:
+    """``bbox`` ``[x, y, w, h]`` as xyxy; None and a problem when it is missing or bad."""
+    if bbox is None:
+        b.problem("missing_field", where, "bbox is missing", "object skipped")
+        return None
+    if not isinstance(bbox, list) or len(bbox) != 4:
+        b.problem("bad_value", where, f"bbox={bbox!r} is not [x, y, w, h]", "object skipped")
+        return None
+    xywh = []
+    for field, value in zip("xywh", bbox):
+        v = _number(value, where, field, "object skipped", b)
+        if v is None:
+            return None
+        xywh.append(v)
+    x, y, w, h = xywh
+    return (x, y, x + w, y + h)
 
 
 def _keypoints(

@@ -29,9 +29,10 @@ Mapping to the index:
   by its label; ``outside="1"`` is absent (visibility 0), ``occluded="1"`` hidden (1), else
   visible (2). Landmarks join the box with the same ``group_id``; ungrouped ones (or those
   whose group has no box) join the smallest box containing all their points, unless the
-  format option ``link_points="group"`` asks for groups only. A skeleton that no box takes
-  becomes an object of the skeleton's class boxed by its labelled points; lone ``<points>``
-  are reported (``unsupported``) and skipped.
+  format option ``link_points="group"`` asks for groups only. A skeleton or ``<points>``
+  that no box takes (a points-only export) becomes an object of its own label, boxed as
+  ``read_annotations(boxes_from_points=)`` says: by its labelled points (default), by the
+  image, or skipped; one ``box_from_points`` problem per file says how many.
 * ``<tag>``: the first tag of an image is its image-level class, the tag's attributes are
   image attributes; a further tag is an ``unsupported`` error (an image has one class).
 * ``subset`` (project exports) becomes the image attribute ``subset`` and a split per value.
@@ -57,6 +58,7 @@ is the third ``<box>`` of image 12; the record of an image is its ``name``.
 from __future__ import annotations
 
 import os
+from contextlib import closing
 from pathlib import Path
 from typing import Sequence
 
@@ -155,19 +157,20 @@ def _point_labels(xml: Path) -> list[str]:
     in declaration order. Reads only up to the first ``<image>``."""
     labels: list[tuple[str, str, str]] = []  # (name, type, parent)
     try:
-        for event, el in iterparse_safe(str(xml), ("meta", "image"), events=("start", "end")):
-            if el.tag == "image":
-                break
-            if event == "end":
-                for label in el.iterfind(".//labels/label"):
-                    labels.append(
-                        (
-                            (label.findtext("name") or "").strip(),
-                            (label.findtext("type") or "").strip(),
-                            (label.findtext("parent") or "").strip(),
+        with closing(iterparse_safe(str(xml), ("meta", "image"), events=("start", "end"))) as events:
+            for event, el in events:
+                if el.tag == "image":
+                    break
+                if event == "end":
+                    for label in el.iterfind(".//labels/label"):
+                        labels.append(
+                            (
+                                (label.findtext("name") or "").strip(),
+                                (label.findtext("type") or "").strip(),
+                                (label.findtext("parent") or "").strip(),
+                            )
                         )
-                    )
-                break
+                    break
     except STREAM_ERRORS:
         return []  # parse() reports the problem
     skeletons = {name for name, kind, _ in labels if kind == "skeleton"}
@@ -342,6 +345,5 @@ def _image(
             landmarks=box.points if box.points else None,
             landmark_field="landmarks",
         )
-    for pts, extent in extra_objects:
-        b.count("boxes_from_skeletons")
-        b.add_object(extent, pts.label, element=pts.element, box_field="", landmarks=pts.points, landmark_field="landmarks")
+    for pts in extra_objects:
+        b.add_object(None, pts.label, element=pts.element, box_field="", landmarks=pts.points, landmark_field="landmarks")

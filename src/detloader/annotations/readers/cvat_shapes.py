@@ -52,7 +52,6 @@ class PointsShape:
     label: str
     group: str
     points: list[tuple[str, float, float, int]]
-    skeleton: bool
 
 
 def _coords(child: etree._Element, where: str, b: ChunkBuilder) -> tuple[float, float, float, float] | None:
@@ -180,7 +179,7 @@ def parse_points(child: etree._Element, where: str, b: ChunkBuilder) -> PointsSh
             return None
         names = got
     pts = [(n, x, y, v) if v else (n, 0.0, 0.0, 0) for n, (x, y) in zip(names, coords)]
-    return PointsShape(where, label, (child.get("group_id") or "").strip(), pts, skeleton=False)
+    return PointsShape(where, label, (child.get("group_id") or "").strip(), pts)
 
 
 def parse_skeleton(child: etree._Element, where: str, b: ChunkBuilder) -> PointsShape | None:
@@ -207,7 +206,7 @@ def parse_skeleton(child: etree._Element, where: str, b: ChunkBuilder) -> Points
             b.problem("landmark_count", at, f"{len(coords)} points in one skeleton node", "point skipped")
             continue
         pts.append((name, coords[0][0], coords[0][1], v))
-    return PointsShape(where, label, (child.get("group_id") or "").strip(), pts, skeleton=True)
+    return PointsShape(where, label, (child.get("group_id") or "").strip(), pts)
 
 
 def _contains(box: tuple[float, float, float, float], pts: list[tuple[str, float, float, int]]) -> bool:
@@ -219,16 +218,14 @@ def _area(box: tuple[float, float, float, float]) -> float:
     return max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])
 
 
-def link_points(
-    boxes: list[BoxShape], points: list[PointsShape], link: str, b: ChunkBuilder
-) -> list[tuple[PointsShape, tuple[float, float, float, float]]]:
-    """Attach landmarks to boxes (group first, then containment); return the skeletons that
-    no box takes, with the extent of their labelled points as their box."""
+def link_points(boxes: list[BoxShape], points: list[PointsShape], link: str, b: ChunkBuilder) -> list[PointsShape]:
+    """Attach landmarks to boxes (group first, then containment); return the points and
+    skeletons that no box takes (objects of their own, boxed by the builder)."""
     by_group: dict[str, list[BoxShape]] = {}
     for box in boxes:
         if box.group:
             by_group.setdefault(box.group, []).append(box)
-    standalone: list[tuple[PointsShape, tuple[float, float, float, float]]] = []
+    standalone: list[PointsShape] = []
     for pts in points:
         target: BoxShape | None = None
         group = by_group.get(pts.group, []) if pts.group else []
@@ -248,18 +245,8 @@ def link_points(
                 target = min(inside, key=lambda box: _area(box.box))
         if target is not None:
             _merge_points(target, pts, b)
-            continue
-        visible = [(x, y) for _, x, y, v in pts.points if v]
-        if pts.skeleton and visible:
-            xs, ys = [p[0] for p in visible], [p[1] for p in visible]
-            standalone.append((pts, (min(xs), min(ys), max(xs), max(ys))))
-            continue
-        b.problem(
-            "unsupported",
-            pts.element,
-            f"label={pts.label!r}: landmarks without a box (no group_id box, inside no box)",
-            "points skipped",
-        )
+        else:
+            standalone.append(pts)
     return standalone
 
 

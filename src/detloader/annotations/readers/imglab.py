@@ -11,7 +11,9 @@ file)::
     </image>
 
 * **Boxes**: dlib's rectangle covers the pixels ``left .. left + width - 1``, so in continuous
-  pixel coordinates the box is ``(left, top, left + width, top + height)``.
+  pixel coordinates the box is ``(left, top, left + width, top + height)``. A ``<box>`` with
+  ``<part>``s and none of the four is boxed from its parts
+  (``read_annotations(boxes_from_points=)``).
 * **Class**: the box's ``<label>``; boxes without one get the format option
   ``default_class`` (default ``"object"``).
 * **Flags**: ``difficult``, ``truncated``, ``occluded`` map to the index's flags.
@@ -130,13 +132,19 @@ def _image(image: etree._Element, element: str, locator: ImageLocator, default_c
 
 
 def _box(box: etree._Element, where: str, default_class: str, b: ChunkBuilder) -> None:
-    values = []
-    for field in _BOX_FIELDS:
-        v = b.number(box.get(field), where, field, "object skipped")
-        if v is None:
-            return
-        values.append(v)
-    top, left, width, height = values
+    rect: tuple[float, float, float, float] | None = None
+    parts = None
+    if all(box.get(field) is None for field in _BOX_FIELDS) and box.find("part") is not None:
+        parts = _parts(box, where, b)  # parts alone: the builder makes the box (boxes_from_points)
+    else:
+        values = []
+        for field in _BOX_FIELDS:
+            v = b.number(box.get(field), where, field, "object skipped")
+            if v is None:
+                return
+            values.append(v)
+        top, left, width, height = values
+        rect = (left, top, left + width, top + height)
     flags: dict[str, bool] = {}
     for field in _FLAGS:
         flags[field] = flag_value(b, box.get(field), where, field)
@@ -150,7 +158,7 @@ def _box(box: etree._Element, where: str, default_class: str, b: ChunkBuilder) -
     label = box.findtext("label")
     name = label.strip() if label is not None and label.strip() else default_class
     b.add_object(
-        (left, top, left + width, top + height),
+        rect,
         name,
         element=where,
         box_field="",
@@ -158,7 +166,7 @@ def _box(box: etree._Element, where: str, default_class: str, b: ChunkBuilder) -
         truncated=flags["truncated"],
         occluded=flags["occluded"],
         attributes=attrs,
-        landmarks=_parts(box, where, b),
+        landmarks=_parts(box, where, b) if rect is not None else parts,
         landmark_field="part",
     )
 

@@ -151,12 +151,16 @@ def iterparse_safe(path: str, tag: str | tuple[str, ...], events: tuple[str, ...
     """Stream a large XML file element by element (for single-file formats such as CVAT).
 
     The prolog is checked first; the parser runs with the same restrictions as
-    :func:`parse_xml_bytes` plus ``huge_tree`` so that long text nodes are allowed.
+    :func:`parse_xml_bytes` plus ``huge_tree`` so that long text nodes are allowed. A
+    generator that owns the open file: it is closed when the iteration ends, fails or is
+    abandoned (``close()``, or the generator going out of use), never left to the garbage
+    collector (no ``ResourceWarning``).
     """
     with open(path, "rb") as fh:
         head = _ascii_head(fh.read(64 * 1024))
-    check_prolog(head[: prolog_end(head)])
-    return etree.iterparse(path, events=events, tag=tag, huge_tree=True, **_SAFE)
+        check_prolog(head[: prolog_end(head)])
+        fh.seek(0)
+        yield from etree.iterparse(fh, events=events, tag=tag, huge_tree=True, **_SAFE)
 
 
 _TAG = re.compile(rb"<([A-Za-z_][\w.-]*)[\s>/]")

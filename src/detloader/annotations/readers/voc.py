@@ -22,6 +22,9 @@ Landmarks on an ``<object>``, three dialects:
 * a comma (or space) list ``<keypoints>x1,y1,x2,y2,...</keypoints>``, points named
   ``p0, p1, ...`` unless a landmark schema is given; negative pairs mean absent.
 
+An ``<object>`` with landmarks and no ``<bndbox>`` is boxed from its points
+(``read_annotations(boxes_from_points=)``); without either it is a ``missing_field`` error.
+
 Attributes: ``<attributes><attribute><name/><value/></attribute></attributes>`` on an object
 or on the annotation itself (image attributes; the one named ``image_class_attribute``,
 default ``class``, is the image-level class). ``<pose>`` other than ``Unspecified`` becomes

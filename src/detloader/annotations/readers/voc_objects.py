@@ -37,19 +37,23 @@ def parse_object(obj: etree._Element, element: str, b: ChunkBuilder) -> None:
         b.problem("missing_field", element, "<name> is missing", "object skipped")
         return
     box_el = f.get("bndbox")
-    if box_el is None:
-        b.problem("missing_field", element, "<bndbox> is missing", "object skipped")
-        return
-    box = first_children(box_el)
-    coords = []
-    for field in ("xmin", "ymin", "xmax", "ymax"):
-        text = child_text(box, field)
-        try:
-            coords.append(float(text))  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            if b.number(text, f"{element}/bndbox", field, "object skipped") is None:
-                return
-            coords.append(float(text))  # type: ignore[arg-type]
+    coords: list[float] | None = None
+    if box_el is None:  # with landmarks the builder makes the box (boxes_from_points)
+        landmarks, lm_field = parse_landmarks(f, element, b)
+        if not landmarks:
+            b.problem("missing_field", element, "<bndbox> is missing", "object skipped")
+            return
+    else:
+        box = first_children(box_el)
+        coords = []
+        for field in ("xmin", "ymin", "xmax", "ymax"):
+            text = child_text(box, field)
+            try:
+                coords.append(float(text))  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                if b.number(text, f"{element}/bndbox", field, "object skipped") is None:
+                    return
+                coords.append(float(text))  # type: ignore[arg-type]
     flags = []
     for field in ("difficult", "truncated", "occluded"):
         flags.append(flag_value(b, child_text(f, field), element, field))
@@ -57,7 +61,8 @@ def parse_object(obj: etree._Element, element: str, b: ChunkBuilder) -> None:
     pose = (child_text(f, "pose") or "").strip()
     if pose and pose.lower() != "unspecified" and "pose" not in attrs:
         attrs["pose"] = pose
-    landmarks, lm_field = parse_landmarks(f, element, b)
+    if box_el is not None:
+        landmarks, lm_field = parse_landmarks(f, element, b)
     b.add_object(
         coords,
         name,

@@ -18,6 +18,14 @@ from detloader.annotations.writers.coco import write_coco
 from detloader.annotations.writers.common import IMAGE_MODES
 from detloader.annotations.writers.export import EXPORT_FORMATS, write_annotations
 from detloader.annotations.writers.voc import write_voc
-from detloader.annotations.writers.yolo import write_yolo
+from detloader.annotations.writers.yolo import YoloExportWarning, write_yolo
 
-__all__ = ["EXPORT_FORMATS", "IMAGE_MODES", "write_annotations", "write_coco", "write_voc", "write_yolo"]
+__all__ = [
+    "EXPORT_FORMATS",
+    "IMAGE_MODES",
+    "YoloExportWarning",
+    "write_annotations",
+    "write_coco",
+    "write_voc",
+    "write_yolo",
+]

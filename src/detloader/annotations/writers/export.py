@@ -27,12 +27,18 @@ def write_annotations(
     images: str = "link",
     split: str | None = None,
     overwrite: bool = False,
+    val_fraction: float | None = None,
+    seed: int = 0,
 ) -> Path:
     """Write ``index`` (or its split ``split``) to the folder ``out`` in ``format`` (one of
     :data:`EXPORT_FORMATS`); return the path to read back (the folder for VOC, the JSON for
-    COCO, data.yaml for YOLO)."""
+    COCO, data.yaml for YOLO). ``val_fraction`` and ``seed``: YOLO only, see
+    :func:`~detloader.annotations.writers.yolo.write_yolo`."""
     check_choice("format", format, EXPORT_FORMATS)
     check_choice("images", images, IMAGE_MODES)
+    if val_fraction is not None and format != "yolo":
+        raise ValueError(f"val_fraction={val_fraction!r} is for format='yolo', not {format!r}")
     if split is not None:
         index = index.split(split)
-    return _WRITERS[format](index, out, images=images, overwrite=overwrite)
+    options = {"val_fraction": val_fraction, "seed": seed} if format == "yolo" else {}
+    return _WRITERS[format](index, out, images=images, overwrite=overwrite, **options)

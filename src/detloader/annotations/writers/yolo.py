@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.writers.common import ImagePlacer, prepare_out
 
-__all__ = ["YOLO_SPLIT_KEYS", "write_yolo"]
+__all__ = ["YOLO_SPLIT_KEYS", "YoloExportWarning", "write_yolo"]
+
+
+class YoloExportWarning(UserWarning):
+    """data.yaml's ``val`` names the training images (the index has no val split)."""
 
 #: Index split names that map to Ultralytics' data.yaml keys.
 YOLO_SPLIT_KEYS = {
@@ -31,6 +37,8 @@ def write_yolo(
     *,
     images: str = "link",
     overwrite: bool = False,
+    val_fraction: float | None = None,
+    seed: int = 0,
 ) -> Path:
     """Write ``out/images/<image>``, ``out/labels/<image>.txt`` and ``out/data.yaml``; return
     the YAML's path.
@@ -38,14 +46,23 @@ def write_yolo(
     Labels: ``class cx cy w h`` normalised by the image size, plus ``K x (px py v)`` when the
     index has landmarks (YOLO-pose; objects without points get zeros, v = 0). data.yaml:
     ``names``, ``nc``, and with landmarks ``kpt_shape: [K, 3]``, ``flip_idx`` (from the flip
-    pairs) and ``kpt_names``. Splits named train / val / test (or training, valid,
-    validation, testing) become ``.txt`` image lists under those keys; without them
-    ``train`` and ``val`` both name ``images``. YOLO holds no flags, attributes or image
-    classes. ``images="none"`` is refused: YOLO finds a label from its image's path.
+    pairs) and ``kpt_names``. Every split becomes a ``<split>.txt`` image list; those named
+    train / val / test (or training, valid, validation, testing), when not empty, are
+    data.yaml's keys; ``train`` is ``images`` (every image) without a train split. YOLO holds
+    no flags, attributes or image classes. ``images="none"`` is refused: YOLO finds a label
+    from its image's path.
+
+    Ultralytics requires a ``val`` key. ``val_fraction`` holds out that fraction of the
+    training images (the train split, or every image) at random, seeded by ``seed``, as
+    ``train.txt`` and ``val.txt`` (refused when the index has a val split already). Without it and without a val split, ``val`` names the training
+    images and a :class:`YoloExportWarning` says so (validation scores would be on training
+    data).
     """
     if images == "none":
         raise ValueError("images='none' is not possible for YOLO (labels are found from image paths); "
                          "choose one of link, copy, symlink")
+    if val_fraction is not None and not (isinstance(val_fraction, (int, float)) and 0 < val_fraction < 1):
+        raise ValueError(f"val_fraction={val_fraction!r} must be a number between 0 and 1 (exclusive)")
     placer = ImagePlacer(index, images)
     root = prepare_out(out, overwrite)
     img_dir, lbl_dir = root / "images", root / "labels"
@@ -74,19 +91,34 @@ def write_yolo(
             rows.append(" ".join(fields) + "\n")
         label_file.write_text("".join(rows), encoding="utf-8")
     config: dict[str, Any] = {}
-    written: set[str] = set()
+    train: np.ndarray | None = None
     for split, members in index.splits.items():
-        list_file = root / f"{split}.txt"
-        lines = "".join(f"./{targets[int(m)].relative_to(root).as_posix()}\n" for m in members)
-        list_file.write_text(lines, encoding="utf-8")
+        _write_list(root, f"{split}.txt", targets, members)
         key = YOLO_SPLIT_KEYS.get(split.lower())
-        if key is not None and key not in written:
-            config[key] = list_file.name
-            written.add(key)
-    if "train" not in config:
-        config["train"] = "images"
+        if key is not None and key not in config and len(members):
+            config[key] = f"{split}.txt"
+            if key == "train":
+                train = members
+    if val_fraction is not None:
+        if "val" in config:
+            raise ValueError(
+                f"val_fraction={val_fraction}: the index has a val split already ({config['val']}); "
+                "pass val_fraction only for a dataset without one"
+            )
+        pool = np.arange(len(index)) if train is None else np.asarray(train, dtype=np.int64)
+        parts = _hold_out(pool, float(val_fraction), seed)
+        for key in ("train", "val"):
+            config[key] = _write_list(root, f"{key}.txt", targets, parts[key])
+    config.setdefault("train", "images")
     if "val" not in config:
-        config["val"] = "images"
+        config["val"] = config["train"]
+        warnings.warn(
+            f"{root / 'data.yaml'}: the index has no val split, so val names the training images "
+            f"({config['train']}; Ultralytics requires a val key); pass val_fraction= "
+            "(convert --val-fraction) to hold some out",
+            YoloExportWarning,
+            stacklevel=2,
+        )
     config["nc"] = len(index.classes)
     config["names"] = {c: name for c, name in enumerate(index.classes)}
     if k:
@@ -97,3 +129,19 @@ def write_yolo(
     path = root / "data.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), encoding="utf-8")
     return path
+
+
+def _write_list(root: Path, name: str, targets: list[Path], members: Any) -> str:
+    """Write the image list ``root/name`` (``./images/...`` lines) and return ``name``."""
+    lines = "".join(f"./{targets[int(m)].relative_to(root).as_posix()}\n" for m in members)
+    (root / name).write_text(lines, encoding="utf-8")
+    return name
+
+
+def _hold_out(pool: np.ndarray, fraction: float, seed: int) -> dict[str, np.ndarray]:
+    """``pool`` (image ids) cut at random (seeded) into train and val: ``round(fraction * n)``
+    images to val, at least one and never all when there are two or more."""
+    n = len(pool)
+    n_val = min(max(1, round(fraction * n)), n - 1) if n > 1 else 0
+    shuffled = pool[np.random.default_rng(seed).permutation(n)]
+    return {"train": np.sort(shuffled[n_val:]), "val": np.sort(shuffled[:n_val])}
