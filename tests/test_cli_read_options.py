@@ -15,9 +15,11 @@ from detloader.cli import COMMANDS, build_parser, main
 from detloader.cli._common import dataset_kwargs
 
 OPTIONS = ["--format", "cvat", "--on-error", "skip", "--image-dir", "imgs", "--images-by", "id",
-           "--class-map", "a=b", "--class-map", "c=", "--classes", "b,d", "--no-check-images"]
+           "--class-map", "a=b", "--class-map", "c=", "--classes", "b,d", "--no-check-images",
+           "--boxes-from-points", "image"]
 EXPECTED = {"format": "cvat", "on_error": "skip", "image_dir": "imgs", "images_by": "id",
-            "class_map": {"a": "b", "c": None}, "classes": ["b", "d"], "check_images": False}
+            "class_map": {"a": "b", "c": None}, "classes": ["b", "d"], "check_images": False,
+            "boxes_from_points": "image"}
 ARGV = {"convert": ["convert", "P", "--to", "coco", "OUT"], "evaluate": ["evaluate", "run/last.pt", "P"]}
 
 

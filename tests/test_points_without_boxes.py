@@ -83,6 +83,16 @@ def test_voc_keypoints_without_bndbox_are_kept(tmp_path):
         read_annotations(root, boxes_from_points="points")
 
 
+def test_cli_boxes_from_points(tmp_path, capsys):
+    from detloader.cli import main
+
+    root = voc_dataset(tmp_path, {"a": voc_xml("a.jpg", [_points_object("face", FACE)])})
+    assert main(["index", str(root), "--json", "--no-cache"]) == 0
+    assert json.loads(capsys.readouterr().out)["objects"] == 1
+    assert main(["index", str(root), "--json", "--no-cache", "--boxes-from-points", "skip"]) == 0
+    assert json.loads(capsys.readouterr().out)["objects"] == 0
+
+
 def test_voc_one_based_points_make_a_zero_based_box(tmp_path):
     root = voc_dataset(tmp_path, {"a": voc_xml("a.jpg", [_points_object("face", FACE[:3])])})
     index = read_annotations(root, one_based=True)

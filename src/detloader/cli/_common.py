@@ -10,6 +10,7 @@ import warnings
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from detloader.annotations.checks import BOXES_FROM_POINTS
 from detloader.annotations.problems import ON_ERROR_CHOICES, AnnotationWarning, ProblemReport
 
 if TYPE_CHECKING:
@@ -79,6 +80,12 @@ def add_dataset_arguments(parser: argparse.ArgumentParser, on_error: str = "warn
     group.add_argument(
         "--images-by", metavar="name|id", help="CVAT: find images by their name (default) or id (renamed exports)"
     )
+    group.add_argument(
+        "--boxes-from-points",
+        choices=BOXES_FROM_POINTS,
+        help="an object with landmarks and no box gets the points' enclosing box (default), "
+        "the whole image, or is skipped",
+    )
     group.add_argument("--one-based", action="store_true", help="VOC 1-based pixel indices")
     group.add_argument("--no-check-images", action="store_true", help="do not check image files exist")
     group.add_argument(
@@ -136,6 +143,8 @@ def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kwargs["image_dir"] = args.image_dir
     if args.images_by is not None:
         kwargs["images_by"] = args.images_by
+    if args.boxes_from_points is not None:
+        kwargs["boxes_from_points"] = args.boxes_from_points
     for flag, name, value in (
         ("one_based", "one_based", True),
         ("no_check_images", "check_images", False),
