@@ -1,10 +1,13 @@
-"""``detloader validate PATH``: every problem in the annotations, as a table; exit 1 if any."""
+"""``detloader validate PATH``: every problem in the annotations, as a table; exit 1 if any.
+
+Not on a terminal, the table is one problem per line (file, where, kind, problem, action,
+tab-separated), so that ``detloader validate DS | grep NAME`` finds a file by its name."""
 
 from __future__ import annotations
 
 import argparse
 
-from detloader.cli._common import add_read_arguments, console, print_json, progress_bar, read_kwargs
+from detloader.cli._common import add_read_arguments, console, print_json, print_table, progress_bar, read_kwargs
 
 __all__ = ["register", "run"]
 
@@ -20,6 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.markup import escape
     from rich.table import Table
 
     from detloader import read_annotations
@@ -52,8 +56,9 @@ def run(args: argparse.Namespace) -> int:
     shown = rows[: args.limit] if args.limit > 0 else rows
     for p in shown:
         style = "red" if p.severity == "error" else "yellow"
-        table.add_row(p.file, p.element, f"[{style}]{p.kind}[/{style}]", p.message, p.action)
-    out.print(table)
+        kind = f"[{style}]{p.kind}[/{style}]"
+        table.add_row(escape(p.file), escape(p.element), kind, escape(p.message), escape(p.action))
+    print_table(out, table)
     if len(shown) < len(rows):
         out.print(f"... {len(rows) - len(shown)} more (--limit 0 shows all)")
     out.print(f"{len(report.errors)} errors, {len(report.repairs)} repaired: {report.summary_line()}")
