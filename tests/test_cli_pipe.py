@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 from helpers import voc_dataset, voc_object, voc_xml
+from hypothesis import given
+from hypothesis import strategies as st
 from rich.console import Console
+from rich.control import strip_control_codes
 from rich.markup import escape
 from rich.table import Table
 
@@ -126,3 +129,17 @@ def test_head_one(tmp_path: Path) -> None:
     assert first == b"# 500 problems\n"
     assert proc.wait(timeout=120) == EXIT_CLOSED_PIPE, err
     assert "Traceback" not in err, err
+
+
+@given(st.lists(st.lists(st.text(max_size=30), min_size=2, max_size=2), max_size=4))
+def test_table_lines_give_back_every_cell(rows: list[list[str]]) -> None:
+    """Law: an escaped cell comes back as written, tabs and line breaks turned into spaces (and
+    without the control codes that rich drops from all text: bell, backspace, carriage return...)."""
+    table = Table("a", "b")
+    for row in rows:
+        table.add_row(*(escape(cell) for cell in row))
+    lines = table_lines(table)
+    assert len(lines) == 1 + len(rows)
+    for line, row in zip(lines[1:], rows):
+        expect = [" ".join(strip_control_codes(cell).replace("\t", " ").splitlines()) for cell in row]
+        assert line.split("\t") == expect
