@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.control import strip_control_codes
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from detloader.cli import main
 from detloader.cli._common import PIPE_WIDTH, console, print_table, table_lines
@@ -80,11 +81,22 @@ def test_terminal_keeps_rich_tables(long_names: Path, capsys, monkeypatch) -> No
     assert "┏━" in out and "60 problems" in out and "\t" not in out
 
 
+def test_names_that_look_like_markup_stay_whole(tmp_path: Path, capsys, monkeypatch) -> None:
+    root = voc_dataset(tmp_path, {"odd[bold]": voc_xml("odd[bold].jpg", [voc_object("[car]", (9, 9, 2, 2))])})
+    monkeypatch.setenv("COLUMNS", "200")  # a terminal wide enough for the name on one line
+    for terminal in ("0", "1"):
+        monkeypatch.setenv("TTY_COMPATIBLE", terminal)
+        assert main(["validate", str(root)]) == 1
+        assert "Annotations/odd[bold].xml" in capsys.readouterr().out
+
+
 def test_table_lines_are_plain_and_one_per_row() -> None:
     table = Table("name", "count", title="[bold]some[/bold] things")
-    table.add_row(escape("img[bad].xml"), "[red]3[/red]")
+    table.add_row(Text("img[bad].xml"), "[red]3[/red]")
+    table.add_row(escape("[b]old"), "5")
     table.add_row("two\nlines", "tab\there")
-    assert table_lines(table) == ["# some things", "name\tcount", "img[bad].xml\t3", "two lines\ttab here"]
+    expect = ["# some things", "name\tcount", "img[bad].xml\t3", "[b]old\t5", "two lines\ttab here"]
+    assert table_lines(table) == expect
     untitled = Table("a")
     assert table_lines(untitled) == ["a"]
 
@@ -133,11 +145,11 @@ def test_head_one(tmp_path: Path) -> None:
 
 @given(st.lists(st.lists(st.text(max_size=30), min_size=2, max_size=2), max_size=4))
 def test_table_lines_give_back_every_cell(rows: list[list[str]]) -> None:
-    """Law: an escaped cell comes back as written, tabs and line breaks turned into spaces (and
+    """Law: a cell comes back as written, tabs and line breaks turned into spaces (and
     without the control codes that rich drops from all text: bell, backspace, carriage return...)."""
     table = Table("a", "b")
     for row in rows:
-        table.add_row(*(escape(cell) for cell in row))
+        table.add_row(*(Text(cell) for cell in row))
     lines = table_lines(table)
     assert len(lines) == 1 + len(rows)
     for line, row in zip(lines[1:], rows):

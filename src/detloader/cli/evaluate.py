@@ -32,8 +32,8 @@ def _fmt(value: Any, percent: bool = False) -> str:
 
 def print_metrics(metrics: dict[str, Any]) -> None:
     """The per-class table and one line per summary figure."""
-    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     out = console()
     if "per_class" in metrics:
@@ -42,7 +42,7 @@ def print_metrics(metrics: dict[str, Any]) -> None:
             table.add_column(col, justify="left" if col == "class" else "right")
         for name, row in metrics["per_class"].items():
             table.add_row(
-                escape(name), str(row["objects"]), _fmt(row["precision"]), _fmt(row["recall"]),
+                Text(name), str(row["objects"]), _fmt(row["precision"]), _fmt(row["recall"]),
                 _fmt(row["ap50"]), _fmt(row["ap50_95"]),
             )
         print_table(out, table)

@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
 def print_summary(summary: dict, seconds: float | None = None) -> None:
     from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     out = console()
     took = f" in {seconds:.2f} s" if seconds is not None else ""
@@ -48,12 +49,12 @@ def print_summary(summary: dict, seconds: float | None = None) -> None:
     table = Table("class", "objects", "images", "share", title="object classes")
     total = max(1, summary["objects"])
     for name, count in summary["classes"].items():
-        table.add_row(escape(name), str(count), str(summary["images_per_class"][name]), f"{100 * count / total:.1f} %")
+        table.add_row(Text(name), str(count), str(summary["images_per_class"][name]), f"{100 * count / total:.1f} %")
     print_table(out, table)
     if summary["image_classes"]:
         t = Table("image class", "images", title="image classes")
         for name, count in summary["image_classes"].items():
-            t.add_row(escape(name), str(count))
+            t.add_row(Text(name), str(count))
         print_table(out, t)
     lm = summary["landmarks"]
     if lm["names"]:

@@ -130,6 +130,7 @@ def _ratio(value: float | None) -> str:
 def print_stats(index: Any, stats: dict[str, Any]) -> None:
     from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     out = console()
     out.print(
@@ -142,7 +143,7 @@ def print_stats(index: Any, stats: dict[str, Any]) -> None:
     for name, c in stats["classes"].items():
         median = stats["box_sqrt_area_median"][name]
         table.add_row(
-            escape(name),
+            Text(name),
             str(c["objects"]),
             f"{100 * c['objects'] / total:.1f} %",
             str(c["images"]),
@@ -158,7 +159,7 @@ def print_stats(index: Any, stats: dict[str, Any]) -> None:
     if stats["image_classes"]:
         t = Table("image class", "images", title="image classes")
         for name, count in stats["image_classes"].items():
-            t.add_row(escape(name), str(count))
+            t.add_row(Text(name), str(count))
         print_table(out, t)
         out.print(
             f"image-class imbalance ratio {_ratio(stats['image_class_imbalance_ratio'])}; "
@@ -168,7 +169,7 @@ def print_stats(index: Any, stats: dict[str, Any]) -> None:
     if stats["landmarks"]:
         t = Table("landmark", "visible", "hidden", "absent", title="landmark visibility")
         for name, v in stats["landmarks"].items():
-            t.add_row(escape(name), str(v["visible"]), str(v["hidden"]), str(v["absent"]))
+            t.add_row(Text(name), str(v["visible"]), str(v["hidden"]), str(v["absent"]))
         print_table(out, t)
     box = stats["box_size"]
     if box["width"]:
@@ -182,6 +183,7 @@ def print_stats(index: Any, stats: dict[str, Any]) -> None:
 def print_balance(report: Any) -> None:
     from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     from detloader.stats import summary_rows
 
@@ -200,7 +202,7 @@ def print_balance(report: Any) -> None:
     )
     for row in summary_rows(report):
         table.add_row(
-            escape(row["name"]),
+            Text(row["name"]),
             f"{row['raw']:.0f}",
             f"{100 * row['raw_share']:.1f}",
             f"{row['expected']:.1f}",

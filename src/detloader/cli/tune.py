@@ -88,8 +88,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_result(result: "TuneResult", plot: str | None = None, cached: bool = False) -> None:
-    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     from detloader.tune.explain import describe_settings
 
@@ -100,7 +100,7 @@ def print_result(result: "TuneResult", plot: str | None = None, cached: bool = F
         mark = " *" if i == result.chosen else ""
         if not t.ok:
             label = describe_settings(t.settings) + mark
-            table.add_row(label, t.phase, "failed", escape(t.error or ""), "", "", "", "", "")
+            table.add_row(label, t.phase, "failed", Text(t.error or ""), "", "", "", "", "")
             continue
         table.add_row(
             describe_settings(t.settings) + mark,

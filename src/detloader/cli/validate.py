@@ -23,8 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     from detloader import read_annotations
 
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     for p in shown:
         style = "red" if p.severity == "error" else "yellow"
         kind = f"[{style}]{p.kind}[/{style}]"
-        table.add_row(escape(p.file), escape(p.element), kind, escape(p.message), escape(p.action))
+        table.add_row(Text(p.file), Text(p.element), kind, Text(p.message), Text(p.action))
     print_table(out, table)
     if len(shown) < len(rows):
         out.print(f"... {len(rows) - len(shown)} more (--limit 0 shows all)")

@@ -46,8 +46,8 @@ def require_images(index: AnnotationIndex) -> None:
     """:class:`EmptyIndexError` when ``index`` holds no images."""
     if len(index) == 0:
         raise EmptyIndexError(
-            f"the index holds no images ({index.root}): nothing to count or balance; check the "
-            "path and --format, or run detloader validate"
+            f"the index holds no images ({index.root}): nothing to count or balance (is the path "
+            "or the annotation format wrong?)"
         )
 
 
