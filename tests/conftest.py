@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# albumentations (a dev dependency) asks a package index for a newer version at import: not in tests
+os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
 SHARED_DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from helpers import voc_dataset, voc_object, voc_xml
+
 import detloader
 from detloader.cli import main
 
@@ -60,3 +62,37 @@ def test_cli_on_bccd(bccd_root, capsys):
     assert data["raw"] == {"Platelets": 361, "RBC": 4153, "WBC": 372}
     assert data["balanced"] == {k: float(v) for k, v in data["raw"].items()}  # t = 0.001: all r = 1
     assert data["notes"]
+
+
+def test_cli_on_no_images_says_so(tmp_path, capsys):
+    (tmp_path / "Annotations").mkdir()
+    for argv in ([], ["--balance", "sqrt"], ["--json"]):
+        assert main(["stats", str(tmp_path), *argv]) == 2
+        err = capsys.readouterr().err
+        assert "the index holds no images" in err and "weights must be" not in err
+
+
+def _one_rare_image(root):
+    files = {f"i{k:02d}": voc_xml(f"i{k:02d}.jpg", [voc_object("car", (1, 1, 20, 20))]) for k in range(39)}
+    files["rare"] = voc_xml("rare.jpg", [voc_object("bus", (1, 1, 20, 20))])
+    return voc_dataset(root, files)
+
+
+def test_cli_warns_of_an_image_drawn_over_and_over(tmp_path, capsys):
+    root = _one_rare_image(tmp_path)
+    assert main(["stats", str(root), "--balance", "inverse"]) == 0
+    out = capsys.readouterr().out
+    # inverse: the only bus image carries half the weight, 20 of the 40 draws
+    assert "warning: JPEGImages/rare.jpg is drawn 20.0 times per epoch in expectation (over 10)" in out
+    assert main(["stats", str(root), "--balance", "inverse", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["max_repeats"] == {"image": "JPEGImages/rare.jpg", "expected": 20.0} and len(data["warnings"]) == 1
+    assert main(["stats", str(root), "--balance", "sqrt"]) == 0
+    assert "warning:" not in capsys.readouterr().out  # 40 / (1 + 39 / sqrt(39)) = 5.5
+
+
+def test_cli_plot_log_scale(tmp_path, capsys):
+    root = _one_rare_image(tmp_path / "ds")
+    for argv, log in (([], True), (["--log", "off"], False), (["--log"], True)):
+        assert main(["stats", str(root), "--balance", "sqrt", "--plot", str(tmp_path / "b.png"), *argv]) == 0
+        assert ("(log scale)" in capsys.readouterr().out) is log  # auto: raw 39 : 1

@@ -9,7 +9,7 @@ from balance_helpers import LABELS, tiny_index
 import detloader
 from detloader.annotations.index import MISSING
 from detloader.balance import BalancedBatchSampler, WeightedSampler, balance_groups, repeat_factors
-from detloader.stats import balance_report, group_totals
+from detloader.stats import EmptyIndexError, balance_report, group_totals
 
 
 def test_group_totals_objects_and_images():
@@ -69,3 +69,30 @@ def test_balance_report_of_a_batch_sampler(small_synth_root):
     assert report.strategy == "BalancedBatchSampler"
     assert report.epoch_length["balanced"] == pytest.approx(200)
     assert report.max_deviation() is not None
+
+
+def test_balance_report_of_no_images_says_so():
+    with pytest.raises(EmptyIndexError, match="the index holds no images"):
+        balance_report(tiny_index([]), "sqrt")
+    assert issubclass(EmptyIndexError, ValueError)
+
+
+def test_balance_report_warns_when_one_image_repeats_many_times():
+    idx = tiny_index([[0]] * 200 + [[1]])  # class b: one object in img200
+    report = balance_report(idx, "inverse", draw=False)
+    # inverse weights 1/200 (a) and 1 (b): img200 is drawn 201 * 1 / (200/200 + 1) times
+    assert report.most_repeated == "img200.jpg" and report.max_repeats == pytest.approx(100.5)
+    (warning,) = report.warnings
+    assert "img200.jpg is drawn 100.5 times per epoch" in warning and "sqrt or repeat_factor" in warning
+    assert report.to_dict()["max_repeats"] == {"image": "img200.jpg", "expected": 100.5}
+    assert report.to_dict()["warnings"] == [warning]
+    assert "power:0.25" in balance_report(idx, "sqrt", draw=False).warnings[0]  # 13.3 times
+    assert not balance_report(idx, "sqrt", draw=False, repeat_warning=20).warnings
+    # the expectation follows the epoch length: half the draws, half the repeats
+    assert balance_report(idx, "inverse", draw=False, num_samples=100).max_repeats == pytest.approx(50)
+
+
+def test_balance_report_of_mild_strategies_has_no_warning():
+    for strategy in ("inverse", "sqrt", "repeat_factor:0.5", "class_aware"):
+        report = balance_report(tiny_index(LABELS), strategy, draw=False)
+        assert report.most_repeated == "img5.jpg" and report.max_repeats < 3 and not report.warnings

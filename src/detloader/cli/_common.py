@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -15,6 +16,7 @@ from detloader.annotations.problems import ON_ERROR_CHOICES, AnnotationWarning, 
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
     from detloader.annotations.index import AnnotationIndex
 
@@ -26,10 +28,12 @@ __all__ = [
     "parse_class_map",
     "print_attribute_counts",
     "print_json",
+    "print_table",
     "progress_bar",
     "read_index",
     "read_kwargs",
     "require_images",
+    "table_lines",
 ]
 
 
@@ -246,13 +250,6 @@ def _stderr_console() -> "Console":
     return Console(stderr=True)
 
 
-def console() -> "Console":
-    """A rich console on stdout, without syntax highlighting of numbers and paths."""
-    from rich.console import Console
-
-    return Console(highlight=False)
-
-
 def print_json(data: Any) -> None:
     json.dump(data, sys.stdout, indent=2, ensure_ascii=False)
     sys.stdout.write("\n")
@@ -264,3 +261,61 @@ def print_attribute_counts(out: Any, summary: dict[str, Any]) -> None:
     for level in ("object_attributes", "image_attributes"):
         for name, values in summary[level].items():
             out.print(f"{level.split('_')[0]} attribute {name}: " + ", ".join(f"{v} {c}" for v, c in values.items()))
+
+
+# --- stdout: rich tables on a terminal, one line per row in a pipe -------------------------
+#
+# On a terminal the sub-commands print rich tables. Anywhere else (a pipe, a file) rich would
+# wrap everything at 80 columns and fold long names over several lines, so that
+# `detloader validate DS | grep NAME` misses them: there, text is never wrapped and a table is
+# ``# title``, then a header line, then one line per row, cells separated by tabs, as written
+# (no markup, nothing cut).
+
+#: Width a console not on a terminal assumes: wide enough that rich never wraps a line.
+PIPE_WIDTH = 1 << 16
+
+
+def console() -> "Console":
+    """A rich console on stdout, without syntax highlighting of numbers and paths; not on a
+    terminal, one that never wraps (see :func:`print_table` for its tables)."""
+    from rich.console import Console
+
+    out = Console(highlight=False)
+    # a closed pipe: rich would exit with status 1; let the error reach the entry point instead
+    out.on_broken_pipe = _closed_pipe  # type: ignore[method-assign]
+    if not out.is_terminal:
+        out.soft_wrap = True
+        out.width = PIPE_WIDTH
+    return out
+
+
+def _closed_pipe() -> None:
+    raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
+def _plain(cell: Any) -> str:
+    """The text of a table cell (markup resolved), on one line."""
+    from rich.text import Text
+
+    if isinstance(cell, str):
+        cell = Text.from_markup(cell, emoji=False)
+    text = cell.plain if isinstance(cell, Text) else str(cell)
+    return " ".join(text.replace("\t", " ").splitlines()) if text else ""
+
+
+def table_lines(table: "Table") -> list[str]:
+    """``table`` as plain lines: ``# title`` (when it has one), the column headers, then one
+    line per row; cells tab-separated, each on one line."""
+    lines = [f"# {_plain(table.title)}"] if table.title else []
+    columns = [list(column.cells) for column in table.columns]
+    lines.append("\t".join(_plain(column.header) for column in table.columns))
+    lines.extend("\t".join(_plain(column[i]) for column in columns) for i in range(table.row_count))
+    return lines
+
+
+def print_table(out: "Console", table: "Table") -> None:
+    """``table`` on ``out``: drawn on a terminal, as :func:`table_lines` anywhere else."""
+    if out.is_terminal:
+        out.print(table)
+        return
+    out.file.write("".join(line + "\n" for line in table_lines(table)))  # rich would expand the tabs

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from detloader.cli._common import add_read_arguments, console, dataset_kwargs, print_json, progress_bar
+from detloader.cli._common import add_read_arguments, console, dataset_kwargs, print_json, print_table, progress_bar
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,6 +31,7 @@ def _fmt(value: Any, percent: bool = False) -> str:
 def print_metrics(metrics: dict[str, Any]) -> None:
     """The per-class table and one line per summary figure."""
     from rich.table import Table
+    from rich.text import Text
 
     out = console()
     if "per_class" in metrics:
@@ -39,10 +40,10 @@ def print_metrics(metrics: dict[str, Any]) -> None:
             table.add_column(col, justify="left" if col == "class" else "right")
         for name, row in metrics["per_class"].items():
             table.add_row(
-                name, str(row["objects"]), _fmt(row["precision"]), _fmt(row["recall"]),
+                Text(name), str(row["objects"]), _fmt(row["precision"]), _fmt(row["recall"]),
                 _fmt(row["ap50"]), _fmt(row["ap50_95"]),
             )
-        out.print(table)
+        print_table(out, table)
         out.print(f"box mAP@0.5 {_fmt(metrics['map50'])}, mAP@0.5:0.95 {_fmt(metrics['map50_95'])} ({metrics['images']} images, {metrics['backend']})")
         if metrics.get("nme") is not None:
             out.print(f"landmark NME {_fmt(metrics['nme'])} (normalised by {metrics['nme_normaliser']}, {metrics['nme_objects']} matched objects)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from detloader.cli._common import add_read_arguments, console, print_attribute_counts, print_json, read_index, require_images
+from detloader.cli._common import add_read_arguments, console, print_attribute_counts, print_json, print_table, read_index, require_images
 
 __all__ = ["print_summary", "register", "run"]
 
@@ -37,24 +37,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_summary(summary: dict, seconds: float | None = None) -> None:
+    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     out = console()
     took = f" in {seconds:.2f} s" if seconds is not None else ""
     out.print(
-        f"[bold]{summary['root']}[/bold] ({summary['format']}): {summary['images']} images, "
+        f"[bold]{escape(str(summary['root']))}[/bold] ({summary['format']}): {summary['images']} images, "
         f"{summary['objects']} objects, {summary['empty_images']} without objects{took}"
     )
     table = Table("class", "objects", "images", "share", title="object classes")
     total = max(1, summary["objects"])
     for name, count in summary["classes"].items():
-        table.add_row(name, str(count), str(summary["images_per_class"][name]), f"{100 * count / total:.1f} %")
-    out.print(table)
+        table.add_row(Text(name), str(count), str(summary["images_per_class"][name]), f"{100 * count / total:.1f} %")
+    print_table(out, table)
     if summary["image_classes"]:
         t = Table("image class", "images", title="image classes")
         for name, count in summary["image_classes"].items():
-            t.add_row(name, str(count))
-        out.print(t)
+            t.add_row(Text(name), str(count))
+        print_table(out, t)
     lm = summary["landmarks"]
     if lm["names"]:
         out.print(

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
+import os
 import sys
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 from detloader import __version__
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["COMMANDS", "EXIT_CLOSED_PIPE", "build_parser", "main"]
 
 #: Sub-command modules, in the order ``--help`` lists them.
 COMMANDS = ("demo", "synth", "index", "validate", "convert", "show", "tune", "stats", "train", "evaluate")
@@ -27,6 +29,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Exit status when the reader of stdout went away (``detloader validate DS | head -1``):
+#: 128 + SIGPIPE, what a shell reports for a program that a closed pipe ended.
+EXIT_CLOSED_PIPE = 141
+
+
+_Main = Callable[[Optional[Sequence[str]]], int]
+
+
+def _quiet_on_closed_pipe(main: _Main) -> _Main:
+    """``main``, ending with :data:`EXIT_CLOSED_PIPE` and no traceback when stdout is a pipe
+    whose reader has gone (``| head``)."""
+
+    @functools.wraps(main)
+    def run(argv: Sequence[str] | None = None) -> int:
+        try:
+            try:
+                return main(argv)
+            finally:
+                sys.stdout.flush()  # a closed pipe shows here, not in a message at exit
+        except BrokenPipeError:
+            # Python flushes stdout again at exit and would fail again: point it at devnull,
+            # as the signal module's documentation advises
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, ValueError):  # a stdout without a file descriptor
+                pass
+            return EXIT_CLOSED_PIPE
+
+    return run
+
+
+@_quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -3,8 +3,11 @@
 Without ``--balance``: objects and images per class, image classes, attributes, landmark
 visibility, box-size quantiles, imbalance ratios. With ``--balance STRATEGY``: the raw
 per-epoch distribution beside the expected one after balancing (from the weights) and one real
-draw. ``--json`` prints one object with ``raw`` and ``balanced`` (group -> count per epoch;
-objects per class by default, images with ``--by image`` or ``--unit images``).
+draw, and a warning when one image would be drawn over and over (more than 10 times per epoch
+in expectation). ``--json`` prints one object with ``raw`` and ``balanced`` (group -> count per
+epoch; objects per class by default, images with ``--by image`` or ``--unit images``).
+``--plot`` bars use a log axis with ``--log``, a linear one with ``--log off``, and by default
+(``--log auto``) a log one when the largest bar is over 20 times the smallest.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import argparse
 import sys
 from typing import Any
 
-from detloader.cli._common import add_read_arguments, console, print_attribute_counts, print_json, read_index, require_images
+from detloader.cli._common import add_read_arguments, console, print_attribute_counts, print_json, print_table, read_index, require_images
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,6 +43,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-samples", type=int, help="draws per epoch (default: number of images)")
     p.add_argument("--seed", type=int, default=0, help="seed of the checking draw (default 0)")
     p.add_argument("--plot", metavar="OUT.png", help="write raw vs balanced bars to this PNG")
+    p.add_argument(
+        "--log",
+        nargs="?",
+        const="on",
+        default="auto",
+        choices=("auto", "on", "off"),
+        help="log y axis of --plot: on (bare --log), off, or auto (default: when the largest "
+        "bar is over 20 times the smallest)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -67,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         if report is None:
             raise ValueError("--plot needs --balance STRATEGY (the plot is raw vs balanced)")
         try:
-            plot_balance(report, args.plot)
+            plot_balance(report, args.plot, log=_log(args.log))
         except ImportError as err:
             print(f"detloader stats: error: {err}", file=sys.stderr)
             return 2
@@ -85,10 +97,18 @@ def run(args: argparse.Namespace) -> int:
     if report is not None:
         print_balance(report)
         if args.plot:
-            console().print(f"plot: {args.plot}")
+            from detloader.stats.plot import use_log_scale
+
+            log_scale = use_log_scale(report, _log(args.log))
+            console().print(f"plot: {args.plot}" + (" (log scale)" if log_scale else ""))
     if index.problems:
         console().print(f"\n[yellow]{index.problems.summary_line()}[/yellow] (detloader validate lists them)")
     return 0
+
+
+def _log(value: str) -> bool | str:
+    """``--log`` as :func:`detloader.stats.plot_balance` takes it."""
+    return {"on": True, "off": False}.get(value, "auto")
 
 
 def _raw_only(index: Any, by: tuple[str, ...], unit: str | None) -> dict[str, Any]:
@@ -108,11 +128,13 @@ def _ratio(value: float | None) -> str:
 
 
 def print_stats(index: Any, stats: dict[str, Any]) -> None:
+    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     out = console()
     out.print(
-        f"[bold]{index.root}[/bold]: {stats['images']} images, {stats['objects']} objects "
+        f"[bold]{escape(str(index.root))}[/bold]: {stats['images']} images, {stats['objects']} objects "
         f"({stats['objects_per_image']['mean']:.2f} per image, max {stats['objects_per_image']['max']}), "
         f"{stats['empty_images']} without objects"
     )
@@ -121,13 +143,13 @@ def print_stats(index: Any, stats: dict[str, Any]) -> None:
     for name, c in stats["classes"].items():
         median = stats["box_sqrt_area_median"][name]
         table.add_row(
-            name,
+            Text(name),
             str(c["objects"]),
             f"{100 * c['objects'] / total:.1f} %",
             str(c["images"]),
             "-" if median is None else f"{median:.0f}",
         )
-    out.print(table)
+    print_table(out, table)
     ratio = stats["imbalance_ratio"]
     out.print(
         f"imbalance ratio (largest / smallest class): objects {_ratio(ratio['objects'])}, "
@@ -137,8 +159,8 @@ def print_stats(index: Any, stats: dict[str, Any]) -> None:
     if stats["image_classes"]:
         t = Table("image class", "images", title="image classes")
         for name, count in stats["image_classes"].items():
-            t.add_row(name, str(count))
-        out.print(t)
+            t.add_row(Text(name), str(count))
+        print_table(out, t)
         out.print(
             f"image-class imbalance ratio {_ratio(stats['image_class_imbalance_ratio'])}; "
             f"{stats['images_without_image_class']} images without an image class"
@@ -147,19 +169,21 @@ def print_stats(index: Any, stats: dict[str, Any]) -> None:
     if stats["landmarks"]:
         t = Table("landmark", "visible", "hidden", "absent", title="landmark visibility")
         for name, v in stats["landmarks"].items():
-            t.add_row(name, str(v["visible"]), str(v["hidden"]), str(v["absent"]))
-        out.print(t)
+            t.add_row(Text(name), str(v["visible"]), str(v["hidden"]), str(v["absent"]))
+        print_table(out, t)
     box = stats["box_size"]
     if box["width"]:
         t = Table("box size", *[f"q{q:g}" for q in box["quantiles"]], title="box sizes (pixels)")
         for key in ("width", "height", "sqrt_area"):
             t.add_row(key, *[f"{v:.0f}" for v in box[key]])
         t.add_row("sqrt_area / image", *[f"{v:.3f}" for v in box["relative_sqrt_area"]])
-        out.print(t)
+        print_table(out, t)
 
 
 def print_balance(report: Any) -> None:
+    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     from detloader.stats import summary_rows
 
@@ -178,7 +202,7 @@ def print_balance(report: Any) -> None:
     )
     for row in summary_rows(report):
         table.add_row(
-            row["name"],
+            Text(row["name"]),
             f"{row['raw']:.0f}",
             f"{100 * row['raw_share']:.1f}",
             f"{row['expected']:.1f}",
@@ -186,7 +210,7 @@ def print_balance(report: Any) -> None:
             "-" if row["drawn"] is None else f"{row['drawn']:.0f}",
             "-" if row["factor"] is None else f"{row['factor']:.2f}",
         )
-    out.print(table)
+    print_table(out, table)
     length = data["epoch_length"]
     ratio = data["imbalance_ratio"]
     dev = data["max_drawn_deviation"]
@@ -196,6 +220,8 @@ def print_balance(report: Any) -> None:
         + ("" if dev is None else f"; the draw is within {100 * dev:.1f} % of the expectation")
     )
     for note in report.notes:
-        out.print(f"[yellow]note:[/yellow] {note}")
+        out.print(f"[yellow]note:[/yellow] {escape(note)}")
+    for warning in report.warnings:
+        out.print(f"[bold yellow]warning:[/bold yellow] {escape(warning)}")
 
 __all__ = ["print_balance", "print_stats", "register", "run"]

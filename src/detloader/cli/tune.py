@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from detloader.cli._common import add_read_arguments, console, print_json, progress_bar, read_index, require_images
+from detloader.cli._common import add_read_arguments, console, print_json, print_table, progress_bar, read_index, require_images
 
 if TYPE_CHECKING:
     from detloader.dataset import DetectionDataset
@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
 
 def print_result(result: "TuneResult", plot: str | None = None, cached: bool = False) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     from detloader.tune.explain import describe_settings
 
@@ -98,7 +99,7 @@ def print_result(result: "TuneResult", plot: str | None = None, cached: bool = F
         mark = " *" if i == result.chosen else ""
         if not t.ok:
             label = describe_settings(t.settings) + mark
-            table.add_row(label, t.phase, "failed", t.error or "", "", "", "", "", "")
+            table.add_row(label, t.phase, "failed", Text(t.error or ""), "", "", "", "", "")
             continue
         table.add_row(
             describe_settings(t.settings) + mark,
@@ -111,7 +112,7 @@ def print_result(result: "TuneResult", plot: str | None = None, cached: bool = F
             f"{t.worker_uss_mib:.0f}" if t.worker_uss_mib is not None else "-",
             f"{t.worker_pss_mib:.0f}" if t.worker_pss_mib is not None else "-",
         )
-    out.print(table)
+    print_table(out, table)
     if cached:
         out.print(f"[yellow]cached result of {result.created}; --refresh measures again[/yellow]")
     kwargs = ", ".join(f"{k}={v!r}" for k, v in result.recommended.items())

@@ -1,10 +1,13 @@
-"""``detloader validate PATH``: every problem in the annotations, as a table; exit 1 if any."""
+"""``detloader validate PATH``: every problem in the annotations, as a table; exit 1 if any.
+
+Not on a terminal, the table is one problem per line (file, where, kind, problem, action,
+tab-separated), so that ``detloader validate DS | grep NAME`` finds a file by its name."""
 
 from __future__ import annotations
 
 import argparse
 
-from detloader.cli._common import add_read_arguments, console, print_json, progress_bar, read_index
+from detloader.cli._common import add_read_arguments, console, print_json, print_table, progress_bar, read_index
 
 __all__ = ["register", "run"]
 
@@ -21,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
+    from rich.text import Text
 
     # on_error="skip": collect everything, then report
     index = read_index(args, hide_warnings=False, bar=not args.json, description="validating", on_error="skip")
@@ -50,8 +54,9 @@ def run(args: argparse.Namespace) -> int:
     shown = rows[: args.limit] if args.limit > 0 else rows
     for p in shown:
         style = "red" if p.severity == "error" else "yellow"
-        table.add_row(p.file, p.element, f"[{style}]{p.kind}[/{style}]", p.message, p.action)
-    out.print(table)
+        kind = f"[{style}]{p.kind}[/{style}]"
+        table.add_row(Text(p.file), Text(p.element), kind, Text(p.message), Text(p.action))
+    print_table(out, table)
     if len(shown) < len(rows):
         out.print(f"... {len(rows) - len(shown)} more (--limit 0 shows all)")
     out.print(f"{len(report.errors)} errors, {len(report.repairs)} repaired: {report.summary_line()}")

@@ -20,9 +20,35 @@ from detloader.balance.groups import ByKey, Groups, balance_groups, group_counts
 from detloader.balance.weights import DEFAULT_THRESHOLD, parse_strategy
 from detloader.stats.describe import imbalance_ratio
 
-__all__ = ["BalanceReport", "Unit", "balance_report", "default_unit", "group_totals", "summary_rows"]
+__all__ = [
+    "REPEAT_WARNING",
+    "BalanceReport",
+    "EmptyIndexError",
+    "Unit",
+    "balance_report",
+    "default_unit",
+    "group_totals",
+    "require_images",
+    "summary_rows",
+]
 
 Unit = Literal["objects", "images"]
+
+#: :func:`balance_report` warns when one image is expected more than this many times per epoch.
+REPEAT_WARNING = 10.0
+
+
+class EmptyIndexError(ValueError):
+    """The index holds no images: there is nothing to count or balance."""
+
+
+def require_images(index: AnnotationIndex) -> None:
+    """:class:`EmptyIndexError` when ``index`` holds no images."""
+    if len(index) == 0:
+        raise EmptyIndexError(
+            f"the index holds no images ({index.root}): nothing to count or balance (is the path "
+            "or the annotation format wrong?)"
+        )
 
 
 def default_unit(groups: Groups) -> Unit:
@@ -63,6 +89,12 @@ class BalanceReport:
     epoch_length: dict[str, float]
     seed: int
     notes: list[str] = field(default_factory=list)
+    #: the image drawn most often per epoch in expectation (path relative to the root) and
+    #: how often; over :data:`REPEAT_WARNING` (``balance_report(repeat_warning=)``) it is in
+    #: ``warnings``
+    most_repeated: str = ""
+    max_repeats: float = 0.0
+    warnings: list[str] = field(default_factory=list)
 
     def max_deviation(self) -> float | None:
         """Largest |drawn - expected| / expected over groups expected >= 1 (None: no draw)."""
@@ -95,6 +127,8 @@ class BalanceReport:
             "max_drawn_deviation": None if dev is None else round(dev, 4),
             "seed": self.seed,
             "notes": list(self.notes),
+            "max_repeats": {"image": self.most_repeated, "expected": round(self.max_repeats, 2)},
+            "warnings": list(self.warnings),
         }
 
 
@@ -122,6 +156,7 @@ def balance_report(
     seed: int = 0,
     num_samples: int | None = None,
     draw: bool = True,
+    repeat_warning: float = REPEAT_WARNING,
 ) -> BalanceReport:
     """Raw vs balanced per-epoch distribution of ``index`` under ``balance``.
 
@@ -130,10 +165,14 @@ def balance_report(
     with ``expected_counts()``); the sampler is built with ``by`` and ``seed``. ``unit``:
     what is counted per group, ``"objects"`` (default for object keys) or ``"images"``
     containing the group (image keys always count images). ``draw=True`` adds one real
-    epoch's counts (all ranks) to check the expectation.
+    epoch's counts (all ranks) to check the expectation. When one image is expected more
+    than ``repeat_warning`` times per epoch (``num_samples * w_i / sum(w)`` for weighted
+    sampling), ``warnings`` names it and suggests a milder strategy. An index without images
+    raises :class:`EmptyIndexError`.
     """
     from detloader.balance.factory import make_balanced_sampler  # torch: lazy, keeps the CLI fast
 
+    require_images(index)
     groups = balance_groups(index, by)
     if unit is None:
         unit = default_unit(groups)
@@ -174,6 +213,14 @@ def balance_report(
                 f"the rarer groups (e.g. repeat_factor:{suggest:g})"
             )
         notes.append(note)
+    top = int(np.argmax(per_image))
+    most_repeated, max_repeats = index.relative_image_path(top), float(per_image[top])
+    warnings = []
+    if max_repeats > repeat_warning:
+        warnings.append(
+            f"{most_repeated} is drawn {max_repeats:.1f} times per epoch in expectation (over "
+            f"{repeat_warning:g}); {_milder(name, params)} repeats it less"
+        )
     return BalanceReport(
         by=groups.by,
         unit=unit,
@@ -185,7 +232,22 @@ def balance_report(
         epoch_length={"raw": float(n), "balanced": float(per_image.sum())},
         seed=seed,
         notes=notes,
+        most_repeated=most_repeated,
+        max_repeats=max_repeats,
+        warnings=warnings,
     )
+
+
+def _milder(name: str, params: dict[str, Any]) -> str:
+    """A strategy that repeats the rarest images less than ``name`` with ``params``."""
+    if name == "sqrt":
+        return "a milder strategy such as power:0.25 or repeat_factor"
+    if name == "power" and "power" in params:
+        return f"a milder strategy such as power:{params['power'] / 2:g} or repeat_factor"
+    if name == "repeat_factor":
+        threshold = params.get("threshold", DEFAULT_THRESHOLD)
+        return f"a lower threshold (repeat_factor:{threshold / 10:g}) or sqrt"
+    return "a milder strategy such as sqrt or repeat_factor"
 
 
 def summary_rows(report: BalanceReport) -> list[dict[str, Any]]:
