@@ -69,7 +69,7 @@ def test_cli_on_no_images_says_so(tmp_path, capsys):
     for argv in ([], ["--balance", "sqrt"], ["--json"]):
         assert main(["stats", str(tmp_path), *argv]) == 2
         err = capsys.readouterr().err
-        assert "the index holds no images" in err and "weights must be" not in err
+        assert "no images to describe: the annotations name no images" in err and "weights must be" not in err
 
 
 def _one_rare_image(root):
