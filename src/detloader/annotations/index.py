@@ -22,6 +22,7 @@ are read-only memory maps, shared (not copied) by DataLoader worker processes.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -158,10 +159,11 @@ class AnnotationIndex:
         """The cache file the arrays are mapped from, or None for an index in memory."""
         return self._source_file
 
-    @property
-    def _image_path_blob(self) -> np.ndarray:
-        # the image paths' UTF-8 blob; tune/store.py hashes it to identify an uncached index
-        return self._strings["image_paths"][0]
+    def paths_digest(self) -> str:
+        """A short digest of the image paths, in order: two indexes (or subsets) of the same
+        size that hold other images differ (the tuning store keys results by it)."""
+        blob = self._strings["image_paths"][0]
+        return hashlib.blake2b(memoryview(blob).cast("B"), digest_size=10).hexdigest()
 
     # -- sizes ------------------------------------------------------------------------------
     def __len__(self) -> int:

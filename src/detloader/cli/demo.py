@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     out.print(f"cache: {index.source_file}")
 
     out.rule("3. validate")
-    out.print(index.problems.summary())
+    out.print(index.problems.summary(), markup=False)
 
     out.rule("4. summary")
     print_summary(index.summary())

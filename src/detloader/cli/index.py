@@ -26,12 +26,14 @@ def run(args: argparse.Namespace) -> int:
     summary = index.summary()
     if args.json:
         summary["seconds"] = round(seconds, 4)
-        summary["cache_file"] = index._source_file
+        summary["cache_file"] = index.source_file
         print_json(summary)
         return 0
     print_summary(summary, seconds)
     if index.problems:
-        console().print(f"\n[yellow]{index.problems.summary()}[/yellow]")
+        from rich.markup import escape
+
+        console().print(f"\n[yellow]{escape(index.problems.summary())}[/yellow]")
         console().print("run [bold]detloader validate[/bold] for the full list")
     return 0
 

@@ -138,9 +138,8 @@ def dataset_fingerprint(dataset: Any, _depth: int = 0) -> str:
             "objects": int(getattr(index, "num_objects", 0)),
             "key": meta.get("cache_key"),
         }
-        blob = getattr(index, "_image_path_blob", None)
-        if blob is not None:  # which images: two subsets of one size differ
-            facts["paths"] = hashlib.blake2b(memoryview(blob).cast("B"), digest_size=10).hexdigest()
+        if hasattr(index, "paths_digest"):  # which images: two subsets of one size differ
+            facts["paths"] = index.paths_digest()
         return _hash(facts)
     kind = f"{type(dataset).__module__}.{type(dataset).__qualname__}"
     inner = _wrapped(dataset) if _depth < 4 else []
