@@ -33,21 +33,9 @@ if TYPE_CHECKING:
     from PIL import Image
 
 __all__ = [
-    "EXIF_CHOICES",
-    "Decoded",
-    "ExifPolicy",
-    "ImageDecodeError",
-    "MAX_PIXELS",
-    "MAX_PIXELS_ENV",
-    "MinSize",
-    "check_pixels",
-    "header_size",
-    "apply_orientation",
-    "check_exif_policy",
-    "decode_image",
-    "jpeg_exif_orientation",
-    "oriented_size",
-    "read_image",
+    "EXIF_CHOICES", "Decoded", "ExifPolicy", "ImageDecodeError", "MAX_PIXELS", "MAX_PIXELS_ENV",
+    "MinSize", "check_pixels", "header_size", "apply_orientation", "check_exif_policy",
+    "decode_image", "jpeg_exif_orientation", "oriented_size", "read_image",
     "should_apply_orientation",
 ]
 

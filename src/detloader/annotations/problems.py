@@ -28,18 +28,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Iterator, Literal
 
 __all__ = [
-    "ON_ERROR_CHOICES",
-    "AnnotationError",
-    "AnnotationWarning",
-    "ClassMapError",
-    "HINTS",
-    "HINT_MIN",
-    "OnError",
-    "Problem",
-    "ProblemReport",
-    "Severity",
-    "apply_policy",
-    "check_on_error",
+    "ON_ERROR_CHOICES", "AnnotationError", "AnnotationWarning", "ClassMapError", "HINTS",
+    "HINT_MIN", "OnError", "Problem", "ProblemReport", "Severity", "apply_policy", "check_on_error",
 ]
 
 OnError = Literal["raise", "skip", "warn"]

@@ -26,16 +26,8 @@ import numpy as np
 from detloader.annotations.index import MISSING, AnnotationIndex
 
 __all__ = [
-    "COUNTS",
-    "PRODUCT_SEPARATOR",
-    "ByKey",
-    "Count",
-    "Groups",
-    "balance_groups",
-    "class_members",
-    "group_counts",
-    "normalize_by",
-    "positions_by_group",
+    "COUNTS", "PRODUCT_SEPARATOR", "ByKey", "Count", "Groups", "balance_groups", "class_members",
+    "group_counts", "normalize_by", "positions_by_group",
 ]
 
 Count = Literal["objects", "images"]

@@ -24,17 +24,7 @@ from detloader.train.loop import EpochInfo, StepInfo, train
 from detloader.train.model import CenterNet, ModelConfig
 
 __all__ = [
-    "CenterNet",
-    "EpochInfo",
-    "ImagePredictions",
-    "LossWeights",
-    "ModelConfig",
-    "StepInfo",
-    "TrainConfig",
-    "compute_metrics",
-    "evaluate_checkpoint",
-    "load_checkpoint",
-    "predict",
-    "save_checkpoint",
-    "train",
+    "CenterNet", "EpochInfo", "ImagePredictions", "LossWeights", "ModelConfig", "StepInfo",
+    "TrainConfig", "compute_metrics", "evaluate_checkpoint", "load_checkpoint", "predict",
+    "save_checkpoint", "train",
 ]

@@ -29,11 +29,7 @@ from typing import Any, Literal, Sequence
 import numpy as np
 
 __all__ = [
-    "BACKENDS",
-    "ImagePredictions",
-    "coco_ground_truth",
-    "coco_evaluate",
-    "compute_metrics",
+    "BACKENDS", "ImagePredictions", "coco_ground_truth", "coco_evaluate", "compute_metrics",
     "landmark_normaliser",
 ]
 

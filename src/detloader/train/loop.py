@@ -28,12 +28,7 @@ import torch
 from detloader.train.checkpoint import load_checkpoint, save_checkpoint
 from detloader.train.config import TrainConfig
 from detloader.train.distributed import (
-    DistEnv,
-    all_gather_objects,
-    barrier,
-    broadcast_object,
-    init_distributed,
-    running_distributed,
+    DistEnv, all_gather_objects, barrier, broadcast_object, init_distributed, running_distributed,
 )
 from detloader.train.evaluate import compute_metrics
 from detloader.train.inference import predict, val_loader

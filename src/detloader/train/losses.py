@@ -21,11 +21,7 @@ import torch.nn.functional as F
 from detloader.train.targets import Targets
 
 __all__ = [
-    "LANDMARK_LOSSES",
-    "LossWeights",
-    "focal_heatmap_loss",
-    "giou_loss",
-    "multitask_loss",
+    "LANDMARK_LOSSES", "LossWeights", "focal_heatmap_loss", "giou_loss", "multitask_loss",
     "wing_loss",
 ]
 

@@ -35,29 +35,12 @@ the number of DataLoader workers.
 from detloader.transforms.base import Annotated, Compose, Transform, min_input_size
 from detloader.transforms.colour import ColorJitter
 from detloader.transforms.functional import (
-    INTERPOLATIONS,
-    Interpolation,
-    adjust_colour,
-    affine_boxes,
-    affine_points,
-    clip_boxes,
-    clip_points,
-    crop_boxes,
-    crop_image,
-    hflip_boxes,
-    hflip_image,
-    hflip_landmarks,
-    invalidate_outside,
-    pad_image,
-    resize_image,
+    INTERPOLATIONS, Interpolation, adjust_colour, affine_boxes, affine_points, clip_boxes,
+    clip_points, crop_boxes, crop_image, hflip_boxes, hflip_image, hflip_landmarks,
+    invalidate_outside, pad_image, resize_image,
 )
 from detloader.transforms.geometric import (
-    RESIZE_MODES,
-    RandomCrop,
-    RandomHorizontalFlip,
-    RandomResizedCrop,
-    Resize,
-    ResizeMode,
+    RESIZE_MODES, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, Resize, ResizeMode,
 )
 
 __all__ = [

@@ -14,25 +14,12 @@ import numpy as np
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.transforms.base import Annotated, check_fraction, check_interpolation, size_pair
 from detloader.transforms.functional import (
-    Interpolation,
-    affine_points,
-    compose_affine,
-    crop_boxes,
-    crop_image,
-    hflip_boxes,
-    hflip_image,
-    hflip_landmarks,
-    invalidate_outside,
-    pad_image,
-    resize_image,
+    Interpolation, affine_points, compose_affine, crop_boxes, crop_image, hflip_boxes, hflip_image,
+    hflip_landmarks, invalidate_outside, pad_image, resize_image,
 )
 
 __all__ = [
-    "RESIZE_MODES",
-    "RandomCrop",
-    "RandomHorizontalFlip",
-    "RandomResizedCrop",
-    "Resize",
+    "RESIZE_MODES", "RandomCrop", "RandomHorizontalFlip", "RandomResizedCrop", "Resize",
     "ResizeMode",
 ]
 

@@ -44,16 +44,10 @@ from typing import Any, Sequence
 from detloader.annotations.builder import ChunkBuilder, ReadOptions
 from detloader.annotations.checks import Finding, parse_number
 from detloader.annotations.readers.common import (
-    Source,
-    candidate_dirs,
-    check_options,
-    file_source,
-    find_child_dir,
-    parse_each,
-    parse_flag,
+    Source, candidate_dirs, check_options, file_source, find_child_dir, parse_each, parse_flag,
     read_head,
 )
-from detloader.annotations.readers.locate import ImageLocator, declared_size, find_image
+from detloader.annotations.readers.locate import ImageLocator, locate_image
 from detloader.annotations.landmarks import preset_schema
 from detloader.annotations.landmarks import LandmarkSchema
 
@@ -169,6 +163,19 @@ def _bad_id(b: ChunkBuilder, where: str, field: str, value: Any, action: str) ->
     b.problem("bad_value", f"{where}/{field}", f"{field}={value!r} is not an integer or string id", action)
 
 
+def _referred(ann: dict, field: str, table: dict, table_name: str, where: str, b: ChunkBuilder) -> Any:
+    """The entry of ``table`` that ``ann[field]`` names; None, with the problem reported
+    (the object is skipped), when the id is malformed or not in ``table_name``."""
+    raw = ann.get(field)
+    if raw is not None and _id(raw) is None:
+        _bad_id(b, where, field, raw, "object skipped")
+        return None
+    found = table.get(_id(raw))
+    if found is None:
+        b.problem("bad_value", f"{where}/{field}", f"{field}={raw!r} is not in {table_name}", "object skipped")
+    return found
+
+
 def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -257,13 +264,8 @@ def _parse_file(root: str, rel: str, source: Source, b: ChunkBuilder) -> None:
         if not isinstance(ann, dict):
             b.problem("bad_value", where, "not an object", "object skipped")
             continue
-        raw = ann.get("image_id")
-        if raw is not None and _id(raw) is None:
-            _bad_id(b, where, "image_id", raw, "object skipped")
-            continue
-        owner = image_ids.get(_id(raw))
+        owner = _referred(ann, "image_id", image_ids, "images", where, b)
         if owner is None:
-            b.problem("bad_value", f"{where}/image_id", f"image_id={ann.get('image_id')!r} is not in images", "object skipped")
             continue
         per_image.setdefault(owner, []).append(j)
 
@@ -287,27 +289,20 @@ def _image(img: dict, where: str, locator: ImageLocator, b: ChunkBuilder) -> boo
     if not isinstance(name, str) or not name.strip():
         b.problem("missing_field", f"{where}/file_name", "file_name is missing", "image skipped")
         return False
-    rel = find_image(locator, b, name, f"{where}/file_name", f"file_name={name!r}")
-    if rel is None:
-        return False
     raw = f"width={img.get('width')!r} height={img.get('height')!r}"
-    size = declared_size(b, locator.root, rel, where, _text(img.get("width", "")), _text(img.get("height", "")), raw)
-    if size is None:
+    found = locate_image(locator, b, name, where, f"file_name={name!r}", _text(img.get("width", "")),
+                         _text(img.get("height", "")), name_where=f"{where}/file_name", raw=raw)
+    if found is None:
         return False
-    width, height = size
+    rel, width, height = found
     attrs = _attributes(img.get("attributes"), f"{where}/attributes", b)
     image_class = attrs.pop(b.options.image_class_attribute, None)
     return b.add_image(rel, width, height, image_class=image_class, attributes=attrs, record=name)
 
 
 def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> None:
-    raw = ann.get("category_id")
-    if raw is not None and _id(raw) is None:
-        _bad_id(b, where, "category_id", raw, "object skipped")
-        return
-    cat = categories.get(_id(raw))
+    cat = _referred(ann, "category_id", categories, "categories", where, b)
     if cat is None:
-        b.problem("bad_value", f"{where}/category_id", f"category_id={ann.get('category_id')!r} is not in categories", "object skipped")
         return
     name, kp_names = cat
     bbox = ann.get("bbox")

@@ -24,23 +24,9 @@ from detloader.annotations.builder import ChunkBuilder, ReadOptions
 from detloader.annotations.checks import MAX_SIDE
 
 __all__ = [
-    "FileTooLargeError",
-    "Source",
-    "candidate_dirs",
-    "check_options",
-    "dir_mtime",
-    "file_source",
-    "find_child_dir",
-    "flag_value",
-    "int_or_none",
-    "is_number",
-    "parse_each",
-    "parse_flag",
-    "parse_floats",
-    "read_capped",
-    "read_head",
-    "scan_files",
-    "stat_entry",
+    "FileTooLargeError", "Source", "candidate_dirs", "check_options", "dir_mtime", "file_source",
+    "find_child_dir", "flag_value", "int_or_none", "is_number", "parse_each", "parse_flag",
+    "parse_floats", "read_capped", "read_head", "scan_files", "stat_entry",
 ]
 
 

@@ -69,45 +69,19 @@ from detloader.annotations.builder import ChunkBuilder, ReadOptions
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
 from detloader.annotations.readers.common import (
-    Source,
-    candidate_dirs,
-    check_options,
-    file_source,
-    int_or_none,
-    parse_each,
+    Source, candidate_dirs, check_options, file_source, int_or_none, parse_each,
 )
-from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, ImageLocator, declared_size, find_image
+from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, ImageLocator, locate_image
 from detloader.annotations.readers.cvat_shapes import (
-    BoxShape,
-    PointsShape,
-    link_points,
-    parse_attributes,
-    parse_box,
-    parse_points,
-    parse_skeleton,
+    BoxShape, PointsShape, link_points, parse_attributes, parse_box, parse_points, parse_skeleton,
 )
 from detloader.annotations.readers.safe_xml import (
-    STREAM_ERRORS,
-    annotation_xml,
-    iterparse_safe,
-    sniff_xml,
-    stream_records,
+    STREAM_ERRORS, annotation_xml, iterparse_safe, sniff_xml, stream_records,
 )
 
 __all__ = [
-    "IMAGES_BY",
-    "LINK_POINTS",
-    "NAME",
-    "OPTIONS",
-    "PARALLEL",
-    "ROOT_TAG",
-    "SUBSET_ATTRIBUTE",
-    "UNSUPPORTED_SHAPES",
-    "default_landmarks",
-    "discover",
-    "parse",
-    "sniff",
-    "splits",
+    "IMAGES_BY", "LINK_POINTS", "NAME", "OPTIONS", "PARALLEL", "ROOT_TAG", "SUBSET_ATTRIBUTE",
+    "UNSUPPORTED_SHAPES", "default_landmarks", "discover", "parse", "sniff", "splits",
 ]
 
 NAME = "cvat"
@@ -270,13 +244,12 @@ def _image(
     if subset and images_by == "name":
         alternatives = alternatives + [os.path.join(subset, name)]
     shown = f"id={image_id!r}" if images_by == "id" else f"name={name!r}"
-    rel = find_image(locator, b, first, element, shown, alternatives)
-    if rel is None:
+    found = locate_image(
+        locator, b, first, element, shown, image.get("width"), image.get("height"), alternatives=alternatives
+    )
+    if found is None:
         return
-    size = declared_size(b, locator.root, rel, element, image.get("width"), image.get("height"))
-    if size is None:
-        return
-    width, height = size
+    rel, width, height = found
 
     boxes: list[BoxShape] = []
     points: list[PointsShape] = []

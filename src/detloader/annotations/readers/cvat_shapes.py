@@ -17,12 +17,7 @@ from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.readers.common import flag_value
 
 __all__ = [
-    "BoxShape",
-    "PointsShape",
-    "link_points",
-    "parse_attributes",
-    "parse_box",
-    "parse_points",
+    "BoxShape", "PointsShape", "link_points", "parse_attributes", "parse_box", "parse_points",
     "parse_skeleton",
 ]
 

@@ -47,14 +47,9 @@ from lxml import etree
 from detloader.annotations.builder import ChunkBuilder, ReadOptions
 from detloader.annotations.landmarks import IBUG68, LandmarkSchema, preset_schema
 from detloader.annotations.readers.common import (
-    Source,
-    candidate_dirs,
-    check_options,
-    file_source,
-    flag_value,
-    parse_each,
+    Source, candidate_dirs, check_options, file_source, flag_value, parse_each,
 )
-from detloader.annotations.readers.locate import ImageLocator, declared_size, find_image
+from detloader.annotations.readers.locate import ImageLocator, locate_image
 from detloader.annotations.readers.safe_xml import annotation_xml, sniff_xml, stream_records
 
 NAME = "imglab"
@@ -118,13 +113,13 @@ def _image(image: etree._Element, element: str, locator: ImageLocator, default_c
     if not name:
         b.problem("missing_field", element, "file= is missing", "image skipped")
         return
-    rel = find_image(locator, b, name, f"{element}/file", f"file={name!r}")
-    if rel is None:
+    found = locate_image(
+        locator, b, name, element, f"file={name!r}", image.get("width"), image.get("height"),
+        name_where=f"{element}/file",
+    )
+    if found is None:
         return
-    size = declared_size(b, locator.root, rel, element, image.get("width"), image.get("height"))
-    if size is None:
-        return
-    width, height = size
+    rel, width, height = found
     if not b.add_image(rel, width, height, record=name):
         return
     for j, box in enumerate(image.iterfind("box"), start=1):

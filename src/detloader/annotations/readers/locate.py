@@ -17,16 +17,8 @@ from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.readers.common import int_or_none
 
 __all__ = [
-    "IMAGE_EXTENSIONS",
-    "ImageLocator",
-    "add_listed_image",
-    "declared_size",
-    "find_image",
-    "header_size",
-    "image_header_size",
-    "image_size",
-    "inside",
-    "stays_inside",
+    "IMAGE_EXTENSIONS", "ImageLocator", "add_listed_image", "declared_size", "find_image",
+    "header_size", "image_header_size", "image_size", "inside", "locate_image", "stays_inside",
 ]
 
 #: Image file extensions tried when an annotation names an image without one (or wrongly).
@@ -193,6 +185,20 @@ def declared_size(
     if w and h and w > 0 and h > 0:
         return w, h
     return header_size(b, root, rel, element, raw if raw is not None else f"width={width!r} height={height!r}")
+
+
+def locate_image(
+    locator: ImageLocator, b: ChunkBuilder, name: str, where: str, shown: str, width: str | None,
+    height: str | None, *, name_where: str | None = None, alternatives: Sequence[str] = (), raw: str | None = None,
+) -> tuple[str, int, int] | None:
+    """:func:`find_image` (its problems at ``name_where``, default ``where``), then
+    :func:`declared_size`: ``(path relative to the root, width, height)``, or None with the
+    problem reported."""
+    rel = find_image(locator, b, name, name_where or where, shown, alternatives)
+    if rel is None:
+        return None
+    size = declared_size(b, locator.root, rel, where, width, height, raw)
+    return None if size is None else (rel, *size)
 
 
 def image_size(b: ChunkBuilder, root: str, rel: str, element: str) -> tuple[int, int] | None:

@@ -33,21 +33,9 @@ _EXTERNAL = re.compile(rb"\b(SYSTEM|PUBLIC)\b")
 
 
 __all__ = [
-    "MAX_XML_BYTES",
-    "STREAM_ERRORS",
-    "UnsafeXMLError",
-    "annotation_xml",
-    "check_prolog",
-    "iter_xml",
-    "iterparse_safe",
-    "parse_xml_bytes",
-    "prolog_end",
-    "report_xml_error",
-    "root_tag",
-    "sniff_xml",
-    "stream_records",
-    "syntax_message",
-    "xml_files_with_root",
+    "MAX_XML_BYTES", "STREAM_ERRORS", "UnsafeXMLError", "annotation_xml", "check_prolog",
+    "iter_xml", "iterparse_safe", "parse_xml_bytes", "prolog_end", "report_xml_error", "root_tag",
+    "sniff_xml", "stream_records", "syntax_message", "xml_files_with_root",
 ]
 
 

@@ -38,12 +38,7 @@ import numpy as np
 
 from detloader.annotations.builder import ChunkBuilder, ReadOptions
 from detloader.annotations.readers.common import (
-    Source,
-    candidate_dirs,
-    check_options,
-    dir_mtime,
-    read_head,
-    stat_entry,
+    Source, candidate_dirs, check_options, dir_mtime, read_head, stat_entry,
 )
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, ImageLocator, add_listed_image
 from detloader.annotations.readers.txt_faces import INTEGER, parse_retinaface, parse_wider
@@ -51,18 +46,8 @@ from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import FACE5
 
 __all__ = [
-    "DEFAULT_LANDMARKS",
-    "KINDS",
-    "LIST_NAMES",
-    "NAME",
-    "NAMES_FILES",
-    "OPTIONS",
-    "PARALLEL",
-    "detect_kind",
-    "discover",
-    "parse",
-    "sniff",
-    "splits",
+    "DEFAULT_LANDMARKS", "KINDS", "LIST_NAMES", "NAME", "NAMES_FILES", "OPTIONS", "PARALLEL",
+    "detect_kind", "discover", "parse", "sniff", "splits",
 ]
 
 NAME = "txt"

@@ -51,13 +51,7 @@ from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import FACE5, LandmarkSchema
 from detloader.annotations.problems import Problem
 from detloader.annotations.readers.common import (
-    FileTooLargeError,
-    Source,
-    dir_mtime,
-    find_child_dir,
-    read_capped,
-    scan_files,
-    stat_entry,
+    FileTooLargeError, Source, dir_mtime, find_child_dir, read_capped, scan_files, stat_entry,
 )
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, header_size, stays_inside
 from detloader.annotations.readers.voc_objects import child_text, first_children, parse_attributes, parse_object

@@ -47,40 +47,17 @@ from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
 from detloader.annotations.problems import Problem
 from detloader.annotations.readers.common import (
-    Source,
-    check_options,
-    find_child_dir,
-    parse_floats,
-    read_capped,
-    read_head,
-    stat_entry,
+    Source, check_options, find_child_dir, parse_floats, read_capped, read_head, stat_entry,
 )
 from detloader.annotations.readers.locate import image_size
 from detloader.annotations.readers.yolo_config import (
-    IMAGE_SUFFIXES,
-    YoloConfigError,
-    class_names,
-    find_yaml,
-    images_under,
-    kpt_config,
-    load_yaml,
-    find_names_file,
-    split_images,
+    IMAGE_SUFFIXES, YoloConfigError, class_names, find_yaml, images_under, kpt_config, load_yaml,
+    find_names_file, split_images,
 )
 
 __all__ = [
-    "NAME",
-    "OPTIONS",
-    "PARALLEL",
-    "SNAP",
-    "SPLIT_KEYS",
-    "YoloConfigError",
-    "default_landmarks",
-    "discover",
-    "label_path",
-    "parse",
-    "sniff",
-    "splits",
+    "NAME", "OPTIONS", "PARALLEL", "SNAP", "SPLIT_KEYS", "YoloConfigError", "default_landmarks",
+    "discover", "label_path", "parse", "sniff", "splits",
 ]
 
 NAME = "yolo"

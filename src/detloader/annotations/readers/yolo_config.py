@@ -15,17 +15,8 @@ from detloader.annotations.readers.common import scan_files, stat_entry
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS
 
 __all__ = [
-    "IMAGE_SUFFIXES",
-    "NAMES_FILES",
-    "YAML_NAMES",
-    "YoloConfigError",
-    "class_names",
-    "find_yaml",
-    "images_under",
-    "kpt_config",
-    "load_yaml",
-    "find_names_file",
-    "split_images",
+    "IMAGE_SUFFIXES", "NAMES_FILES", "YAML_NAMES", "YoloConfigError", "class_names", "find_yaml",
+    "images_under", "kpt_config", "load_yaml", "find_names_file", "split_images",
 ]
 
 YAML_NAMES = ("data.yaml", "dataset.yaml", "data.yml", "dataset.yml")
