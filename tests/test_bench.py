@@ -100,6 +100,8 @@ def test_decode_threads_are_measured_where_the_loader_takes_them(small_synth_roo
 def test_settings_and_report_refuse_what_they_cannot_compare():
     with pytest.raises(ValueError, match="batches=0"):
         BenchSettings.make(batches=0)
+    with pytest.raises(ValueError, match="sections=\\['speed'\\]: choose from loader, index, sampler"):
+        BenchSettings.make(sections=["speed"])
     assert BenchSettings.make(True, size=96).size == 96 and BenchSettings.make(True).batches == 2
     report = BenchReport(settings={}, machine={})
     report.add("s", "nothing measured", ("a", 1.0), ("b", 0.0), "s")
@@ -114,3 +116,11 @@ def test_bench_is_a_cli_command(capsys):
     out = capsys.readouterr().out
     for option in ("--size", "--batch-size", "--batches", "--json", "--quick"):
         assert option in out
+
+
+def test_bench_runs_only_the_sections_asked_for(capsys):
+    data = _run(capsys, "--sections", "sampler", "--sampler-weights", "4000")
+    assert {r["section"] for r in data["ratios"]} == {"sampler"}
+    assert set(data["figures"]) == {"sampler"} and data["settings"]["sections"] == ["sampler"]
+    assert main(["bench", "--sections", "speed"]) == 2
+    assert "choose from loader, index, sampler" in capsys.readouterr().err

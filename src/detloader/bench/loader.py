@@ -10,6 +10,7 @@ import pickle
 import tempfile
 from typing import Any, Callable
 
+import torch
 from torch.utils.data import DataLoader, Dataset
 
 from detloader.annotations.index import AnnotationIndex
@@ -68,7 +69,21 @@ def bench_loader(
     decode_images: int,
 ) -> None:
     """Fill ``report``'s loader figures and ratios (``root``: the annotation folder, for the
-    baselines that read VOC files themselves)."""
+    baselines that read VOC files themselves). The main process runs torch on one thread, as
+    the workers do (``torch.set_num_threads(1)``): torch's intra-op threads would compete
+    with the workers and the decoding for the same cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _bench_loader(report, index, root, size, batch_size, batches, cpus, decode_images)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _bench_loader(
+    report: BenchReport, index: AnnotationIndex, root: Any, size: int, batch_size: int,
+    batches: int, cpus: int, decode_images: int,
+) -> None:
     single = decode_rate(index, size, decode_images)
     ceiling = single * cpus
     fig: dict[str, Any] = {"decode_single_core": single, "decode_ceiling": ceiling, "cpus": cpus}

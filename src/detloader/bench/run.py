@@ -28,7 +28,10 @@ from detloader.bench.report import BenchReport
 from detloader.bench.samplers import bench_samplers
 from detloader.synth import make_synthetic
 
-__all__ = ["BenchSettings", "machine_description", "run_bench"]
+__all__ = ["SECTIONS", "BenchSettings", "machine_description", "run_bench"]
+
+#: The sections, in the order they run.
+SECTIONS = ("loader", "index", "sampler")
 
 
 @dataclass(frozen=True)
@@ -43,12 +46,18 @@ class BenchSettings:
     sampler_weights: int = 10_000_000
     sampler_draws: int = 1_000_000
     index_files: int = 5000
+    sections: tuple[str, ...] = SECTIONS
 
     @classmethod
     def make(cls, quick: bool = False, **given: Any) -> "BenchSettings":
         """Defaults, or the quick ones, overridden by every ``given`` value that is not None."""
         base = dict(size=64, batch_size=4, batches=2, sampler_weights=20_000, sampler_draws=2000, index_files=40) if quick else {}
         base.update({k: v for k, v in given.items() if v is not None})
+        if "sections" in base:
+            base["sections"] = tuple(base["sections"])
+            unknown = set(base["sections"]) - set(SECTIONS)
+            if unknown or not base["sections"]:
+                raise ValueError(f"sections={list(base['sections'])!r}: choose from {', '.join(SECTIONS)}")
         settings = cls(quick=quick, **base)
         for name in ("size", "batch_size", "batches", "sampler_weights", "sampler_draws", "index_files"):
             value = getattr(settings, name)
@@ -79,6 +88,14 @@ def machine_description() -> dict[str, Any]:
     }
 
 
+def _image_set(path: str | os.PathLike[str] | None, s: BenchSettings, tmp: Path) -> Path:
+    """``path``, or a synthetic image set of twice the images the loader section times."""
+    if path is not None:
+        return Path(path)
+    images = (s.batches + 1) * s.batch_size * 2
+    return make_synthetic(tmp / "images", images, seed=0, size=(80, 60) if s.quick else (640, 480))
+
+
 def run_bench(
     path: str | os.PathLike[str] | None = None,
     settings: BenchSettings | None = None,
@@ -93,6 +110,7 @@ def run_bench(
             "data": "synthetic" if path is None else "given",
             "size": s.size, "batch_size": s.batch_size, "batches": s.batches, "quick": s.quick,
             "sampler_weights": s.sampler_weights, "sampler_draws": s.sampler_draws,
+            "sections": list(s.sections),
         },
         machine=machine_description(),
     )
@@ -100,29 +118,28 @@ def run_bench(
     with tempfile.TemporaryDirectory(prefix="detloader-bench-") as tmp:
         os.environ[CACHE_DIR_ENV] = str(Path(tmp) / "cache")
         try:
-            if path is None:
-                say("synthesising data")
-                images = (s.batches + 1) * s.batch_size * 2
-                wh = (80, 60) if s.quick else (640, 480)
-                root: Path = make_synthetic(Path(tmp) / "images", images, seed=0, size=wh)
-                index_root = make_synthetic(Path(tmp) / "xml", s.index_files, seed=1, write_images=False)
-            else:
-                root = index_root = Path(path)
-            index = read_annotations(root, on_error="skip")
-            report.settings["images"] = len(index)
-            say("loader")
-            bench_loader(
-                report, index, root if voc_layout(root) else None, size=s.size,
-                batch_size=s.batch_size, batches=s.batches, cpus=cpus,
-                decode_images=min(len(index), s.batch_size * s.batches),
-            )
-            say("index")
-            if (index_root / "Annotations").is_dir():
-                bench_index(report, index_root, on_error="skip")
-            else:
-                report.notes.append("index: the ElementTree baseline needs Annotations/*.xml: skipped")
-            say("sampler")
-            bench_samplers(report, s.sampler_weights, s.sampler_draws)
+            if "loader" in s.sections:
+                root = _image_set(path, s, Path(tmp))
+                index = read_annotations(root, on_error="skip")
+                report.settings["images"] = len(index)
+                say("loader")
+                bench_loader(
+                    report, index, root if voc_layout(root) else None, size=s.size,
+                    batch_size=s.batch_size, batches=s.batches, cpus=cpus,
+                    decode_images=min(len(index), s.batch_size * s.batches),
+                )
+            if "index" in s.sections:
+                say("index")
+                index_root = Path(path) if path is not None else make_synthetic(
+                    Path(tmp) / "xml", s.index_files, seed=1, write_images=False
+                )
+                if (index_root / "Annotations").is_dir():
+                    bench_index(report, index_root, on_error="skip")
+                else:
+                    report.notes.append("index: the ElementTree baseline needs Annotations/*.xml: skipped")
+            if "sampler" in s.sections:
+                say("sampler")
+                bench_samplers(report, s.sampler_weights, s.sampler_draws)
         finally:
             if old_cache is None:
                 os.environ.pop(CACHE_DIR_ENV, None)

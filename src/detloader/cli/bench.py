@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--index-files", type=int, help="synthetic XML files for the index section (default: 5000)"
     )
+    p.add_argument(
+        "--sections", nargs="+", metavar="SECTION", help="run only these: loader, index, sampler (default: all)"
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument(
         "--quick", action="store_true", help="a tiny run that checks every section (figures mean nothing)"
@@ -47,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
         sampler_weights=args.sampler_weights,
         sampler_draws=args.sampler_draws,
         index_files=args.index_files,
+        sections=args.sections,
     )
     progress = None if args.json else (lambda section: print(f"measuring: {section}", file=sys.stderr))
     report = run_bench(args.path, settings, progress)
