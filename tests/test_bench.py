@@ -48,6 +48,7 @@ def test_bench_quick_json_on_a_tiny_synthetic_set(small_synth_root, capsys):
     index = data["figures"]["index"]
     assert index["files"] == 24
     assert rows["cold build, 24 VOC files: ElementTree loop / detloader"]["b"] == index["cold_s"]
+    assert rows["cold build in 1 process, 24 VOC files: ElementTree loop / detloader"]["b"] == index["cold_1_process_s"]
     assert rows["warm reload, 24 VOC files: ElementTree loop / detloader"]["b"] == index["warm_s"]
     sampler = data["figures"]["sampler"]
     assert sampler["weights"] == 5000 and sampler["draws"] == 2000
@@ -67,7 +68,7 @@ def test_bench_quick_without_a_path_synthesises_its_data(capsys):
     assert data["figures"]["index"]["files"] == 30
 
 
-def test_decode_threads_are_measured_where_the_loader_takes_them(small_synth_root, monkeypatch):
+def test_decode_threads_are_measured_where_the_loader_takes_them(small_synth_root, monkeypatch, tmp_path):
     """With a make_loader that takes decode_threads, the section adds num_workers {0, best} x
     decode_threads {0, CPUs}, and passes the setting on."""
     real = bench_loader_module.make_loader
@@ -84,7 +85,7 @@ def test_decode_threads_are_measured_where_the_loader_takes_them(small_synth_roo
     report = BenchReport(settings={}, machine={})
     bench_loader_module.bench_loader(
         report, detloader.read_annotations(small_synth_root), small_synth_root,
-        size=32, batch_size=4, batches=1, cpus=1, decode_images=4,
+        size=32, batch_size=4, batches=1, cpus=1, decode_images=4, workdir=tmp_path,
     )
     whats = {r.what for r in report.ratios}
     best = report.figures["loader"]["best_num_workers"]
@@ -95,6 +96,14 @@ def test_decode_threads_are_measured_where_the_loader_takes_them(small_synth_roo
     assert set(report.figures["loader"]["detloader_decode_threads"]) == {
         f"num_workers={w},decode_threads={t}" for w in sorted({0, best}) for t in (0, 1)
     }
+
+
+def test_best_of_takes_the_best_of_each_measure_round_robin():
+    calls = []
+    values = {"a": iter([1.0, 3.0]), "b": iter([5.0, 2.0])}
+    measures = {k: (lambda k=k: calls.append(k) or next(values[k])) for k in values}
+    assert bench_loader_module.best_of(measures, 2) == {"a": 3.0, "b": 5.0}
+    assert calls == ["a", "b", "a", "b"]
 
 
 def test_settings_and_report_refuse_what_they_cannot_compare():

@@ -44,7 +44,9 @@ class WeightedSampler(EpochSampler):
 
     The epoch's indices (all ranks) are :meth:`global_indices`; this rank's share is
     :meth:`indices` (int32). With replacement a rank computes only
-    its own share: every draw depends only on its position in the epoch.
+    its own share: every draw depends only on its position in the epoch, so iterating draws
+    the epoch chunk by chunk as it goes (the first indices of a 100M-draw epoch cost the
+    table and a few chunks, not the whole epoch), and a resume starts at its chunk.
     """
 
     def __init__(

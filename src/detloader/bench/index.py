@@ -60,14 +60,18 @@ def warm_reload(root: Path, repeat: int = 5, **kwargs: Any) -> float:
 
 
 def bench_index(report: BenchReport, root: Path, **kwargs: Any) -> None:
-    """Fill ``report``'s index figures: baseline, cold and warm seconds on ``root`` (VOC)."""
+    """Fill ``report``'s index figures: baseline, cold (1 process, then the default workers)
+    and warm seconds on ``root`` (VOC)."""
     warm_page_cache(root)
     base_s, objects = baseline_parse(root)
+    serial_s, _ = cold_build(root, workers=1, **kwargs)
     cold_s, index = cold_build(root, **kwargs)
     warm_s = warm_reload(root, **kwargs)
     report.figures[SECTION] = {
-        "files": len(index), "objects": objects, "baseline_s": base_s, "cold_s": cold_s, "warm_s": warm_s,
+        "files": len(index), "objects": objects, "baseline_s": base_s, "cold_1_process_s": serial_s,
+        "cold_s": cold_s, "warm_s": warm_s,
     }
     what = f"{len(index)} VOC files"
+    report.add(SECTION, f"cold build in 1 process, {what}: ElementTree loop / detloader", ("ElementTree", base_s), ("cold", serial_s), "s")
     report.add(SECTION, f"cold build, {what}: ElementTree loop / detloader", ("ElementTree", base_s), ("cold", cold_s), "s")
     report.add(SECTION, f"warm reload, {what}: ElementTree loop / detloader", ("ElementTree", base_s), ("warm", warm_s), "s")

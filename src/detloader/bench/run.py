@@ -46,12 +46,13 @@ class BenchSettings:
     sampler_weights: int = 10_000_000
     sampler_draws: int = 1_000_000
     index_files: int = 5000
+    repeats: int = 2
     sections: tuple[str, ...] = SECTIONS
 
     @classmethod
     def make(cls, quick: bool = False, **given: Any) -> "BenchSettings":
         """Defaults, or the quick ones, overridden by every ``given`` value that is not None."""
-        base = dict(size=64, batch_size=4, batches=2, sampler_weights=20_000, sampler_draws=2000, index_files=40) if quick else {}
+        base = dict(size=64, batch_size=4, batches=2, sampler_weights=20_000, sampler_draws=2000, index_files=40, repeats=1) if quick else {}
         base.update({k: v for k, v in given.items() if v is not None})
         if "sections" in base:
             base["sections"] = tuple(base["sections"])
@@ -59,7 +60,7 @@ class BenchSettings:
             if unknown or not base["sections"]:
                 raise ValueError(f"sections={list(base['sections'])!r}: choose from {', '.join(SECTIONS)}")
         settings = cls(quick=quick, **base)
-        for name in ("size", "batch_size", "batches", "sampler_weights", "sampler_draws", "index_files"):
+        for name in ("size", "batch_size", "batches", "sampler_weights", "sampler_draws", "index_files", "repeats"):
             value = getattr(settings, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} must be an int >= 1")
@@ -108,7 +109,7 @@ def run_bench(
     report = BenchReport(
         settings={
             "data": "synthetic" if path is None else "given",
-            "size": s.size, "batch_size": s.batch_size, "batches": s.batches, "quick": s.quick,
+            "size": s.size, "batch_size": s.batch_size, "batches": s.batches, "repeats": s.repeats, "quick": s.quick,
             "sampler_weights": s.sampler_weights, "sampler_draws": s.sampler_draws,
             "sections": list(s.sections),
         },
@@ -127,6 +128,7 @@ def run_bench(
                     report, index, root if voc_layout(root) else None, size=s.size,
                     batch_size=s.batch_size, batches=s.batches, cpus=cpus,
                     decode_images=min(len(index), s.batch_size * s.batches),
+                    workdir=Path(tmp), repeats=s.repeats,
                 )
             if "index" in s.sections:
                 say("index")

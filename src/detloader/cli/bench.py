@@ -21,6 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, help="images per batch (default: 16)")
     p.add_argument("--batches", type=int, help="batches timed per setting (default: 20)")
     p.add_argument(
+        "--repeats", type=int, help="runs per loader setting, best kept, taken round-robin (default: 2)"
+    )
+    p.add_argument(
         "--sampler-weights", type=int, help="weights for the sampler section (default: 10,000,000)"
     )
     p.add_argument(
@@ -47,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
         size=args.size,
         batch_size=args.batch_size,
         batches=args.batches,
+        repeats=args.repeats,
         sampler_weights=args.sampler_weights,
         sampler_draws=args.sampler_draws,
         index_files=args.index_files,
