@@ -168,3 +168,17 @@ def test_iteration_draws_chunk_by_chunk_the_same_items_as_indices(world_size, ra
         resumed.load_state_dict({"epoch": 0, "offset": offset})
         assert list(resumed) == whole[offset:].tolist()
         assert resumed.state_dict()["offset"] == len(whole)
+
+
+def test_an_iteration_keeps_the_epoch_it_started_with():
+    """set_epoch while an iterator is still running does not change what it yields."""
+    from detloader.balance.base import CHUNK
+
+    w = np.random.default_rng(3).random(100)
+    kw = dict(num_samples=2 * CHUNK * 8 + 5, seed=1, threads=1)
+    whole = WeightedSampler(w, **kw).indices().tolist()
+    s = WeightedSampler(w, **kw)
+    it = iter(s)
+    head = [next(it) for _ in range(3)]
+    s.set_epoch(1)
+    assert head + list(it) == whole

@@ -108,13 +108,13 @@ class WeightedSampler(EpochSampler):
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64).tolist()
         return los, firsts, offsets
 
-    def _draw_chunk(self, k: int, lo: int, first: int, world_size: int) -> np.ndarray:
-        """The draws of chunk ``k`` (global positions ``lo, lo + 1, ...``) at positions
-        ``first::world_size`` of the chunk. Each chunk has its own stream."""
+    def _draw_chunk(self, epoch: int, k: int, lo: int, first: int, world_size: int) -> np.ndarray:
+        """The draws of chunk ``k`` of ``epoch`` (global positions ``lo, lo + 1, ...``) at
+        positions ``first::world_size`` of the chunk. Each chunk has its own stream."""
         assert self._table is not None
         n = len(self.weights)
         span = n << 32  # x uniform in [0, n * 2**32): bucket x >> 32, coin x & (2**32 - 1)
-        x = epoch_generator(self.seed, self.epoch, STREAM_WEIGHTED, k).integers(
+        x = epoch_generator(self.seed, epoch, STREAM_WEIGHTED, k).integers(
             0, span, size=min(CHUNK, self.total_size - lo), dtype=np.uint64
         )
         if world_size > 1:
@@ -130,7 +130,7 @@ class WeightedSampler(EpochSampler):
         out = np.empty(offsets[-1], dtype=index_dtype(len(self.weights)))
 
         def draw(k: int) -> None:
-            out[offsets[k] : offsets[k + 1]] = self._draw_chunk(k, los[k], firsts[k], world_size)
+            out[offsets[k] : offsets[k + 1]] = self._draw_chunk(self.epoch, k, los[k], firsts[k], world_size)
 
         thread_map(draw, len(los), self.threads)
         return out
@@ -139,7 +139,7 @@ class WeightedSampler(EpochSampler):
         """With replacement, and unless this epoch's share was already drawn: the chunks
         from the one holding ``start`` on, drawn as they are reached (``threads`` chunks at
         a time), so the first indices of a long epoch come without drawing the rest. The
-        items are those of :meth:`indices`."""
+        items are those of :meth:`indices` (of the epoch set when the iteration started)."""
         if not self.replacement or (self._cache is not None and self._cache[0] == self.epoch):
             yield from super()._item_slices(start)
             return
@@ -147,9 +147,10 @@ class WeightedSampler(EpochSampler):
         dtype = index_dtype(len(self.weights))
         k0 = max(0, int(np.searchsorted(offsets, start, side="right")) - 1)
         step = 4 * self.threads  # chunks per round: 4 per thread
+        epoch = self.epoch
 
         def draw(k: int) -> np.ndarray:
-            return self._draw_chunk(k, los[k], firsts[k], self.world_size)
+            return self._draw_chunk(epoch, k, los[k], firsts[k], self.world_size)
 
         for at in range(k0, len(los), step):
             ks = range(at, min(at + step, len(los)))

@@ -98,7 +98,9 @@ class _VOCResize:
         return image, _target(boxes, labels, sx, sy)
 
 
-def torchvision_voc(root: str | os.PathLike[str], classes: list[str], size: int, workdir: str | os.PathLike[str]) -> Dataset | None:  # type: ignore[type-arg]
+def torchvision_voc(
+    root: str | os.PathLike[str], classes: list[str], size: int, workdir: str | os.PathLike[str]
+) -> Dataset | None:  # type: ignore[type-arg]
     """torchvision ``VOCDetection`` over ``root`` (VOC layout), or None without torchvision.
 
     VOCDetection reads ``VOCdevkit/VOC2007/`` with an image-set list: ``workdir`` gets that

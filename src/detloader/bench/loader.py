@@ -71,10 +71,10 @@ def bench_loader(
     repeats: int = 1,
 ) -> None:
     """Fill ``report``'s loader figures and ratios (``root``: the annotation folder, for the
-    baselines that read VOC files themselves; ``workdir``: a folder for torchvision's
-    VOC tree). Every figure is the best of ``repeats`` runs (:func:`best_of`). The main process runs torch on one thread, as
-    the workers do (``torch.set_num_threads(1)``): torch's intra-op threads would compete
-    with the workers and the decoding for the same cores."""
+    baselines that read VOC files themselves; ``workdir``: a folder for torchvision's VOC
+    tree). Every figure is the best of ``repeats`` runs (:func:`best_of`). The main process
+    runs torch on one thread, as the workers do (``torch.set_num_threads(1)``): torch's
+    intra-op threads would compete with the workers and the decoding for the same cores."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -97,6 +97,9 @@ def _bench_loader(
     report: BenchReport, index: AnnotationIndex, root: Any, size: int, batch_size: int,
     batches: int, cpus: int, decode_images: int, repeats: int, workdir: Path,
 ) -> None:
+    for i in range(min(len(index), (batches + 1) * batch_size)):  # every contender reads from memory
+        Path(index.image_path(i)).read_bytes()
+
     def ours(workers: int, threads: int | None = None) -> Callable[[], float]:
         return lambda: _rate(lambda: _loader(index, size, batch_size, workers, threads), len, batches)
 
@@ -115,7 +118,10 @@ def _bench_loader(
     }
     report.add(SECTION, f"decode ceiling: 1 core x {cpus} CPUs", ("ceiling", ceiling), ("1 core", single), "img/s")
     for w, rate in rates.items():
-        report.add(SECTION, f"detloader num_workers={w} / decode ceiling", ("detloader", rate), ("ceiling", ceiling), "img/s")
+        report.add(
+            SECTION, f"detloader num_workers={w} / decode ceiling",
+            ("detloader", rate), ("ceiling", ceiling), "img/s",
+        )
     workers = sorted({0, best})
     target = decode_threads_target()
     fig["decode_threads"] = target
@@ -142,7 +148,10 @@ def _bench_loader(
     for key in baselines:
         name, w = key.split(":")
         fig.setdefault(name, {})[w] = measured[key]
-        report.add(SECTION, f"num_workers={w}: detloader / {name}", ("detloader", rates[int(w)]), (name, measured[key]), "img/s")
+        report.add(
+            SECTION, f"num_workers={w}: detloader / {name}",
+            ("detloader", rates[int(w)]), (name, measured[key]), "img/s",
+        )
     _bytes_per_batch(report, fig, index, root, size, batch_size)
     report.figures[SECTION] = fig
 
@@ -176,7 +185,9 @@ def _baselines(
     }
 
 
-def _bytes_per_batch(report: BenchReport, fig: dict[str, Any], index: AnnotationIndex, root: Any, size: int, batch_size: int) -> None:
+def _bytes_per_batch(
+    report: BenchReport, fig: dict[str, Any], index: AnnotationIndex, root: Any, size: int, batch_size: int
+) -> None:
     """Pickled bytes of one batch: what a worker hands to the main process."""
     batch = next(iter(_loader(index, size, batch_size, 0, None)))
     ours = len(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
@@ -184,7 +195,11 @@ def _bytes_per_batch(report: BenchReport, fig: dict[str, Any], index: Annotation
     fig["batch_images"] = len(batch)
     if root is None or not voc_layout(root):
         return
-    tutorial = next(iter(DataLoader(TutorialDataset(root, list(index.classes), size), batch_size=len(batch), collate_fn=tutorial_collate)))
+    tutorial_set = TutorialDataset(root, list(index.classes), size)
+    tutorial = next(iter(DataLoader(tutorial_set, batch_size=len(batch), collate_fn=tutorial_collate)))
     theirs = len(pickle.dumps(tutorial, protocol=pickle.HIGHEST_PROTOCOL))
     fig["tutorial_batch_bytes"] = theirs
-    report.add(SECTION, f"pickled bytes per batch of {len(batch)}: tutorial / detloader", ("tutorial", theirs), ("detloader", ours), "B")
+    report.add(
+        SECTION, f"pickled bytes per batch of {len(batch)}: tutorial / detloader",
+        ("tutorial", theirs), ("detloader", ours), "B",
+    )

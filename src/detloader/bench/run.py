@@ -52,7 +52,10 @@ class BenchSettings:
     @classmethod
     def make(cls, quick: bool = False, **given: Any) -> "BenchSettings":
         """Defaults, or the quick ones, overridden by every ``given`` value that is not None."""
-        base = dict(size=64, batch_size=4, batches=2, sampler_weights=20_000, sampler_draws=2000, index_files=40, repeats=1) if quick else {}
+        base: dict[str, Any] = dict(
+            size=64, batch_size=4, batches=2, sampler_weights=20_000, sampler_draws=2000,
+            index_files=40, repeats=1,
+        ) if quick else {}
         base.update({k: v for k, v in given.items() if v is not None})
         if "sections" in base:
             base["sections"] = tuple(base["sections"])

@@ -103,6 +103,8 @@ def bench_samplers(report: BenchReport, n: int, draws: int) -> None:
         fig["torch"] = sampler_case("torch", weights, draws)
         t, o = fig["torch"], fig["ours"]
         what = f"{n:,} weights"
-        report.add(SECTION, f"{what}, first {draws:,} indices: torch / detloader", ("torch", t["first_s"]), ("detloader", o["first_s"]), "s")
-        report.add(SECTION, f"{what}, one epoch as an array: torch / detloader", ("torch", t["epoch_s"]), ("detloader", o["epoch_s"]), "s")
+        for key, step in (("first_s", f"first {draws:,} indices"), ("epoch_s", "one epoch as an array")):
+            report.add(
+                SECTION, f"{what}, {step}: torch / detloader", ("torch", t[key]), ("detloader", o[key]), "s"
+            )
     report.figures[SECTION] = fig
