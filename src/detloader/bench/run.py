@@ -112,7 +112,8 @@ def run_bench(
     report = BenchReport(
         settings={
             "data": "synthetic" if path is None else "given",
-            "size": s.size, "batch_size": s.batch_size, "batches": s.batches, "repeats": s.repeats, "quick": s.quick,
+            "size": s.size, "batch_size": s.batch_size, "batches": s.batches,
+            "repeats": s.repeats, "quick": s.quick,
             "sampler_weights": s.sampler_weights, "sampler_draws": s.sampler_draws,
             "sections": list(s.sections),
         },
