@@ -32,7 +32,7 @@ fuzz: $(STAMP)
 	DETLOADER_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz_readers.py tests/test_fuzz_decode.py
 
 bench: $(STAMP)
-	$(PY) benchmarks/bench_index.py
+	$(PY) -m detloader bench
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .hypothesis src/*.egg-info

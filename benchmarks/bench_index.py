@@ -1,4 +1,5 @@
-"""Index build benchmark: cold parse and warm cache reload, against a plain ElementTree loop.
+"""Index build benchmark at scale: cold parse and warm cache reload against a plain ElementTree
+loop (the functions of ``detloader bench``'s index section), plus CPU use, memory and copies.
 
     python benchmarks/bench_index.py                 # 20k XML files; warm reload at 100k
     python benchmarks/bench_index.py --images 2000 --warm-images 0   # quick
@@ -18,7 +19,6 @@ from __future__ import annotations
 import argparse
 import mmap
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -29,20 +29,9 @@ import numpy as np
 
 from detloader import read_annotations
 from detloader._system import usable_cpus
+from detloader.bench import index as bench_index
+from detloader.bench.index import baseline_parse, warm_page_cache, warm_reload
 from detloader.synth import make_synthetic
-
-
-def baseline_parse(root: Path) -> tuple[float, int]:
-    """One ElementTree parse per file, objects' names and boxes into Python lists."""
-    start = time.perf_counter()
-    n_objects = 0
-    for path in sorted((root / "Annotations").glob("*.xml")):
-        tree = ET.parse(path)
-        for obj in tree.getroot().iter("object"):
-            box = obj.find("bndbox")
-            _ = (obj.findtext("name"), [float(box.findtext(k)) for k in ("xmin", "ymin", "xmax", "ymax")])
-            n_objects += 1
-    return time.perf_counter() - start, n_objects
 
 
 def baseline_full(root: Path) -> float:
@@ -60,12 +49,6 @@ def baseline_full(root: Path) -> float:
                  for k in obj.iterfind("keypoints/keypoint")]
             _ = {a.findtext("name"): a.findtext("value") for a in obj.iterfind("attributes/attribute")}
     return time.perf_counter() - start
-
-
-def warm_page_cache(root: Path) -> None:
-    """Read every annotation file once, so that no contender pays for the first disk read."""
-    for path in (root / "Annotations").iterdir():
-        path.read_bytes()
 
 
 class ProcessTreeCPU:
@@ -113,21 +96,10 @@ class ProcessTreeCPU:
 
 
 def cold_build(root: Path, workers: int | None) -> tuple[float, float, object]:
+    """Wall seconds, CPU seconds (all processes) and the index of a cold build."""
     with ProcessTreeCPU() as cpu:
-        wall0 = time.perf_counter()
-        index = read_annotations(root, check_images=False, cache="rebuild", workers=workers)
-        wall = time.perf_counter() - wall0
+        wall, index = bench_index.cold_build(root, workers)
     return wall, cpu.seconds, index
-
-
-def warm_reload(root: Path, repeat: int = 5) -> float:
-    read_annotations(root, check_images=False)  # make sure the cache exists
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        read_annotations(root, check_images=False)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def _anonymous_bytes() -> int:

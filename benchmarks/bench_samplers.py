@@ -1,4 +1,6 @@
-"""WeightedSampler vs torch.utils.data.WeightedRandomSampler: one epoch of indices, time and memory.
+"""WeightedSampler vs torch.utils.data.WeightedRandomSampler at several sizes, one process each.
+
+(``detloader bench`` has the one-size, in-process version of this comparison.)
 
 For each size (default 1M, 10M and 100M weights, float64, log-normal), each sampler runs in a
 fresh process:
@@ -30,44 +32,14 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from typing import Any
+
+from detloader.bench.samplers import PeakRSS
 
 GOAL_SPEEDUP_10M = 3.0
 GOAL_100M_SECONDS = 5.0
 GOAL_100M_MB = 2048.0
-
-
-class _PeakRSS:
-    """Largest RSS seen while active, sampled every millisecond in a thread."""
-
-    def __init__(self) -> None:
-        import psutil
-
-        self._proc = psutil.Process()
-        self.base = self._proc.memory_info().rss
-        self.peak = self.base
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self._proc.memory_info().rss)
-            time.sleep(0.001)
-
-    def __enter__(self) -> "_PeakRSS":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self._proc.memory_info().rss)
-
-    @property
-    def rise_mb(self) -> float:
-        return (self.peak - self.base) / 2**20
 
 
 def _case(impl: str, n: int, replacement: bool, epochs: int, iterate: bool, warm_gb: float) -> dict[str, Any]:
@@ -87,7 +59,7 @@ def _case(impl: str, n: int, replacement: bool, epochs: int, iterate: bool, warm
     out: dict[str, Any] = {"impl": impl, "n": n, "replacement": replacement, "error": None}
     epoch_times: list[float] = []
     tracemalloc.start()
-    with _PeakRSS() as mem:
+    with PeakRSS() as mem:
         try:
             t = time.perf_counter()
             if impl == "torch":
@@ -117,7 +89,7 @@ def _case(impl: str, n: int, replacement: bool, epochs: int, iterate: bool, warm
     if iterate and out["error"] is None:
         if impl == "ours":
             sampler.set_epoch(epochs)
-        with _PeakRSS() as mem:
+        with PeakRSS() as mem:
             t = time.perf_counter()
             count = sum(1 for _ in sampler)
             out["iterate"] = time.perf_counter() - t

@@ -146,3 +146,39 @@ def test_threads_change_nothing():
         assert np.array_equal(one.indices(), many.indices())
     with pytest.raises(ValueError, match="threads=0"):
         WeightedSampler(w, threads=0)
+
+
+@pytest.mark.parametrize("world_size, rank", [(1, 0), (3, 2)])
+def test_iteration_draws_chunk_by_chunk_the_same_items_as_indices(world_size, rank):
+    """Iterating draws the chunks as it reaches them (the first items of a long epoch need
+    no full draw), and yields exactly indices(); a resume at any offset yields the rest."""
+    from detloader.balance.base import CHUNK
+
+    w = np.random.default_rng(2).random(1000)
+    kw = dict(num_samples=3 * CHUNK + 123, seed=9, rank=rank, world_size=world_size, threads=2)
+    lazy = WeightedSampler(w, **kw)
+    it = iter(lazy)
+    head = [next(it) for _ in range(10)]
+    assert lazy._cache is None  # nothing of the epoch beyond the first chunks was drawn
+    whole = WeightedSampler(w, **kw).indices()
+    assert head == whole[:10].tolist()
+    assert head + list(it) == whole.tolist()
+    for offset in (0, 5, CHUNK // world_size + 1, len(whole) - 1, len(whole)):
+        resumed = WeightedSampler(w, **kw)
+        resumed.load_state_dict({"epoch": 0, "offset": offset})
+        assert list(resumed) == whole[offset:].tolist()
+        assert resumed.state_dict()["offset"] == len(whole)
+
+
+def test_an_iteration_keeps_the_epoch_it_started_with():
+    """set_epoch while an iterator is still running does not change what it yields."""
+    from detloader.balance.base import CHUNK
+
+    w = np.random.default_rng(3).random(100)
+    kw = dict(num_samples=2 * CHUNK * 8 + 5, seed=1, threads=1)
+    whole = WeightedSampler(w, **kw).indices().tolist()
+    s = WeightedSampler(w, **kw)
+    it = iter(s)
+    head = [next(it) for _ in range(3)]
+    s.set_epoch(1)
+    assert head + list(it) == whole

@@ -47,7 +47,7 @@ def default_threads() -> int:
     return max(1, min(8, usable_cpus() // local_world_size()))
 
 
-def alias_table(weights: np.ndarray, chunk: int = 1 << 18, threads: int = 1) -> np.ndarray:
+def alias_table(weights: np.ndarray, chunk: int = 1 << 16, threads: int = 1) -> np.ndarray:
     """Walker alias table of float64 ``weights`` ``[n]`` (n < 2**31), packed in uint64 ``[n]``.
 
     Entry ``b`` is ``(threshold << 32) | alias``: a draw picks bucket ``b`` uniformly and a

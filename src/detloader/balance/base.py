@@ -122,10 +122,17 @@ class EpochSampler(Sampler[Any]):
         """This rank's items of the current epoch, from its beginning (a numpy array)."""
         return self._rank_items()
 
-    def __iter__(self) -> Iterator[Any]:
+    def _item_slices(self, start: int) -> Iterator[np.ndarray]:
+        """This rank's items of the epoch from position ``start`` on, as consecutive numpy
+        slices. Here: slices of :meth:`_rank_items`; a sampler that can draw part of an epoch
+        by itself yields them as it draws (:class:`~detloader.balance.WeightedSampler`)."""
         items = self._rank_items()
+        for lo in range(start, len(items), _YIELD_SLICE):
+            yield items[lo : lo + _YIELD_SLICE]
+
+    def __iter__(self) -> Iterator[Any]:
         if self._resume:
-            start = min(self._offset, len(items))
+            start = min(self._offset, len(self))
             self._resume = False
         else:
             if self._drawn_epoch == self.epoch and not self._warned:
@@ -138,9 +145,8 @@ class EpochSampler(Sampler[Any]):
                 self._warned = True
             start = 0
         self._offset = start
-        for lo in range(start, len(items), _YIELD_SLICE):
-            part = items[lo : lo + _YIELD_SLICE].tolist()
-            for item in part:
+        for part in self._item_slices(start):
+            for item in part.tolist():
                 self._offset += 1
                 yield item
         self._drawn_epoch = self.epoch

@@ -9,7 +9,7 @@ Seeds, epochs, ranks and resume: :mod:`detloader.balance.base`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -44,7 +44,9 @@ class WeightedSampler(EpochSampler):
 
     The epoch's indices (all ranks) are :meth:`global_indices`; this rank's share is
     :meth:`indices` (int32). With replacement a rank computes only
-    its own share: every draw depends only on its position in the epoch.
+    its own share: every draw depends only on its position in the epoch, so iterating draws
+    the epoch chunk by chunk as it goes (the first indices of a 100M-draw epoch cost the
+    table and a few chunks, not the whole epoch), and a resume starts at its chunk.
     """
 
     def __init__(
@@ -95,33 +97,68 @@ class WeightedSampler(EpochSampler):
             "drop_last": self.drop_last,
         }
 
+    def _chunk_layout(self, rank: int, world_size: int) -> tuple[range, list[int], list[int]]:
+        """Where a rank's draws lie: the starts of the epoch's chunks (global positions), the
+        rank's first position within each chunk, and the offsets of each chunk's draws in the
+        rank's share (``[0, ..., len]``)."""
+        total = self.total_size
+        los = range(0, total, CHUNK)
+        firsts = [(rank - lo) % world_size for lo in los]
+        counts = [max(0, -(-(min(CHUNK, total - lo) - f) // world_size)) for lo, f in zip(los, firsts)]
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64).tolist()
+        return los, firsts, offsets
+
+    def _draw_chunk(self, epoch: int, k: int, lo: int, first: int, world_size: int) -> np.ndarray:
+        """The draws of chunk ``k`` of ``epoch`` (global positions ``lo, lo + 1, ...``) at
+        positions ``first::world_size`` of the chunk. Each chunk has its own stream."""
+        assert self._table is not None
+        n = len(self.weights)
+        span = n << 32  # x uniform in [0, n * 2**32): bucket x >> 32, coin x & (2**32 - 1)
+        x = epoch_generator(self.seed, epoch, STREAM_WEIGHTED, k).integers(
+            0, span, size=min(CHUNK, self.total_size - lo), dtype=np.uint64
+        )
+        if world_size > 1:
+            x = x[first::world_size]
+        return alias_draw(self._table, x)
+
     def _draw_replacement(self, rank: int, world_size: int) -> np.ndarray:
         """This rank's draws: global positions ``rank::world_size`` of the epoch. Position
         ``p`` (chunk ``k = p // CHUNK``) depends only on its chunk's stream, so a rank draws
         only its own positions, a shorter epoch is a prefix of a longer one, and chunks can
         be drawn on several threads."""
-        assert self._table is not None
-        table = self._table
-        n = len(self.weights)
-        total = self.total_size
-        los = range(0, total, CHUNK)
-        firsts = [(rank - lo) % world_size for lo in los]
-        counts = [max(0, -(-(min(CHUNK, total - lo) - f) // world_size)) for lo, f in zip(los, firsts)]
-        offsets = np.concatenate([[0], np.cumsum(counts)]).tolist()
-        out = np.empty(offsets[-1], dtype=index_dtype(n))
-        span = n << 32  # x uniform in [0, n * 2**32): bucket x >> 32, coin x & (2**32 - 1)
+        los, firsts, offsets = self._chunk_layout(rank, world_size)
+        out = np.empty(offsets[-1], dtype=index_dtype(len(self.weights)))
 
         def draw(k: int) -> None:
-            lo = los[k]
-            x = epoch_generator(self.seed, self.epoch, STREAM_WEIGHTED, k).integers(
-                0, span, size=min(CHUNK, total - lo), dtype=np.uint64
-            )
-            if world_size > 1:
-                x = x[firsts[k] :: world_size]
-            out[offsets[k] : offsets[k + 1]] = alias_draw(table, x)
+            out[offsets[k] : offsets[k + 1]] = self._draw_chunk(self.epoch, k, los[k], firsts[k], world_size)
 
         thread_map(draw, len(los), self.threads)
         return out
+
+    def _item_slices(self, start: int) -> Iterator[np.ndarray]:
+        """With replacement, and unless this epoch's share was already drawn: the chunks
+        from the one holding ``start`` on, drawn as they are reached (``threads`` chunks at
+        a time), so the first indices of a long epoch come without drawing the rest. The
+        items are those of :meth:`indices` (of the epoch set when the iteration started)."""
+        if not self.replacement or (self._cache is not None and self._cache[0] == self.epoch):
+            yield from super()._item_slices(start)
+            return
+        los, firsts, offsets = self._chunk_layout(self.rank, self.world_size)
+        dtype = index_dtype(len(self.weights))
+        k0 = max(0, int(np.searchsorted(offsets, start, side="right")) - 1)
+        step = 4 * self.threads  # chunks per round: 4 per thread
+        epoch = self.epoch
+
+        def draw(k: int) -> np.ndarray:
+            return self._draw_chunk(epoch, k, los[k], firsts[k], self.world_size)
+
+        for at in range(k0, len(los), step):
+            ks = range(at, min(at + step, len(los)))
+            parts = thread_map(lambda j, at=at: draw(at + j), len(ks), self.threads)
+            for k, part in zip(ks, parts):
+                skip = max(0, start - offsets[k])
+                if skip < len(part):
+                    yield part[skip:].astype(dtype, copy=False)
 
     def _order_no_replacement(self) -> np.ndarray:
         """The first ``total_size`` indices of this epoch's weighted random order (all ranks)."""

@@ -14,7 +14,7 @@ from detloader import __version__
 __all__ = ["COMMANDS", "EXIT_CLOSED_PIPE", "build_parser", "main"]
 
 #: Sub-command modules, in the order ``--help`` lists them.
-COMMANDS = ("demo", "synth", "index", "validate", "convert", "show", "tune", "stats", "train", "evaluate")
+COMMANDS = ("demo", "synth", "index", "validate", "convert", "show", "tune", "stats", "train", "evaluate", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,205 @@
+"""The loader section: images/s for num_workers 0..CPUs against the decode ceiling, the
+optional in-process decode threads, the tutorial and torchvision baselines, bytes per batch.
+"""
+
+from __future__ import annotations
+
+import gc
+import inspect
+import pickle
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from detloader.annotations.index import AnnotationIndex
+from detloader.bench.baselines import TutorialDataset, torchvision_voc, tutorial_collate, voc_layout
+from detloader.bench.report import BenchReport
+from detloader.bench.throughput import decode_rate, loader_rate
+from detloader.dataset import DetectionDataset
+from detloader.loader import make_loader
+from detloader.transforms import Resize
+
+__all__ = ["bench_loader", "best_of", "decode_threads_target"]
+
+SECTION = "loader"
+
+
+def decode_threads_target() -> str | None:
+    """Which of ``DetectionDataset`` / ``make_loader`` takes ``decode_threads`` (in-process
+    decoding of a batch on threads), or None when neither does."""
+    for name, fn in (("dataset", DetectionDataset), ("loader", make_loader)):
+        if "decode_threads" in inspect.signature(fn).parameters:
+            return name
+    return None
+
+
+def _loader(index: AnnotationIndex, size: int, batch_size: int, workers: int, threads: int | None) -> DataLoader[Any]:
+    target = decode_threads_target() if threads is not None else None
+    extra = {"decode_threads": threads} if target else {}
+    dataset = DetectionDataset(index, Resize((size, size)), seed=0, **(extra if target == "dataset" else {}))
+    return make_loader(
+        dataset,
+        batch_size=batch_size,
+        num_workers=workers,
+        prefetch_factor=2 if workers else None,
+        **(extra if target == "loader" else {}),
+    )
+
+
+def _rate(make: Callable[[], Any], count: Callable[[Any], int], batches: int) -> float:
+    loader = make()
+    try:
+        return loader_rate(loader, count, batches)
+    finally:
+        del loader
+        gc.collect()
+
+
+def bench_loader(
+    report: BenchReport,
+    index: AnnotationIndex,
+    root: Any,
+    *,
+    size: int,
+    batch_size: int,
+    batches: int,
+    cpus: int,
+    decode_images: int,
+    workdir: Path,
+    repeats: int = 1,
+) -> None:
+    """Fill ``report``'s loader figures and ratios (``root``: the annotation folder, for the
+    baselines that read VOC files themselves; ``workdir``: a folder for torchvision's VOC
+    tree). Every figure is the best of ``repeats`` runs (:func:`best_of`). The main process
+    runs torch on one thread, as the workers do (``torch.set_num_threads(1)``): torch's
+    intra-op threads would compete with the workers and the decoding for the same cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _bench_loader(report, index, root, size, batch_size, batches, cpus, decode_images, repeats, workdir)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def best_of(measures: dict[str, Callable[[], float]], repeats: int) -> dict[str, float]:
+    """The best of ``repeats`` runs of every measure, taken round-robin (one run of each,
+    then again), so that a change of the machine's load falls on all of them alike."""
+    best = dict.fromkeys(measures, 0.0)
+    for _ in range(repeats):
+        for key, measure in measures.items():
+            best[key] = max(best[key], measure())
+    return best
+
+
+def _bench_loader(
+    report: BenchReport, index: AnnotationIndex, root: Any, size: int, batch_size: int,
+    batches: int, cpus: int, decode_images: int, repeats: int, workdir: Path,
+) -> None:
+    for i in range(min(len(index), (batches + 1) * batch_size)):  # every contender reads from memory
+        Path(index.image_path(i)).read_bytes()
+
+    def ours(workers: int, threads: int | None = None) -> Callable[[], float]:
+        return lambda: _rate(lambda: _loader(index, size, batch_size, workers, threads), len, batches)
+
+    first = best_of(
+        {"1 core": lambda: decode_rate(index, size, decode_images, repeats=1)}
+        | {str(w): ours(w) for w in range(cpus + 1)},
+        repeats,
+    )
+    single = first.pop("1 core")
+    ceiling = single * cpus
+    rates = {int(w): r for w, r in first.items()}
+    best = max(rates, key=lambda w: rates[w])
+    fig: dict[str, Any] = {
+        "decode_single_core": single, "decode_ceiling": ceiling, "cpus": cpus,
+        "detloader": first, "best_num_workers": best, "repeats": repeats,
+    }
+    report.add(SECTION, f"decode ceiling: 1 core x {cpus} CPUs", ("ceiling", ceiling), ("1 core", single), "img/s")
+    for w, rate in rates.items():
+        report.add(
+            SECTION, f"detloader num_workers={w} / decode ceiling",
+            ("detloader", rate), ("ceiling", ceiling), "img/s",
+        )
+    workers = sorted({0, best})
+    target = decode_threads_target()
+    fig["decode_threads"] = target
+    second: dict[str, Callable[[], float]] = {}
+    if target is None:
+        report.notes.append("loader: decode_threads not accepted by DetectionDataset or make_loader: skipped")
+    else:
+        for w in workers:
+            for t in (0, cpus):
+                second[f"num_workers={w},decode_threads={t}"] = ours(w, t)
+    baselines = _baselines(report, index, root, size, batch_size, batches, workers, workdir)
+    second |= baselines
+    measured = best_of(second, repeats)
+    if target is not None:
+        fig["detloader_decode_threads"] = {}
+        for w in workers:
+            for t in (0, cpus):
+                rate = measured[f"num_workers={w},decode_threads={t}"]
+                fig["detloader_decode_threads"][f"num_workers={w},decode_threads={t}"] = rate
+                report.add(
+                    SECTION, f"detloader num_workers={w} decode_threads={t} / decode ceiling",
+                    ("detloader", rate), ("ceiling", ceiling), "img/s",
+                )
+    for key in baselines:
+        name, w = key.split(":")
+        fig.setdefault(name, {})[w] = measured[key]
+        report.add(
+            SECTION, f"num_workers={w}: detloader / {name}",
+            ("detloader", rates[int(w)]), (name, measured[key]), "img/s",
+        )
+    _bytes_per_batch(report, fig, index, root, size, batch_size)
+    report.figures[SECTION] = fig
+
+
+def _baselines(
+    report: BenchReport, index: AnnotationIndex, root: Any, size: int, batch_size: int,
+    batches: int, workers: list[int], workdir: Path,
+) -> dict[str, Callable[[], float]]:
+    """``{"tutorial:W": measure, "torchvision:W": measure}`` for each ``W`` in ``workers``
+    (the baselines that can run here)."""
+    if root is None or not voc_layout(root):
+        report.notes.append("loader: tutorial and torchvision baselines need Annotations/ + JPEGImages/: skipped")
+        return {}
+    classes = list(index.classes)
+    datasets: dict[str, Dataset] = {"tutorial": TutorialDataset(root, classes, size)}  # type: ignore[type-arg]
+    voc = torchvision_voc(root, classes, size, workdir)
+    if voc is None:
+        report.notes.append("loader: torchvision baseline skipped: torchvision is not installed")
+    else:
+        datasets["torchvision"] = voc
+    return {
+        f"{name}:{w}": (
+            lambda d=dataset, w=w: _rate(
+                lambda: DataLoader(d, batch_size=batch_size, num_workers=w, collate_fn=tutorial_collate),
+                lambda b: len(b[0]),
+                batches,
+            )
+        )
+        for name, dataset in datasets.items()
+        for w in workers
+    }
+
+
+def _bytes_per_batch(
+    report: BenchReport, fig: dict[str, Any], index: AnnotationIndex, root: Any, size: int, batch_size: int
+) -> None:
+    """Pickled bytes of one batch: what a worker hands to the main process."""
+    batch = next(iter(_loader(index, size, batch_size, 0, None)))
+    ours = len(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
+    fig["batch_bytes"] = ours
+    fig["batch_images"] = len(batch)
+    if root is None or not voc_layout(root):
+        return
+    tutorial_set = TutorialDataset(root, list(index.classes), size)
+    tutorial = next(iter(DataLoader(tutorial_set, batch_size=len(batch), collate_fn=tutorial_collate)))
+    theirs = len(pickle.dumps(tutorial, protocol=pickle.HIGHEST_PROTOCOL))
+    fig["tutorial_batch_bytes"] = theirs
+    report.add(
+        SECTION, f"pickled bytes per batch of {len(batch)}: tutorial / detloader",
+        ("tutorial", theirs), ("detloader", ours), "B",
+    )

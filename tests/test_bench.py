@@ -1,0 +1,135 @@
+"""``detloader bench``: the report's structure and arithmetic (never timing thresholds)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+
+import pytest
+
+from detloader._system import usable_cpus
+from detloader.bench import BenchReport, BenchSettings
+from detloader.bench import loader as bench_loader_module
+from detloader.cli.parser import main
+
+
+def _check_ratios(data: dict) -> dict[str, dict]:
+    assert set(data) == {"settings", "machine", "figures", "ratios", "notes"}
+    rows = {}
+    for r in data["ratios"]:
+        assert set(r) == {"section", "what", "a_label", "a", "b_label", "b", "unit", "ratio"}
+        assert r["a"] > 0 and r["b"] > 0 and r["ratio"] > 0
+        assert math.isclose(r["ratio"], r["a"] / r["b"], rel_tol=1e-12)
+        rows[r["what"]] = r
+    return rows
+
+
+def _run(capsys, *argv: str) -> dict:
+    assert main(["bench", "--quick", "--json", *argv]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_bench_quick_json_on_a_tiny_synthetic_set(small_synth_root, capsys):
+    data = _run(capsys, str(small_synth_root), "--sampler-weights", "5000")
+    rows = _check_ratios(data)
+    cpus = usable_cpus()
+    assert {r["section"] for r in data["ratios"]} == {"loader", "index", "sampler"}
+    loader = data["figures"]["loader"]
+    assert math.isclose(loader["decode_ceiling"], loader["decode_single_core"] * cpus)
+    for w in range(cpus + 1):  # every num_workers 0..CPUs, as a fraction of the ceiling
+        row = rows[f"detloader num_workers={w} / decode ceiling"]
+        assert row["b"] == loader["decode_ceiling"] and row["a"] == loader["detloader"][str(w)]
+    best = loader["best_num_workers"]
+    assert loader["detloader"][str(best)] == max(loader["detloader"].values())
+    assert rows[f"num_workers={best}: detloader / tutorial"]["b"] == loader["tutorial"][str(best)]
+    assert rows["num_workers=0: detloader / tutorial"]["a"] == loader["detloader"]["0"]
+    assert rows["pickled bytes per batch of 4: tutorial / detloader"]["b"] == loader["batch_bytes"]
+    index = data["figures"]["index"]
+    assert index["files"] == 24
+    assert rows["cold build, 24 VOC files: ElementTree loop / detloader"]["b"] == index["cold_s"]
+    assert rows["cold build in 1 process, 24 VOC files: ElementTree loop / detloader"]["b"] == index["cold_1_process_s"]
+    assert rows["warm reload, 24 VOC files: ElementTree loop / detloader"]["b"] == index["warm_s"]
+    sampler = data["figures"]["sampler"]
+    assert sampler["weights"] == 5000 and sampler["draws"] == 2000
+    assert rows["5,000 weights, first 2,000 indices: torch / detloader"]["a"] == sampler["torch"]["first_s"]
+    assert data["settings"]["data"] == "given" and data["settings"]["images"] == 24
+    assert data["machine"]["usable_cpus"] == cpus
+    if importlib.util.find_spec("torchvision") is None:
+        assert any("torchvision" in n and "not installed" in n for n in data["notes"])
+    else:
+        assert f"num_workers={best}: detloader / torchvision" in rows
+
+
+def test_bench_quick_without_a_path_synthesises_its_data(capsys):
+    data = _run(capsys, "--sampler-weights", "3000", "--index-files", "30")
+    _check_ratios(data)
+    assert data["settings"]["data"] == "synthetic"
+    assert data["figures"]["index"]["files"] == 30
+
+
+def test_decode_threads_are_measured_where_the_loader_takes_them(small_synth_root, monkeypatch, tmp_path):
+    """With a make_loader that takes decode_threads, the section adds num_workers {0, best} x
+    decode_threads {0, CPUs}, and passes the setting on."""
+    real = bench_loader_module.make_loader
+    seen = []
+
+    def make_loader(dataset, *, decode_threads=None, **kwargs):
+        seen.append(decode_threads)
+        return real(dataset, **kwargs)
+
+    monkeypatch.setattr(bench_loader_module, "make_loader", make_loader)
+    assert bench_loader_module.decode_threads_target() == "loader"
+    import detloader
+
+    report = BenchReport(settings={}, machine={})
+    bench_loader_module.bench_loader(
+        report, detloader.read_annotations(small_synth_root), small_synth_root,
+        size=32, batch_size=4, batches=1, cpus=1, decode_images=4, workdir=tmp_path,
+    )
+    whats = {r.what for r in report.ratios}
+    best = report.figures["loader"]["best_num_workers"]
+    for w in sorted({0, best}):
+        for t in (0, 1):
+            assert f"detloader num_workers={w} decode_threads={t} / decode ceiling" in whats
+    assert {0, 1} <= set(seen)
+    assert set(report.figures["loader"]["detloader_decode_threads"]) == {
+        f"num_workers={w},decode_threads={t}" for w in sorted({0, best}) for t in (0, 1)
+    }
+
+
+def test_best_of_takes_the_best_of_each_measure_round_robin():
+    calls = []
+    values = {"a": iter([1.0, 3.0]), "b": iter([5.0, 2.0])}
+    measures = {k: (lambda k=k: calls.append(k) or next(values[k])) for k in values}
+    assert bench_loader_module.best_of(measures, 2) == {"a": 3.0, "b": 5.0}
+    assert calls == ["a", "b", "a", "b"]
+
+
+def test_settings_and_report_refuse_what_they_cannot_compare():
+    with pytest.raises(ValueError, match="batches=0"):
+        BenchSettings.make(batches=0)
+    with pytest.raises(ValueError, match="sections=\\['speed'\\]: choose from loader, index, sampler"):
+        BenchSettings.make(sections=["speed"])
+    assert BenchSettings.make(True, size=96).size == 96 and BenchSettings.make(True).batches == 2
+    report = BenchReport(settings={}, machine={})
+    report.add("s", "nothing measured", ("a", 1.0), ("b", 0.0), "s")
+    assert not report.ratios and "not compared" in report.notes[0]
+    report.add("s", "x", ("a", 3.0), ("b", 2.0), "s")
+    assert report.ratios[0].ratio == 1.5 and "| s | x | a: 3.00 s | b: 2.00 s | 1.50 |" in report.table()
+
+
+def test_bench_is_a_cli_command(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    out = capsys.readouterr().out
+    for option in ("--size", "--batch-size", "--batches", "--json", "--quick"):
+        assert option in out
+
+
+def test_bench_runs_only_the_sections_asked_for(capsys):
+    data = _run(capsys, "--sections", "sampler", "--sampler-weights", "4000")
+    assert {r["section"] for r in data["ratios"]} == {"sampler"}
+    assert set(data["figures"]) == {"sampler"} and data["settings"]["sections"] == ["sampler"]
+    assert main(["bench", "--sections", "speed"]) == 2
+    assert "choose from loader, index, sampler" in capsys.readouterr().err
