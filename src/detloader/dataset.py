@@ -26,9 +26,9 @@ from __future__ import annotations
 import copy
 import functools
 import operator
-from concurrent.futures import ThreadPoolExecutor
 import os
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 

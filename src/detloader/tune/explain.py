@@ -125,8 +125,11 @@ def choice_line(r: TuneResult) -> str:
     w = chosen.num_workers
     rate = _rate_of(r, chosen.settings)
     by_w = _best_per_workers(r)
+    threads = int(chosen.settings.get("decode_threads", 0))
+    with_threads = f" with {threads} decode threads each" if threads and w else (
+        f" and {threads} decode threads" if threads else "")
     text = (
-        f"Choice: {_workers(w)} give{'s' if w <= 1 else ''} {_rate(rate)} "
+        f"Choice: {_workers(w)}{with_threads} give{'s' if w <= 1 else ''} {_rate(rate)} "
         f"(wait per batch p50 {chosen.latency_p50_ms:.0f} ms, p95 {chosen.latency_p95_ms:.0f} ms)"
     )
     above = sorted(n for n in by_w if n > w)
@@ -307,6 +310,8 @@ def summary(r: TuneResult) -> str:
     s = r.recommended
     rate = _rate_of(r, r.chosen_trial.settings)
     extras = f", prefetch_factor={s['prefetch_factor']}" if s["num_workers"] else ""
+    if r.decode_threads:
+        extras += f", decode_threads={r.decode_threads}"
     when = f" on {r.created[:10]}" if r.created else ""
     return (
         f"num_workers={s['num_workers']}, pin_memory={s['pin_memory']}{extras}: "
@@ -320,6 +325,8 @@ def describe_settings(settings: dict[str, Any]) -> str:
     label = f"w={settings.get('num_workers', 0)}"
     if settings.get("num_workers"):
         label += f" pf={settings.get('prefetch_factor')}"
+    if settings.get("decode_threads"):
+        label += f" t={settings['decode_threads']}"
     if settings.get("pin_memory"):
         label += " pin"
     if settings.get("num_workers") and not settings.get("persistent_workers", True):
