@@ -3,6 +3,10 @@
 One run measures, side by side and interleaved (best of ``--repeats`` rounds, each setting in
 a fresh process):
 
+Each setting reports images/s of wall time and images per CPU-second (the process and its
+workers); the second tells how much work the loader adds to decode + resize, and is less
+disturbed by other jobs on a shared machine than the first.
+
 * **ceiling**: one core reading, decoding (libjpeg-turbo via simplejpeg, full size) and
   bilinear-resizing (torch, to the letterbox content size) every image, nothing else; times the
   usable CPUs, it is what the machine can decode and resize.
@@ -17,7 +21,7 @@ a fresh process):
   after, top entries by own time.
 
 Data: ``--images`` synthetic JPEGs of ``--size`` (default 470x370) and, unless ``--no-bccd``,
-../shared/datasets/bccd when present (640x480 photographs).
+../shared/datasets/bccd when present (640x480 photographs), and the folders in ``--data``.
 
 Run: ``python benchmarks/bench_decode_paths.py --baseline-src ../main/src --tune --profile``.
 """
@@ -50,7 +54,21 @@ def _dataset(root: str) -> Any:
     return DetectionDataset(index, Resize(SIZE, mode="letterbox"), seed=0)
 
 
-def _ceiling(root: str, epochs: int) -> float:
+def _cpu_s(proc: Any) -> float:
+    """CPU seconds of ``proc`` and its live children (the loader's workers)."""
+    import psutil
+
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
+def _ceiling(root: str, epochs: int) -> dict[str, float]:
     import simplejpeg
     import torch.nn.functional as F
     import torch
@@ -58,8 +76,8 @@ def _ceiling(root: str, epochs: int) -> float:
     dataset = _dataset(root)
     paths = [dataset.index.image_path(i) for i in range(len(dataset))]
 
-    def one_pass() -> float:
-        t = time.perf_counter()
+    def one_pass() -> tuple[float, float]:
+        t, c = time.perf_counter(), time.thread_time()
         for p in paths:
             with open(p, "rb") as fh:
                 image = simplejpeg.decode_jpeg(fh.read(), colorspace="RGB")
@@ -67,13 +85,17 @@ def _ceiling(root: str, epochs: int) -> float:
             s = min(SIZE / w, SIZE / h)
             x = torch.from_numpy(image).permute(2, 0, 1).unsqueeze(0)
             F.interpolate(x, size=(round(h * s), round(w * s)), mode="bilinear", align_corners=False)
-        return len(paths) / (time.perf_counter() - t)
+        return len(paths) / (time.perf_counter() - t), len(paths) / (time.thread_time() - c)
 
     one_pass()  # page cache, first-call costs
-    return max(one_pass() for _ in range(epochs))
+    runs = [one_pass() for _ in range(epochs)]
+    return {"rate": max(r[0] for r in runs), "cpu_rate": max(r[1] for r in runs)}
 
 
-def _loader_rate(root: str, workers: int, threads: int, epochs: int) -> float:
+def _loader_rate(root: str, workers: int, threads: int, epochs: int) -> dict[str, float]:
+    """Images per second of wall time, and per CPU second (this process and its workers)."""
+    import psutil
+
     from detloader import make_loader
 
     dataset = _dataset(root)
@@ -83,12 +105,14 @@ def _loader_rate(root: str, workers: int, threads: int, epochs: int) -> float:
     loader = make_loader(dataset, batch_size=BATCH, num_workers=workers, **extra)
     for _ in loader:  # warm-up epoch: worker start, page cache
         pass
-    best = 0.0
+    me = psutil.Process()
+    rate = cpu_rate = 0.0
     for _ in range(epochs):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), _cpu_s(me)
         n = sum(len(batch) for batch in loader)
-        best = max(best, n / (time.perf_counter() - t))
-    return best
+        rate = max(rate, n / (time.perf_counter() - t))
+        cpu_rate = max(cpu_rate, n / (_cpu_s(me) - c))
+    return {"rate": rate, "cpu_rate": cpu_rate}
 
 
 def _tune(root: str, budget: float) -> dict[str, Any]:
@@ -185,18 +209,24 @@ def bench(root: Path, name: str, args: argparse.Namespace, env: dict[str, str]) 
         if args.baseline_src:
             variants.append((f"before w={w} t=0", args.baseline_src, {**base, "kind": "loader", "workers": w, "threads": 0}))
     best: dict[str, float] = {}
+    per_cpu: dict[str, float] = {}
     for r in range(args.repeats):
         for label, src, spec in variants:
-            best[label] = max(best.get(label, 0.0), float(run_child(spec, src, env)))
+            got = run_child(spec, src, env)
+            best[label] = max(best.get(label, 0.0), got["rate"])
+            per_cpu[label] = max(per_cpu.get(label, 0.0), got["cpu_rate"])
         print(f"  round {r + 1}/{args.repeats} done", file=sys.stderr)
     cpus = usable_cpus()
-    ceiling = best.pop("ceiling") * cpus
-    print(f"\n{name}: ceiling = 1-core decode + resize {ceiling / cpus:.0f} img/s x {cpus} CPUs = {ceiling:.0f} img/s")
-    print(f"{'setting':>18} {'img/s':>7} {'of ceiling':>11}")
+    single, single_cpu = best.pop("ceiling"), per_cpu.pop("ceiling")
+    ceiling = single * cpus
+    print(f"\n{name}: ceiling = 1-core decode + resize {single:.0f} img/s x {cpus} CPUs = {ceiling:.0f} img/s "
+          f"({single_cpu:.0f} img per CPU-second)")
+    print(f"{'setting':>18} {'img/s':>7} {'of ceiling':>11} {'img/CPU-s':>10} {'CPU efficiency':>15}")
     for label, rate in best.items():
-        print(f"{label:>18} {rate:>7.0f} {rate / ceiling:>10.0%}")
-    out: dict[str, Any] = {"dataset": name, "cpus": cpus, "single_core": ceiling / cpus,
-                           "ceiling": ceiling, "rates": best}
+        print(f"{label:>18} {rate:>7.0f} {rate / ceiling:>10.0%} {per_cpu[label]:>10.0f} "
+              f"{per_cpu[label] / single_cpu:>14.0%}")
+    out: dict[str, Any] = {"dataset": name, "cpus": cpus, "single_core": single, "ceiling": ceiling,
+                           "single_core_per_cpu_s": single_cpu, "rates": best, "per_cpu_s": per_cpu}
     if args.tune:
         tuned = run_child({**base, "kind": "tune", "budget": args.tune_budget}, SRC, env)
         label = f"after w={tuned['num_workers']} t={tuned['decode_threads']}"
@@ -219,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=2, help="interleaved rounds, best kept")
     p.add_argument("--baseline-src", type=Path, help="src folder of the tree to compare against")
     p.add_argument("--no-bccd", action="store_true")
+    p.add_argument("--data", nargs="*", default=[], help="more dataset folders to measure")
     p.add_argument("--tune", action="store_true")
     p.add_argument("--tune-budget", type=float, default=40.0)
     p.add_argument("--profile", action="store_true")
@@ -239,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         sets = [(root, f"synthetic {args.size[0]}x{args.size[1]} ({args.images} images)")]
         if BCCD.is_dir() and not args.no_bccd:
             sets.append((BCCD, "bccd 640x480"))
+        sets += [(Path(d), Path(d).name) for d in args.data]
         print(f"{usable_cpus()} usable CPUs, batch {BATCH}, Resize({SIZE}, mode='letterbox')")
         for path, name in sets:
             results["results"].append(bench(path, name, args, env))
