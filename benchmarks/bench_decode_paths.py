@@ -15,8 +15,8 @@ disturbed by other jobs on a shared machine than the first.
   in ``--threads``, persistent workers, one warm-up epoch, then ``--epochs`` timed epochs.
 * **before** (``--baseline-src DIR``: the ``src`` folder of another checkout): the same loader
   from that tree, ``decode_threads`` 0 only (older trees have no threads).
-* ``--tune``: ``tune_loader`` on the same dataset (``--tune-budget`` seconds) and where its
-  choice ranks among the measured settings.
+* ``--tune``: ``tune_loader`` on the same dataset (``--tune-budget`` seconds, all usable CPUs:
+  ``respect_busy=False``) and where its choice ranks among the measured settings.
 * ``--profile``: cProfile of one epoch of ``__getitem__`` + collate in one process, before and
   after, top entries by own time.
 
@@ -118,7 +118,10 @@ def _loader_rate(root: str, workers: int, threads: int, epochs: int) -> dict[str
 def _tune(root: str, budget: float) -> dict[str, Any]:
     from detloader import tune_loader
 
-    result = tune_loader(_dataset(root), batch_size=BATCH, budget_s=budget, cache=False, device=None)
+    # respect_busy=False: the tuner searches all usable CPUs, as the grid above does, also
+    # when other jobs keep some busy
+    result = tune_loader(_dataset(root), batch_size=BATCH, budget_s=budget, cache=False, device=None,
+                         respect_busy=False)
     rec = result.recommended
     return {"num_workers": rec["num_workers"], "decode_threads": result.decode_threads,
             "prefetch_factor": rec["prefetch_factor"], "summary": result.summary}
