@@ -205,6 +205,7 @@ def test_tune_result_records_decode_threads_and_auto_applies_them(small_synth_ro
     assert result.decode_threads == 2 and result.recommended["num_workers"] == 0
     assert set(result.recommended) == {"num_workers", "pin_memory", "prefetch_factor", "persistent_workers"}
     assert "decode_threads=2" in result.summary and "2 decode threads" in result.explanation
+    assert "decode_threads=2: +80 % over the same setting without threads (500 img/s)" in result.explanation
     assert TuneResult.from_json(result.to_json()).decode_threads == 2
     kwargs, _ = auto_loader_kwargs(dataset, 4, decode_threads=True)
     assert kwargs["decode_threads"] == 2

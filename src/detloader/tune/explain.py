@@ -185,6 +185,26 @@ def memory_line(r: TuneResult) -> str | None:
     )
 
 
+def _threads_line(r: TuneResult, rate: float) -> str | None:
+    """What ``decode_threads`` did, when the search measured it."""
+    threaded = [t for t in r.trials if t.ok and t.settings.get("decode_threads")]
+    if not threaded:
+        return None
+    chosen = r.chosen_trial.settings
+    n = int(chosen.get("decode_threads", 0))
+    if n:
+        plain = {k: v for k, v in chosen.items() if k != "decode_threads"}
+        other = _rate_of(r, plain)
+        if not other:
+            return f"decode_threads={n}: loads each batch on {n} threads."
+        return (f"decode_threads={n}: {_gain(rate, other)} over the same setting without threads "
+                f"({_rate(other)}).")
+    best = max(threaded, key=lambda t: _rate_of(r, t.settings))
+    other = _rate_of(r, best.settings)
+    return (f"decode_threads=0: the best with threads, {describe_settings(best.settings)}, gave "
+            f"{_rate(other)} ({_gain(other, rate)}), not more than the tolerance.")
+
+
 def extras_lines(r: TuneResult) -> list[str]:
     chosen = r.chosen_trial
     s = r.recommended
@@ -193,6 +213,9 @@ def extras_lines(r: TuneResult) -> list[str]:
     w = chosen.num_workers
     same_w = [t for t in r.trials if t.ok and t.num_workers == w]
     pin = chosen.settings.get("pin_memory")
+    threads_line = _threads_line(r, rate)
+    if threads_line:
+        lines.append(threads_line)
     pf_others = {t.settings.get("prefetch_factor"): _rate_of(r, t.settings) for t in same_w
                  if t.settings.get("pin_memory") == pin
                  and t.settings.get("prefetch_factor") != chosen.settings.get("prefetch_factor")}
