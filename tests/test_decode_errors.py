@@ -1,6 +1,6 @@
 """Decode failures in the loader: on_decode_error="raise" names the file and the dataset index
 (from workers too); "skip" substitutes an image of the same group, reports the skipped files
-and gives the same batches for any num_workers."""
+and gives the same batches for any num_workers and decode_threads."""
 
 from __future__ import annotations
 
@@ -93,21 +93,21 @@ def test_skip_substitutes_an_image_of_the_same_group_and_reports_it(broken) -> N
     assert [i for i, _ in ds.skipped] == [rows["c2"]]
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_skip_gives_the_same_batches_for_any_num_workers(broken, workers: int) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("workers, threads", [(0, 0), (2, 0), (0, 2), (2, 2)])
+def test_skip_gives_the_same_batches_for_any_num_workers(broken, workers: int, threads: int) -> None:  # type: ignore[no-untyped-def]
     index, rows = broken
     order = list(range(len(index))) * 2
 
-    def run(num_workers: int) -> tuple[list[int], list[tuple[int, str]]]:
+    def run(num_workers: int, decode_threads: int) -> tuple[list[int], list[tuple[int, str]]]:
         ds = DetectionDataset(index, seed=5, on_decode_error="skip")
         ds.set_epoch(3)
-        loader = make_loader(ds, batch_size=3, sampler=order, num_workers=num_workers)
+        loader = make_loader(ds, batch_size=3, sampler=order, num_workers=num_workers, decode_threads=decode_threads)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return _ids(loader), ds.skipped
 
-    ids, skipped = run(workers)
-    reference, _ = run(0)
+    ids, skipped = run(workers, threads)
+    reference, _ = run(0, 0)
     assert ids == reference
     assert rows["c2"] not in ids and rows["d1"] not in ids and len(ids) == len(order)
     # reported in the main process, also when workers skipped them (shared flags)

@@ -35,6 +35,7 @@ from detloader._pool import worker_context
 from detloader._system import accelerator_available
 from detloader.balance.factory import make_balanced_sampler
 from detloader.collate import collate_detection
+from detloader.dataset import check_decode_threads
 from detloader.tune.heuristic import auto_loader_kwargs
 
 __all__ = ["LoaderOptions", "make_loader", "set_epoch"]
@@ -68,7 +69,8 @@ class WorkerInit:
 class LoaderOptions:
     """The resolved options of :func:`make_loader`: the one list of their names and defaults
     (``make_loader``'s signature repeats them for readers; a test holds the two equal). Every
-    field but ``seed`` is a ``DataLoader`` keyword argument of the same name."""
+    field but ``seed`` and ``decode_threads`` is a ``DataLoader`` keyword argument of the same
+    name."""
 
     batch_size: int | None = 1
     shuffle: bool = False
@@ -84,6 +86,7 @@ class LoaderOptions:
     prefetch_factor: int | None = None
     persistent_workers: bool = False
     seed: int | None = field(default=None, metadata={"dataloader": False})
+    decode_threads: int | None = field(default=None, metadata={"dataloader": False})
 
 
 #: What ``make_loader(balance=...)`` takes: a strategy name, ``{group: weight}`` or a sampler.
@@ -138,13 +141,15 @@ def _refuse_clashes(cause: str, verdict: str, *options: tuple[str, bool]) -> Non
 def resolve_auto_workers(dataset: Dataset[Any], o: LoaderOptions, batch_size: int) -> LoaderOptions:
     """``num_workers="auto"``: the tuned (or heuristic) settings of :mod:`detloader.tune`.
 
-    ``pin_memory``, ``prefetch_factor`` and ``persistent_workers`` follow the recommendation
-    where the caller left them at their defaults.
+    ``pin_memory``, ``prefetch_factor``, ``persistent_workers`` and ``decode_threads`` follow
+    the recommendation where the caller left them at their defaults.
     """
     # the warning (heuristic, not measured) points at the caller of make_loader
-    rec, _reason = auto_loader_kwargs(dataset, batch_size, stacklevel=4)
+    rec, _reason = auto_loader_kwargs(dataset, batch_size, stacklevel=4, decode_threads=True)
     workers = int(rec.get("num_workers", 0))
     changes: dict[str, Any] = {"num_workers": workers}
+    if o.decode_threads is None and hasattr(dataset, "with_decode_threads"):
+        changes["decode_threads"] = int(rec.get("decode_threads", 0))
     if not o.pin_memory:
         changes["pin_memory"] = bool(rec.get("pin_memory", False))
     if workers > 0:
@@ -214,6 +219,26 @@ def check_options(o: LoaderOptions) -> None:
         raise ValueError(f"prefetch_factor={o.prefetch_factor!r} must be a positive int")
     if o.seed is not None and not isinstance(o.seed, (int, np.integer)):
         raise ValueError(f"seed={o.seed!r} must be an int or None")
+    if o.decode_threads is not None:
+        check_decode_threads(o.decode_threads)
+
+
+def with_decode_threads(dataset: Dataset[Any], decode_threads: int | None) -> Dataset[Any]:
+    """``dataset`` loading batches on ``decode_threads`` threads: a copy from its
+    ``with_decode_threads`` (:class:`~detloader.dataset.DetectionDataset`), the dataset itself
+    when None or 0 is asked of one without threads; ValueError for threads it cannot use."""
+    if decode_threads is None:
+        return dataset
+    make = getattr(dataset, "with_decode_threads", None)
+    if callable(make):
+        return make(decode_threads)  # type: ignore[no-any-return]
+    if decode_threads:
+        raise ValueError(
+            f"decode_threads={decode_threads}: {type(dataset).__name__} has no "
+            "with_decode_threads (DetectionDataset has); give your dataset a __getitems__ "
+            "that loads a batch on threads, or leave decode_threads out"
+        )
+    return dataset
 
 
 def dataloader_kwargs(dataset: Dataset[Any], o: LoaderOptions) -> dict[str, Any]:
@@ -266,6 +291,7 @@ def make_loader(
     prefetch_factor: int | None = None,
     persistent_workers: bool = False,
     seed: int | None = None,
+    decode_threads: int | None = None,
     balance: Balance | None = None,
     balance_by: Any = "class",
 ) -> DataLoader[Any]:
@@ -274,10 +300,14 @@ def make_loader(
 
     * ``seed``: an int seeds the loader's generator (shuffle order, worker seeds) and the
       balanced sampler; None leaves them random.
+    * ``decode_threads``: threads that load each batch's images in parallel, in the main
+      process with ``num_workers=0``, else in each worker (a copy of the
+      :class:`~detloader.dataset.DetectionDataset` with that setting; None: the dataset's
+      own). Batches are the same for any value.
     * ``num_workers="auto"``: the settings :func:`detloader.tune_loader` measured for this
       machine, dataset, transform and batch size, else a documented heuristic (with a
-      ``TuneWarning`` saying so); ``pin_memory``, ``prefetch_factor`` and
-      ``persistent_workers`` follow it where left at their defaults.
+      ``TuneWarning`` saying so); ``pin_memory``, ``prefetch_factor``,
+      ``persistent_workers`` and ``decode_threads`` follow it where left at their defaults.
     * ``balance``: class balancing by the sampler: a strategy name (``"inverse"``,
       ``"sqrt"``, ``"power:0.3"``, ``"effective:0.999"``, ``"repeat_factor:0.1"``,
       ``"class_aware"``), a ``{group: weight}`` mapping, or a ready sampler; ``balance_by``
@@ -311,4 +341,5 @@ def make_loader(
     if auto:
         size = batch_size if batch_size is not None else getattr(batch_sampler, "batch_size", 1)
         options = resolve_auto_workers(dataset, options, int(size or 1))
-    return DataLoader(dataset, **dataloader_kwargs(dataset, options))
+    kwargs = dataloader_kwargs(dataset, options)
+    return DataLoader(with_decode_threads(dataset, options.decode_threads), **kwargs)

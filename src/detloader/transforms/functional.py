@@ -88,11 +88,13 @@ def affine_boxes(boxes: np.ndarray, sx: float, sy: float, ox: float, oy: float) 
     reordered when a scale is negative (a flip), so ``x1 < x2`` still holds. Computed in
     float64."""
     b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-    xs = b[:, 0::2] * sx + ox
-    ys = b[:, 1::2] * sy + oy
+    t = b * (sx, sy, sx, sy)
+    t += (ox, oy, ox, oy)
     out = np.empty(b.shape, dtype=np.float32)
-    out[:, 0], out[:, 2] = xs.min(axis=1), xs.max(axis=1)
-    out[:, 1], out[:, 3] = ys.min(axis=1), ys.max(axis=1)
+    # ufuncs with out= (a few microseconds less per call than min/max reductions: this runs
+    # several times per sample)
+    np.minimum(t[:, :2], t[:, 2:], out=out[:, :2])
+    np.maximum(t[:, :2], t[:, 2:], out=out[:, 2:])
     return out
 
 
@@ -101,11 +103,10 @@ def affine_points(
 ) -> np.ndarray:
     """float32 ``[N, K, 2]`` landmarks under the same map; absent points (visibility 0) stay
     at (0, 0)."""
-    p = np.asarray(landmarks, dtype=np.float64)
-    out = np.empty(p.shape, dtype=np.float32)
-    out[..., 0] = p[..., 0] * sx + ox
-    out[..., 1] = p[..., 1] * sy + oy
-    out[visibility == 0] = 0.0
+    p = np.asarray(landmarks, dtype=np.float64) * (sx, sy)
+    p += (ox, oy)
+    out = p.astype(np.float32)
+    out[np.asarray(visibility) == 0] = 0.0
     return out
 
 
@@ -121,8 +122,8 @@ def compose_affine(
 def clip_boxes(boxes: np.ndarray, width: float, height: float) -> np.ndarray:
     """Boxes clipped into ``[0, width] x [0, height]`` (a new array)."""
     out = np.array(boxes, dtype=np.float32).reshape(-1, 4)
-    np.clip(out[:, 0::2], 0.0, float(width), out=out[:, 0::2])
-    np.clip(out[:, 1::2], 0.0, float(height), out=out[:, 1::2])
+    np.maximum(out, 0.0, out=out)  # np.maximum/np.minimum: np.clip's wrapper costs ~10 us
+    np.minimum(out, np.array([width, height, width, height], dtype=np.float32), out=out)
     return out
 
 
@@ -133,9 +134,10 @@ def invalidate_outside(
     coordinates (0, 0); returns new (landmarks, visibility)."""
     lm = np.array(landmarks, dtype=np.float32)
     vis = np.array(visibility, dtype=np.uint8)
-    x, y = lm[..., 0], lm[..., 1]
-    outside = (x < -tol) | (x > width + tol) | (y < -tol) | (y > height + tol) | ~np.isfinite(x) | ~np.isfinite(y)
-    vis[outside] = 0
+    # NaN compares False and infinities lie outside any bound: both count as outside
+    inside = lm >= np.float32(-tol)
+    inside &= lm <= np.array([width + tol, height + tol], dtype=np.float32)
+    vis[~inside.all(axis=-1)] = 0
     lm[vis == 0] = 0.0
     return lm, vis
 
@@ -146,8 +148,8 @@ def clip_points(
     """Points within rounding distance of the image are clipped into it, points further out
     get visibility 0 (for maps that are meant to keep points inside)."""
     lm, vis = invalidate_outside(landmarks, visibility, width, height, tol=_ROUNDING)
-    np.clip(lm[..., 0], 0.0, float(width), out=lm[..., 0])
-    np.clip(lm[..., 1], 0.0, float(height), out=lm[..., 1])
+    np.maximum(lm, 0.0, out=lm)
+    np.minimum(lm, np.array([width, height], dtype=np.float32), out=lm)
     return lm, vis
 
 
@@ -179,7 +181,7 @@ def crop_image(
     h, w = image.shape[:2]
     if 0 <= x0 and 0 <= y0 and x0 + width <= w and y0 + height <= h:
         return image[y0 : y0 + height, x0 : x0 + width]
-    out = np.full((height, width, 3), fill, dtype=np.uint8)
+    out = _canvas_like(image, width, height, fill)
     sx0, sy0 = max(x0, 0), max(y0, 0)
     sx1, sy1 = min(x0 + width, w), min(y0 + height, h)
     if sx1 > sx0 and sy1 > sy0:
@@ -215,9 +217,19 @@ def pad_image(
         )
     if (w, h) == (width, height):
         return image
-    out = np.full((height, width, 3), fill, dtype=np.uint8)
+    out = _canvas_like(image, width, height, fill)
     out[top : top + h, left : left + w] = image
     return out
+
+
+def _canvas_like(image: np.ndarray, width: int, height: int, fill: int) -> np.ndarray:
+    """A ``[height, width, 3]`` array of ``fill`` in ``image``'s memory layout: channel-first
+    memory (what :func:`resize_image` returns) stays channel-first, so copying ``image`` in
+    is three plain plane copies, not a transposition (10x faster), and the Dataset's CHW
+    tensor over the result needs no copy either."""
+    if image.strides[2] > image.strides[1]:  # planes: [3, H, W] memory
+        return np.full((3, height, width), fill, dtype=np.uint8).transpose(1, 2, 0)
+    return np.full((height, width, 3), fill, dtype=np.uint8)
 
 
 def adjust_colour(

@@ -125,8 +125,11 @@ def choice_line(r: TuneResult) -> str:
     w = chosen.num_workers
     rate = _rate_of(r, chosen.settings)
     by_w = _best_per_workers(r)
+    threads = int(chosen.settings.get("decode_threads", 0))
+    with_threads = f" with {threads} decode threads each" if threads and w else (
+        f" and {threads} decode threads" if threads else "")
     text = (
-        f"Choice: {_workers(w)} give{'s' if w <= 1 else ''} {_rate(rate)} "
+        f"Choice: {_workers(w)}{with_threads} give{'s' if w <= 1 else ''} {_rate(rate)} "
         f"(wait per batch p50 {chosen.latency_p50_ms:.0f} ms, p95 {chosen.latency_p95_ms:.0f} ms)"
     )
     above = sorted(n for n in by_w if n > w)
@@ -182,6 +185,26 @@ def memory_line(r: TuneResult) -> str | None:
     )
 
 
+def _threads_line(r: TuneResult, rate: float) -> str | None:
+    """What ``decode_threads`` did, when the search measured it."""
+    threaded = [t for t in r.trials if t.ok and t.settings.get("decode_threads")]
+    if not threaded:
+        return None
+    chosen = r.chosen_trial.settings
+    n = int(chosen.get("decode_threads", 0))
+    if n:
+        plain = {k: v for k, v in chosen.items() if k != "decode_threads"}
+        other = _rate_of(r, plain)
+        if not other:
+            return f"decode_threads={n}: loads each batch on {n} threads."
+        return (f"decode_threads={n}: {_gain(rate, other)} over the same setting without threads "
+                f"({_rate(other)}).")
+    best = max(threaded, key=lambda t: _rate_of(r, t.settings))
+    other = _rate_of(r, best.settings)
+    return (f"decode_threads=0: the best with threads, {describe_settings(best.settings)}, gave "
+            f"{_rate(other)} ({_gain(other, rate)}), not more than the tolerance.")
+
+
 def extras_lines(r: TuneResult) -> list[str]:
     chosen = r.chosen_trial
     s = r.recommended
@@ -190,6 +213,9 @@ def extras_lines(r: TuneResult) -> list[str]:
     w = chosen.num_workers
     same_w = [t for t in r.trials if t.ok and t.num_workers == w]
     pin = chosen.settings.get("pin_memory")
+    threads_line = _threads_line(r, rate)
+    if threads_line:
+        lines.append(threads_line)
     pf_others = {t.settings.get("prefetch_factor"): _rate_of(r, t.settings) for t in same_w
                  if t.settings.get("pin_memory") == pin
                  and t.settings.get("prefetch_factor") != chosen.settings.get("prefetch_factor")}
@@ -307,6 +333,8 @@ def summary(r: TuneResult) -> str:
     s = r.recommended
     rate = _rate_of(r, r.chosen_trial.settings)
     extras = f", prefetch_factor={s['prefetch_factor']}" if s["num_workers"] else ""
+    if r.decode_threads:
+        extras += f", decode_threads={r.decode_threads}"
     when = f" on {r.created[:10]}" if r.created else ""
     return (
         f"num_workers={s['num_workers']}, pin_memory={s['pin_memory']}{extras}: "
@@ -320,6 +348,8 @@ def describe_settings(settings: dict[str, Any]) -> str:
     label = f"w={settings.get('num_workers', 0)}"
     if settings.get("num_workers"):
         label += f" pf={settings.get('prefetch_factor')}"
+    if settings.get("decode_threads"):
+        label += f" t={settings['decode_threads']}"
     if settings.get("pin_memory"):
         label += " pin"
     if settings.get("num_workers") and not settings.get("persistent_workers", True):

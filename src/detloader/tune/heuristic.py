@@ -92,6 +92,7 @@ def auto_loader_kwargs(
     busy_window_s: float = 0.2,
     warn: bool = True,
     stacklevel: int = 2,
+    decode_threads: bool = False,
 ) -> tuple[dict[str, Any], str]:
     """DataLoader keyword arguments ``num_workers``, ``pin_memory``, ``prefetch_factor``,
     ``persistent_workers`` for ``dataset`` at ``batch_size``, and a one-line reason.
@@ -103,14 +104,18 @@ def auto_loader_kwargs(
     heuristic of this module (it watches the CPUs for
     ``busy_window_s`` seconds) and, with ``warn``, a :class:`TuneWarning` saying so (shown
     once per process by Python's default warning filter) pointing ``stacklevel`` frames up.
+    ``decode_threads``: the dict also holds ``decode_threads`` (the tuned
+    :class:`~detloader.dataset.DetectionDataset` setting; 0 from the heuristic), which is not
+    a DataLoader argument.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be >= 1")
     result = load_result(cache_key(dataset, batch_size), cache_dir)
     if result is not None:
+        threads = {"decode_threads": result.decode_threads} if decode_threads else {}
         check = check_load(result)
         if not check.changed:
-            return dict(result.recommended), f"tuned: {result.summary}"
+            return {**result.recommended, **threads}, f"tuned: {result.summary}"
         kwargs = fit_to_load(result.recommended, check)
         if warn:
             capped = (f"num_workers={kwargs['num_workers']} instead of the tuned "
@@ -122,7 +127,7 @@ def auto_loader_kwargs(
                 StaleTuneWarning,
                 stacklevel=stacklevel,
             )
-        return kwargs, f"tuned, load changed: {result.summary}; {check.describe()}"
+        return {**kwargs, **threads}, f"tuned, load changed: {result.summary}; {check.describe()}"
     usable, affinity = _system.usable_cpus(), _system.affinity_cpus()
     busy = _system.busy_cpus(busy_window_s) if busy_window_s > 0 else 0.0
     kind, _, _ = _system.accelerator_info()
@@ -140,4 +145,6 @@ def auto_loader_kwargs(
             TuneWarning,
             stacklevel=stacklevel,
         )
+    if decode_threads:
+        kwargs["decode_threads"] = 0
     return kwargs, reason

@@ -26,7 +26,10 @@ class TuneResult:
 
     ``recommended``: DataLoader keyword arguments ``num_workers``, ``pin_memory``,
     ``prefetch_factor`` (None with 0 workers), ``persistent_workers``, ready for
-    ``DataLoader(dataset, **result.recommended)``. ``explanation``: the reasons in plain
+    ``DataLoader(dataset, **result.recommended)``. ``decode_threads``: the
+    :class:`~detloader.dataset.DetectionDataset` setting measured with it (threads loading a
+    batch in each loading process; ``make_loader(num_workers="auto")`` applies it).
+    ``explanation``: the reasons in plain
     language, with the numbers. ``trials``: every measured setting in the order measured;
     ``chosen`` indexes the one recommended. ``stop``: why the search ended (``converged``,
     ``cap``, ``budget``, ``memory``, ``grid``). ``worker_cap`` / ``cap_reason``: the most
@@ -54,6 +57,7 @@ class TuneResult:
     tolerance: float
     step_time: float | str | None = None
     device: str | None = None
+    decode_threads: int = 0
     key: dict[str, Any] = field(default_factory=dict)
     created: str = ""
     version: int = RESULT_VERSION

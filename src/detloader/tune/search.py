@@ -15,11 +15,18 @@ The search is built for that shape and for machines from 2 to 256 CPUs:
 3. **choose**: the cheapest setting (fewest workers, then smaller prefetch) whose throughput is
    within ``tolerance`` of the best measured. More workers that add less than the tolerance
    cost memory and CPU that the training process or other users need.
-4. **extras** at the chosen count: ``prefetch_factor=4`` (helps when batch costs vary), and
+4. **decode threads** (when the dataset can load a batch on threads, ``decode_threads`` of
+   :class:`~detloader.dataset.DetectionDataset`): in the main process (``num_workers=0``)
+   climb ``decode_threads`` = 2, 4, 8, ... up to the cap, stopping at the first rung that does
+   not beat the best so far by more than ``tolerance``; then 2 threads in each of the chosen
+   workers. Threads cost less than processes (no copy of the dataset, no batch crossing
+   processes), so :func:`cost_key` ranks them after the worker count: 0 workers with threads
+   come before 1 worker.
+5. **extras** at the chosen count: ``prefetch_factor=4`` (helps when batch costs vary), and
    the other ``pin_memory`` value when a CUDA/XPU device exists (pinning costs a copy on the
    host and saves time in the host-to-device copy). Each is kept only if it beats the choice
    by more than ``tolerance``, on the best of two windows each.
-5. **recheck**: the choice and its rivals (the fastest setting with fewer workers, with more,
+6. **recheck**: the choice and its rivals (the fastest setting with fewer workers, with more,
    and overall) get one more window each, back to back, and each setting's best window
    decides: on a shared machine the load can change between two settings' windows, and it
    only ever slows a window down.
@@ -51,6 +58,7 @@ __all__ = [
     "search_settings",
     "setting_rates",
     "settings_key",
+    "thread_ladder",
     "window_for",
     "worker_ladder",
 ]
@@ -99,12 +107,19 @@ def worker_ladder(cap: int) -> list[int]:
     return rungs
 
 
-def expected_trials(cap: int, can_pin: bool) -> int:
+def thread_ladder(cap: int) -> list[int]:
+    """``2, 4, 8, ...`` below ``cap``, then ``cap``: the decode-thread rungs (one thread loads
+    no faster than the calling thread)."""
+    return [t for t in worker_ladder(cap) if t >= 2]
+
+
+def expected_trials(cap: int, can_pin: bool, threads_cap: int = 0) -> int:
     """Settings a search usually measures for this cap (to size the window from the budget)."""
     climb = len(worker_ladder(cap))
     refine = max(0, math.ceil(math.log2(cap)) - 1) if cap > 2 else 0
     recheck = min(3, climb)
-    return climb + refine + (1 if cap > 0 else 0) + (1 if can_pin else 0) + recheck
+    threads = min(2, len(thread_ladder(threads_cap))) + 1 if threads_cap >= 2 else 0
+    return climb + refine + (1 if cap > 0 else 0) + (1 if can_pin else 0) + recheck + threads
 
 
 def window_for(budget_s: float, trials: int) -> float:
@@ -112,11 +127,13 @@ def window_for(budget_s: float, trials: int) -> float:
     return min(MAX_WINDOW_S, max(MIN_WINDOW_S, WINDOW_SHARE * budget_s / max(1, trials)))
 
 
-def cost_key(trial: Trial, default_pin: bool) -> tuple[int, int, int]:
-    """Order of cheapness: fewer workers, smaller prefetch, then the machine's default pinning."""
+def cost_key(trial: Trial, default_pin: bool) -> tuple[int, int, int, int]:
+    """Order of cheapness: fewer workers, fewer decode threads, smaller prefetch, then the
+    machine's default pinning."""
     s = trial.settings
     return (
         int(s.get("num_workers", 0)),
+        int(s.get("decode_threads", 0)),
         int(s.get("prefetch_factor") or 0),
         int(bool(s.get("pin_memory", False)) != default_pin),
     )
@@ -249,6 +266,7 @@ def search_settings(
     candidates: Sequence[Mapping[str, Any]] | None = None,
     progress: Progress | None = None,
     measure_fn: Callable[..., Trial] = measure_setting,
+    threads_cap: int = 0,
 ) -> SearchOutcome:
     """Find the cheapest loader setting within ``tolerance`` of the fastest (see the module
     docstring). ``cap``: most workers to try; ``can_pin``: try ``pin_memory`` (a CUDA/XPU
@@ -256,7 +274,10 @@ def search_settings(
     in the main process (None: the loader alone). ``candidates``: measure exactly these
     settings instead of searching (a grid). ``progress(seconds spent, budget seconds)``.
     ``measure_fn``: replaces :func:`~detloader.tune.measure.measure_setting` (same
-    signature), e.g. to run the search against a model of a machine.
+    signature), e.g. to run the search against a model of a machine. ``threads_cap``: most
+    ``decode_threads`` to try (the factory then takes a ``decode_threads`` keyword; below 2:
+    no thread search). A setting with threads holds ``decode_threads``; one without has no
+    such key.
     """
     if budget_s <= 0:
         raise ValueError(f"budget_s={budget_s} must be > 0")
@@ -264,7 +285,7 @@ def search_settings(
         raise ValueError(f"tolerance={tolerance} must be in [0, 1)")
     if cap < 0:
         raise ValueError(f"cap={cap} must be >= 0")
-    planned = len(candidates) if candidates is not None else expected_trials(cap, can_pin)
+    planned = len(candidates) if candidates is not None else expected_trials(cap, can_pin, threads_cap)
     window = window_s if window_s is not None else window_for(budget_s, planned)
     runner = _Runner(
         factory,
@@ -283,8 +304,11 @@ def search_settings(
         stop = "budget" if runner.out_of_budget else "grid"
         return SearchOutcome(runner.trials, chosen, stop, window, runner.elapsed(), runner.skipped)
 
-    def at(workers: int, pin: bool = can_pin, prefetch: int = 2) -> dict[str, Any]:
-        return loader_kwargs(workers, pin_memory=pin, prefetch_factor=prefetch, persistent_workers=True)
+    def at(workers: int, pin: bool = can_pin, prefetch: int = 2, threads: int = 0) -> dict[str, Any]:
+        s = loader_kwargs(workers, pin_memory=pin, prefetch_factor=prefetch, persistent_workers=True)
+        if threads >= 2:
+            s["decode_threads"] = threads
+        return s
 
     def rate(trial: Trial | None) -> float:
         return trial.images_per_s if trial is not None and trial.ok else 0.0
@@ -319,17 +343,31 @@ def search_settings(
         else:
             lo = mid
     chosen = choose(runner.trials, tolerance, can_pin)
+    # 3. decode threads: in the main process, then inside the chosen workers
+    if threads_cap >= 2 and not runner.out_of_budget:
+        w = runner.trials[chosen].num_workers
+        top = rate(runner.run(at(0), "threads"))
+        for t in thread_ladder(threads_cap):
+            trial = runner.run(at(0, threads=t), "threads")
+            if trial is None or rate(trial) <= top * (1.0 + tolerance):
+                break
+            top = rate(trial)
+        if w > 0:
+            runner.run(at(w, threads=2), "threads")
+        chosen = choose(runner.trials, tolerance, can_pin)
     w = runner.trials[chosen].num_workers
-    # 3. extras at the chosen count; a win is confirmed by measuring both settings again
+    threads = int(runner.trials[chosen].settings.get("decode_threads", 0))
+    # 4. extras at the chosen count; a win is confirmed by measuring both settings again
     if w > 0:
-        _try_extra(runner, runner.trials[chosen].settings, at(w, prefetch=4), "prefetch", tolerance)
+        _try_extra(runner, runner.trials[chosen].settings, at(w, prefetch=4, threads=threads),
+                   "prefetch", tolerance)
         chosen = choose(runner.trials, tolerance, can_pin)
     if can_pin:
         s = runner.trials[chosen].settings
-        other = at(w, pin=not s["pin_memory"], prefetch=s["prefetch_factor"] or 2)
+        other = at(w, pin=not s["pin_memory"], prefetch=s["prefetch_factor"] or 2, threads=threads)
         _try_extra(runner, s, other, "pin_memory", tolerance)
         chosen = choose(runner.trials, tolerance, can_pin)
-    # 4. recheck the choice against its rivals, interleaved
+    # 5. recheck the choice against its rivals, interleaved
     _recheck(runner, chosen)
     chosen = choose(runner.trials, tolerance, can_pin)
     if runner.out_of_budget:

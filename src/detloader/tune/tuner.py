@@ -31,7 +31,7 @@ BUSY_WINDOW_S = 1.0
 CACHE_CHOICES = (True, False, "refresh")
 #: What a cached result measured under another load does (see :mod:`detloader.tune.freshness`).
 LOAD_CHANGE_CHOICES = ("retune", "warn", "ignore")
-_SETTING_NAMES = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
+_SETTING_NAMES = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "decode_threads")
 
 
 def grid_candidates(
@@ -51,19 +51,27 @@ def grid_candidates(
 
 def normalise_candidate(candidate: Mapping[str, Any]) -> dict[str, Any]:
     """Fill a partial setting (``{"num_workers": 4}``) with the tuner's defaults and make it
-    valid for DataLoader; unknown keys are refused."""
+    valid for DataLoader (``decode_threads``, when given, is passed to the loader factory:
+    ``make_loader`` takes it); unknown keys are refused."""
     unknown = sorted(set(candidate) - set(_SETTING_NAMES))
     if unknown:
         raise ValueError(
             f"candidate={dict(candidate)}: unknown key(s) {unknown}; valid: {list(_SETTING_NAMES)}"
         )
     w = int(candidate.get("num_workers", 0))
-    return loader_kwargs(
+    out = loader_kwargs(
         w,
         pin_memory=bool(candidate.get("pin_memory", False)),
         prefetch_factor=candidate.get("prefetch_factor", 2) if w > 0 else None,
         persistent_workers=bool(candidate.get("persistent_workers", True)),
     )
+    threads = candidate.get("decode_threads", 0)
+    if threads:  # like the search's settings: the key only where threads are used
+        from detloader.dataset import check_decode_threads  # lazy: torch
+
+        check_decode_threads(threads)
+        out["decode_threads"] = int(threads)
+    return out
 
 
 def default_loader_factory(
@@ -217,8 +225,11 @@ def tune_loader(
     if device == "auto":
         device = machine.accelerator if machine.can_pin else None
     factory = loader_factory
+    threads_cap = 0
     if factory is None:
         factory = default_loader_factory(dataset, batch_size, collate_fn)
+        if grid is None and hasattr(dataset, "with_decode_threads"):
+            threads_cap = cap  # make_loader passes decode_threads to the dataset
     outcome = search_settings(
         factory,
         batch_size=batch_size,
@@ -230,6 +241,7 @@ def tune_loader(
         memory_available=machine.memory_available,
         candidates=grid,
         progress=report,
+        threads_cap=threads_cap,
     )
     chosen = outcome.chosen_trial
     result = TuneResult(
@@ -256,6 +268,7 @@ def tune_loader(
         tolerance=tolerance,
         step_time=step_label,
         device=device,
+        decode_threads=int(chosen.settings.get("decode_threads", 0)),
         key=key,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     )
