@@ -13,16 +13,8 @@ from typing import Iterable
 from detloader._system.cgroups import cgroup_cpu_limit, read_text
 
 __all__ = [
-    "affinity_cpus",
-    "affinity_set",
-    "busy_cpus",
-    "busy_from_samples",
-    "cpu_sample",
-    "local_world_size",
-    "logical_cores",
-    "parse_proc_stat",
-    "physical_cores",
-    "usable_cpus",
+    "affinity_cpus", "affinity_set", "busy_cpus", "busy_from_samples", "cpu_sample",
+    "local_world_size", "logical_cores", "parse_proc_stat", "physical_cores", "usable_cpus",
 ]
 
 

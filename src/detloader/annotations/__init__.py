@@ -12,26 +12,12 @@ from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.annotations.view import ImageView
 from detloader.annotations.landmarks import FACE5, LandmarkSchema
 from detloader.annotations.problems import (
-    AnnotationError,
-    AnnotationWarning,
-    ClassMapError,
-    Problem,
-    ProblemReport,
+    AnnotationError, AnnotationWarning, ClassMapError, Problem, ProblemReport,
 )
 from detloader.annotations.read import available_formats, detect_format, read_annotations
 
 __all__ = [
-    "FACE5",
-    "MISSING",
-    "AnnotationError",
-    "AnnotationIndex",
-    "AnnotationWarning",
-    "ClassMapError",
-    "ImageView",
-    "LandmarkSchema",
-    "Problem",
-    "ProblemReport",
-    "available_formats",
-    "detect_format",
+    "FACE5", "MISSING", "AnnotationError", "AnnotationIndex", "AnnotationWarning", "ClassMapError",
+    "ImageView", "LandmarkSchema", "Problem", "ProblemReport", "available_formats", "detect_format",
     "read_annotations",
 ]

@@ -17,13 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from detloader.annotations.checks import (
-    BOXES_FROM_POINTS,
-    Finding,
-    box_from_points,
-    check_box,
-    check_point,
-    check_size,
-    parse_number,
+    BOXES_FROM_POINTS, Finding, box_from_points, check_box, check_point, check_size, parse_number,
 )
 from detloader.annotations.chunk import AttributeCells, LocalVocab, Partial
 from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Field

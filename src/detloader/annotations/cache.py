@@ -45,18 +45,8 @@ from detloader.annotations.vocabulary import Vocabulary
 from detloader.annotations.problems import ProblemReport
 
 __all__ = [
-    "CACHE_DIR_ENV",
-    "CACHE_SUBDIR",
-    "CACHE_VERSION",
-    "MAGIC",
-    "CacheError",
-    "MappedIndex",
-    "atomic_write",
-    "cache_dir_for",
-    "load_index_file",
-    "read_key",
-    "save_index",
-    "user_cache_dir",
+    "CACHE_DIR_ENV", "CACHE_SUBDIR", "CACHE_VERSION", "MAGIC", "CacheError", "MappedIndex",
+    "atomic_write", "cache_dir_for", "load_index_file", "read_key", "save_index", "user_cache_dir",
 ]
 
 MAGIC = b"DLINDEX\n"

@@ -16,18 +16,8 @@ from typing import Any, NamedTuple, Sequence
 from detloader.annotations.problems import Severity
 
 __all__ = [
-    "BOXES_FROM_POINTS",
-    "Box",
-    "Finding",
-    "POINTS_BOX_MIN_SIDE",
-    "Point",
-    "box_from_points",
-    "check_box",
-    "check_point",
-    "check_size",
-    "fmt",
-    "MAX_SIDE",
-    "parse_number",
+    "BOXES_FROM_POINTS", "Box", "Finding", "POINTS_BOX_MIN_SIDE", "Point", "box_from_points",
+    "check_box", "check_point", "check_size", "fmt", "MAX_SIDE", "parse_number",
 ]
 
 #: The largest image side stored (the index keeps sizes as int32).

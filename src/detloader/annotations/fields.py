@@ -24,14 +24,7 @@ from typing import Any, Literal, Sequence
 import numpy as np
 
 __all__ = [
-    "FIELDS",
-    "MISSING",
-    "OFFSETS",
-    "Field",
-    "Level",
-    "array_names",
-    "fields_at",
-    "pack_strings",
+    "FIELDS", "MISSING", "OFFSETS", "Field", "Level", "array_names", "fields_at", "pack_strings",
     "unpack_string",
 ]
 

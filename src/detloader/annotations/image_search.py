@@ -26,14 +26,8 @@ from detloader.annotations.problems import AnnotationWarning
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS
 
 __all__ = [
-    "FEW_FOUND",
-    "SEARCH_DEPTH",
-    "SEARCH_MAX_FOLDERS",
-    "FolderHit",
-    "ImageFolderWarning",
-    "find_image_folder",
-    "search_message",
-    "should_search",
+    "FEW_FOUND", "SEARCH_DEPTH", "SEARCH_MAX_FOLDERS", "FolderHit", "ImageFolderWarning",
+    "find_image_folder", "search_message", "should_search",
 ]
 
 #: Levels of folders below the dataset root that are looked at (the root is level 0).

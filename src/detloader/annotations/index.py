@@ -30,12 +30,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from detloader.annotations.fields import (
-    FIELDS,
-    MISSING,
-    OFFSETS,
-    fields_at,
-    pack_strings,
-    unpack_string,
+    FIELDS, MISSING, OFFSETS, fields_at, pack_strings, unpack_string,
 )
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.annotations.problems import ProblemReport

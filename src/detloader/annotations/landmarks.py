@@ -13,16 +13,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 __all__ = [
-    "COCO17",
-    "COCO17_NAMES",
-    "COCO17_SKELETON",
-    "FACE5",
-    "IBUG68",
-    "PRESETS",
-    "LandmarkSchema",
-    "infer_flip_pairs",
-    "preset_schema",
-    "skeleton_for",
+    "COCO17", "COCO17_NAMES", "COCO17_SKELETON", "FACE5", "IBUG68", "PRESETS", "LandmarkSchema",
+    "infer_flip_pairs", "preset_schema", "skeleton_for",
 ]
 
 _LEFT_RIGHT = (("left", "right"), ("Left", "Right"), ("LEFT", "RIGHT"))

@@ -14,14 +14,8 @@ that the CLI's statistics stay quick: name -> module.
 
 from detloader.balance.groups import Groups, balance_groups, class_members, group_counts
 from detloader.balance.weights import (
-    DEFAULT_BETA,
-    DEFAULT_THRESHOLD,
-    STRATEGIES,
-    image_weights,
-    parse_strategy,
-    repeat_factors,
-    sample_weights,
-    strategy_weights,
+    DEFAULT_BETA, DEFAULT_THRESHOLD, STRATEGIES, image_weights, parse_strategy, repeat_factors,
+    sample_weights, strategy_weights,
 )
 
 _LAZY = {
@@ -45,24 +39,9 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
-    "BALANCE_CHOICES",
-    "DEFAULT_BETA",
-    "DEFAULT_THRESHOLD",
-    "STRATEGIES",
-    "BalancedBatchSampler",
-    "ClassAwareSampler",
-    "DistributedSamplerWrapper",
-    "Groups",
-    "RepeatFactorSampler",
-    "WeightedSampler",
-    "balance_groups",
-    "class_members",
-    "group_counts",
-    "image_weights",
-    "make_balanced_sampler",
-    "members_from_labels",
-    "parse_strategy",
-    "repeat_factors",
-    "sample_weights",
-    "strategy_weights",
+    "BALANCE_CHOICES", "DEFAULT_BETA", "DEFAULT_THRESHOLD", "STRATEGIES", "BalancedBatchSampler",
+    "ClassAwareSampler", "DistributedSamplerWrapper", "Groups", "RepeatFactorSampler",
+    "WeightedSampler", "balance_groups", "class_members", "group_counts", "image_weights",
+    "make_balanced_sampler", "members_from_labels", "parse_strategy", "repeat_factors",
+    "sample_weights", "strategy_weights",
 ]

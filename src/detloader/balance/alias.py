@@ -18,11 +18,7 @@ import numpy as np
 from detloader._system import local_world_size, usable_cpus
 
 __all__ = [
-    "MAX_WEIGHTS",
-    "alias_draw",
-    "alias_probabilities",
-    "alias_table",
-    "default_threads",
+    "MAX_WEIGHTS", "alias_draw", "alias_probabilities", "alias_table", "default_threads",
     "thread_map",
 ]
 

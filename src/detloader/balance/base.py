@@ -32,16 +32,8 @@ from detloader.balance.checks import check_int
 from detloader.balance.distributed import distributed_defaults, shard
 
 __all__ = [
-    "CHUNK",
-    "STREAM_BATCH",
-    "STREAM_CLASS_AWARE",
-    "STREAM_NO_REPLACEMENT",
-    "STREAM_REPEAT",
-    "STREAM_WEIGHTED",
-    "STREAM_WRAPPER",
-    "EpochSampler",
-    "epoch_generator",
-    "index_dtype",
+    "CHUNK", "STREAM_BATCH", "STREAM_CLASS_AWARE", "STREAM_NO_REPLACEMENT", "STREAM_REPEAT",
+    "STREAM_WEIGHTED", "STREAM_WRAPPER", "EpochSampler", "epoch_generator", "index_dtype",
 ]
 
 #: Draws per chunk: bounds temporary memory (and keeps it in cache), and fixes the random

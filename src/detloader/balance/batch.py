@@ -40,11 +40,7 @@ class BalancedBatchSampler(ClassSampler):
         classes_per_batch: int,
         samples_per_class: int,
         num_batches: int | None = None,
-        *,
-        seed: int = 0,
-        rank: int | None = None,
-        world_size: int | None = None,
-        drop_last: bool = False,
+        *, seed: int = 0, rank: int | None = None, world_size: int | None = None, drop_last: bool = False,
     ) -> None:
         super().__init__(class_members, seed=seed, rank=rank, world_size=world_size, drop_last=drop_last)
         c = len(self._classes)

@@ -96,11 +96,7 @@ class ClassAwareSampler(ClassSampler):
         self,
         class_members: Sequence[Any],
         num_samples: int | None = None,
-        *,
-        seed: int = 0,
-        rank: int | None = None,
-        world_size: int | None = None,
-        drop_last: bool = False,
+        *, seed: int = 0, rank: int | None = None, world_size: int | None = None, drop_last: bool = False,
     ) -> None:
         super().__init__(class_members, seed=seed, rank=rank, world_size=world_size, drop_last=drop_last)
         if num_samples is None:

@@ -15,12 +15,7 @@ import numpy as np
 
 from detloader.balance.alias import alias_draw, alias_table, default_threads, thread_map
 from detloader.balance.base import (
-    CHUNK,
-    STREAM_NO_REPLACEMENT,
-    STREAM_WEIGHTED,
-    EpochSampler,
-    epoch_generator,
-    index_dtype,
+    CHUNK, STREAM_NO_REPLACEMENT, STREAM_WEIGHTED, EpochSampler, epoch_generator, index_dtype,
 )
 from detloader.balance.checks import as_weights, check_int
 from detloader.balance.distributed import interleave

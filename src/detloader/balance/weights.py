@@ -32,26 +32,12 @@ import numpy as np
 
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.balance.groups import (
-    PRODUCT_SEPARATOR,
-    ByKey,
-    Count,
-    Groups,
-    balance_groups,
-    group_counts,
+    PRODUCT_SEPARATOR, ByKey, Count, Groups, balance_groups, group_counts,
 )
 
 __all__ = [
-    "AGGREGATES",
-    "DEFAULT_BETA",
-    "DEFAULT_THRESHOLD",
-    "STRATEGIES",
-    "Aggregate",
-    "Strategy",
-    "image_weights",
-    "parse_strategy",
-    "repeat_factors",
-    "sample_weights",
-    "strategy_weights",
+    "AGGREGATES", "DEFAULT_BETA", "DEFAULT_THRESHOLD", "STRATEGIES", "Aggregate", "Strategy",
+    "image_weights", "parse_strategy", "repeat_factors", "sample_weights", "strategy_weights",
 ]
 
 Strategy = Literal["inverse", "sqrt", "power", "effective", "repeat_factor", "explicit"]

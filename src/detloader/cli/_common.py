@@ -21,19 +21,9 @@ if TYPE_CHECKING:
     from detloader.annotations.index import AnnotationIndex
 
 __all__ = [
-    "add_dataset_arguments",
-    "add_read_arguments",
-    "console",
-    "dataset_kwargs",
-    "parse_class_map",
-    "print_attribute_counts",
-    "print_json",
-    "print_table",
-    "progress_bar",
-    "read_index",
-    "read_kwargs",
-    "require_images",
-    "table_lines",
+    "add_dataset_arguments", "add_read_arguments", "console", "dataset_kwargs", "parse_class_map",
+    "print_attribute_counts", "print_json", "print_table", "progress_bar", "read_index",
+    "read_kwargs", "require_images", "table_lines",
 ]
 
 

@@ -22,17 +22,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--to", required=True, choices=EXPORT_FORMATS, help="format to write")
     p.add_argument("out", help="output folder (created; must be empty unless --overwrite)")
     p.add_argument(
-        "--images",
-        choices=IMAGE_MODES,
-        default="link",
+        "--images", choices=IMAGE_MODES, default="link",
         help="how images reach OUT: hard link (copy where refused), copy, symlink, or none "
         "(annotations name the original files; not for YOLO). Default: link",
     )
     p.add_argument("--split", help="write only this split of SRC")
     p.add_argument(
-        "--val-fraction",
-        type=float,
-        metavar="F",
+        "--val-fraction", type=float, metavar="F",
         help="YOLO: hold out this fraction of the training images as val (seeded by --seed); "
         "without it and without a val split, data.yaml's val names the training images",
     )

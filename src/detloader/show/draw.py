@@ -27,18 +27,8 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 __all__ = [
-    "BACKGROUND",
-    "BOX_WIDTH",
-    "caption_height",
-    "font_size",
-    "POINT_RADIUS",
-    "TileAnnotations",
-    "TilePlacement",
-    "class_color",
-    "dim",
-    "draw_tile",
-    "landmark_colors",
-    "placement",
+    "BACKGROUND", "BOX_WIDTH", "caption_height", "font_size", "POINT_RADIUS", "TileAnnotations",
+    "TilePlacement", "class_color", "dim", "draw_tile", "landmark_colors", "placement",
 ]
 
 #: Grey behind images that do not fill their tile, and between tiles.

@@ -23,13 +23,7 @@ from detloader.dataset import DetectionDataset, Sample
 from detloader.show.draw import BACKGROUND, TileAnnotations, TilePlacement, draw_tile, landmark_colors
 
 __all__ = [
-    "GAP",
-    "Grid",
-    "grid_size",
-    "pick_images",
-    "render_tiles",
-    "show_dataset",
-    "show_predictions",
+    "GAP", "Grid", "grid_size", "pick_images", "render_tiles", "show_dataset", "show_predictions",
 ]
 
 #: Pixels around and between tiles.

@@ -21,15 +21,8 @@ from detloader.balance.weights import DEFAULT_THRESHOLD, parse_strategy
 from detloader.stats.describe import imbalance_ratio
 
 __all__ = [
-    "REPEAT_WARNING",
-    "BalanceReport",
-    "EmptyIndexError",
-    "Unit",
-    "balance_report",
-    "default_unit",
-    "group_totals",
-    "require_images",
-    "summary_rows",
+    "REPEAT_WARNING", "BalanceReport", "EmptyIndexError", "Unit", "balance_report", "default_unit",
+    "group_totals", "require_images", "summary_rows",
 ]
 
 Unit = Literal["objects", "images"]

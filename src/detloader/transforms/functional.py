@@ -16,22 +16,9 @@ if TYPE_CHECKING:  # torch is imported where a kernel needs it, not for `import 
     import torch
 
 __all__ = [
-    "INTERPOLATIONS",
-    "Interpolation",
-    "adjust_colour",
-    "affine_boxes",
-    "affine_points",
-    "chw_tensor",
-    "clip_boxes",
-    "clip_points",
-    "compose_affine",
-    "crop_boxes",
-    "crop_image",
-    "hflip_boxes",
-    "hflip_image",
-    "hflip_landmarks",
-    "invalidate_outside",
-    "pad_image",
+    "INTERPOLATIONS", "Interpolation", "adjust_colour", "affine_boxes", "affine_points",
+    "chw_tensor", "clip_boxes", "clip_points", "compose_affine", "crop_boxes", "crop_image",
+    "hflip_boxes", "hflip_image", "hflip_landmarks", "invalidate_outside", "pad_image",
     "resize_image",
 ]
 

@@ -16,14 +16,6 @@ from detloader.tune.result import TuneResult
 from detloader.tune.tuner import tune_loader
 
 __all__ = [
-    "DatasetProbe",
-    "MachineProbe",
-    "StaleTuneWarning",
-    "Trial",
-    "TuneResult",
-    "TuneWarning",
-    "auto_loader_kwargs",
-    "probe_dataset",
-    "probe_machine",
-    "tune_loader",
+    "DatasetProbe", "MachineProbe", "StaleTuneWarning", "Trial", "TuneResult", "TuneWarning",
+    "auto_loader_kwargs", "probe_dataset", "probe_machine", "tune_loader",
 ]

@@ -15,18 +15,8 @@ from detloader.tune.result import TuneResult
 from detloader.tune.search import setting_rates, settings_key
 
 __all__ = [
-    "cap_reason_text",
-    "choice_line",
-    "consumer_line",
-    "cost_line",
-    "cpu_line",
-    "describe_settings",
-    "explain",
-    "extras_lines",
-    "memory_line",
-    "noise_line",
-    "search_line",
-    "summary",
+    "cap_reason_text", "choice_line", "consumer_line", "cost_line", "cpu_line", "describe_settings",
+    "explain", "extras_lines", "memory_line", "noise_line", "search_line", "summary",
 ]
 
 

@@ -29,13 +29,8 @@ from detloader.tune.measure import loader_kwargs
 from detloader.tune.probe import free_cpus
 
 __all__ = [
-    "CONFIRM_WINDOW_S",
-    "QUICK_WINDOW_S",
-    "LoadCheck",
-    "check_load",
-    "current_free_cpus",
-    "fit_to_load",
-    "load_tolerance",
+    "CONFIRM_WINDOW_S", "QUICK_WINDOW_S", "LoadCheck", "check_load", "current_free_cpus",
+    "fit_to_load", "load_tolerance",
 ]
 
 #: Seconds of the cheap re-check, and of the confirming one when the first saw a change.

@@ -30,12 +30,8 @@ from detloader.tune.probe import free_cpus
 from detloader.tune.store import cache_key, load_result
 
 __all__ = [
-    "MAX_HEURISTIC_WORKERS",
-    "WORKER_MEMORY_GUESS",
-    "StaleTuneWarning",
-    "TuneWarning",
-    "auto_loader_kwargs",
-    "heuristic_loader_kwargs",
+    "MAX_HEURISTIC_WORKERS", "WORKER_MEMORY_GUESS", "StaleTuneWarning", "TuneWarning",
+    "auto_loader_kwargs", "heuristic_loader_kwargs",
 ]
 
 #: Most workers the heuristic gives; tune_loader measures beyond it.

@@ -23,16 +23,8 @@ from detloader.tune.probe import device_synchronizer
 from detloader.tune.records import Record
 
 __all__ = [
-    "Consumer",
-    "LoaderFactory",
-    "Trial",
-    "failed_trial",
-    "images_in",
-    "loader_kwargs",
-    "make_consumer",
-    "measure_setting",
-    "steady_rate",
-    "to_device",
+    "Consumer", "LoaderFactory", "Trial", "failed_trial", "images_in", "loader_kwargs",
+    "make_consumer", "measure_setting", "steady_rate", "to_device",
 ]
 
 LoaderFactory = Callable[..., Iterable[Any]]

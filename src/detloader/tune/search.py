@@ -46,21 +46,9 @@ from typing import Any, Callable, Mapping, Sequence
 from detloader.tune.measure import Consumer, LoaderFactory, Trial, loader_kwargs, measure_setting
 
 __all__ = [
-    "MAX_WINDOW_S",
-    "MEMORY_SHARE",
-    "MIN_WINDOW_S",
-    "WINDOW_SHARE",
-    "Progress",
-    "SearchOutcome",
-    "choose",
-    "cost_key",
-    "expected_trials",
-    "search_settings",
-    "setting_rates",
-    "settings_key",
-    "thread_ladder",
-    "window_for",
-    "worker_ladder",
+    "MAX_WINDOW_S", "MEMORY_SHARE", "MIN_WINDOW_S", "WINDOW_SHARE", "Progress", "SearchOutcome",
+    "choose", "cost_key", "expected_trials", "search_settings", "setting_rates", "settings_key",
+    "thread_ladder", "window_for", "worker_ladder",
 ]
 
 #: Shortest and longest measuring window per setting, seconds.

@@ -34,15 +34,8 @@ from detloader.annotations.cache import CACHE_DIR_ENV, atomic_write, user_cache_
 from detloader.tune.result import TuneResult
 
 __all__ = [
-    "cache_file",
-    "cache_key",
-    "dataset_fingerprint",
-    "describe",
-    "load_result",
-    "machine_fingerprint",
-    "save_result",
-    "strip_addresses",
-    "transform_fingerprint",
+    "cache_file", "cache_key", "dataset_fingerprint", "describe", "load_result",
+    "machine_fingerprint", "save_result", "strip_addresses", "transform_fingerprint",
     "tune_cache_dir",
 ]
 
