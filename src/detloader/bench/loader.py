@@ -5,7 +5,6 @@ optional in-process decode threads, the tutorial and torchvision baselines, byte
 from __future__ import annotations
 
 import gc
-import inspect
 import pickle
 from pathlib import Path
 from typing import Any, Callable
@@ -21,31 +20,14 @@ from detloader.dataset import DetectionDataset
 from detloader.loader import make_loader
 from detloader.transforms import Resize
 
-__all__ = ["bench_loader", "best_of", "decode_threads_target"]
+__all__ = ["bench_loader", "best_of"]
 
 SECTION = "loader"
 
 
-def decode_threads_target() -> str | None:
-    """Which of ``DetectionDataset`` / ``make_loader`` takes ``decode_threads`` (in-process
-    decoding of a batch on threads), or None when neither does."""
-    for name, fn in (("dataset", DetectionDataset), ("loader", make_loader)):
-        if "decode_threads" in inspect.signature(fn).parameters:
-            return name
-    return None
-
-
-def _loader(index: AnnotationIndex, size: int, batch_size: int, workers: int, threads: int | None) -> DataLoader[Any]:
-    target = decode_threads_target() if threads is not None else None
-    extra = {"decode_threads": threads} if target else {}
-    dataset = DetectionDataset(index, Resize((size, size)), seed=0, **(extra if target == "dataset" else {}))
-    return make_loader(
-        dataset,
-        batch_size=batch_size,
-        num_workers=workers,
-        prefetch_factor=2 if workers else None,
-        **(extra if target == "loader" else {}),
-    )
+def _loader(index: AnnotationIndex, size: int, batch_size: int, workers: int, threads: int) -> DataLoader[Any]:
+    dataset = DetectionDataset(index, Resize((size, size)), seed=0, decode_threads=threads)
+    return make_loader(dataset, batch_size=batch_size, num_workers=workers, prefetch_factor=2 if workers else None)
 
 
 def _rate(make: Callable[[], Any], count: Callable[[Any], int], batches: int) -> float:
@@ -100,7 +82,7 @@ def _bench_loader(
     for i in range(min(len(index), (batches + 1) * batch_size)):  # every contender reads from memory
         Path(index.image_path(i)).read_bytes()
 
-    def ours(workers: int, threads: int | None = None) -> Callable[[], float]:
+    def ours(workers: int, threads: int = 0) -> Callable[[], float]:
         return lambda: _rate(lambda: _loader(index, size, batch_size, workers, threads), len, batches)
 
     first = best_of(
@@ -123,28 +105,19 @@ def _bench_loader(
             ("detloader", rate), ("ceiling", ceiling), "img/s",
         )
     workers = sorted({0, best})
-    target = decode_threads_target()
-    fig["decode_threads"] = target
-    second: dict[str, Callable[[], float]] = {}
-    if target is None:
-        report.notes.append("loader: decode_threads not accepted by DetectionDataset or make_loader: skipped")
-    else:
-        for w in workers:
-            for t in (0, cpus):
-                second[f"num_workers={w},decode_threads={t}"] = ours(w, t)
+    settings = [(w, t) for w in workers for t in (0, cpus)]
+    second: dict[str, Callable[[], float]] = {f"num_workers={w},decode_threads={t}": ours(w, t) for w, t in settings}
     baselines = _baselines(report, index, root, size, batch_size, batches, workers, workdir)
     second |= baselines
     measured = best_of(second, repeats)
-    if target is not None:
-        fig["detloader_decode_threads"] = {}
-        for w in workers:
-            for t in (0, cpus):
-                rate = measured[f"num_workers={w},decode_threads={t}"]
-                fig["detloader_decode_threads"][f"num_workers={w},decode_threads={t}"] = rate
-                report.add(
-                    SECTION, f"detloader num_workers={w} decode_threads={t} / decode ceiling",
-                    ("detloader", rate), ("ceiling", ceiling), "img/s",
-                )
+    fig["detloader_decode_threads"] = {}
+    for w, t in settings:
+        rate = measured[f"num_workers={w},decode_threads={t}"]
+        fig["detloader_decode_threads"][f"num_workers={w},decode_threads={t}"] = rate
+        report.add(
+            SECTION, f"detloader num_workers={w} decode_threads={t} / decode ceiling",
+            ("detloader", rate), ("ceiling", ceiling), "img/s",
+        )
     for key in baselines:
         name, w = key.split(":")
         fig.setdefault(name, {})[w] = measured[key]
@@ -189,7 +162,7 @@ def _bytes_per_batch(
     report: BenchReport, fig: dict[str, Any], index: AnnotationIndex, root: Any, size: int, batch_size: int
 ) -> None:
     """Pickled bytes of one batch: what a worker hands to the main process."""
-    batch = next(iter(_loader(index, size, batch_size, 0, None)))
+    batch = next(iter(_loader(index, size, batch_size, 0, 0)))
     ours = len(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
     fig["batch_bytes"] = ours
     fig["batch_images"] = len(batch)

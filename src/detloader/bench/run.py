@@ -104,9 +104,13 @@ def run_bench(
     path: str | os.PathLike[str] | None = None,
     settings: BenchSettings | None = None,
     progress: Callable[[str], None] | None = None,
+    read_options: dict[str, Any] | None = None,
 ) -> BenchReport:
-    """Measure every section and return the report (see :mod:`detloader.bench`)."""
+    """Measure every section and return the report (see :mod:`detloader.bench`);
+    ``read_options``: how to read ``path`` (:func:`detloader.read_annotations`' keywords;
+    ``on_error`` defaults to ``"skip"``)."""
     s = settings or BenchSettings()
+    options = {"on_error": "skip", **(read_options or {})}
     say = progress or (lambda _: None)
     cpus = usable_cpus()
     report = BenchReport(
@@ -125,7 +129,7 @@ def run_bench(
         try:
             if "loader" in s.sections:
                 root = _image_set(path, s, Path(tmp))
-                index = read_annotations(root, on_error="skip")
+                index = read_annotations(root, **options)
                 report.settings["images"] = len(index)
                 say("loader")
                 bench_loader(
@@ -140,7 +144,7 @@ def run_bench(
                     Path(tmp) / "xml", s.index_files, seed=1, write_images=False
                 )
                 if (index_root / "Annotations").is_dir():
-                    bench_index(report, index_root, on_error="skip")
+                    bench_index(report, index_root, **options)
                 else:
                     report.notes.append("index: the ElementTree baseline needs Annotations/*.xml: skipped")
             if "sampler" in s.sections:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from detloader.cli._common import print_json
+from detloader.cli._common import add_dataset_arguments, dataset_kwargs, print_json
 
 __all__ = ["register", "run"]
 
@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--sections", nargs="+", metavar="SECTION", help="run only these: loader, index, sampler (default: all)"
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_dataset_arguments(p, on_error="skip")
     p.add_argument(
         "--quick", action="store_true", help="a tiny run that checks every section (figures mean nothing)"
     )
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         sections=args.sections,
     )
     progress = None if args.json else (lambda section: print(f"measuring: {section}", file=sys.stderr))
-    report = run_bench(args.path, settings, progress)
+    report = run_bench(args.path, settings, progress, read_options=dataset_kwargs(args))
     if args.json:
         print_json(report.to_dict())
         return 0
