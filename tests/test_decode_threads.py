@@ -21,8 +21,8 @@ from detloader.transforms.functional import chw_tensor, crop_image, pad_image, r
 from detloader.tune import TuneResult, auto_loader_kwargs
 from detloader.tune import search as search_module
 from detloader.tune import tuner
-from detloader.tune.measure import Trial
 from detloader.tune.search import choose, search_settings, thread_ladder
+from tune_helpers import model
 
 
 def _augment() -> Compose:
@@ -135,24 +135,6 @@ def test_make_loader_passes_decode_threads_on_a_copy(small_synth_root) -> None:
 
 
 # -- the tuner -----------------------------------------------------------------------------
-def _model(rate: Any, calls: list[dict[str, Any]] | None = None) -> Any:
-    def fake(factory: Any, settings: Mapping[str, Any], *, batch_size: int, window_s: float,
-             min_batches: int, consumer: Any, deadline: float | None, phase: str) -> Trial:
-        if calls is not None:
-            calls.append(dict(settings))
-        w = int(settings["num_workers"])
-        r = float(rate(settings))
-        return Trial(
-            settings=dict(settings), images_per_s=r, images=max(1, int(r * window_s)),
-            batches=min_batches, seconds=window_s, startup_s=0.0, latency_p50_ms=1.0,
-            latency_p95_ms=2.0, main_cpu=1.0, workers_cpu=float(w), workers=w,
-            worker_uss_mib=100.0 if w else None, worker_pss_mib=150.0 if w else None,
-            main_rss_mib=300.0, phase=phase,
-        )
-
-    return fake
-
-
 def _two_cores(s: Mapping[str, Any]) -> float:
     """A 2-core machine: one worker is slower than the main process, two threads in the main
     process beat two workers."""
@@ -163,7 +145,7 @@ def _two_cores(s: Mapping[str, Any]) -> float:
 def test_search_climbs_decode_threads_and_prefers_them_to_workers() -> None:
     calls: list[dict[str, Any]] = []
     out = search_settings(None, batch_size=8, cap=2, budget_s=60, threads_cap=2,
-                          measure_fn=_model(_two_cores, calls))
+                          measure_fn=model(_two_cores, calls=calls))
     chosen = out.chosen_trial.settings
     assert chosen["num_workers"] == 0 and chosen["decode_threads"] == 2
     tried = {(c["num_workers"], c.get("decode_threads", 0)) for c in calls}
@@ -171,7 +153,7 @@ def test_search_climbs_decode_threads_and_prefers_them_to_workers() -> None:
     assert thread_ladder(2) == [2] and thread_ladder(12) == [2, 4, 8, 12] and thread_ladder(1) == []
     # without threads_cap the search never sets decode_threads (a user's loader factory)
     calls.clear()
-    search_settings(None, batch_size=8, cap=2, budget_s=60, measure_fn=_model(_two_cores, calls))
+    search_settings(None, batch_size=8, cap=2, budget_s=60, measure_fn=model(_two_cores, calls=calls))
     assert calls and not any("decode_threads" in c for c in calls)
 
 
@@ -180,14 +162,14 @@ def test_threads_that_do_not_help_are_not_chosen() -> None:
         return 100.0 * (1 + s["num_workers"]) * (1.01 if s.get("decode_threads") else 1.0)
 
     calls: list[dict[str, Any]] = []
-    out = search_settings(None, batch_size=8, cap=8, budget_s=60, threads_cap=8, measure_fn=_model(rate, calls))
+    out = search_settings(None, batch_size=8, cap=8, budget_s=60, threads_cap=8, measure_fn=model(rate, calls=calls))
     assert "decode_threads" not in out.chosen_trial.settings
     # the thread climb stopped at its first rung
     assert [c.get("decode_threads") for c in calls if c["num_workers"] == 0 and c.get("decode_threads")] == [2]
     # cost: workers first, then threads
-    cheap = _model(lambda s: 100.0)(None, {"num_workers": 0, "decode_threads": 4}, batch_size=1,
+    cheap = model(lambda s: 100.0)(None, {"num_workers": 0, "decode_threads": 4}, batch_size=1,
                                    window_s=1.0, min_batches=1, consumer=None, deadline=None, phase="")
-    dear = _model(lambda s: 100.0)(None, {"num_workers": 1}, batch_size=1, window_s=1.0,
+    dear = model(lambda s: 100.0)(None, {"num_workers": 1}, batch_size=1, window_s=1.0,
                                   min_batches=1, consumer=None, deadline=None, phase="")
     assert choose([dear, cheap], 0.04) == 1
 
@@ -199,7 +181,7 @@ def test_tune_result_records_decode_threads_and_auto_applies_them(small_synth_ro
     monkeypatch.setattr(_system, "busy_cpus", lambda window_s=0.5: 0.0)
     monkeypatch.setattr(tuner, "worker_cap", lambda machine, max_workers, respect_busy: (2, "usable"))
     monkeypatch.setattr(tuner, "search_settings",
-                        functools.partial(search_module.search_settings, measure_fn=_model(_two_cores)))
+                        functools.partial(search_module.search_settings, measure_fn=model(_two_cores)))
     dataset = DetectionDataset(read_annotations(small_synth_root), Resize(32), seed=0)
     result = tune_loader(dataset, batch_size=4, budget_s=5, device=None)
     assert result.decode_threads == 2 and result.recommended["num_workers"] == 0

@@ -36,6 +36,7 @@ from detloader.tune import search as search_module
 from detloader.tune import store, tuner
 from detloader.tune.heuristic import MAX_HEURISTIC_WORKERS, WORKER_MEMORY_GUESS
 from detloader.tune.tuner import normalise_candidate, worker_cap
+from tune_helpers import model
 
 GIB = 2**30
 
@@ -83,26 +84,6 @@ def machine(usable: int = 2, busy: float = 0.0, can_pin: bool = False, available
         accelerator_count=1 if can_pin else 0,
         h2d_pageable_gbps=6.0 if can_pin else None, h2d_pinned_gbps=20.0 if can_pin else None,
     )
-
-
-def model(rate: Callable[[Mapping[str, Any]], float], uss: float = 100.0, calls: list | None = None):
-    """A ``measure`` replacement: images/s from ``rate(settings)``, no time spent."""
-
-    def fake(factory: Any, settings: Mapping[str, Any], *, batch_size: int, window_s: float,
-             min_batches: int, consumer: Any, deadline: float | None, phase: str) -> Trial:
-        if calls is not None:
-            calls.append(dict(settings))
-        w = int(settings["num_workers"])
-        r = float(rate(settings))
-        return Trial(
-            settings=dict(settings), images_per_s=r, images=max(1, int(r * window_s)),
-            batches=min_batches, seconds=window_s, startup_s=0.05 * w, latency_p50_ms=1000 * batch_size / r,
-            latency_p95_ms=2000 * batch_size / r, main_cpu=1.0 if w == 0 else 0.1, workers_cpu=float(w),
-            workers=w, worker_uss_mib=uss if w else None, worker_pss_mib=uss * 1.5 if w else None,
-            main_rss_mib=300.0, phase=phase,
-        )
-
-    return fake
 
 
 def knee(at: int, per_worker: float = 100.0, fall: float = 0.0) -> Callable[[Mapping[str, Any]], float]:

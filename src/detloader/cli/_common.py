@@ -276,6 +276,8 @@ def console() -> "Console":
     if not out.is_terminal:
         out.soft_wrap = True
         out.width = PIPE_WIDTH
+        # a rule spans the console's width, which is PIPE_WIDTH here: a short heading instead
+        out.rule = lambda title="", *args, **kwargs: out.print(f"== {title} ==" if title else "==")  # type: ignore[method-assign]
     return out
 
 
