@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from detloader import AnnotationError, read_annotations
-from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.builder import ChunkBuilder
+from detloader.annotations.options import ReadOptions
 from detloader.annotations.readers.common import Source
 from detloader.annotations.readers import voc
 

@@ -11,22 +11,20 @@ with chunk-local vocabularies. Chunks are built in worker processes and merged i
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from detloader.annotations.checks import (
-    BOXES_FROM_POINTS, Finding, box_from_points, check_box, check_point, check_size, parse_number,
+    Finding, box_from_points, check_box, check_point, check_size, parse_number,
 )
 from detloader.annotations.chunk import AttributeCells, LocalVocab, Partial
 from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Field
-from detloader.annotations.landmarks import LandmarkSchema
+from detloader.annotations.options import ReadOptions
 from detloader.annotations.problems import Problem, Severity
 
-__all__ = ["MAX_FILE_BYTES", "ChunkBuilder", "ReadOptions"]
+__all__ = ["ChunkBuilder"]
 
-MAX_FILE_BYTES = 16 * 1024 * 1024
 #: Names of missing images a chunk keeps for the image-folder search (``image_search``).
 MISSING_NAMES_KEPT = 256
 
@@ -34,73 +32,6 @@ MISSING_NAMES_KEPT = 256
 _TYPECODES = {np.dtype(np.int32): "i", np.dtype(np.float32): "f", np.dtype(np.bool_): "b"}
 #: Fields held as (row, name, value) cells and as sparse points, not as plain columns.
 _ATTRIBUTE_VOCABS = ("image_attributes", "object_attributes")
-
-
-@dataclass(frozen=True)
-class ReadOptions:
-    """How annotations are read. Every field takes part in the cache key.
-
-    Attributes:
-        classes: the class list, in id order; objects of other classes are ``unknown_class``
-            errors. ``None``: every class found, sorted by name.
-        class_map: rename / merge / drop classes before anything else, as pairs
-            ``(name_in_file, new_name)``; ``new_name=None`` drops the objects.
-        landmark_schema: landmark names (ordered) and flip pairs; ``None``: names found in the
-            data, in order of first appearance, flip pairs inferred from left/right spelling.
-        one_based: subtract 1 from xmin and ymin (VOC's 1-based pixel indices).
-        clip_boxes: clip boxes that are partly outside the image (reported as ``box_clipped``);
-            when False such boxes are ``box_outside_image`` errors.
-        check_images: check that each image file exists (``missing_image`` otherwise).
-        image_class_attribute: name of the image attribute that holds the image-level class.
-        max_file_bytes: size cap of one annotation file.
-        image_dir: image folder, overriding the one found from the layout.
-        allow_outside_images: follow image names that leave the dataset (absolute, ``../``),
-            as ``convert --images none`` writes them; otherwise they are ``outside_dataset``
-            problems and only their base name is looked for inside.
-        boxes_from_points: what an object with landmarks but no box becomes: ``"enclose"``
-            (its labelled points' enclosing box), ``"image"`` (the whole image) or ``"skip"``;
-            reported once per file (``box_from_points``, repaired), see
-            :func:`~detloader.annotations.checks.box_from_points`.
-    """
-
-    classes: tuple[str, ...] | None = None
-    class_map: tuple[tuple[str, str | None], ...] = ()
-    landmark_schema: LandmarkSchema | None = None
-    one_based: bool = False
-    clip_boxes: bool = True
-    check_images: bool = True
-    image_class_attribute: str = "class"
-    max_file_bytes: int = MAX_FILE_BYTES
-    image_dir: str | None = None
-    allow_outside_images: bool = False
-    boxes_from_points: str = "enclose"
-    extra: tuple[tuple[str, Any], ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.boxes_from_points not in BOXES_FROM_POINTS:
-            raise ValueError(
-                f"boxes_from_points={self.boxes_from_points!r} is not one of {', '.join(BOXES_FROM_POINTS)}"
-            )
-
-    def option(self, name: str, default: Any = None) -> Any:
-        """A format-specific option passed through ``read_annotations(..., **format_options)``."""
-        return dict(self.extra).get(name, default)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "classes": list(self.classes) if self.classes is not None else None,
-            "class_map": [list(p) for p in self.class_map],
-            "landmark_schema": self.landmark_schema.to_dict() if self.landmark_schema else None,
-            "one_based": self.one_based,
-            "clip_boxes": self.clip_boxes,
-            "check_images": self.check_images,
-            "image_class_attribute": self.image_class_attribute,
-            "max_file_bytes": self.max_file_bytes,
-            "image_dir": self.image_dir,
-            "allow_outside_images": self.allow_outside_images,
-            "boxes_from_points": self.boxes_from_points,
-            "extra": [[k, repr(v)] for k, v in self.extra],
-        }
 
 
 def _is_column(f: Field) -> bool:

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from detloader.annotations.builder import ReadOptions
+from detloader.annotations.options import ReadOptions
 from detloader.annotations.chunk import Partial
 from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Field, pack_strings
 from detloader.annotations.index import AnnotationIndex

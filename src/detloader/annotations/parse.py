@@ -12,7 +12,8 @@ from typing import Callable, Sequence
 
 from detloader._pool import run_in_processes
 from detloader._system import usable_cpus
-from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.builder import ChunkBuilder
+from detloader.annotations.options import ReadOptions
 from detloader.annotations.chunk import Partial
 from detloader.annotations.merge import merge
 from detloader.annotations.index import AnnotationIndex

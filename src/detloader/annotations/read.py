@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from detloader.annotations import cache as _cache
-from detloader.annotations.builder import ReadOptions
+from detloader.annotations.options import ReadOptions
 from detloader.annotations.image_search import ImageFolderWarning, find_image_folder, search_message, should_search
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema

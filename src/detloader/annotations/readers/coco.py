@@ -41,7 +41,8 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.builder import ChunkBuilder
+from detloader.annotations.options import ReadOptions
 from detloader.annotations.checks import Finding, parse_number
 from detloader.annotations.readers.common import (
     Source, candidate_dirs, check_options, file_source, find_child_dir, parse_each, parse_flag,

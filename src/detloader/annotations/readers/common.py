@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from detloader.annotations.cache import CACHE_SUBDIR
-from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.builder import ChunkBuilder
+from detloader.annotations.options import ReadOptions
 from detloader.annotations.checks import MAX_SIDE
 
 __all__ = [

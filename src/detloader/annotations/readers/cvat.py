@@ -65,7 +65,8 @@ from typing import Sequence
 import numpy as np
 from lxml import etree
 
-from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.builder import ChunkBuilder
+from detloader.annotations.options import ReadOptions
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
 from detloader.annotations.readers.common import (

@@ -44,7 +44,8 @@ from typing import Sequence
 
 from lxml import etree
 
-from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.builder import ChunkBuilder
+from detloader.annotations.options import ReadOptions
 from detloader.annotations.landmarks import IBUG68, LandmarkSchema, preset_schema
 from detloader.annotations.readers.common import (
     Source, candidate_dirs, check_options, file_source, flag_value, parse_each,

@@ -36,7 +36,8 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.builder import ChunkBuilder
+from detloader.annotations.options import ReadOptions
 from detloader.annotations.readers.common import (
     Source, candidate_dirs, check_options, dir_mtime, read_head, stat_entry,
 )

@@ -45,7 +45,8 @@ from typing import Sequence
 import numpy as np
 from lxml import etree
 
-from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.builder import ChunkBuilder
+from detloader.annotations.options import ReadOptions
 from detloader.annotations.checks import MAX_SIDE
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import FACE5, LandmarkSchema

@@ -42,7 +42,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from detloader.annotations.builder import ChunkBuilder, ReadOptions
+from detloader.annotations.builder import ChunkBuilder
+from detloader.annotations.options import ReadOptions
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
 from detloader.annotations.problems import Problem
