@@ -271,9 +271,9 @@ class DetectionDataset(torch.utils.data.Dataset):
         skips included (the flags live in shared memory)."""
         return [(int(i), os.fspath(self.index.image_path(int(i)))) for i in torch.nonzero(self._skip_flags).flatten()]
 
-    def _load_or_substitute(self, i: int) -> tuple[int, Annotated]:
+    def _load_or_substitute(self, i: int, epoch: int) -> tuple[int, Annotated]:
         """``(j, self.load(j))``: ``j == i`` unless image ``i`` does not decode and the policy
-        is ``"skip"``, then ``j`` is its substitute (module docstring).
+        is ``"skip"``, then ``j`` is its substitute in ``epoch`` (module docstring).
 
         Raises:
             ImageDecodeError: ``"raise"`` policy, naming the file and the dataset index; or no
@@ -285,7 +285,7 @@ class DetectionDataset(torch.utils.data.Dataset):
             if self.on_decode_error == "raise":
                 raise ImageDecodeError(f"{err} (dataset index {i})") from err
             self._skip(i, err)
-        group, rest = self._substitutes(i)
+        group, rest = self._substitutes(i, epoch)
         for j in np.concatenate([group, rest])[:MAX_SUBSTITUTE_TRIES]:
             j = int(j)
             try:
@@ -309,7 +309,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         self._skip_flags[i] = 1
         self._warn_once(f"skip:{i}", f"{err} (dataset index {i}); skipped, a substitute is used")
 
-    def _substitutes(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+    def _substitutes(self, i: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """Substitute candidates of image ``i`` in the order they are tried: the other images of
         its group (same image class, same rarest object class), then the rest, each in the
         order of ``default_rng((seed, epoch, i, 1))``."""
@@ -320,7 +320,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         same[i] = False
         others = ~same
         others[i] = False
-        rng = np.random.default_rng((self.seed, self.epoch, i, 1))
+        rng = np.random.default_rng((self.seed, epoch, i, 1))
         return rng.permutation(np.flatnonzero(same)), rng.permutation(np.flatnonzero(others))
 
     def _checked(self, i: int) -> int:
@@ -351,7 +351,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         """Sample ``i`` (``0 <= i < len``) of ``epoch``: load (or, under
         ``on_decode_error="skip"``, a substitute's), transform, wrap. The per-index function
         that ``__getitem__`` and the threads of ``__getitems__`` run."""
-        j, data = self._load_or_substitute(i)
+        j, data = self._load_or_substitute(i, epoch)
         if self.transform is not None:
             data = self.transform(data, self.generator(i, epoch))
             _check_output(data, self.transform)
