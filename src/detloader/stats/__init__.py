@@ -13,12 +13,12 @@ from detloader.stats.describe import QUANTILES, dataset_stats, imbalance_ratio
 from detloader.stats.plot import LOG_AUTO_RATIO, plot_balance, use_log_scale
 from detloader.stats.report import (
     REPEAT_WARNING, BalanceReport, EmptyIndexError, Unit, balance_report, default_unit,
-    group_totals, require_images, summary_rows,
+    group_totals, summary_rows,
 )
 
 __all__ = [
     "LOG_AUTO_RATIO", "QUANTILES", "REPEAT_WARNING", "BalanceReport", "ChiSquare",
     "EmptyIndexError", "Unit", "balance_report", "chi_square_sf", "chi_square_test",
     "dataset_stats", "default_unit", "group_totals", "imbalance_ratio", "plot_balance",
-    "require_images", "summary_rows", "use_log_scale",
+    "summary_rows", "use_log_scale",
 ]

@@ -22,7 +22,7 @@ from detloader.stats.describe import imbalance_ratio
 
 __all__ = [
     "REPEAT_WARNING", "BalanceReport", "EmptyIndexError", "Unit", "balance_report", "default_unit",
-    "group_totals", "require_images", "summary_rows",
+    "group_totals", "summary_rows",
 ]
 
 Unit = Literal["objects", "images"]
@@ -35,7 +35,7 @@ class EmptyIndexError(ValueError):
     """The index holds no images: there is nothing to count or balance."""
 
 
-def require_images(index: AnnotationIndex) -> None:
+def _require_images(index: AnnotationIndex) -> None:
     """:class:`EmptyIndexError` when ``index`` holds no images."""
     if len(index) == 0:
         raise EmptyIndexError(
@@ -165,7 +165,7 @@ def balance_report(
     """
     from detloader.balance.factory import make_balanced_sampler  # torch: lazy, keeps the CLI fast
 
-    require_images(index)
+    _require_images(index)
     groups = balance_groups(index, by)
     if unit is None:
         unit = default_unit(groups)
