@@ -25,7 +25,7 @@ def test_synth_then_index_json(tmp_path, capsys):
 def test_index_json_reports_problem_counts(tmp_path, capsys):
     objects = [voc_object("k", (5, 5, 2, 9)), voc_object("k", (1, 1, 4, 4))]
     root = voc_dataset(tmp_path, {"a": voc_xml("a.jpg", objects), "b": voc_xml("gone.jpg")}, images=["a.jpg"])
-    assert main(["index", str(root), "--json"]) == 0
+    assert main(["index", str(root), "--json"]) == 1  # errors found: items dropped
     data = json.loads(capsys.readouterr().out)
     assert data["problems"] == {"empty_box": 1, "missing_image": 1}
     assert data["objects"] == 1

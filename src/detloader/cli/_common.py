@@ -21,25 +21,28 @@ if TYPE_CHECKING:
     from detloader.annotations.index import AnnotationIndex
 
 __all__ = [
-    "add_dataset_arguments", "add_read_arguments", "console", "dataset_kwargs", "parse_class_map",
-    "print_attribute_counts", "print_json", "print_table", "progress_bar", "read_index",
-    "read_kwargs", "require_images", "table_lines",
+    "ON_ERROR_DEFAULT", "add_dataset_arguments", "add_read_arguments", "console", "dataset_kwargs",
+    "parse_class_map", "print_attribute_counts", "print_json", "print_table", "problems_line",
+    "progress_bar", "read_index", "read_kwargs", "require_images", "table_lines",
 ]
+
+#: ``--on-error`` of every command that reads a dataset (README.md: "Exit status and problems").
+ON_ERROR_DEFAULT = "warn"
 
 
 def add_read_arguments(
     parser: argparse.ArgumentParser,
-    on_error: str = "warn",
     *,
     path_nargs: str | None = None,
     path_help: str = "dataset folder or annotation file",
     build: bool = True,
+    on_error_help: str | None = None,
 ) -> None:
     """Arguments of :func:`detloader.read_annotations` that the CLI exposes: the dataset
     ``path`` (``path_nargs="?"``: optional), the dataset options of
     :func:`add_dataset_arguments` and, with ``build``, how the index is built (workers, cache)."""
     parser.add_argument("path", nargs=path_nargs, help=path_help)
-    add_dataset_arguments(parser, on_error)
+    add_dataset_arguments(parser, on_error_help)
     if not build:
         return
     group = parser.add_argument_group("index building")
@@ -48,15 +51,17 @@ def add_read_arguments(
     group.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
 
 
-def add_dataset_arguments(parser: argparse.ArgumentParser, on_error: str = "warn") -> None:
-    """How to read the dataset: format, error policy, classes, where the images are."""
+def add_dataset_arguments(parser: argparse.ArgumentParser, on_error_help: str | None = None) -> None:
+    """How to read the dataset: format, error policy (:data:`ON_ERROR_DEFAULT`; ``on_error_help``
+    says what a command does with it otherwise), classes, where the images are."""
     group = parser.add_argument_group("reading the dataset")
     group.add_argument("--format", default="auto", help="annotation format (default: auto)")
     group.add_argument(
         "--on-error",
         choices=ON_ERROR_CHOICES,
-        default=on_error,
-        help=f"what bad annotations do (default: {on_error})",
+        default=ON_ERROR_DEFAULT,
+        help=on_error_help or "a bad annotation: raise stops at the first (exit status 2), warn drops its item and "
+        f"sums up the problems, skip drops it quietly (default: {ON_ERROR_DEFAULT})",
     )
     group.add_argument("--classes", help="comma-separated class list, in id order")
     group.add_argument(
@@ -161,14 +166,14 @@ def read_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def read_index(
     args: argparse.Namespace,
     *,
-    hide_warnings: bool,
+    reports_problems: bool,
     bar: bool = True,
     description: str = "indexing",
     on_error: str | None = None,
 ) -> "AnnotationIndex":
     """The index that :func:`add_read_arguments`' options describe, with a progress bar
-    (``description``) when ``bar``; ``hide_warnings``: annotation warnings are silenced (the
-    command reports the problems itself); ``on_error`` overrides ``--on-error``. When the
+    (``description``) when ``bar``; ``on_error`` overrides ``--on-error``. Unless the command
+    ``reports_problems`` itself, ``--on-error warn`` sums them up in one line on stderr. When the
     images were found in another folder than the layout's, one line on stderr says which."""
     from detloader import read_annotations  # lazy: keeps `detloader --help` fast
     from detloader.annotations.image_search import ImageFolderWarning
@@ -178,16 +183,22 @@ def read_index(
         kwargs["on_error"] = on_error
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ImageFolderWarning)  # said below, in CLI words
-        if hide_warnings:
-            warnings.simplefilter("ignore", AnnotationWarning)
+        warnings.simplefilter("ignore", AnnotationWarning)  # likewise
         with progress_bar(description, enabled=bar) as progress:
             index = read_annotations(args.path, progress=progress, **kwargs)
+    if index.problems and kwargs["on_error"] == "warn" and not reports_problems:
+        print(f"detloader {args.command}: {problems_line(index.problems)} (detloader validate lists them)", file=sys.stderr)
     found = index.meta.get("image_search")
     if found is not None:
         from detloader.annotations.image_search import search_message
 
         print(f"detloader {args.command}: {search_message(found)}; read from there (--image-dir chooses)", file=sys.stderr)
     return index
+
+
+def problems_line(report: ProblemReport) -> str:
+    """``2 errors, 1 repaired: empty_box: 2, box_clipped: 1``."""
+    return f"{len(report.errors)} errors, {len(report.repairs)} repaired: {report.summary_line()}"
 
 
 def require_images(index: "AnnotationIndex", what: str) -> None:

@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--sections", nargs="+", metavar="SECTION", help="run only these: loader, index, sampler (default: all)"
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    add_dataset_arguments(p, on_error="skip")
+    add_dataset_arguments(p)
     p.add_argument(
         "--quick", action="store_true", help="a tiny run that checks every section (figures mean nothing)"
     )

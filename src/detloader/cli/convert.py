@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import warnings
 
-from detloader.cli._common import add_read_arguments, console, read_index, require_images
+from detloader.cli._common import add_read_arguments, console, problems_line, read_index, require_images
 
 __all__ = ["register", "run"]
 
@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="convert a dataset to Pascal VOC, COCO JSON or YOLO",
         description="Read SRC (any format detloader reads) and write it to the folder OUT.",
     )
-    add_read_arguments(p, on_error="warn")
+    add_read_arguments(p)
     p.add_argument("--to", required=True, choices=EXPORT_FORMATS, help="format to write")
     p.add_argument("out", help="output folder (created; must be empty unless --overwrite)")
     p.add_argument(
@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from detloader.annotations.writers import YoloExportWarning, write_annotations
 
-    index = read_index(args, hide_warnings=True)  # warnings: summarised below instead
+    index = read_index(args, reports_problems=True)  # summed up below
     require_images(index, "convert")
     with warnings.catch_warnings(record=True) as notes:
         warnings.simplefilter("always", YoloExportWarning)
@@ -60,6 +60,6 @@ def run(args: argparse.Namespace) -> int:
         else:  # not ours to hold back
             warnings.showwarning(note.message, note.category, note.filename, note.lineno)
     if index.problems:
-        out.print(f"[yellow]source problems: {index.problems.summary_line()}[/yellow]")
+        out.print(f"[yellow]source problems: {problems_line(index.problems)}[/yellow]")
         out.print("run [bold]detloader validate[/bold] on the source for the full list")
     return 0

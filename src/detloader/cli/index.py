@@ -1,4 +1,5 @@
-"""``detloader index PATH``: build (or load) the cached index and print its summary."""
+"""``detloader index PATH``: build (or load) the cached index and print its summary; exit 1
+when the read found errors (items dropped), as ``detloader validate`` does."""
 
 from __future__ import annotations
 
@@ -12,15 +13,14 @@ __all__ = ["print_summary", "register", "run"]
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("index", help="build or load the cached index of a dataset; print a summary")
-    add_read_arguments(p, on_error="warn")
+    add_read_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    # warnings: the problems are reported below instead
-    index = read_index(args, hide_warnings=args.json or args.on_error == "warn", bar=not args.json)
+    index = read_index(args, reports_problems=True, bar=not args.json)
     seconds = time.perf_counter() - start
     require_images(index, "index")
     summary = index.summary()
@@ -28,14 +28,14 @@ def run(args: argparse.Namespace) -> int:
         summary["seconds"] = round(seconds, 4)
         summary["cache_file"] = index.source_file
         print_json(summary)
-        return 0
+        return 1 if index.problems.errors else 0
     print_summary(summary, seconds)
     if index.problems:
         from rich.markup import escape
 
         console().print(f"\n[yellow]{escape(index.problems.summary())}[/yellow]")
         console().print("run [bold]detloader validate[/bold] for the full list")
-    return 0
+    return 1 if index.problems.errors else 0
 
 
 def print_summary(summary: dict, seconds: float | None = None) -> None:

@@ -14,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "show",
         help="draw a grid of images with boxes, class names, landmarks and image classes",
     )
-    add_read_arguments(p, on_error="skip")
+    add_read_arguments(p)
     p.add_argument("--out", default="grid.png", help="picture to write (default: grid.png)")
     p.add_argument("--n", type=int, default=16, help="images in the grid (default: 16)")
     p.add_argument("--split", help="only images of this split (ImageSets/Main/SPLIT.txt or a split file)")
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from detloader.dataset import DetectionDataset
     from detloader.show import show_dataset
 
-    index = read_index(args, hide_warnings=True, bar=True)
+    index = read_index(args, reports_problems=False, bar=True)
     require_images(index, "show")
     if args.split is not None:
         index = index.split(args.split)

@@ -16,14 +16,14 @@ import argparse
 import sys
 from typing import Any
 
-from detloader.cli._common import add_read_arguments, console, print_attribute_counts, print_json, print_table, read_index, require_images
+from detloader.cli._common import add_read_arguments, console, print_attribute_counts, print_json, print_table, problems_line, read_index, require_images
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "stats", help="class distributions and imbalance, raw and after a balancing strategy"
     )
-    add_read_arguments(p, on_error="warn")
+    add_read_arguments(p)
     p.add_argument(
         "--by",
         default="class",
@@ -64,8 +64,7 @@ def _by(value: str) -> tuple[str, ...]:
 def run(args: argparse.Namespace) -> int:
     from detloader.stats import balance_report, dataset_stats, plot_balance
 
-    # warnings: the problems are counted in the output instead
-    index = read_index(args, hide_warnings=args.json or args.on_error == "warn", bar=not args.json)
+    index = read_index(args, reports_problems=True, bar=not args.json)
     require_images(index, "describe")
     stats = dataset_stats(index)
     by = _by(args.by)
@@ -102,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             log_scale = use_log_scale(report, _log(args.log))
             console().print(f"plot: {args.plot}" + (" (log scale)" if log_scale else ""))
     if index.problems:
-        console().print(f"\n[yellow]{index.problems.summary_line()}[/yellow] (detloader validate lists them)")
+        console().print(f"\n[yellow]{problems_line(index.problems)}[/yellow] (detloader validate lists them)")
     return 0
 
 

@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "tune",
         help="measure num_workers / pin_memory / prefetch on this machine and explain the choice",
     )
-    add_read_arguments(p, on_error="skip")
+    add_read_arguments(p)
     p.add_argument("--batch-size", type=int, default=32, help="images per batch (default: 32)")
     p.add_argument(
         "--size",
@@ -56,7 +56,7 @@ def build_dataset(args: argparse.Namespace) -> "DetectionDataset":
 
     if args.size < 0:
         raise ValueError(f"--size={args.size} must be >= 0")
-    index = read_index(args, hide_warnings=True, bar=False)
+    index = read_index(args, reports_problems=False, bar=False)
     require_images(index, "tune on")
     transform = Resize(args.size, mode="letterbox") if args.size else None
     return DetectionDataset(index, transform, seed=0)

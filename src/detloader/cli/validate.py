@@ -1,5 +1,6 @@
-"""``detloader validate PATH``: every problem in the annotations, as a table; exit 1 if any.
+"""``detloader validate PATH``: every problem in the annotations, as a table; exit 1 if errors.
 
+Repairs (a box clipped, images found elsewhere) are listed but exit 0, so that CI can gate on it.
 Not on a terminal, the table is one problem per line (file, where, kind, problem, action,
 tab-separated), so that ``detloader validate DS | grep NAME`` finds a file by its name."""
 
@@ -7,14 +8,14 @@ from __future__ import annotations
 
 import argparse
 
-from detloader.cli._common import add_read_arguments, console, print_json, print_table, progress_bar, read_index
+from detloader.cli._common import add_read_arguments, console, print_json, print_table, problems_line, progress_bar, read_index
 
 __all__ = ["register", "run"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="report every problem in a dataset's annotations")
-    add_read_arguments(p, on_error="skip")
+    add_read_arguments(p, on_error_help="no effect here: validate always reads on and lists every problem")
     p.add_argument("--json", action="store_true", help="print the problems as JSON")
     p.add_argument("--limit", type=int, default=0, help="show at most this many rows (default: all)")
     p.add_argument("--no-images", action="store_true", help="skip the image header checks")
@@ -27,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.text import Text
 
     # on_error="skip": collect everything, then report
-    index = read_index(args, hide_warnings=False, bar=not args.json, description="validating", on_error="skip")
+    index = read_index(args, reports_problems=True, bar=not args.json, description="validating", on_error="skip")
     report = index.problems
     if not args.no_images:
         import os
@@ -41,8 +42,9 @@ def run(args: argparse.Namespace) -> int:
             ):
                 report.add(problem)
     if args.json:
-        print_json({"images": len(index), "objects": index.num_objects, "problems": report.counts(), "items": report.to_list()})
-        return 1 if report else 0
+        print_json({"images": len(index), "objects": index.num_objects, "errors": len(report.errors),
+                    "repairs": len(report.repairs), "problems": report.counts(), "items": report.to_list()})
+        return 1 if report.errors else 0
     out = console()
     if not report:
         out.print(f"[green]no problems[/green] in {len(index)} images, {index.num_objects} objects")
@@ -59,5 +61,5 @@ def run(args: argparse.Namespace) -> int:
     print_table(out, table)
     if len(shown) < len(rows):
         out.print(f"... {len(rows) - len(shown)} more (--limit 0 shows all)")
-    out.print(f"{len(report.errors)} errors, {len(report.repairs)} repaired: {report.summary_line()}")
-    return 1
+    out.print(problems_line(report) if report.errors else f"[green]no errors[/green] ({len(report.repairs)} repaired): {report.summary_line()}")
+    return 1 if report.errors else 0
