@@ -32,7 +32,7 @@ def test_demo_runs_the_story_and_writes_its_pictures(tmp_path: Path, capsys: pyt
     val = sum(1 for line in (out / "data" / "ImageSets" / "Main" / "val.txt").read_text().splitlines() if line)
     pairs = min(8, val)
     per_row = max(1, math.ceil(math.sqrt(pairs / 2)))
-    assert Image.open(out / "predictions.png").size == grid_size(2 * pairs, 256, 2 * per_row)
+    assert Image.open(out / "run" / "predictions.png").size == grid_size(2 * pairs, 256, 2 * per_row)
 
 
 def test_demo_refuses_too_few_images(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["register", "run", "val_predictions"]
+__all__ = ["register", "run"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,22 +28,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--size", type=int, default=128, help="letterbox side of the network input (default: 128)")
     p.add_argument("--tune-budget", type=float, default=12.0, help="seconds for tuning (0: skip)")
     p.set_defaults(func=run)
-
-
-def val_predictions(checkpoint: Path, index: Any, batch_size: int = 16) -> list[Any]:
-    """The trained model's predictions on ``index`` (annotation coordinates, CPU)."""
-    import torch
-
-    import detloader
-    from detloader.train import CenterNet, ModelConfig, load_checkpoint, predict
-    from detloader.train.inference import eval_transform
-
-    state = load_checkpoint(checkpoint)
-    model = CenterNet(ModelConfig.from_dict(state["model_config"]))
-    model.load_state_dict(state["model"])
-    dataset = detloader.DetectionDataset(index, eval_transform(int(state["config"]["size"])), seed=0)
-    loader = detloader.make_loader(dataset, batch_size=batch_size)
-    return predict(model, loader, torch.device("cpu"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
     out.rule("6. look at the data: as stored, and as training sees it (flip, colour, letterbox)")
     from detloader import DetectionDataset
-    from detloader.show import show_dataset, show_predictions
+    from detloader.show import show_dataset
     from detloader.train.loop import train_transform
 
     train_index, val_index = index.split("train"), index.split("val")
@@ -141,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = TrainConfig(
         data=str(root), out=str(base / "run"), epochs=args.epochs, balance=args.balance,
-        batch_size=args.batch_size, size=args.size, seed=args.seed, num_workers="auto",
+        batch_size=args.batch_size, size=args.size, seed=args.seed, num_workers="auto", exist_ok=True,
     )
 
     def epoch_line(info: Any) -> None:
@@ -162,8 +146,7 @@ def run(args: argparse.Namespace) -> int:
     from detloader.cli.evaluate import print_metrics
 
     print_metrics(metrics)
-    preds = val_predictions(Path(config.out) / "last.pt", val_index, args.batch_size)
-    grid = show_predictions(val_index, preds, base / "predictions.png", n=8, score_threshold=config.score_threshold)
-    out.print(f"{grid.path}: {len(preds[:8])} validation images, truth (left) beside predictions (right)")
+    out.print(f"{config.out}/predictions.png: {min(8, len(val_index))} validation images, "
+              "truth (left) beside predictions (right)")
     out.print(f"[bold]done in {time.perf_counter() - began:.0f} s[/bold]")
     return 0

@@ -13,7 +13,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help="metrics of a training checkpoint on a dataset (mAP, NME, image class)")
     p.add_argument("checkpoint", help="a *.pt file written by detloader train")
     add_read_arguments(p, path_help="dataset folder or annotation file (any format detloader reads)", build=False)
-    p.add_argument("--split", default="val", help="split to evaluate, or 'all' (default: val)")
+    p.add_argument("--split", help="a split of the dataset, or 'all' (default: the checkpoint's validation split)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--score-threshold", type=float, default=0.3, help="operating point of precision / recall (default 0.3)")
@@ -44,6 +44,12 @@ def print_metrics(metrics: dict[str, Any]) -> None:
                 _fmt(row["ap50"]), _fmt(row["ap50_95"]),
             )
         print_table(out, table)
+        split = metrics.get("split") or {}
+        if split:
+            out.print(f"split {split['name']!r}: {split['images']} images ({split['source']})")
+        if metrics.get("seen_in_training"):
+            out.print(f"[yellow]{metrics['seen_in_training']} of the {metrics['images']} images were trained on: "
+                      "not a held-out estimate[/yellow]")
         out.print(f"box mAP@0.5 {_fmt(metrics['map50'])}, mAP@0.5:0.95 {_fmt(metrics['map50_95'])} ({metrics['images']} images, {metrics['backend']})")
         if metrics.get("nme") is not None:
             out.print(f"landmark NME {_fmt(metrics['nme'])} (normalised by {metrics['nme_normaliser']}, {metrics['nme_objects']} matched objects)")
@@ -57,13 +63,18 @@ def print_metrics(metrics: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import os
+
     from detloader.train import evaluate_checkpoint
 
+    name = "predictions.png" if args.split is None else f"predictions-{args.split}.png"
+    picture = os.path.join(os.path.dirname(args.checkpoint), name)
     with progress_bar("evaluate", enabled=not args.json) as progress:
         metrics = evaluate_checkpoint(
             args.checkpoint,
             args.path,
-            split=None if args.split == "all" else args.split,
+            split=args.split,
+            picture=picture,
             read_options=dataset_kwargs(args),
             batch_size=args.batch_size,
             device=args.device,
@@ -75,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
         print_json(metrics)
     else:
         print_metrics(metrics)
+        if os.path.isfile(picture):
+            console().print(f"{picture}: truth (left) beside predictions (right)")
     return 0
 
 __all__ = ["print_metrics", "register", "run"]

@@ -47,9 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--landmark-loss", choices=("l1", "wing"), default="l1")
     p.add_argument("--synthetic-images", type=int, help="images of the synthetic dataset (default 400)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="also save every N steps (default: epoch ends)")
-    p.add_argument("--max-steps", type=int, help="stop after N steps in all, with a checkpoint (as if killed)")
+    p.add_argument("--max-steps", type=int, help="stop once the run has made N steps in all, with a checkpoint (as if killed)")
     p.add_argument("--resume", metavar="CKPT", help="continue from this checkpoint (mid-epoch, exactly)")
-    p.add_argument("--out", default="runs/train", help="checkpoints, metrics.json, config.json (default: runs/train)")
+    p.add_argument("--allow-data-change", action="store_true", help="resume even on data other than the checkpoint's")
+    p.add_argument("--out", help="run folder: checkpoints, metrics.json, config.json, predictions.png "
+                   "(default: runs/train, or the --resume checkpoint's folder)")
+    p.add_argument("--exist-ok", action="store_true", help="write into an --out that holds another run, overwriting it")
     p.add_argument("--no-eval", action="store_true", help="skip the final evaluation")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     p.set_defaults(func=run)
@@ -63,7 +66,8 @@ def _config(args: argparse.Namespace) -> Any:
         from detloader.train import load_checkpoint
 
         saved = dict(load_checkpoint(args.resume)["config"])
-        saved.pop("resume", None)
+        for key in ("resume", "max_steps", "exist_ok", "allow_data_change"):  # this invocation's, not the run's
+            saved.pop(key, None)
         changes.update(saved)
     read_options: dict[str, Any] = dict(changes.get("read_options", {}))
     if args.path is not None:
@@ -84,9 +88,11 @@ def _config(args: argparse.Namespace) -> Any:
     if not args.resume:
         changes.update(balance_by=tuple(args.balance_by.split(",")) if "," in args.balance_by else args.balance_by,
                        seed=args.seed, landmark_loss=args.landmark_loss)
+    out = args.out or ((os.path.dirname(args.resume) or ".") if args.resume else "runs/train")
     changes.update(
-        out=args.out, device=args.device, num_workers=args.num_workers, resume=args.resume,
-        checkpoint_every=args.checkpoint_every, evaluate=not args.no_eval,
+        out=out, device=args.device, num_workers=args.num_workers, resume=args.resume,
+        checkpoint_every=args.checkpoint_every, evaluate=not args.no_eval, exist_ok=args.exist_ok,
+        allow_data_change=args.allow_data_change,
     )
     return TrainConfig.from_dict(changes)
 
@@ -126,6 +132,15 @@ class _Progress:
         parts = " ".join(f"{k} {v:.3f}" for k, v in info.losses.items())
         self.bar.update(self.task, completed=info.step_in_epoch, total=info.steps_in_epoch, epoch=info.epoch, losses=parts)
 
+    def start(self, info: Any) -> None:
+        if not self.enabled or info.rank != 0:
+            return
+        t, v = info.train, info.val
+        self.out.print(f"training on split {t['name']!r}: {t['images']} images ({t['source']})")
+        self.out.print(f"validating on split {v['name']!r}: {v['images']} images ({v['source']})")
+        if info.start_step:
+            self.out.print(f"resuming at step {info.start_step} of {info.total_steps}")
+
     def epoch(self, info: Any) -> None:
         if not self.enabled or info.rank != 0:
             return
@@ -148,19 +163,23 @@ def run(args: argparse.Namespace) -> int:
         if not show:
             warnings.simplefilter("ignore")
         with _Progress(show) as progress:
-            metrics = train(config, on_step=progress.step, on_epoch=progress.epoch)
+            metrics = train(config, on_step=progress.step, on_epoch=progress.epoch, on_start=progress.start)
+    import signal
+
+    status = 128 + signal.Signals[metrics["stopped_by"]] if metrics.get("stopped_by") else 0
     if not rank0:
-        return 0
+        return status
     if args.json:
         print_json(metrics)
-        return 0
+        return status
     from detloader.cli.evaluate import print_metrics
 
     print_metrics(metrics)
     out = console()
     if metrics.get("stopped_early"):
-        out.print(f"stopped after {metrics['steps']} steps (--max-steps); continue with --resume {config.out}/last.pt")
+        why = metrics["stopped_by"] or "--max-steps"
+        out.print(f"stopped by {why} after step {metrics['steps']}; continue with --resume {config.out}/last.pt")
     out.print(f"{config.out}/: last.pt, metrics.json, config.json ({metrics['train_seconds']:.0f} s of training)")
-    return 0
+    return status
 
 __all__ = ["register", "run"]

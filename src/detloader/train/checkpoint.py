@@ -12,17 +12,32 @@ Contents (plain Python data and tensors, so ``torch.load(weights_only=True)`` re
 ``classes``, ``image_classes``, ``landmark_schema``   the vocabularies the model was built for
 ``history``      per-epoch figures so far (losses, data-wait fraction, samples)
 ``scaler``       the AMP gradient scaler's state (float16 on CUDA only), else absent
+``data``         what the run was trained on (:func:`detloader.train.runs.data_record`):
+                 classes, digests of the images and annotations, the train / val splits
+
+Saving keeps the checkpoint it replaces as ``previous.pt`` beside it, so that a damaged
+``last.pt`` (a full disk, a copy cut short) still leaves a good one to resume from.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import zipfile
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
-__all__ = ["CHECKPOINT_KEYS", "load_checkpoint", "save_checkpoint"]
+__all__ = ["CHECKPOINT_KEYS", "CheckpointError", "load_checkpoint", "save_checkpoint"]
+
+#: The checkpoint a save replaces, kept beside it.
+PREVIOUS = "previous.pt"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be read: ``str(err)`` names the file, what is wrong, and
+    the previous checkpoint when one beside it loads."""
 
 CHECKPOINT_KEYS: tuple[str, ...] = (
     "model",
@@ -50,8 +65,17 @@ def save_checkpoint(path: str | os.PathLike[str], state: Mapping[str, Any]) -> P
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    torch.save(dict(state), tmp)
-    os.replace(tmp, target)
+    try:
+        torch.save(dict(state), tmp)
+        if target.is_file():  # keep it as previous.pt: a hard link, so last.pt never goes missing
+            kept = target.with_name(f".{PREVIOUS}.{os.getpid()}.tmp")
+            kept.unlink(missing_ok=True)
+            os.link(target, kept)
+            os.replace(kept, target.with_name(PREVIOUS))
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return target
 
 
@@ -60,8 +84,32 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
     source = Path(path)
     if not source.is_file():
         raise FileNotFoundError(f"checkpoint={str(source)!r} does not exist")
-    state = torch.load(source, map_location=map_location, weights_only=True)
-    missing = [k for k in CHECKPOINT_KEYS if k not in state]
+    try:
+        return _read(source, map_location)
+    except CheckpointError as err:
+        previous = source.with_name(PREVIOUS)
+        if source.name == PREVIOUS or not _loads(previous):
+            raise
+        raise CheckpointError(f"{err}; the previous checkpoint {previous} is intact: resume from it") from None
+
+
+def _loads(path: Path) -> bool:
+    try:
+        _read(path, "cpu")
+        return True
+    except (CheckpointError, OSError):
+        return False
+
+
+def _read(source: Path, map_location: str | torch.device) -> dict[str, Any]:
+    size = source.stat().st_size
+    try:
+        state = torch.load(source, map_location=map_location, weights_only=True)
+    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, OSError) as err:
+        what = "an empty file" if size == 0 else f"{size} bytes, not a complete checkpoint"
+        detail = str(err).split(". ")[0].strip() or type(err).__name__
+        raise CheckpointError(f"{source}: damaged or truncated checkpoint ({what}: {detail})") from None
+    missing = [k for k in CHECKPOINT_KEYS if k not in state] if isinstance(state, dict) else list(CHECKPOINT_KEYS)
     if missing:
-        raise ValueError(f"{source}: not a detloader training checkpoint (lacks {missing})")
+        raise CheckpointError(f"{source}: not a detloader training checkpoint (lacks {missing})")
     return state

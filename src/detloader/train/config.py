@@ -34,8 +34,10 @@ class TrainConfig:
         read_options: keyword arguments of ``read_annotations`` (``format``, ``on_error``...).
         on_decode_error: images that fail to decode during training: ``"raise"`` or ``"skip"``
             (a substitute of the same class group; ``DetectionDataset(on_decode_error=)``).
-        train_split, val_split: split names; when the dataset has neither, a seeded 80/20
-            random split (stratified by image class) is made.
+        train_split, val_split: split names (see ``detloader split``). A dataset without
+            both gets a seeded, stratified 80/20 split of its ``train_split`` (or of every
+            image outside a ``test`` split), said in ``on_start`` and recorded in the
+            checkpoint, so that ``evaluate`` scores the same validation images.
         synthetic_images, synthetic_seed: size and seed of the synthetic dataset.
         size: letterbox side of the network input, pixels (a multiple of 32).
         batch_size: images per step and process.
@@ -54,9 +56,14 @@ class TrainConfig:
         landmark_loss: ``"l1"`` or ``"wing"``.
         loss_weights: :class:`~detloader.train.losses.LossWeights`.
         checkpoint_every: also save ``last.pt`` every this many steps (0: at epoch ends only).
-        max_steps: stop (with a checkpoint) after this many steps in all, as if killed: for
-            resume tests and smoke runs; None: train all epochs.
-        resume: checkpoint to continue from (mid-epoch, no sample lost or repeated).
+        max_steps: stop (with a checkpoint) once the run has made this many steps in all,
+            counting those before a resume, as if killed: for resume tests and smoke runs;
+            None: train all epochs.
+        resume: checkpoint to continue from (mid-epoch, no sample lost or repeated). Its
+            data record must match the dataset's (classes, training images, annotations).
+        allow_data_change: resume even when the data differs from the checkpoint's.
+        exist_ok: write into an ``out`` that holds another run (overwriting it); without it
+            such an ``out`` is refused unless ``resume`` is a checkpoint in it.
         score_threshold: operating point of the per-class precision / recall.
         eval_backend: ``"auto"``, ``"faster_coco_eval"`` or ``"pycocotools"``.
         evaluate: evaluate on the validation split at the end.
@@ -88,6 +95,8 @@ class TrainConfig:
     checkpoint_every: int = 0
     max_steps: int | None = None
     resume: str | None = None
+    allow_data_change: bool = False
+    exist_ok: bool = False
     score_threshold: float = 0.3
     eval_backend: str = "auto"
     evaluate: bool = True

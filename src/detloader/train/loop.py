@@ -11,19 +11,29 @@ in ``next(loader)`` (and the host -> device copy), *compute* the forward, loss, 
 optimiser step (synchronised on CUDA so that asynchronous kernels are not counted as waiting).
 ``data_wait_fraction = wait / (wait + compute)``: near 0 the loader keeps up; near 1 the
 model starves and ``num_workers`` (see ``detloader tune``) is the lever.
+
+Stopping: SIGTERM (what a scheduler sends) or SIGINT (Ctrl-C) is noted, not obeyed at once:
+the step in progress completes, every rank agrees on it, rank 0 saves ``last.pt`` at that
+step, and :func:`train` returns with ``stopped_by`` set (the CLI then exits 128 + the signal
+number). A second Ctrl-C interrupts at once.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import signal
+import threading
 import time
 import warnings
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
+import torch.distributed as dist
 
 from detloader.train.checkpoint import load_checkpoint, save_checkpoint
 from detloader.train.config import TrainConfig
@@ -31,12 +41,26 @@ from detloader.train.distributed import (
     DistEnv, all_gather_objects, barrier, broadcast_object, init_distributed, running_distributed,
 )
 from detloader.train.evaluate import compute_metrics
-from detloader.train.inference import predict, val_loader
+from detloader.train.inference import draw_predictions, predict, val_loader
 from detloader.train.losses import multitask_loss
 from detloader.train.model import STRIDE, CenterNet, ModelConfig
+from detloader.train.runs import DataMismatchError, RunDirError, RunLock, check_out_dir, data_changes, data_record
 from detloader.train.targets import encode_targets
 
-__all__ = ["EpochInfo", "StepInfo", "prepare_data", "train", "train_transform"]
+__all__ = ["EpochInfo", "RunData", "StartInfo", "StepInfo", "prepare_data", "train", "train_transform"]
+
+
+@dataclass(frozen=True)
+class StartInfo:
+    """What ``on_start`` gets once the data is read and a resume restored: the splits the
+    run trains and validates on (``{"name", "images", "source"}``: how each was found or
+    made), the step it starts at and the steps of the whole run."""
+
+    train: dict[str, Any]
+    val: dict[str, Any]
+    start_step: int
+    total_steps: int
+    rank: int
 
 
 @dataclass(frozen=True)
@@ -97,9 +121,27 @@ def _synthetic_root(config: TrainConfig, env: DistEnv) -> Path:
     return root
 
 
-def prepare_data(config: TrainConfig, env: DistEnv | None = None) -> tuple[Any, Any]:
-    """(train index, val index) of the configured dataset; rank 0 builds the index cache
-    first, the other ranks then read it."""
+@dataclass(frozen=True)
+class RunData:
+    """A run's training and validation indexes, and what checkpoints record of the data
+    (:func:`detloader.train.runs.data_record`)."""
+
+    train: Any
+    val: Any
+    record: dict[str, Any]
+
+    def split_info(self, role: str) -> dict[str, Any]:
+        """``{"name", "images", "source"}`` of the ``"train"`` or ``"val"`` part."""
+        return {k: self.record["splits"][role][k] for k in ("name", "images", "source")}
+
+
+def prepare_data(config: TrainConfig, env: DistEnv | None = None) -> RunData:
+    """The configured dataset's training and validation parts; rank 0 builds the index
+    cache first, the other ranks then read it.
+
+    The dataset's ``train_split`` and ``val_split`` when it has both; otherwise a seeded 80/20
+    split, stratified by each image's rarest class, of its ``train_split`` or, without one,
+    of every image outside a ``test`` split (never trained on)."""
     import detloader
 
     env = env or init_distributed("cpu")
@@ -110,11 +152,30 @@ def prepare_data(config: TrainConfig, env: DistEnv | None = None) -> tuple[Any, 
     barrier(env)
     if not env.is_main:
         index = detloader.read_annotations(root, **options)
-    if config.train_split in index.splits and config.val_split in index.splits:
-        return index.split(config.train_split), index.split(config.val_split)
-    stratify = "image_class" if index.image_classes else None
-    parts = index.random_split({"train": 0.8, "val": 0.2}, seed=config.seed, stratify=stratify)
-    return parts["train"], parts["val"]
+    t, v = config.train_split, config.val_split
+    found = index.meta.get("split_sources", {})
+    if t in index.splits and v in index.splits:
+        parts = {"train": (index.split(t), t, found.get(t, "split file")), "val": (index.split(v), v, found.get(v, "split file"))}
+        return RunData(parts["train"][0], parts["val"][0], data_record(index, parts))
+    if t in index.splits:
+        pool, what = index.split(t), f"split {t!r}"
+    else:
+        held = [n for n in index.splits if n.lower() in ("test", "testing")]
+        out = np.concatenate([index.splits[n] for n in held]) if held else np.zeros(0, np.int64)
+        pool, what = index.subset(np.setdiff1d(np.arange(len(index)), out)), "every image"
+        what += f" outside split {held[0]!r}" if held else ""
+    cut = pool.random_split({t: 0.8, v: 0.2}, seed=config.seed, stratify="class")
+    how = f"random 80/20 of {what} (seed {config.seed}, stratified by class; the dataset has no {v!r} split)"
+    parts = {"train": (cut[t], t, how), "val": (cut[v], v, how)}
+    return RunData(cut[t], cut[v], data_record(index, parts))
+
+
+def _ignore_stop_signals(worker_id: int) -> None:
+    """``worker_init_fn`` of the training loader: a SIGTERM or SIGINT sent to the whole
+    process group (a scheduler, Ctrl-C) leaves the workers to the main process, which
+    finishes its step, saves, and then ends them itself."""
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, signal.SIG_IGN)
 
 
 def _train_loader(config: TrainConfig, index: Any, env: DistEnv) -> Any:
@@ -129,6 +190,7 @@ def _train_loader(config: TrainConfig, index: Any, env: DistEnv) -> Any:
         "pin_memory": env.device.type == "cuda",
         "drop_last": True,  # equal, full steps on every rank
         "seed": config.seed,
+        "worker_init_fn": _ignore_stop_signals,
     }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "auto" without a tuning result says so; fine here
@@ -165,23 +227,96 @@ def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return model.module if hasattr(model, "module") else model
 
 
+class _StopRequest:
+    """SIGTERM and SIGINT noted from :meth:`listen` to :meth:`close` instead of obeyed at
+    once (the loop stops after its step)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, env: DistEnv) -> None:
+        self.env = env
+        self.signum = 0
+        self._previous: dict[int, Any] = {}
+
+    def listen(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._note) for s in self.SIGNALS}
+
+    def _note(self, signum: int, frame: Any) -> None:
+        if self.signum == signal.SIGINT and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: now
+        self.signum = signum
+
+    def close(self) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous = {}
+
+    def agreed(self) -> int:
+        """The signal to stop for, the same on every rank (0: go on)."""
+        if not self.env.distributed:
+            return self.signum
+        flag = torch.tensor([self.signum], device=self.env.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return int(flag.item())
+
+
 def train(
     config: TrainConfig,
     *,
     on_step: Callable[[StepInfo], None] | None = None,
     on_epoch: Callable[[EpochInfo], None] | None = None,
+    on_start: Callable[[StartInfo], None] | None = None,
 ) -> dict[str, Any]:
     """Train (or continue ``config.resume``), evaluate, write ``out/metrics.json``,
-    ``out/config.json`` and ``out/last.pt``; return the metrics (every rank gets rank 0's).
+    ``out/config.json``, ``out/last.pt`` (the one it replaces kept as ``previous.pt``) and
+    ``out/predictions.png`` (validation images, truth beside prediction); return the metrics
+    (every rank gets rank 0's).
+
+    ``out`` is locked for the run (a second training on it is refused) and refused when it
+    holds another run, unless ``config.resume`` is a checkpoint in it or ``config.exist_ok``
+    (:class:`~detloader.train.runs.RunDirError`). A resume on data other than the
+    checkpoint's is refused with what differs (:class:`~detloader.train.runs.DataMismatchError`)
+    unless ``config.allow_data_change``.
 
     The metrics are those of :func:`~detloader.train.evaluate.compute_metrics` plus
     ``data_wait_fraction`` (all steps of this run, rank 0), ``epochs`` (per-epoch history),
     ``samples_per_rank`` (training samples each rank processed in this run), ``world_size``,
-    ``device``, ``train_seconds`` and ``stopped_early`` (``max_steps`` reached). Without
-    ``config.evaluate`` the box / landmark / image-class figures are left out.
+    ``device``, ``train_seconds``, ``stopped_early`` (``max_steps`` reached or a signal),
+    ``stopped_by`` (``"SIGTERM"``, ``"SIGINT"`` or None) and ``split`` (the validation split:
+    name, images, source). Without ``config.evaluate`` the box / landmark / image-class
+    figures are left out.
     """
-    with running_distributed(config.device) as env:
-        return _train(config, env, on_step, on_epoch)
+    with running_distributed(config.device) as env, ExitStack() as stack:
+        refusal = None
+        if env.is_main:
+            try:
+                stack.enter_context(RunLock(config.out_dir))
+                check_out_dir(config.out_dir, resume=config.resume, exist_ok=config.exist_ok)
+            except RunDirError as err:
+                refusal = str(err)
+        refusal = broadcast_object(env, refusal)
+        if refusal:
+            raise RunDirError(refusal)
+        stop = _StopRequest(env)
+        stack.callback(stop.close)
+        return _train(config, env, on_step, on_epoch, on_start, stop)
+
+
+def _batches(loader: Any, stop: _StopRequest) -> Any:
+    """The loader's batches; after a stop signal, a loader that fails (its workers ended by
+    the same signal) just ends: the loop stops there anyway."""
+    it = iter(loader)
+    while True:
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        except Exception:
+            if stop.signum:
+                return
+            raise
+        yield batch
 
 
 def _train(
@@ -189,11 +324,12 @@ def _train(
     env: DistEnv,
     on_step: Callable[[StepInfo], None] | None,
     on_epoch: Callable[[EpochInfo], None] | None,
+    on_start: Callable[[StartInfo], None] | None,
+    stop: _StopRequest,
 ) -> dict[str, Any]:
     out = config.out_dir
-    if env.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-    train_index, val_index = prepare_data(config, env)
+    data = prepare_data(config, env)
+    train_index, val_index = data.train, data.val
     schema = train_index.landmark_schema
     model_config = ModelConfig(
         num_classes=len(train_index.classes),
@@ -223,6 +359,13 @@ def _train(
                 f"resume={config.resume!r}: checkpoint classes {list(state['classes'])} differ from "
                 f"the dataset's {list(train_index.classes)}"
             )
+        changes = data_changes(state["data"], data.record) if "data" in state else []
+        if changes and not config.allow_data_change:
+            raise DataMismatchError(
+                f"resume={config.resume!r}: the checkpoint was trained on other data: {'; '.join(changes)}. "
+                "Resume on its own data, or pass --allow-data-change (TrainConfig(allow_data_change=True)) "
+                "to continue on this data knowingly"
+            )
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
@@ -236,9 +379,12 @@ def _train(
         ddp_kwargs = {"device_ids": [env.device.index]} if env.device.type == "cuda" else {}
         model = torch.nn.parallel.DistributedDataParallel(model, **ddp_kwargs)
 
+    saved = [-1]  # the step of the last checkpoint written
+
     def checkpoint(epoch: int) -> None:
         if not env.is_main:
             return
+        saved[0] = step
         state = {
             "model": _unwrap(model).state_dict(),
             "model_config": model_config.to_dict(),
@@ -252,6 +398,7 @@ def _train(
             "image_classes": list(train_index.image_classes),
             "landmark_schema": schema.to_dict(),
             "history": history,
+            "data": data.record,
         }
         if scaler is not None:
             state["scaler"] = scaler.state_dict()
@@ -262,17 +409,23 @@ def _train(
     cuda = env.device.type == "cuda"
     run_wait = run_compute = 0.0
     samples_seen = 0
-    stopped = False
+    stopped = config.max_steps is not None and step >= config.max_steps  # reached before a resume
+    stopped_by = None
+    if on_start is not None:
+        on_start(StartInfo(data.split_info("train"), data.split_info("val"), step, total_steps, env.rank))
     began = time.perf_counter()
     model.train()
+    stop.listen()
     for epoch in range(start_epoch, config.epochs):
+        if stopped:
+            break
         loader.set_epoch(epoch)
         first = loader.batches_consumed  # > 0 when resuming mid-epoch
         sums: dict[str, float] = {}
         wait = compute = 0.0
         n_steps = n_samples = 0
         tick = time.perf_counter()
-        for batch in loader:
+        for batch in _batches(loader, stop):
             batch = batch.to(env.device, non_blocking=True)
             x = batch.normalize()
             got = time.perf_counter()
@@ -315,15 +468,19 @@ def _train(
                 )
             if config.checkpoint_every and step % config.checkpoint_every == 0:
                 checkpoint(epoch)
-            if config.max_steps is not None and step >= config.max_steps:
-                stopped = True
+            signum = stop.agreed()
+            if signum or (config.max_steps is not None and step >= config.max_steps):
+                stopped, stopped_by = True, signal.Signals(signum).name if signum else None
                 break
             tick = time.perf_counter()
+        if stop.signum and not stopped:  # the loader ended under a signal
+            stopped, stopped_by = True, signal.Signals(stop.signum).name
         run_wait, run_compute = run_wait + wait, run_compute + compute
         samples_seen += n_samples
         fraction = wait / max(wait + compute, 1e-12)
         if stopped:
-            checkpoint(epoch)
+            if saved[0] != step:  # not written at this step already (checkpoint_every)
+                checkpoint(epoch)
             break
         record = {
             "epoch": epoch,
@@ -338,6 +495,7 @@ def _train(
         checkpoint(epoch + 1)
         if on_epoch is not None:
             on_epoch(EpochInfo(epoch, config.epochs, n_steps, n_samples, record["losses"], fraction, wait, compute, env.rank))
+    stop.close()  # signals act as usual again
     train_seconds = time.perf_counter() - began
 
     metrics: dict[str, Any] = {}
@@ -345,10 +503,11 @@ def _train(
         preds = predict(_unwrap(model), val_loader(val_index, config.size, config.batch_size, env), env.device, amp_dtype=amp_dtype)
         gathered = all_gather_objects(env, preds)
         if env.is_main:
+            flat = [p for part in gathered for p in part]
             metrics = compute_metrics(
-                val_index, [p for part in gathered for p in part],
-                score_threshold=config.score_threshold, backend=config.eval_backend,  # type: ignore[arg-type]
+                val_index, flat, score_threshold=config.score_threshold, backend=config.eval_backend,  # type: ignore[arg-type]
             )
+            draw_predictions(val_index, flat, out / "predictions.png", config.score_threshold)
     counts = all_gather_objects(env, samples_seen)
     if env.is_main:
         metrics.update(
@@ -362,6 +521,9 @@ def _train(
                 "train_seconds": train_seconds,
                 "steps": step,
                 "stopped_early": stopped,
+                "stopped_by": stopped_by,
+                "split": data.split_info("val"),
+                "train_split": data.split_info("train"),
                 "classes": list(train_index.classes),
                 "config": config.to_dict(),
             }

@@ -1,0 +1,168 @@
+"""A run's folder and the data it was trained on.
+
+* **One training per folder.** ``out/.train.lock`` is held (an OS file lock, released by the
+  kernel when the process dies) for the whole run; ``out/.train.owner.json`` names the holder.
+  A second training on the same ``out`` is refused with the holder's pid; an owner file left
+  by a process that died is taken over with a warning.
+* **A run is never overwritten.** ``out`` holding a run (``last.pt``, ``config.json`` or
+  ``metrics.json``) is refused unless the run resumes a checkpoint of that folder or
+  ``exist_ok`` says to overwrite it; the message names the ways out.
+* **A checkpoint knows its data**: :func:`data_record` is stored in every checkpoint (key
+  ``"data"``): classes, image classes, landmark names, a digest of the image paths and of the
+  annotations, and the train / validation splits (name, size, digest, how they were found or
+  made, and their image paths). ``--resume`` compares it with :func:`data_changes`;
+  ``evaluate`` reads the validation split back from it with :func:`recorded_rows`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+from filelock import FileLock, Timeout
+
+__all__ = ["DataMismatchError", "RunDirError", "RunLock", "check_out_dir", "data_changes", "data_record", "recorded_rows"]
+
+#: Files whose presence means a folder holds a run.
+RUN_FILES: tuple[str, ...] = ("last.pt", "config.json", "metrics.json")
+
+
+class RunDirError(ValueError):
+    """``out`` holds another run, or another training is writing it."""
+
+
+class DataMismatchError(ValueError):
+    """A checkpoint is resumed (or evaluated) on data other than its own."""
+
+
+def _next_free(out: Path) -> Path:
+    """``runs/train`` -> ``runs/train2``, ``runs/train3``, ...: the first name not taken."""
+    n = 2
+    while out.with_name(f"{out.name}{n}").exists():
+        n += 1
+    return out.with_name(f"{out.name}{n}")
+
+
+def check_out_dir(out: Path, *, resume: str | None, exist_ok: bool) -> None:
+    """:class:`RunDirError` when ``out`` holds a run that this one would overwrite: neither a
+    resume of a checkpoint in ``out`` nor ``exist_ok``."""
+    found = [name for name in RUN_FILES if (out / name).exists()]
+    if not found or exist_ok:
+        return
+    if resume is not None and Path(resume).resolve().parent == out.resolve():
+        return
+    raise RunDirError(
+        f"out={str(out)!r} holds a run ({', '.join(found)}); continue it with --resume {out / 'last.pt'}, "
+        f"write elsewhere (--out {_next_free(out)}), or overwrite it knowingly with --exist-ok "
+        "(TrainConfig(resume=...), out=..., exist_ok=True from Python)"
+    )
+
+
+class RunLock:
+    """Hold ``out``'s training lock for a ``with`` block (see the module docstring)."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.owner = out / ".train.owner.json"
+        self._lock = FileLock(str(out / ".train.lock"), timeout=0)
+
+    def __enter__(self) -> "RunLock":
+        self.out.mkdir(parents=True, exist_ok=True)
+        try:
+            self._lock.acquire()
+        except Timeout:
+            raise RunDirError(
+                f"out={str(self.out)!r} is in use by another training ({self._holder()}); "
+                "wait for it to end or choose another --out"
+            ) from None
+        if self.owner.exists():  # its process ended without releasing: it died
+            warnings.warn(
+                f"{self.out}: took over the lock of a training that is no longer running ({self._holder()})",
+                RuntimeWarning, stacklevel=3,
+            )
+        mine = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        self.owner.write_text(json.dumps(mine), encoding="utf-8")
+        return self
+
+    def _holder(self) -> str:
+        try:
+            who = json.loads(self.owner.read_text(encoding="utf-8"))
+            return f"pid {who['pid']} on {who['host']}, since {who['started']}"
+        except (OSError, ValueError, KeyError, TypeError):
+            return "holder unknown"
+
+    def __exit__(self, *exc: Any) -> None:
+        self.owner.unlink(missing_ok=True)
+        self._lock.release()
+
+
+# -- the data a run was trained on -------------------------------------------------------------
+def _digest(*parts: Any) -> str:
+    h = hashlib.blake2b(digest_size=8)
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else memoryview(np.ascontiguousarray(part).reshape(-1).view(np.uint8))
+        h.update(data)
+    return h.hexdigest()
+
+
+def _paths(index: Any) -> list[str]:
+    return [index.relative_image_path(i) for i in range(len(index))]
+
+
+def _split(index: Any, name: str, source: str) -> dict[str, Any]:
+    paths = _paths(index)
+    joined = "\n".join(paths)
+    return {"name": name, "images": len(paths), "digest": _digest(joined), "source": source, "paths": joined}
+
+
+def data_record(index: Any, parts: Mapping[str, tuple[Any, str, str]]) -> dict[str, Any]:
+    """What a checkpoint records of its data: ``index`` is the whole dataset, ``parts`` maps a
+    role (``"train"``, ``"val"``) to (its index, split name, how it was found or made)."""
+    return {
+        "root": str(index.root),
+        "format": index.meta.get("format", ""),
+        "classes": list(index.classes),
+        "image_classes": list(index.image_classes),
+        "landmarks": list(index.landmark_schema.names),
+        "images": len(index),
+        "images_digest": _digest("\n".join(_paths(index))),
+        "annotations_digest": _digest(
+            index.object_offsets, index.boxes, index.labels, index.difficult, index.landmarks,
+            index.visibility, index.image_labels,
+        ),
+        "splits": {role: _split(sub, name, how) for role, (sub, name, how) in parts.items()},
+    }
+
+
+def data_changes(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """What differs between two :func:`data_record` results that matters to a resumed run
+    (empty: the same data)."""
+    changes = []
+    for key, what in (("classes", "classes"), ("image_classes", "image classes"), ("landmarks", "landmark names")):
+        if list(saved[key]) != list(now[key]):
+            changes.append(f"{what} {list(saved[key])} -> {list(now[key])}")
+    a, b = saved["splits"]["train"], now["splits"]["train"]
+    if a["digest"] != b["digest"]:
+        changes.append(
+            f"training images: {a['images']} of split {a['name']!r} (digest {a['digest']}) -> "
+            f"{b['images']} of split {b['name']!r} (digest {b['digest']})"
+        )
+    if saved["annotations_digest"] != now["annotations_digest"]:
+        changes.append(f"annotations: digest {saved['annotations_digest']} -> {now['annotations_digest']}")
+    return changes
+
+
+def recorded_rows(index: Any, split: Mapping[str, Any]) -> tuple[np.ndarray, int]:
+    """Rows of ``index`` holding the images of a recorded split (by path relative to the
+    dataset root), and how many of the recorded images ``index`` lacks."""
+    wanted = split["paths"].split("\n") if split["paths"] else []
+    row = {p: i for i, p in enumerate(_paths(index))}
+    rows = np.asarray([row[p] for p in wanted if p in row], dtype=np.int64)
+    return rows, len(wanted) - len(rows)
