@@ -148,7 +148,20 @@ def iterparse_safe(path: str, tag: str | tuple[str, ...], events: tuple[str, ...
         head = _ascii_head(fh.read(64 * 1024))
         check_prolog(head[: prolog_end(head)])
         fh.seek(0)
-        yield from etree.iterparse(fh, events=events, tag=tag, huge_tree=True, **_SAFE)
+        # fed by hand: the elements complete before a syntax error are yielded before it is
+        # raised, whatever the libxml2 version buffers ahead
+        parser = etree.XMLPullParser(events=events, tag=tag, huge_tree=True, base_url=path, **_SAFE)
+        while True:
+            chunk, error = fh.read(64 * 1024), None
+            try:
+                parser.feed(chunk) if chunk else parser.close()
+            except etree.XMLSyntaxError as err:
+                error = err
+            yield from parser.read_events()
+            if error is not None:
+                raise error
+            if not chunk:
+                return
 
 
 _TAG = re.compile(rb"<([A-Za-z_][\w.-]*)[\s>/]")
