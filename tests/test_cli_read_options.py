@@ -33,7 +33,7 @@ def test_every_reading_command_takes_the_dataset_options():
         assert args.path == "P", command
         assert dataset_kwargs(args) == EXPECTED, command
         reading.append(command)
-    assert set(reading) == {"index", "validate", "convert", "show", "tune", "stats", "train", "evaluate", "bench"}
+    assert set(reading) == {"index", "validate", "split", "convert", "show", "tune", "stats", "train", "evaluate", "bench"}
     assert dataset_kwargs(parser.parse_args(["index", "P"])) == {"format": "auto", "on_error": "warn"}
 
 

@@ -70,13 +70,14 @@ def test_cvat_export_with_images_in_a_folder_of_its_own_name(tmp_path):
     assert len(index) == 3 and index.relative_image_path(2) == os.path.join("task_7", "frame_2.jpg")
 
 
-def test_folder_holding_a_vocdevkit(tmp_path):
+def test_folder_holding_a_vocdevkit_needs_no_search(tmp_path):
     devkit = tmp_path / "download" / "VOCdevkit" / "VOC2007"
     voc_dataset(devkit, {"000001": voc_xml("000001.jpg"), "000002": voc_xml("000002.jpg")})
-    with pytest.warns(ImageFolderWarning, match="are in VOCdevkit/VOC2007/JPEGImages/"):
-        index = read_annotations(tmp_path / "download")
-    assert len(index) == 2
-    assert index.relative_image_path(0) == os.path.join("VOCdevkit", "VOC2007", "JPEGImages", "000001.jpg")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ImageFolderWarning)
+        index = read_annotations(tmp_path / "download")  # read as VOCdevkit/VOC2007
+    assert len(index) == 2 and index.root == devkit.resolve()
+    assert index.relative_image_path(0) == os.path.join("JPEGImages", "000001.jpg")
 
 
 def test_no_search_when_the_layout_holds_most_images_or_image_dir_is_given(tmp_path):

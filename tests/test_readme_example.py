@@ -55,3 +55,24 @@ def synth_600(tmp_path_factory: pytest.TempPathFactory) -> Path:
     make_synthetic(root, 600, seed=0, size=(160, 120))
     assert 600 >= PARALLEL_MIN_FILES  # the cold read goes through worker processes
     return root
+
+
+def test_readme_example_runs_on_a_dataset_without_split_files(tmp_path: Path) -> None:
+    """Most exports come without split files: the example makes them once, written beside the
+    data, and a second run reads the same ones."""
+    import shutil
+
+    from detloader.synth import make_synthetic
+
+    root = make_synthetic(tmp_path / "export", 40, seed=0, size=(96, 72))
+    shutil.rmtree(root / "ImageSets")
+    script = tmp_path / "example.py"
+    script.write_text(script_for(root, None), encoding="utf-8")
+    env = {**os.environ, "DETLOADER_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=240) for _ in range(2)]
+    for proc in runs:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "images 40" in proc.stdout
+    train = (root / "ImageSets" / "Main" / "train.txt").read_text().split()
+    assert 28 <= len(train) <= 34 and runs[0].stdout == runs[1].stdout

@@ -28,6 +28,7 @@ from detloader.annotations import (
     read_annotations,
 )
 from detloader.annotations.cache import CacheError
+from detloader.annotations.splits import make_splits
 from detloader.images import ImageDecodeError
 
 __version__ = "0.1.0"
@@ -90,8 +91,8 @@ def __dir__() -> list[str]:
 
 __all__ = [
     # annotations
-    "read_annotations", "available_formats", "detect_format", "AnnotationIndex", "ImageView",
-    "LandmarkSchema", "FACE5", "MISSING", "Problem", "ProblemReport",
+    "read_annotations", "available_formats", "detect_format", "make_splits", "AnnotationIndex",
+    "ImageView", "LandmarkSchema", "FACE5", "MISSING", "Problem", "ProblemReport",
     # dataset, balance, collate, loader
     "DetectionDataset", "Sample", "sample_weights", "WeightedSampler", "RepeatFactorSampler",
     "ClassAwareSampler", "BalancedBatchSampler", "DistributedSamplerWrapper",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -34,11 +35,20 @@ from detloader.annotations.fields import (
 )
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.annotations.problems import ProblemReport
-from detloader.annotations.splits import check_fractions, rarest_class_per_image, stratified_split
+from detloader.annotations.splits import check_fractions, class_groups, stratified_split
 from detloader.annotations.view import ImageView
 from detloader.annotations.vocabulary import Vocabulary
 
-__all__ = ["MISSING", "AnnotationIndex", "ImageView", "Vocabulary", "pack_strings"]
+__all__ = ["MISSING", "AnnotationIndex", "ImageView", "SplitNotFoundError", "Vocabulary", "pack_strings"]
+
+
+class SplitNotFoundError(KeyError):
+    """A split the dataset lacks. A KeyError (callers that catch one still do) whose text is
+    the sentence itself, not KeyError's quoted repr."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
 
 class AnnotationIndex:
     """One dataset: images, objects, landmarks and vocabularies as flat arrays.
@@ -269,10 +279,16 @@ class AnnotationIndex:
         )
 
     def split(self, name: str) -> "AnnotationIndex":
-        """The images of split ``name`` (from ImageSets/Main/NAME.txt or a split file)."""
+        """The images of split ``name`` (``meta["split_sources"]`` says where it was found);
+        :class:`SplitNotFoundError` names the splits found, or how to make them."""
+        if name not in self.splits and self.splits:
+            raise SplitNotFoundError(f"split={name!r} not found; splits: {', '.join(sorted(self.splits))}")
         if name not in self.splits:
-            choices = ", ".join(sorted(self.splits)) or "none found"
-            raise KeyError(f"split={name!r} not found; splits: {choices}")
+            raise SplitNotFoundError(
+                f"split={name!r} not found: {self.root} has no splits (no split files, train/ val/ test/ "
+                f"folders or splits.json); make them once with `detloader split {shlex.quote(str(self.root))} "
+                "--val 0.2` or `detloader.make_splits(index, val=0.2)`"
+            )
         return self.subset(self.splits[name])
 
     def random_split(
@@ -285,8 +301,10 @@ class AnnotationIndex:
         """Split by ratio, reproducibly: ``index.random_split({"train": .8, "val": .2}, seed=0)``.
 
         Fractions are normalised to sum to 1. ``stratify="image_class"`` keeps the image-class
-        proportions in every part; ``stratify="class"`` uses each image's rarest object class.
-        Each part gets ``round``-ed sizes with the remainder going to the first parts.
+        proportions in every part; ``stratify="class"`` uses each image's rarest object class (an
+        image without objects: its image class), as ``detloader split`` does.
+        Per group, sizes are rounded down, the remainder going to the largest shares; a group
+        with at least as many images as parts with a fraction > 0 reaches each of them.
         """
         check_fractions(fractions)
         if stratify is None:
@@ -294,7 +312,7 @@ class AnnotationIndex:
         elif stratify == "image_class":
             groups = self.image_labels.astype(np.int64)
         elif stratify == "class":
-            groups = rarest_class_per_image(self.labels, self.object_image, len(self), len(self.classes))
+            groups = class_groups(self)
         else:
             raise ValueError(f"stratify={stratify!r} is not one of None, 'image_class', 'class'")
         parts = stratified_split(groups, fractions, np.random.default_rng(seed))

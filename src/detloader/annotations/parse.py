@@ -20,6 +20,7 @@ from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.annotations.readers import READERS
 from detloader.annotations.readers.common import Source
+from detloader.annotations.splits import settle_splits
 
 #: Below this many files the index is built in this process (a pool costs more than it saves).
 PARALLEL_MIN_FILES = 512
@@ -66,7 +67,8 @@ def build_index(
     progress: ProgressFn | None = None,
     missing_names: list[str] | None = None,
 ) -> AnnotationIndex:
-    """Parse every file of ``source`` (in parallel when worthwhile) and merge, in file order.
+    """Parse every file of ``source`` (in parallel when worthwhile) and merge, in file order;
+    then settle the splits (:func:`~detloader.annotations.splits.settle_splits`).
     ``missing_names``, when given, receives the first names of images not found (per chunk)."""
     files = source.files
     total = len(files)
@@ -101,8 +103,8 @@ def build_index(
         default_landmarks=_default_landmarks(reader, source, partials),
     )
     split_fn = getattr(reader, "splits", None)
-    if split_fn is not None:
-        index.splits = split_fn(source, index)
+    found = split_fn(source, index) if split_fn is not None else {}
+    settle_splits(index, found, source.files[0] if len(source.files) == 1 else reader.NAME)
     return index
 
 __all__ = ["PARALLEL_MIN_FILES", "ProgressFn", "build_index"]

@@ -139,7 +139,11 @@ KINDS: dict[str, str] = {
     "unknown_landmark": "landmark name not in the landmark schema",
     "landmark_count": "number of landmark coordinates does not match the schema",
     "unsupported": "a construct this reader does not understand",
-    "split_mismatch": "a split file names images that are not in the index",
+    "split_mismatch": "a split file (or splits.json) names an image that is not in the index; left out",
+    "split_bad_line": "a split file line that is not one image id (it holds whitespace); skipped",
+    "split_duplicate": "a split file names the same image twice; counted once",
+    "split_overlap": "an image in two of the train / val / test splits; kept in both",
+    "split_unassigned": "images outside the train/ val/ test/ folders that split the others; in no split",
     "outside_dataset": "an image path leaves the dataset (absolute or ../); not followed",
     "reader_error": "a value the reader did not foresee; the rest of that file is skipped",
 }

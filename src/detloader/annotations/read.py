@@ -21,10 +21,11 @@ from detloader.annotations.landmarks import LandmarkSchema
 from detloader.annotations.parse import ProgressFn, build_index
 from detloader.annotations.problems import OnError, Problem, ProblemReport, apply_policy, check_on_error
 from detloader.annotations.readers import READERS
-from detloader.annotations.readers.common import Source, dir_mtime
+from detloader.annotations.readers.common import Source, dir_mtime, stat_entry
+from detloader.annotations.splits import SPLITS_JSON
 
 #: Bumped when what a reader produces changes, so that old caches are rebuilt.
-READER_VERSION = 2
+READER_VERSION = 3
 
 
 def available_formats() -> list[str]:
@@ -144,6 +145,8 @@ def read_annotations(
     if image_dir is not None:
         options = replace(options, image_dir=_image_folder(image_dir, reader, p, options))
     source: Source = reader.discover(p, options)
+    if (source.root / SPLITS_JSON).is_file():  # read whatever the format: its change rebuilds the index
+        source.stamp.append(stat_entry(source.root / SPLITS_JSON, source.root))
     if format != "auto":
         _require_files(source, name, p)
     options_json = json.dumps(options.to_json(), sort_keys=True)

@@ -1,16 +1,58 @@
-"""Random splits by ratio, as pure functions on an index's arrays (the index applies them:
-:meth:`~detloader.annotations.index.AnnotationIndex.random_split`)."""
+"""Splits: found where the layout keeps them, or made once (seeded, stratified), recorded.
+
+* pure functions on an index's arrays: :func:`stratified_split`, :func:`rarest_class_per_image`
+  (:meth:`~detloader.annotations.index.AnnotationIndex.random_split` applies them);
+* what every read does after the reader's own splits, :func:`settle_splits`: ``splits.json``
+  at the root wins, else the reader's split files, else ``train/ val/ test/`` folders; bad
+  lines, unknown ids, repeats and train/val/test overlaps become problems; where each split
+  came from goes to ``index.meta["split_sources"]``;
+* :func:`make_splits` (``detloader split``): seeded, stratified splits written once, where the
+  layout keeps them (``ImageSets/Main`` of a VOC dataset, else ``splits.json``).
+"""
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
-from typing import Mapping
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
 from detloader.annotations.fields import MISSING
+from detloader.annotations.problems import Problem, ProblemReport
 
-__all__ = ["check_fractions", "rarest_class_per_image", "stratified_split"]
+if TYPE_CHECKING:
+    from detloader.annotations.index import AnnotationIndex
+
+__all__ = [
+    "ROLES", "SHOWN", "SPLITS_JSON", "SplitsExistError", "check_fractions", "class_groups", "files_as_splits", "make_splits",
+    "match_entries", "rarest_class_per_image", "report", "settle_splits", "split_role",
+    "stratified_split",
+]
+
+SPLITS_JSON = "splits.json"
+ROLES = ("train", "val", "test")
+_ROLE = re.compile(r"^(?:(train|training)|(val|valid|validation)|(test|testing))\d*$", re.IGNORECASE)
+#: Folders in front of a split folder that are skipped (``images/train/``, ``labels/val/``).
+_LEADING = ("images", "labels", "annotations")
+#: Problems of one kind in one file shown one by one; one more counts the rest.
+SHOWN = 5
+
+
+class SplitsExistError(ValueError):
+    """:func:`make_splits` refused: the dataset has train / val / test splits already."""
+
+
+def split_role(name: str) -> str | None:
+    """``train``, ``val`` or ``test`` for a split, folder or file name such as ``Train``,
+    ``training``, ``valid``, ``validation``, ``val2017``, ``testing``; None for any other
+    (``trainval``, which overlaps train and val by design in VOC)."""
+    m = _ROLE.match(name)
+    return None if m is None else ROLES[m.lastindex - 1]  # type: ignore[operator]
 
 
 def check_fractions(fractions: Mapping[str, float]) -> None:
@@ -28,22 +70,26 @@ def stratified_split(
 ) -> dict[str, np.ndarray]:
     """Image ids (sorted int64) per part: each group (``groups[i]`` is image i's) is shuffled
     and cut by the normalised fractions, rounded down, the remainder going to the parts with
-    the largest fractional shares (ties: the first parts)."""
+    the largest fractional shares (ties: the first parts). A group with at least as many
+    images as there are parts with a fraction > 0 puts at least one in each of them (taken
+    from the largest part), so that a rare class reaches every split."""
     names = list(fractions)
     weights = np.array([fractions[k] for k in names], dtype=np.float64)
     weights /= weights.sum()
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in names}
+    parts: dict[str, list[np.ndarray]] = {k: [np.zeros(0, dtype=np.int64)] for k in names}
     for g in np.unique(groups):
         members = np.flatnonzero(groups == g)
-        members = members[rng.permutation(len(members))]
-        sizes = np.floor(weights * len(members)).astype(np.int64)
-        remainder = len(members) - int(sizes.sum())
-        order = np.argsort(-(weights * len(members) - sizes), kind="stable")
-        sizes[order[:remainder]] += 1
-        start = 0
-        for k, size in zip(names, sizes):
+        n = len(members)
+        members = members[rng.permutation(n)]
+        sizes = np.floor(weights * n).astype(np.int64)
+        order = np.argsort(-(weights * n - sizes), kind="stable")
+        sizes[order[: n - int(sizes.sum())]] += 1
+        if n >= int((weights > 0).sum()):
+            for k in np.flatnonzero((weights > 0) & (sizes == 0)):
+                sizes[np.argmax(sizes)] -= 1
+                sizes[k] += 1
+        for k, start, size in zip(names, np.cumsum(sizes) - sizes, sizes):
             parts[k].append(members[start : start + size])
-            start += size
     return {k: np.sort(np.concatenate(v)) for k, v in parts.items()}
 
 
@@ -64,3 +110,229 @@ def rarest_class_per_image(
     first[1:] = img[order][1:] != img[order][:-1]
     out[img[order][first]] = labels[order][first]
     return out
+
+
+def class_groups(index: "AnnotationIndex") -> np.ndarray:
+    """int64 ``[n]``: the stratification group of each image: its rarest object class, or for
+    an image without objects its image class (numbered after the object classes)."""
+    groups = rarest_class_per_image(index.labels, index.object_image, len(index), len(index.classes))
+    empty = groups == MISSING
+    groups[empty] = len(index.classes) + 1 + index.image_labels[empty]
+    return groups
+
+
+# -- found: problems, splits.json, folders ----------------------------------------------------
+def report(index: "AnnotationIndex", kind: str, file: str, found: list[tuple[str, str]], action: str) -> None:
+    """Add ``found`` (element, message) as repaired problems of ``kind`` in ``file``: the
+    first :data:`SHOWN` one by one, then one that counts the rest."""
+    for k, (element, message) in enumerate(found[: SHOWN + 1]):
+        more = len(found) - SHOWN - 1
+        tail = f" (and {more} more like it)" if k == SHOWN and more else ""
+        index.problems.add(Problem(kind, file, element, message + tail, action, "repaired"))
+
+
+def match_entries(
+    index: "AnnotationIndex", file: str, entries: Iterable[tuple[str, str]], position: Mapping[str, int]
+) -> np.ndarray:
+    """Image ids (sorted int64) of ``entries`` (element, name) looked up in ``position``; a
+    name without an image is a ``split_mismatch``, a repeated one a ``split_duplicate``."""
+    ids: list[int] = []
+    seen: dict[str, str] = {}
+    missing: list[tuple[str, str]] = []
+    repeats: list[tuple[str, str]] = []
+    for element, name in entries:
+        if name in seen:
+            repeats.append((element, f"{name!r} again (first at {seen[name]})"))
+            continue
+        seen[name] = element
+        pos = position.get(name)
+        if pos is None:
+            missing.append((element, f"{name!r}: no such image in the index"))
+        else:
+            ids.append(pos)
+    report(index, "split_mismatch", file, missing, "left out of the split")
+    report(index, "split_duplicate", file, repeats, "counted once")
+    return np.unique(np.asarray(ids, dtype=np.int64))
+
+
+def files_as_splits(index: "AnnotationIndex", names: Mapping[str, str]) -> dict[str, np.ndarray]:
+    """Splits of a reader whose files are the splits: an image belongs to ``names[its
+    annotation file]``; each file is recorded as its split's source."""
+    members: dict[str, list[int]] = {name: [] for name in names.values()}
+    for i in range(len(index)):
+        name = names.get(index.annotation_path(i).split("#", 1)[0])
+        if name is not None:
+            members[name].append(i)
+    index.meta.setdefault("split_sources", {}).update({name: rel for rel, name in names.items()})
+    return {name: np.asarray(ids, dtype=np.int64) for name, ids in members.items()}
+
+
+def _made_text(made: Any) -> str:
+    """``splits.json (made by detloader 0.1.0, seed 0, val 0.2, test 0.1, stratified by class)``."""
+    if not isinstance(made, dict) or not made:
+        return SPLITS_JSON
+    return f"{SPLITS_JSON} (made " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in made.items()) + ")"
+
+
+def _json_splits(index: "AnnotationIndex") -> tuple[dict[str, np.ndarray], dict[str, str]] | None:
+    """Splits and sources of ``splits.json`` at the root; None when there is none, or (an
+    error problem) when it is not ``{"splits": {name: [image path, ...]}}``."""
+    path = index.root / SPLITS_JSON
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        index.problems.add(Problem("unparseable", SPLITS_JSON, "", f"not JSON: {err}", "splits.json ignored"))
+        return None
+    splits = data.get("splits") if isinstance(data, dict) else None
+    if not isinstance(splits, dict) or not all(
+        isinstance(v, list) and all(isinstance(p, str) for p in v) for v in splits.values()
+    ):
+        shown = json.dumps(splits)[:80] if isinstance(data, dict) else type(data).__name__
+        message = f"{shown} is not {{split name: [image path, ...]}}"
+        index.problems.add(Problem("bad_value", SPLITS_JSON, "splits", message, "splits.json ignored"))
+        return None
+    position = {os.path.normpath(index.relative_image_path(i)): i for i in reversed(range(len(index)))}
+    out = {
+        str(name): match_entries(
+            index, SPLITS_JSON, ((f"splits/{name}[{k}]", os.path.normpath(p)) for k, p in enumerate(paths)), position
+        )
+        for name, paths in splits.items()
+    }
+    return out, dict.fromkeys(out, _made_text(data.get("made")))
+
+
+def _split_folder(path: str) -> tuple[str, str] | None:
+    """(role, folder) of the split folder that ``path`` (relative to the root) lies in: its
+    first folder, or the one after a leading ``images``/``labels``/``annotations``."""
+    folders = path.replace(os.sep, "/").split("/")[:-1]
+    k = 1 if len(folders) > 1 and folders[0].lower() in _LEADING else 0
+    role = split_role(folders[k]) if k < len(folders) else None
+    return None if role is None else (role, "/".join(folders[: k + 1]) + "/")
+
+
+def _folder_splits(index: "AnnotationIndex") -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Splits from ``train/ val/ test/`` folders (of the image path, else the annotation path);
+    images outside them are in no split (one problem counts them)."""
+    members: dict[str, list[int]] = {}
+    folders: dict[str, set[str]] = {}
+    outside: list[int] = []
+    for i in range(len(index)):
+        hit = _split_folder(index.relative_image_path(i)) or _split_folder(index.annotation_path(i).split("#", 1)[0])
+        if hit is None:
+            outside.append(i)
+        else:
+            members.setdefault(hit[0], []).append(i)
+            folders.setdefault(hit[0], set()).add(hit[1])
+    if members and outside:
+        shown = ", ".join(sorted(set().union(*folders.values())))
+        message = f"{len(outside)} images lie outside the split folders ({shown})"
+        first = index.annotation_path(outside[0]).split("#", 1)[0]
+        index.problems.add(Problem("split_unassigned", first, "", message, "in no split", "repaired"))
+    sources = {role: "folder " + ", ".join(sorted(found)) for role, found in folders.items()}
+    return {role: np.asarray(ids, dtype=np.int64) for role, ids in members.items()}, sources
+
+
+def _check_overlap(index: "AnnotationIndex") -> None:
+    """A ``split_overlap`` per image in two of the train / val / test splits (not for two
+    splits that are the same list, as YOLO's ``val: train`` when there is no val)."""
+    sources = index.meta["split_sources"]
+    named = sorted(n for n in index.splits if split_role(n) is not None)
+    for a, b in itertools.combinations(named, 2):
+        ids_a, ids_b = index.splits[a], index.splits[b]
+        if split_role(a) == split_role(b) or np.array_equal(ids_a, ids_b):
+            continue
+        found = [
+            ("", f"{index.relative_image_path(int(i))!r} is also in {a} ({sources[a]})")
+            for i in np.intersect1d(ids_a, ids_b)
+        ]
+        report(index, "split_overlap", sources[b].split(" (", 1)[0], found, "kept in both")
+
+
+def settle_splits(index: "AnnotationIndex", found: Mapping[str, np.ndarray], default_source: str) -> None:
+    """Give a freshly built ``index`` its splits: ``splits.json`` at the root when there is
+    one, else ``found`` (the reader's; their sources as the reader recorded them in
+    ``index.meta["split_sources"]``, else ``default_source``), else split folders. Checks
+    them for overlaps and records ``index.meta["split_sources"]`` ({name: where from})."""
+    recorded = index.meta.pop("split_sources", {})
+    splits, sources = _json_splits(index) or (
+        (dict(found), {name: recorded.get(name, default_source) for name in found}) if found else _folder_splits(index)
+    )
+    index.splits = {name: np.asarray(ids, dtype=np.int64) for name, ids in splits.items()}
+    index.meta["split_sources"] = sources
+    _check_overlap(index)
+
+
+# -- made ------------------------------------------------------------------------------------
+def make_splits(
+    index: "AnnotationIndex", val: float = 0.2, test: float = 0.0, seed: int = 0, force: bool = False
+) -> "AnnotationIndex":
+    """Split ``index`` into train / val (/ test) once, write the split where the layout keeps
+    splits, and return the index with them (``meta["split_sources"]`` says where).
+
+    Seeded and stratified: images are grouped by their rarest object class (images without
+    objects by their image class) and every group with at least as many images as there are
+    parts reaches each part. Written (atomically) to ``ImageSets/Main/{train,val,test}.txt``
+    for a VOC dataset with an annotation folder and unique file stems (and no
+    ``splits.json``), else to ``splits.json`` at the root (image paths relative to it, and how
+    the split was made); every later :func:`~detloader.read_annotations` sees it. With
+    ``force``, existing train / val / test split files of ``ImageSets/Main`` not written
+    again are removed. :class:`SplitsExistError` when the dataset has train / val / test
+    splits and not ``force``."""
+    for name, value in (("val", val), ("test", test)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise ValueError(f"make_splits: {name}={value!r} is not a fraction in [0, 1)")
+    if not 0 < val + test < 1:
+        raise ValueError(f"make_splits: val={val} + test={test} must be > 0 and < 1 (train gets the rest)")
+    sources = index.meta.get("split_sources", {})
+    existing = sorted(n for n in index.splits if split_role(n) is not None)
+    if existing and not force:
+        listed = ", ".join(f"{n} ({sources.get(n, 'found')})" for n in existing)
+        raise SplitsExistError(
+            f"{index.root}: the dataset has splits already: {listed}; "
+            "force=True (detloader split --force) replaces them"
+        )
+    groups = class_groups(index)
+    fractions = {k: f for k, f in (("train", 1 - val - test), ("val", val), ("test", test)) if f > 0}
+    parts = stratified_split(groups, fractions, np.random.default_rng(seed))
+    from detloader import __version__
+
+    made = {"by": f"detloader {__version__}", "seed": int(seed), "val": val, "test": test, "stratified_by": "class"}
+    from detloader.annotations.index import AnnotationIndex
+
+    return AnnotationIndex(
+        root=index.root,
+        arrays=index.arrays(),
+        vocab=index.vocab,
+        splits=parts,
+        problems=ProblemReport(p for p in index.problems if not p.kind.startswith("split_")),
+        meta={**index.meta, "split_sources": _write_splits(index, parts, made, force)},
+    )
+
+
+def _write_splits(
+    index: "AnnotationIndex", parts: Mapping[str, np.ndarray], made: dict[str, Any], force: bool
+) -> dict[str, str]:
+    """Write ``parts`` where the layout keeps splits; their sources."""
+    from detloader.annotations.cache import atomic_write
+    from detloader.annotations.readers.common import find_child_dir
+
+    root = index.root
+    stems = [os.path.splitext(os.path.basename(index.annotation_path(i)))[0] for i in range(len(index))]
+    voc = index.meta.get("format") == "voc" and index.meta.get("source", {}).get("annotation_dir", ".") != "."
+    if voc and len(set(stems)) == len(stems) and not (root / SPLITS_JSON).exists():
+        main = (find_child_dir(root, ("ImageSets",)) or root / "ImageSets") / "Main"
+        main.mkdir(parents=True, exist_ok=True)
+        for old in main.glob("*.txt") if force else ():
+            if split_role(old.stem) is not None and old.stem not in parts:
+                old.unlink()
+        for name, ids in parts.items():
+            with atomic_write(main / f"{name}.txt", "w") as fh:
+                fh.write("".join(f"{stems[i]}\n" for i in ids))
+        return {name: os.path.relpath(main / f"{name}.txt", root) for name in parts}
+    paths = {name: [Path(index.relative_image_path(int(i))).as_posix() for i in ids] for name, ids in parts.items()}
+    with atomic_write(root / SPLITS_JSON, "w") as fh:
+        json.dump({"splits": paths, "made": made}, fh, indent=1)
+        fh.write("\n")
+    return dict.fromkeys(parts, _made_text(made))

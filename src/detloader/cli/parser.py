@@ -7,6 +7,7 @@ import functools
 import importlib
 import os
 import sys
+import warnings
 from typing import Callable, Optional, Sequence
 
 from detloader import __version__
@@ -14,7 +15,7 @@ from detloader import __version__
 __all__ = ["COMMANDS", "EXIT_CLOSED_PIPE", "build_parser", "main"]
 
 #: Sub-command modules, in the order ``--help`` lists them.
-COMMANDS = ("demo", "synth", "index", "validate", "convert", "show", "tune", "stats", "train", "evaluate", "bench")
+COMMANDS = ("demo", "synth", "index", "validate", "split", "convert", "show", "tune", "stats", "train", "evaluate", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,13 +65,19 @@ def _quiet_on_closed_pipe(main: _Main) -> _Main:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    previous = warnings.formatwarning  # one line per warning, without the library's source line
+    warnings.formatwarning = lambda message, category, *_: f"detloader {args.command}: {category.__name__}: {message}\n"
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except (ValueError, FileNotFoundError, KeyError) as err:
-        # bad input or arguments: one clear line, no traceback
+    except BrokenPipeError:
+        raise
+    except (ValueError, OSError, KeyError) as err:
+        # bad input or arguments, a file that cannot be read or written: one clear line, no traceback
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"detloader {args.command}: error: {message}", file=sys.stderr)
         return 2
+    finally:
+        warnings.formatwarning = previous

@@ -1,11 +1,14 @@
 """COCO JSON: instances and person_keypoints files (and what CVAT / Datumaro export as COCO).
 
-Pass the ``.json`` file, or a folder holding exactly one COCO file (itself or in
-``annotations/``). The dataset root is the JSON's folder, or its parent when that folder is
-named ``annotations`` (``coco/annotations/instances_val2017.json`` -> ``coco/``). Images
-(``file_name``) are looked up in ``images/<split>``, ``<split>``, ``images`` and the root,
-where ``<split>`` is the file name without its ``instances_`` / ``person_keypoints_``
-prefix (``val2017``); ``image_dir`` overrides.
+Pass the ``.json`` file, or a folder holding exactly one COCO file (itself, in
+``annotations/`` or in a ``train/``-like folder), or several whose names after the
+``instances_`` / ``person_keypoints_`` prefix (``train2017``, ``val2017``) or whose
+``train/ valid/ test/`` folders (Roboflow) are distinct split names: one dataset, one split
+per file (``val2017`` -> ``val``). The dataset root is the JSON's folder, or its parent when
+that folder is ``annotations`` (``coco/annotations/instances_val2017.json`` -> ``coco/``) or a
+split folder. Images (``file_name``) are looked up in ``images/<split>``, ``<split>``,
+``images``, the root and the JSON's folder, where ``<split>`` is the file name without its
+prefix (``val2017``) or its split folder; ``image_dir`` overrides.
 
 Mapping to the index:
 
@@ -41,6 +44,8 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
+
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.options import ReadOptions
 from detloader.annotations.checks import Finding, parse_number
@@ -49,10 +54,11 @@ from detloader.annotations.readers.common import (
     read_head,
 )
 from detloader.annotations.readers.locate import ImageLocator, locate_image
-from detloader.annotations.landmarks import preset_schema
-from detloader.annotations.landmarks import LandmarkSchema
+from detloader.annotations.index import AnnotationIndex
+from detloader.annotations.landmarks import LandmarkSchema, preset_schema
+from detloader.annotations.splits import files_as_splits, split_role
 
-__all__ = ["MAX_JSON_BYTES", "NAME", "OPTIONS", "PARALLEL", "default_landmarks", "discover", "parse", "sniff"]
+__all__ = ["MAX_JSON_BYTES", "NAME", "OPTIONS", "PARALLEL", "default_landmarks", "discover", "parse", "sniff", "splits"]
 
 NAME = "coco"
 #: Format options this reader accepts (``read_annotations(path, **options)``).
@@ -65,7 +71,8 @@ _FLAGS = ("occluded", "difficult", "truncated")
 
 def sniff(path: Path) -> bool:
     """A ``.json`` file that opens with an object holding ``images`` or ``annotations``, or a
-    folder (or its ``annotations/``) with such files and no XML annotations."""
+    folder (or its ``annotations/``, ``train/``, ``valid/``, ...) with such files and no XML
+    annotations."""
     if path.is_file():
         return path.suffix.lower() == ".json" and _looks_like_coco(path)
     if not path.is_dir():
@@ -85,31 +92,43 @@ def _coco_files(folder: Path) -> list[Path]:
         if any(ann.glob("*.xml")):
             return []  # a VOC layout
         places.append(ann)
+    places += [d for d in sorted(folder.iterdir()) if split_role(d.name) and d.is_dir()]  # train/ valid/ test/
     return [p for place in places for p in sorted(place.glob("*.json")) if _looks_like_coco(p)]
 
 
-def _annotation_file(path: Path) -> Path:
-    if path.is_file():
-        return path
-    found = _coco_files(path)
-    if len(found) != 1:
-        names = ", ".join(p.name for p in found) or "none"
-        raise ValueError(f"path={str(path)!r} holds {len(found)} COCO files ({names}); pass one of them")
-    return found[0]
+def _in_split_folder(js: Path, path: Path) -> bool:
+    return js.parent.parent == path and split_role(js.parent.name) is not None
 
 
 def discover(path: Path, options: ReadOptions) -> Source:
-    """The COCO JSON at ``path``, its dataset root and the candidate image folders."""
+    """The COCO JSON at ``path`` (or its files of distinct splits), the dataset root and the
+    candidate image folders of each file."""
     check_options(options, NAME, OPTIONS)
-    js = _annotation_file(path.resolve())
+    path = path.resolve()
+    found = [path] if path.is_file() else _coco_files(path)
+    splits = {js: js.parent.name if _in_split_folder(js, path) else _PREFIX.sub("", js.stem) for js in found}
+    roles = [split_role(name) for name in splits.values()]
+    if len(found) != 1 and (not found or None in roles or len(set(roles)) < len(roles)):
+        names = ", ".join(p.name for p in found) or "none"
+        raise ValueError(f"path={str(path)!r} holds {len(found)} COCO files ({names}); pass one of them")
+    js = found[0]
     root = js.parent.parent if js.parent.name.lower() == "annotations" else js.parent
-    split = _PREFIX.sub("", js.stem)
-    rel_dir = os.path.relpath(js.parent, root)
-    here = rel_dir if rel_dir != "." else ""
-    names = [f"images/{split}", split, "images", "", here, os.path.join(here, "images")]
-    dirs = candidate_dirs(root, names, options.image_dir)
-    cap = int(options.option("max_json_bytes", MAX_JSON_BYTES))
-    return file_source(NAME, js, root, dirs, extra={"max_json_bytes": cap})
+    root = path if _in_split_folder(js, path) else root
+    dirs: dict[str, list[str]] = {}
+    for js, split in splits.items():
+        here = os.path.relpath(js.parent, root)
+        here = here if here != "." else ""
+        names = [f"images/{split}", split, "images", "", here, os.path.join(here, "images")]
+        dirs[os.path.relpath(js, root)] = candidate_dirs(root, names, options.image_dir)
+    extra: dict[str, Any] = {"max_json_bytes": int(options.option("max_json_bytes", MAX_JSON_BYTES))}
+    if len(found) > 1:
+        extra.update(file_image_dirs=dirs, splits={rel: split_role(splits[js]) for rel, js in zip(dirs, found)})
+    return file_source(NAME, found, root, list(dict.fromkeys(d for ds in dirs.values() for d in ds)), extra=extra)
+
+
+def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
+    """One split per file when there are several (``instances_val2017.json`` -> ``val``)."""
+    return files_as_splits(index, source.extra.get("splits", {}))
 
 
 def default_landmarks(source: Source, names: Sequence[str]) -> LandmarkSchema | None:
@@ -270,7 +289,8 @@ def _parse_file(root: str, rel: str, source: Source, b: ChunkBuilder) -> None:
             continue
         per_image.setdefault(owner, []).append(j)
 
-    locator = ImageLocator(root, source.extra["image_dirs"], b.options.check_images)
+    dirs = source.extra.get("file_image_dirs", {}).get(rel, source.extra["image_dirs"])
+    locator = ImageLocator(root, dirs, b.options.check_images)
     for i, img in enumerate(images):
         where = f"images[{i}]"
         if not isinstance(img, dict):

@@ -184,21 +184,22 @@ def dir_mtime(path: Path) -> int:
 
 def file_source(
     name: str,
-    annotation_file: Path,
+    annotation_file: Path | Sequence[Path],
     root: Path,
     image_dirs: Sequence[str],
     *,
     extra_files: Sequence[Path] = (),
     extra: dict[str, Any] | None = None,
 ) -> Source:
-    """The Source of a single-file format: the file (and ``extra_files``, such as a class
-    list) in the stamp, the candidate image folders and their mtimes in ``extra``."""
-    files = [stat_entry(annotation_file, root)]
+    """The Source of a single-file format (or of several such files, one split each): the
+    file(s) (and ``extra_files``, such as a class list) in the stamp, the candidate image
+    folders and their mtimes in ``extra``."""
+    files = [stat_entry(p, root) for p in ([annotation_file] if isinstance(annotation_file, Path) else annotation_file)]
     stamp = list(files) + [stat_entry(p, root) for p in extra_files]
     return Source(
         format=name,
         root=root,
-        files=[files[0][0]],
+        files=[f[0] for f in files],
         stamp=stamp,
         extra={
             "image_dirs": list(image_dirs),

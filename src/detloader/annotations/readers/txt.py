@@ -45,6 +45,7 @@ from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, ImageLocator,
 from detloader.annotations.readers.txt_faces import INTEGER, parse_retinaface, parse_wider
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import FACE5
+from detloader.annotations.splits import files_as_splits
 
 __all__ = [
     "DEFAULT_LANDMARKS", "KINDS", "LIST_NAMES", "NAME", "NAMES_FILES", "OPTIONS", "PARALLEL",
@@ -176,16 +177,11 @@ def discover(path: Path, options: ReadOptions) -> Source:
 
 
 def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
-    """One split per list file when there are several (``train.txt`` -> ``train``)."""
+    """One split per list file when there are several (``train.txt`` -> ``train``); their
+    lines are checked as they are parsed (``bad_value``, ``missing_image``, ``duplicate_image``)."""
     if len(source.files) < 2:
         return {}
-    owner = {rel: os.path.splitext(os.path.basename(rel))[0] for rel in source.files}
-    members: dict[str, list[int]] = {name: [] for name in owner.values()}
-    for i in range(len(index)):
-        rel = index.annotation_path(i).split("#", 1)[0]
-        if rel in owner:
-            members[owner[rel]].append(i)
-    return {name: np.asarray(ids, dtype=np.int64) for name, ids in members.items()}
+    return files_as_splits(index, {rel: os.path.splitext(os.path.basename(rel))[0] for rel in source.files})
 
 
 def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:

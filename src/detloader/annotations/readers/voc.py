@@ -4,7 +4,8 @@ Layouts found from the path given:
 
 * **VOCdevkit**: ``Annotations/``, ``JPEGImages/``, ``ImageSets/Main/*.txt`` (split files of
   one image id per line; the per-class ``NAME_train.txt`` files with two columns are ignored).
-  A ``VOCdevkit`` folder holding exactly one ``VOC20xx`` folder is accepted as that folder.
+  A ``VOCdevkit`` folder holding exactly one ``VOC20xx`` folder (or a folder holding such a
+  ``VOCdevkit``) is read as that ``VOC20xx`` folder.
 * **annotations/ + images/** folders (names matched ignoring case: ``Annotations``,
   ``annotations``; ``JPEGImages``, ``images``, ``Images``, ``imgs``), sub-folders mirrored.
 * **XML next to each image**, anywhere below the path; or a single ``.xml`` file.
@@ -39,6 +40,7 @@ from __future__ import annotations
 import math
 import ntpath
 import os
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -57,12 +59,14 @@ from detloader.annotations.readers.common import (
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, header_size, stays_inside
 from detloader.annotations.readers.voc_objects import child_text, first_children, parse_attributes, parse_object
 from detloader.annotations.readers.safe_xml import UnsafeXMLError, parse_xml_bytes, report_xml_error, root_tag
+from detloader.annotations.splits import match_entries, report
 
 __all__ = ["ANNOTATION_DIRS", "IMAGE_DIRS", "NAME", "default_landmarks", "discover", "parse", "sniff", "splits"]
 
 NAME = "voc"
 ANNOTATION_DIRS = ("Annotations", "annotations", "xml", "xmls", "labels_xml")
 IMAGE_DIRS = ("JPEGImages", "images", "imgs", "img", "pictures", "photos")
+_PER_CLASS = re.compile(r"^\S+\s+(?:-?1|0)$")  # a line of ImageSets/Main/CLASS_train.txt
 
 
 def default_landmarks(source: Source, names: Sequence[str]) -> LandmarkSchema | None:
@@ -100,7 +104,9 @@ def _first_files(top: Path, suffix: str, limit: int) -> list[str]:
 
 
 def _single_year_folder(path: Path) -> Path | None:
-    years = [p for p in sorted(path.glob("VOC*")) if p.is_dir() and find_child_dir(p, ("Annotations",))]
+    """The one ``VOC20xx`` folder with ``Annotations/`` in ``path`` or in its ``VOCdevkit/``."""
+    tops = [path, *filter(None, [find_child_dir(path, ("VOCdevkit",))])]
+    years = [p for top in tops for p in sorted(top.glob("VOC*")) if p.is_dir() and find_child_dir(p, ("Annotations",))]
     if len(years) > 1:
         names = ", ".join(p.name for p in years)
         raise ValueError(f"path={str(path)!r} holds several VOC datasets ({names}); pass one of them")
@@ -283,43 +289,29 @@ def _resolve_image(
 def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
     """ImageSets/Main/NAME.txt -> image positions, matched by annotation file stem.
 
-    Ids without an image in the index (no annotation file, or one that was skipped) are left
-    out and reported once per split file as ``split_mismatch``.
+    A file whose lines are mostly ``id 1|-1|0`` is a per-class file and ignored. In the others
+    each line is one id; a line holding whitespace (``split_bad_line``), an id without an image
+    in the index (``split_mismatch``: no annotation file, or one that was skipped) and a
+    repeated id (``split_duplicate``) are problems naming the line; the other lines are kept.
     """
     if not source.extra.get("split_files"):
         return {}
-    position: dict[str, int] = {}
-    for i in range(len(index)):
-        ann = index.annotation_path(i)
-        position.setdefault(os.path.splitext(os.path.basename(ann))[0], i)
+    position = {os.path.splitext(os.path.basename(index.annotation_path(i)))[0]: i for i in reversed(range(len(index)))}
     out: dict[str, np.ndarray] = {}
+    sources = index.meta.setdefault("split_sources", {})
     for rel in source.extra["split_files"]:
-        ids: list[int] = []
         try:
-            with open(os.path.join(source.root, rel), encoding="utf-8") as fh:
-                lines = fh.read().split("\n")
-        except (OSError, UnicodeDecodeError):
+            with open(os.path.join(source.root, rel), encoding="utf-8-sig") as fh:
+                rows = [(f"line {n}", line.strip()) for n, line in enumerate(fh, start=1) if line.strip()]
+        except (OSError, UnicodeDecodeError) as err:
+            index.problems.add(Problem("unreadable_file", rel, "", str(err), "split file ignored"))
             continue
-        rows = [line.split() for line in lines if line.strip()]
-        if any(len(r) != 1 for r in rows):
-            continue  # per-class files: "id 1" / "id -1"
-        unmatched: list[str] = []
-        for (image_id,) in rows:
-            pos = position.get(image_id)
-            if pos is None:
-                unmatched.append(image_id)
-            else:
-                ids.append(pos)
-        if unmatched:
-            index.problems.add(
-                Problem(
-                    "split_mismatch",
-                    rel,
-                    "",
-                    f"{len(unmatched)} ids have no image in the index (first: {unmatched[0]!r})",
-                    "left out of the split",
-                    "repaired",
-                )
-            )
-        out[os.path.splitext(os.path.basename(rel))[0]] = np.unique(np.asarray(ids, dtype=np.int64))
+        if 2 * sum(_PER_CLASS.match(text) is not None for _, text in rows) > len(rows):
+            continue
+        good = [(w, t) for w, t in rows if len(t.split()) == 1 or t in position]  # "IMG 001": a stem
+        bad = [(w, f"{t!r} is not one image id") for w, t in rows if len(t.split()) > 1 and t not in position]
+        report(index, "split_bad_line", rel, bad, "line skipped")
+        name = os.path.splitext(os.path.basename(rel))[0]
+        out[name] = match_entries(index, rel, good, position)
+        sources[name] = rel
     return out

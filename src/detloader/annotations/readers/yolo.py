@@ -46,11 +46,11 @@ from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.options import ReadOptions
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
-from detloader.annotations.problems import Problem
 from detloader.annotations.readers.common import (
     Source, check_options, find_child_dir, parse_floats, read_capped, read_head, stat_entry,
 )
 from detloader.annotations.readers.locate import image_size
+from detloader.annotations.splits import match_entries
 from detloader.annotations.readers.yolo_config import (
     IMAGE_SUFFIXES, YoloConfigError, class_names, find_yaml, images_under, kpt_config, load_yaml,
     find_names_file, split_images,
@@ -181,36 +181,21 @@ def default_landmarks(source: Source, names: Sequence[str]) -> LandmarkSchema | 
 
 
 def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
-    """``train`` / ``val`` / ``test`` of data.yaml -> image positions."""
+    """``train`` / ``val`` / ``test`` of data.yaml -> image positions; images not in the index
+    (``split_mismatch``) and listed twice (``split_duplicate``) are named."""
     if not source.extra.get("splits"):
         return {}
-    position: dict[str, int] = {}
-    for i in range(len(index)):
-        position.setdefault(index.relative_image_path(i), i)
-    out: dict[str, np.ndarray] = {}
+    position = {index.relative_image_path(i): i for i in reversed(range(len(index)))}
     where = source.extra.get("config") or "data.yaml"
+    out: dict[str, np.ndarray] = {}
     for key, entries in source.extra["splits"].items():
-        members: list[int] = []
-        missing = 0
-        for entry in entries:
-            for rel, _, _ in split_images(entry, source.root, f"{where}: {key}"):
-                pos = position.get(os.path.normpath(rel))
-                if pos is None:
-                    missing += 1
-                else:
-                    members.append(pos)
-        if missing:
-            index.problems.add(
-                Problem(
-                    "split_mismatch",
-                    where,
-                    key,
-                    f"{missing} images of {key} are not in the index",
-                    "left out of the split",
-                    "repaired",
-                )
-            )
-        out[key] = np.unique(np.asarray(members, dtype=np.int64))
+        listed = (
+            (f"{key}: {entry}", os.path.normpath(rel))
+            for entry in entries
+            for rel, _, _ in split_images(entry, source.root, f"{where}: {key}")
+        )
+        out[key] = match_entries(index, where, listed, position)
+        index.meta.setdefault("split_sources", {})[key] = f"{where}: {key}"
     return out
 
 
