@@ -138,6 +138,9 @@ class _Progress:
         t, v = info.train, info.val
         self.out.print(f"training on split {t['name']!r}: {t['images']} images ({t['source']})")
         self.out.print(f"validating on split {v['name']!r}: {v['images']} images ({v['source']})")
+        if v["source"].startswith("random"):
+            self.out.print("recorded in the checkpoint, which evaluate uses; `detloader split PATH --val 0.2` "
+                           "writes splits beside the data for every command and script")
         if info.start_step:
             self.out.print(f"resuming at step {info.start_step} of {info.total_steps}")
 
