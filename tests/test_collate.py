@@ -143,6 +143,48 @@ def test_targets_for_torchvision(dataset: DetectionDataset) -> None:
     assert torch.equal(torch.cat([t["labels"] for t in shifted]), batch.labels + 1)
 
 
+def test_target_formats_detr_and_yolo(dataset: DetectionDataset) -> None:
+    batch = collate_detection([dataset[i] for i in range(4)])
+    h, w = batch.images.shape[-2:]
+    scale = torch.tensor([w, h, w, h], dtype=torch.float32)
+    detr = batch.targets(format="detr", label_offset=1)
+    assert len(detr) == 4 and set(detr[0]) == {"class_labels", "boxes"}
+    boxes = torch.cat([t["boxes"] for t in detr])
+    assert boxes.dtype == torch.float32 and boxes.shape == (batch.num_objects, 4)
+    assert bool(((boxes >= 0) & (boxes <= 1)).all())
+    assert torch.equal(torch.cat([t["class_labels"] for t in detr]), batch.labels + 1)
+    cx, cy, bw, bh = (boxes * scale).unbind(1)  # round trip: cx, cy, w, h -> xyxy pixels
+    torch.testing.assert_close(torch.stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], 1), batch.boxes)
+    yolo = batch.targets(format="yolo")
+    rows, points = yolo["targets"], yolo["keypoints"]
+    assert rows.dtype == points.dtype == torch.float32
+    assert rows.shape == (batch.num_objects, 6) and points.shape == (batch.num_objects, 5, 3)
+    assert torch.equal(rows[:, 0].long(), batch.batch_index) and torch.equal(rows[:, 1].long(), batch.labels)
+    torch.testing.assert_close(rows[:, 2:], boxes)
+    shown = batch.visibility > 0
+    assert bool(((points[..., :2][shown] >= 0) & (points[..., :2][shown] <= 1)).all())
+    torch.testing.assert_close(points[..., :2] * scale[:2], batch.landmarks)
+    assert torch.equal(points[..., 2], batch.visibility.float())
+    # the docstring's numbers
+    one = collate_detection([(np.zeros((80, 100, 3), np.uint8), np.zeros((0, 4)), []),
+                             (np.zeros((80, 100, 3), np.uint8), [[10, 20, 50, 60]], [2], [[[30, 40]]])])
+    close = functools.partial(torch.testing.assert_close, check_dtype=False)
+    close(one.targets(format="yolo")["targets"], torch.tensor([[1, 2, 0.3, 0.5, 0.4, 0.5]]))
+    close(one.targets(format="yolo")["keypoints"], torch.tensor([[[0.3, 0.5, 2.0]]]))
+    close(one.targets(format="detr")[1]["boxes"], torch.tensor([[0.3, 0.5, 0.4, 0.5]]))
+    with pytest.raises(ValueError, match="format='coco' is not one of"):
+        batch.targets(format="coco")
+
+
+def test_image_list_is_what_torchvision_takes(dataset: DetectionDataset) -> None:
+    batch = collate_detection([dataset[i] for i in range(3)])
+    images = batch.image_list()
+    assert [tuple(x.shape) for x in images] == [(3, int(h), int(w)) for w, h in batch.image_sizes.tolist()]
+    for b, x in enumerate(images):
+        assert x.dtype == torch.float32 and 0.0 <= float(x.min()) and float(x.max()) <= 1.0
+        torch.testing.assert_close(x * 255, batch.images[b, :, : x.shape[1], : x.shape[2]].float())
+
+
 def test_normalize_to_and_mapping_back(dataset: DetectionDataset) -> None:
     batch = collate_detection([dataset[i] for i in range(3)])
     x = batch.normalize(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))

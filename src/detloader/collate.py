@@ -26,11 +26,13 @@ from detloader.annotations.index import MISSING
 from detloader.dataset import Sample
 from detloader.transforms.functional import chw_tensor
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "Batch", "collate_detection"]
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "TARGET_FORMATS", "Batch", "collate_detection"]
 
 #: ImageNet statistics in 0..1 units, the usual default for pretrained backbones.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+#: Layouts of :meth:`Batch.targets`.
+TARGET_FORMATS: tuple[str, ...] = ("torchvision", "detr", "yolo")
 
 
 @dataclass(frozen=True, eq=False)
@@ -125,36 +127,56 @@ class Batch:
         rows = torch.arange(h, device=dev).view(1, h, 1) < sizes[:, 1].view(b, 1, 1)
         return cols & rows
 
-    def targets(self, label_offset: int = 0) -> list[dict[str, torch.Tensor]]:
-        """One dict per image, as torchvision detection models take them: ``boxes`` float32
-        ``[N, 4]``, ``labels`` int64 ``[N]`` plus ``label_offset``, ``keypoints`` float32
-        ``[N, K, 3]`` (x, y, visibility) when ``K > 0``, ``image_label`` int64 scalar,
-        ``image_id`` int64 scalar. Views into the batch tensors (no copy).
+    def image_list(self) -> list[torch.Tensor]:
+        """The images as torchvision's detectors take them: a list of float32 ``[3, h_b, w_b]``
+        in [0, 1], each cut to its own size (no padding). Not :meth:`normalize`: those models
+        normalise (and resize) inside, so normalised input would be normalised twice."""
+        return [self.images[b, :, :h, :w].float().div_(255) for b, (w, h) in enumerate(self.image_sizes.tolist())]
 
-        Torchvision's detectors (Faster, Mask and Keypoint R-CNN, SSD, ...) reserve
-        label 0 for the background: call ``targets(label_offset=1)`` for them (and build the
-        model with ``num_classes=len(index.classes) + 1``). The default 0 keeps the index's
-        class ids, as the rest of the batch holds them."""
-        counts = list(self.object_counts)
-        boxes = torch.split(self.boxes, counts)
-        labels = torch.split(self.labels + label_offset if label_offset else self.labels, counts)
-        k = self.landmarks.shape[1]
-        keypoints = None
-        if k:
-            kp = torch.cat([self.landmarks, self.visibility.unsqueeze(-1).to(self.landmarks.dtype)], dim=-1)
-            keypoints = torch.split(kp, counts)
-        out = []
-        for b in range(len(self)):
-            d = {
-                "boxes": boxes[b],
-                "labels": labels[b],
-                "image_label": self.image_labels[b],
-                "image_id": self.image_ids[b],
-            }
-            if keypoints is not None:
-                d["keypoints"] = keypoints[b]
-            out.append(d)
-        return out
+    def targets(self, label_offset: int = 0, format: str = "torchvision") -> Any:
+        """The objects in the layout a model family takes; ``label_offset`` is added to every
+        class id. ``format``:
+
+        * ``"torchvision"``: one dict per image, as torchvision's detectors take them:
+          ``boxes`` float32 ``[N, 4]`` xyxy pixels, ``labels`` int64 ``[N]``, ``keypoints``
+          float32 ``[N, K, 3]`` (x, y, visibility) when ``K > 0``, ``image_label`` and
+          ``image_id`` int64 scalars (boxes and labels are views into the batch). Its
+          detectors (Faster, Mask and Keypoint R-CNN, SSD, ...) reserve label 0 for the
+          background: ``targets(label_offset=1)`` with ``num_classes=len(index.classes) + 1``,
+          and the images from :meth:`image_list`.
+        * ``"detr"``: one dict per image, as the DETR family in transformers takes them:
+          ``class_labels`` int64 ``[N]``, ``boxes`` float32 ``[N, 4]`` (cx, cy, w, h) divided
+          by the padded width ``W`` and height ``H`` of :attr:`images` (what its image
+          processors give for padded images; :meth:`valid_mask` is the ``pixel_mask``).
+        * ``"yolo"``: ``{"targets": float32 [M, 6], "keypoints": float32 [M, K, 3]}``: one row
+          per object, (batch_idx, cls, cx, cy, w, h) with the box divided by ``W`` and ``H``
+          as for ``"detr"``, and its landmarks (x / W, y / H, visibility) beside, as
+          Ultralytics' losses take them.
+
+        Numbers: in a batch padded to ``W, H = 100, 80``, the box (10, 20, 50, 60) xyxy of class
+        2 in image 1 is ``boxes`` [10, 20, 50, 60] with label 2 (torchvision), ``boxes``
+        [0.3, 0.5, 0.4, 0.5] with class label 2 (detr), the row [1, 2, 0.3, 0.5, 0.4, 0.5]
+        (yolo); its landmark (30, 40) is [0.3, 0.5, v] (yolo)."""
+        if format not in TARGET_FORMATS:
+            raise ValueError(f"format={format!r} is not one of {TARGET_FORMATS}")
+        counts, b = list(self.object_counts), self.boxes
+        labels = self.labels + label_offset if label_offset else self.labels
+        vis = self.visibility.unsqueeze(-1).to(b.dtype)
+        if format == "torchvision":
+            out = []
+            points = torch.split(torch.cat([self.landmarks, vis], dim=-1), counts)
+            for i, (x, c, p) in enumerate(zip(torch.split(b, counts), torch.split(labels, counts), points)):
+                out.append({"boxes": x, "labels": c, "image_label": self.image_labels[i], "image_id": self.image_ids[i]})
+                if self.landmarks.shape[1]:
+                    out[-1]["keypoints"] = p
+            return out
+        h, w = self.images.shape[-2:]
+        size = torch.tensor([w, h, w, h], dtype=b.dtype, device=b.device)
+        box = torch.cat([(b[:, :2] + b[:, 2:]) / 2, b[:, 2:] - b[:, :2]], dim=1) / size
+        if format == "detr":
+            return [{"class_labels": c, "boxes": x} for c, x in zip(torch.split(labels, counts), torch.split(box, counts))]
+        rows = torch.cat([self.batch_index.unsqueeze(1).to(b.dtype), labels.unsqueeze(1).to(b.dtype), box], dim=1)
+        return {"targets": rows, "keypoints": torch.cat([self.landmarks / size[:2], vis], dim=-1)}
 
     def boxes_to_original(self, boxes: torch.Tensor, image_index: torch.Tensor) -> torch.Tensor:
         """Boxes ``[P, 4]`` of batch images ``image_index`` ``[P]`` (e.g. predictions) in the
