@@ -1,4 +1,5 @@
-"""The reference trainer and evaluator: a small multi-task CenterNet-style model trained on
+"""The reference trainer and evaluator: a loop for any model that meets the small
+:class:`Task` protocol (the reference multi-task CenterNet-style model is one), trained on
 any dataset :func:`detloader.read_annotations` reads, through the public pipeline
 (``DetectionDataset`` -> balanced sampler -> ``make_loader`` -> ``ResumableLoader``).
 
@@ -6,27 +7,30 @@ This stage only reads the ones above it. Entry points::
 
     from detloader.train import TrainConfig, train, evaluate_checkpoint
     metrics = train(TrainConfig(epochs=12, balance="sqrt", out="runs/a"))   # -> dict
+    metrics = train(TrainConfig(out="runs/b"), task=Task(my_net, my_loss, my_decode))
     metrics = evaluate_checkpoint("runs/a/last.pt", "data/VOC2007")  # the run's own val split
+    metrics = score_predictions(predictions, index.split("val"))     # any model's predictions
 
-Modules: ``model`` (network), ``targets`` (Batch -> heatmaps), ``losses``, ``decode``
-(outputs -> detections), ``evaluate`` (mAP, NME, image class), ``inference``, ``checkpoint``,
-``distributed`` (torchrun), ``config``, ``runs`` (run folders, the data a checkpoint
-knows), ``loop``. See ``docs/training.md``.
+Modules: ``task`` (the protocol), ``model`` (network), ``targets`` (Batch -> heatmaps),
+``losses``, ``decode`` (outputs -> detections), ``evaluate`` (mAP, NME, image class, any
+predictions scored), ``inference``, ``checkpoint``, ``distributed`` (torchrun), ``config``,
+``runs`` (run folders, the data a checkpoint knows), ``loop``. See ``docs/training.md``.
 """
 
 from __future__ import annotations
 
 from detloader.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from detloader.train.config import TrainConfig
-from detloader.train.evaluate import ImagePredictions, compute_metrics
+from detloader.train.evaluate import ImagePredictions, compute_metrics, score_predictions
 from detloader.train.inference import evaluate_checkpoint, predict
 from detloader.train.losses import LossWeights
 from detloader.train.loop import EpochInfo, StartInfo, StepInfo, train
 from detloader.train.model import CenterNet, ModelConfig
 from detloader.train.runs import DataMismatchError, RunDirError
+from detloader.train.task import Task, centernet_task
 
 __all__ = [
     "CenterNet", "CheckpointError", "DataMismatchError", "EpochInfo", "ImagePredictions", "LossWeights",
-    "ModelConfig", "RunDirError", "StartInfo", "StepInfo", "TrainConfig", "compute_metrics",
-    "evaluate_checkpoint", "load_checkpoint", "predict", "save_checkpoint", "train",
+    "ModelConfig", "RunDirError", "StartInfo", "StepInfo", "Task", "TrainConfig", "centernet_task", "compute_metrics",
+    "evaluate_checkpoint", "load_checkpoint", "predict", "save_checkpoint", "score_predictions", "train",
 ]

@@ -54,7 +54,9 @@ class TrainConfig:
         seed: seeds the model initialisation, the sampler and the augmentations.
         width: channels of the first backbone stage (model size).
         landmark_loss: ``"l1"`` or ``"wing"``.
-        loss_weights: :class:`~detloader.train.losses.LossWeights`.
+        loss_weights: :class:`~detloader.train.losses.LossWeights`. ``width``,
+            ``landmark_loss`` and ``loss_weights`` are the reference model's: a run with
+            ``train(config, task=...)`` does not use them.
         checkpoint_every: also save ``last.pt`` every this many steps (0: at epoch ends only).
         max_steps: stop (with a checkpoint) once the run has made this many steps in all,
             counting those before a resume, as if killed: for resume tests and smoke runs;

@@ -8,11 +8,16 @@ the ``top_k`` highest peaks per image over all classes are kept, down to ``min_s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Detections", "decode"]
+from detloader.train.evaluate import ImagePredictions
+from detloader.train.model import STRIDE
+
+__all__ = ["Detections", "decode", "decode_predictions"]
 
 
 @dataclass(frozen=True)
@@ -82,3 +87,18 @@ def decode(
         landmarks=landmarks[keep],
         image_probs=image_probs,
     )
+
+
+def decode_predictions(outputs: dict[str, torch.Tensor], batch: Any) -> list[ImagePredictions]:
+    """Each image's detections in annotation coordinates: the reference model's ``decode`` of
+    the :class:`~detloader.train.task.Task` protocol (``batch``: the :class:`detloader.Batch`)."""
+    det = decode(outputs, STRIDE)
+    which = det.image_index
+    boxes = batch.boxes_to_original(det.boxes, which).cpu().numpy()
+    lms = (batch.landmarks_to_original(det.landmarks, which) if det.landmarks.shape[1] else det.landmarks).cpu().numpy()
+    scores, labels, which = det.scores.cpu().numpy(), det.labels.cpu().numpy().astype(np.int64), which.cpu().numpy()
+    probs = det.image_probs.cpu().numpy()
+    return [
+        ImagePredictions(int(i), boxes[which == b], scores[which == b], labels[which == b], lms[which == b], probs[b])
+        for b, i in enumerate(batch.image_ids.tolist())
+    ]

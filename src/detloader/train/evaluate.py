@@ -15,22 +15,26 @@
 
 Ground truth comes from the :class:`~detloader.AnnotationIndex` (annotation coordinates);
 predictions must already be mapped back to them (``Batch.boxes_to_original``). Undefined
-figures (no landmark head, no image classes) are ``None``.
+figures (no landmark head, no image classes) are ``None``. :func:`score_predictions` scores
+any model's predictions (plain dicts of tensors or arrays) and writes a COCO results file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
+import os
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
 __all__ = [
-    "BACKENDS", "ImagePredictions", "coco_ground_truth", "coco_evaluate", "compute_metrics",
-    "landmark_normaliser",
+    "BACKENDS", "ImagePredictions", "as_predictions", "coco_ground_truth", "coco_evaluate", "compute_metrics",
+    "landmark_normaliser", "score_predictions",
 ]
 
 Backend = Literal["auto", "faster_coco_eval", "pycocotools"]
@@ -55,6 +59,43 @@ class ImagePredictions:
     labels: np.ndarray
     landmarks: np.ndarray
     image_probs: np.ndarray
+
+
+def _array(value: Any, dtype: Any) -> np.ndarray:
+    if hasattr(value, "detach"):  # a torch tensor, on any device, of any float type
+        value = value.detach().cpu()
+        value = value.float() if value.is_floating_point() else value
+    return np.asarray(value, dtype=dtype)
+
+
+def as_predictions(entry: Any, image_id: int | None = None) -> ImagePredictions:
+    """One image's predictions as :class:`ImagePredictions`: one already (returned as it is),
+    or a mapping with ``boxes`` ``[P, 4]`` xyxy, ``scores`` ``[P]``, ``labels`` ``[P]`` (class
+    ids of the index) and optionally ``landmarks`` ``[P, K, 2]``, ``image_probs`` ``[I]``
+    (image-class scores: the highest counts) and ``image_id`` (else ``image_id``), all in
+    annotation coordinates, as torch tensors (any device), numpy arrays or lists."""
+    if isinstance(entry, ImagePredictions):
+        return entry
+    if not isinstance(entry, Mapping) or not {"boxes", "scores", "labels"} <= set(entry):
+        what = sorted(entry) if isinstance(entry, Mapping) else type(entry).__name__
+        raise ValueError(f"a prediction must be an ImagePredictions or a dict with boxes, scores, labels; got {what}")
+    image_id = entry.get("image_id", image_id)
+    if image_id is None:
+        raise ValueError(f"a prediction without image_id (keys {sorted(entry)})")
+    boxes = _array(entry["boxes"], np.float32)
+    boxes = boxes.reshape(0, 4) if boxes.size == 0 else boxes
+    scores, labels = _array(entry["scores"], np.float32).reshape(-1), _array(entry["labels"], np.int64).reshape(-1)
+    n = len(boxes)
+    raw = entry.get("landmarks")
+    lms = np.zeros((n, 0, 2), np.float32) if raw is None else _array(raw, np.float32)
+    lms = lms.reshape(n, 0, 2) if lms.size == 0 else lms
+    probs = _array(entry.get("image_probs", ()), np.float32).reshape(-1)
+    if boxes.ndim != 2 or boxes.shape[1] != 4 or len(scores) != n or len(labels) != n or lms.ndim != 3 or lms.shape[::2] != (n, 2):
+        raise ValueError(
+            f"image_id={image_id}: boxes {boxes.shape}, scores {scores.shape}, labels {labels.shape}, landmarks "
+            f"{lms.shape}; expected [P, 4], [P], [P], [P, K, 2]"
+        )
+    return ImagePredictions(int(image_id), boxes, scores, labels, lms, probs)
 
 
 # -- COCO mAP ---------------------------------------------------------------------------------
@@ -83,10 +124,10 @@ def coco_ground_truth(index: Any) -> dict[str, Any]:
     return {"images": images, "categories": cats, "annotations": anns}
 
 
-def _detections(predictions: Sequence[ImagePredictions]) -> list[dict[str, Any]]:
+def _detections(predictions: Sequence[ImagePredictions], keypoints: bool = False) -> list[dict[str, Any]]:
     out = []
     for p in predictions:
-        for box, score, label in zip(p.boxes.tolist(), p.scores.tolist(), p.labels.tolist()):
+        for j, (box, score, label) in enumerate(zip(p.boxes.tolist(), p.scores.tolist(), p.labels.tolist())):
             x1, y1, x2, y2 = box
             out.append(
                 {
@@ -96,6 +137,8 @@ def _detections(predictions: Sequence[ImagePredictions]) -> list[dict[str, Any]]
                     "score": float(score),
                 }
             )
+            if keypoints and p.landmarks.shape[1]:
+                out[-1]["keypoints"] = [v for x, y in p.landmarks[j].tolist() for v in (x, y, 1)]
     return out
 
 
@@ -315,3 +358,32 @@ def compute_metrics(
         "images": len(sub),
         "backend": result["backend"],
     }
+
+
+def score_predictions(
+    predictions: Sequence[Any] | Mapping[int, Any],
+    index: Any,
+    *,
+    score_threshold: float = 0.3,
+    backend: Backend = "auto",
+    coco_json: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """Any model's predictions scored: the metrics of :func:`compute_metrics` (what
+    ``train`` and ``detloader evaluate`` report).
+
+    ``predictions``: one entry per image (:func:`as_predictions`: :class:`ImagePredictions`
+    or dicts of tensors, arrays or lists in annotation coordinates), a sequence or a mapping
+    ``{image_id: entry}``; an image id is a row of ``index``, the evaluated images (e.g.
+    ``index.split("val")``: ``batch.image_ids`` of a loader over it). Images without an entry
+    are left out. ``coco_json``: also write the detections there as a COCO results list
+    (``image_id`` = row + 1, ``category_id`` = class id + 1, ``bbox`` xywh, ``score``, and
+    ``keypoints`` x, y, 1 per landmark), numbered as :func:`coco_ground_truth` numbers the
+    index."""
+    entries = predictions.items() if isinstance(predictions, Mapping) else ((None, e) for e in predictions)
+    preds = [as_predictions(entry, image_id) for image_id, entry in entries]
+    outside = [p.image_id for p in preds if not 0 <= p.image_id < len(index)]
+    if outside:
+        raise ValueError(f"image_id={outside[0]} is not a row of the index ({len(index)} images)")
+    if coco_json is not None:
+        Path(coco_json).write_text(json.dumps(_detections(preds, keypoints=True)), encoding="utf-8")
+    return compute_metrics(index, preds, score_threshold=score_threshold, backend=backend)

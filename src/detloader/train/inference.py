@@ -1,22 +1,25 @@
-"""Running a trained model over a split: predictions in annotation coordinates, and the
-evaluation of a checkpoint on a dataset (``detloader evaluate``)."""
+"""Running a trained model over a split: predictions in annotation coordinates (any
+:class:`~detloader.train.task.Task`'s decode), and the evaluation of a checkpoint on a
+dataset (``detloader evaluate``)."""
 
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path
+from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from detloader.train.checkpoint import load_checkpoint
-from detloader.train.decode import decode
+from detloader.train.decode import decode_predictions
 from detloader.train.distributed import DistEnv, all_gather_objects, running_distributed
-from detloader.train.evaluate import ImagePredictions, compute_metrics
-from detloader.train.model import STRIDE, CenterNet, ModelConfig
+from detloader.train.evaluate import ImagePredictions, as_predictions, score_predictions
+from detloader.train.model import CenterNet, ModelConfig
 from detloader.train.runs import DataMismatchError, recorded_rows
+from detloader.train.task import REFERENCE, Task, centernet_task
 
 __all__ = ["draw_predictions", "eval_transform", "evaluate_checkpoint", "predict", "val_loader"]
 
@@ -50,13 +53,16 @@ def predict(
     loader: Any,
     device: torch.device,
     *,
+    decode: Callable[[Any, Any], Sequence[Any]] = decode_predictions,
     image_class_map: Sequence[int] | None = None,
     amp_dtype: torch.dtype | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[ImagePredictions]:
-    """Predictions for every image ``loader`` yields (a loader of :class:`detloader.Batch`),
-    mapped back to annotation coordinates. ``image_class_map[i]`` re-orders the model's image
-    classes to the dataset's (None: the same order)."""
+    """Predictions for every image ``loader`` yields (a loader of :class:`detloader.Batch`):
+    ``decode(model(batch.normalize()), batch)``, in annotation coordinates (the reference
+    model's decoding unless ``decode`` is a :class:`~detloader.train.task.Task`'s).
+    ``image_class_map[i]`` re-orders the model's image classes to the dataset's (None: the
+    same order)."""
     was_training = model.training
     model.eval()
     out: list[ImagePredictions] = []
@@ -67,23 +73,15 @@ def predict(
             x = batch.normalize()
             with torch.autocast(device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
                 outputs = model(x)
-            det = decode(outputs, STRIDE)
-            boxes = batch.boxes_to_original(det.boxes, det.image_index).cpu().numpy()
-            lms = batch.landmarks_to_original(det.landmarks, det.image_index).cpu().numpy() if det.landmarks.shape[1] else det.landmarks.cpu().numpy()
-            scores, labels = det.scores.cpu().numpy(), det.labels.cpu().numpy()
-            which = det.image_index.cpu().numpy()
-            probs = det.image_probs.cpu().numpy()
-            if image_class_map is not None and probs.shape[1]:
-                mapped = np.zeros((probs.shape[0], len(image_class_map)), dtype=probs.dtype)
-                for target, source in enumerate(image_class_map):
-                    if source >= 0:
-                        mapped[:, target] = probs[:, source]
-                probs = mapped
-            for b, image_id in enumerate(batch.image_ids.tolist()):
-                sel = which == b
-                out.append(
-                    ImagePredictions(int(image_id), boxes[sel], scores[sel], labels[sel].astype(np.int64), lms[sel], probs[b])
-                )
+            entries = decode(outputs, batch)
+            if len(entries) != len(batch):
+                raise ValueError(f"decode gave {len(entries)} entries for a batch of {len(batch)} images: one per image, in order")
+            for image_id, entry in zip(batch.image_ids.tolist(), entries):
+                p = as_predictions(entry, image_id)
+                if image_class_map is not None and p.image_probs.size:
+                    probs = np.asarray([p.image_probs[s] if s >= 0 else 0.0 for s in image_class_map], np.float32)
+                    p = replace(p, image_probs=probs)
+                out.append(p)
             if progress is not None:
                 progress(step + 1, total)
     finally:
@@ -114,8 +112,10 @@ def evaluate_checkpoint(
     backend: str = "auto",
     progress: Callable[[int, int], None] | None = None,
     picture: str | os.PathLike[str] | None = None,
+    coco_json: str | os.PathLike[str] | None = None,
+    task: Task | Callable[[Any], Task] | None = None,
 ) -> dict[str, Any]:
-    """Metrics (:func:`~detloader.train.evaluate.compute_metrics`) of ``checkpoint`` on a
+    """Metrics (:func:`~detloader.train.evaluate.score_predictions`) of ``checkpoint`` on a
     part of the dataset at ``data``, with ``split`` (``{"name", "images", "source"}``) and
     ``seen_in_training`` (images scored that the checkpoint was trained on).
 
@@ -124,7 +124,11 @@ def evaluate_checkpoint(
     dataset, or ``"all"``. The dataset is read with the checkpoint's class list
     (``classes=``), so class ids match the model's; a dataset with none of its classes is
     refused (:class:`~detloader.train.runs.DataMismatchError`). Image classes are matched by
-    name. ``picture``: also draw truth beside prediction there (PNG)."""
+    name. ``picture``: also draw truth beside prediction there (PNG); ``coco_json``: write
+    the detections there (COCO results). ``task``: None rebuilds the reference model from
+    the checkpoint; a checkpoint of your own model needs its
+    :class:`~detloader.train.task.Task` (or a function of the index returning one), whose
+    model the weights load into."""
     import detloader
 
     with running_distributed(device) as env:
@@ -134,16 +138,26 @@ def evaluate_checkpoint(
         index = detloader.read_annotations(data, **options)
         _require_known_classes(index, list(state["classes"]), data)
         index, info = _part(index, state.get("data", {}).get("splits", {}), split, data)
-        model = CenterNet(ModelConfig.from_dict(state["model_config"]))
-        model.load_state_dict(state["model"])
-        model.to(env.device)
+        saved = state.get("task", REFERENCE)
+        if task is None and saved != REFERENCE:
+            raise ValueError(
+                f"{checkpoint}: holds a {saved}, not the reference model: pass its Task, "
+                "evaluate_checkpoint(..., task=...), whose model the weights load into"
+            )
+        task = centernet_task(CenterNet(ModelConfig.from_dict(state["model_config"]))) if task is None else task
+        task = task if isinstance(task, Task) else task(index)
+        task.model.load_state_dict(state["model"])
+        task.model.to(env.device)
         size = int(state["config"]["size"])
         trained = list(state["image_classes"])
         mapping = [trained.index(name) if name in trained else -1 for name in index.image_classes]
         loader = val_loader(index, size, batch_size, env, num_workers)
-        preds = predict(model, loader, env.device, image_class_map=mapping, progress=progress)
+        preds = predict(task.model, loader, env.device, decode=task.decode, image_class_map=mapping, progress=progress)
         gathered = [p for part in all_gather_objects(env, preds) for p in part]
-        metrics = compute_metrics(index, gathered, score_threshold=score_threshold, backend=backend)  # type: ignore[arg-type]
+        metrics = score_predictions(
+            gathered, index, score_threshold=score_threshold, backend=backend,  # type: ignore[arg-type]
+            coco_json=coco_json if env.is_main else None,
+        )
         metrics["checkpoint"] = str(checkpoint)
         metrics["split"] = info
         metrics["seen_in_training"] = _seen(index, state.get("data", {}).get("splits", {}).get("train"))

@@ -1,7 +1,8 @@
 """The training loop: data -> model -> loss -> optimiser, with checkpoints, exact resume,
-the data-wait / compute split of every step, DDP, and a final evaluation.
+the data-wait / compute split of every step, DDP, and a final evaluation, for any model that
+meets the :class:`~detloader.train.task.Task` protocol (the reference CenterNet by default).
 
-``train(config) -> metrics`` is the one entry point (the CLI and the demo call it). The
+``train(config, task=None) -> metrics`` is the one entry point (the CLI and the demo call it). The
 library stays quiet: progress goes to the optional callbacks ``on_step(info)`` (after every
 step) and ``on_epoch(info)`` (after every epoch); see :class:`StepInfo` and
 :class:`EpochInfo`.
@@ -42,12 +43,11 @@ from detloader.train.distributed import (
 )
 from detloader.train.evaluate import compute_metrics
 from detloader.train.inference import draw_predictions, predict, val_loader
-from detloader.train.losses import multitask_loss
-from detloader.train.model import STRIDE, CenterNet, ModelConfig
+from detloader.train.model import CenterNet, ModelConfig
 from detloader.train.runs import DataMismatchError, RunDirError, RunLock, check_out_dir, data_changes, data_record
-from detloader.train.targets import encode_targets
+from detloader.train.task import REFERENCE, Task, centernet_task
 
-__all__ = ["EpochInfo", "RunData", "StartInfo", "StepInfo", "prepare_data", "train", "train_transform"]
+__all__ = ["EpochInfo", "RunData", "StartInfo", "StepInfo", "balanced_loader", "prepare_data", "train", "train_transform"]
 
 
 @dataclass(frozen=True)
@@ -178,31 +178,39 @@ def _ignore_stop_signals(worker_id: int) -> None:
         signal.signal(s, signal.SIG_IGN)
 
 
+def balanced_loader(
+    dataset: Any, *, balance: str = "none", balance_by: Any = "class", seed: int = 0, **loader_kwargs: Any
+) -> Any:
+    """A :class:`detloader.ResumableLoader` that is distributed (rank and world size from
+    ``torch.distributed``) and resumable whatever ``balance`` is: ``"none"`` is a seeded
+    shuffle (``DistributedSamplerWrapper(RandomSampler)``), anything else
+    ``make_loader(balance=...)``. ``loader_kwargs`` go to :func:`detloader.make_loader`."""
+    import detloader
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "auto" without a tuning result says so; fine here
+        if balance == "none":
+            from torch.utils.data import RandomSampler
+
+            shuffle = detloader.DistributedSamplerWrapper(RandomSampler(dataset), seed=seed)
+            loader = detloader.make_loader(dataset, sampler=shuffle, seed=seed, **loader_kwargs)
+        else:
+            loader = detloader.make_loader(dataset, balance=balance, balance_by=balance_by, seed=seed, **loader_kwargs)
+    return detloader.ResumableLoader(loader)
+
+
 def _train_loader(config: TrainConfig, index: Any, env: DistEnv) -> Any:
     import detloader
 
     dataset = detloader.DetectionDataset(
         index, train_transform(config.size), seed=config.seed, on_decode_error=config.on_decode_error  # type: ignore[arg-type]
     )
-    common = {
-        "batch_size": config.batch_size,
-        "num_workers": config.num_workers,
-        "pin_memory": env.device.type == "cuda",
-        "drop_last": True,  # equal, full steps on every rank
-        "seed": config.seed,
-        "worker_init_fn": _ignore_stop_signals,
-    }
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "auto" without a tuning result says so; fine here
-        if config.balance == "none":
-            # A seeded shuffle that is distributed and resumable like the balanced samplers.
-            from torch.utils.data import RandomSampler
-
-            shuffle = detloader.DistributedSamplerWrapper(RandomSampler(dataset), seed=config.seed)
-            loader = detloader.make_loader(dataset, sampler=shuffle, **common)
-        else:
-            loader = detloader.make_loader(dataset, balance=config.balance, balance_by=config.balance_by, **common)
-    return detloader.ResumableLoader(loader)
+    return balanced_loader(
+        dataset, balance=config.balance, balance_by=config.balance_by, seed=config.seed, batch_size=config.batch_size,
+        num_workers=config.num_workers, pin_memory=env.device.type == "cuda",
+        drop_last=True,  # equal, full steps on every rank
+        worker_init_fn=_ignore_stop_signals,
+    )
 
 
 def _schedule(config: TrainConfig, total_steps: int) -> Callable[[int], float]:
@@ -264,6 +272,7 @@ class _StopRequest:
 def train(
     config: TrainConfig,
     *,
+    task: Task | Callable[[Any], Task] | None = None,
     on_step: Callable[[StepInfo], None] | None = None,
     on_epoch: Callable[[EpochInfo], None] | None = None,
     on_start: Callable[[StartInfo], None] | None = None,
@@ -272,6 +281,13 @@ def train(
     ``out/config.json``, ``out/last.pt`` (the one it replaces kept as ``previous.pt``) and
     ``out/predictions.png`` (validation images, truth beside prediction); return the metrics
     (every rank gets rank 0's).
+
+    ``task``: what to train: None, the reference model (``CenterNet`` built from the
+    training index and ``config.width``, ``loss_weights``, ``landmark_loss``); a
+    :class:`~detloader.train.task.Task` (your model, loss and decode); or a function of the
+    training index returning one, called after seeding with ``config.seed`` (the model is
+    then initialised the same way in every run). Checkpoints record ``task`` (the model's
+    class) and the Task's ``config`` as ``model_config``; a resume must train the same class.
 
     ``out`` is locked for the run (a second training on it is refused) and refused when it
     holds another run, unless ``config.resume`` is a checkpoint in it or ``config.exist_ok``
@@ -300,7 +316,7 @@ def train(
             raise RunDirError(refusal)
         stop = _StopRequest(env)
         stack.callback(stop.close)
-        return _train(config, env, on_step, on_epoch, on_start, stop)
+        return _train(config, env, task, on_step, on_epoch, on_start, stop)
 
 
 def _batches(loader: Any, stop: _StopRequest) -> Any:
@@ -322,6 +338,7 @@ def _batches(loader: Any, stop: _StopRequest) -> Any:
 def _train(
     config: TrainConfig,
     env: DistEnv,
+    task: Task | Callable[[Any], Task] | None,
     on_step: Callable[[StepInfo], None] | None,
     on_epoch: Callable[[EpochInfo], None] | None,
     on_start: Callable[[StartInfo], None] | None,
@@ -331,14 +348,14 @@ def _train(
     data = prepare_data(config, env)
     train_index, val_index = data.train, data.val
     schema = train_index.landmark_schema
-    model_config = ModelConfig(
-        num_classes=len(train_index.classes),
-        num_landmarks=len(schema),
-        num_image_classes=len(train_index.image_classes),
-        width=config.width,
-    )
     torch.manual_seed(config.seed)
-    model = CenterNet(model_config).to(env.device)
+    if task is None:
+        shape = ModelConfig(len(train_index.classes), len(schema), len(train_index.image_classes), config.width)
+        task = centernet_task(CenterNet(shape), config.loss_weights, config.landmark_loss)  # type: ignore[arg-type]
+    task = task if isinstance(task, Task) else task(train_index)
+    if not isinstance(task, Task):
+        raise TypeError(f"task={task!r}: a detloader.train.Task (or a function of the index returning one)")
+    model = task.model.to(env.device)
     loader = _train_loader(config, train_index, env)
     steps_per_epoch = len(loader)
     if steps_per_epoch == 0:
@@ -354,6 +371,8 @@ def _train(
     start_epoch, step, history = 0, 0, []
     if config.resume:
         state = load_checkpoint(config.resume, map_location=env.device)
+        if state.get("task", REFERENCE) != task.name:
+            raise ValueError(f"resume={config.resume!r}: the checkpoint holds a {state.get('task', REFERENCE)}, this run trains a {task.name}")
         if list(state["classes"]) != list(train_index.classes):
             raise ValueError(
                 f"resume={config.resume!r}: checkpoint classes {list(state['classes'])} differ from "
@@ -387,7 +406,8 @@ def _train(
         saved[0] = step
         state = {
             "model": _unwrap(model).state_dict(),
-            "model_config": model_config.to_dict(),
+            "model_config": dict(task.config),
+            "task": task.name,
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
             "loader": loader.state_dict(),
@@ -431,13 +451,9 @@ def _train(
             got = time.perf_counter()
             with torch.autocast(env.device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
                 outputs = model(x)
-            h, w = outputs["heatmap"].shape[-2:]
-            targets = encode_targets(
-                boxes=batch.boxes, batch_index=batch.batch_index, labels=batch.labels,
-                landmarks=batch.landmarks, visibility=batch.visibility, image_labels=batch.image_labels,
-                num_classes=model_config.num_classes, grid=(int(h), int(w)), stride=STRIDE,
-            )
-            loss, parts = multitask_loss(outputs, targets, config.loss_weights, config.landmark_loss)  # type: ignore[arg-type]
+            terms = task.loss(outputs, batch)
+            loss = task.total(terms)
+            parts = {k: float(v.detach()) for k, v in terms.items() if k != "total"}
             optimizer.zero_grad(set_to_none=True)
             if scaler is not None:
                 scaler.scale(loss).backward()
@@ -500,7 +516,8 @@ def _train(
 
     metrics: dict[str, Any] = {}
     if config.evaluate and not stopped:
-        preds = predict(_unwrap(model), val_loader(val_index, config.size, config.batch_size, env), env.device, amp_dtype=amp_dtype)
+        loader_val = val_loader(val_index, config.size, config.batch_size, env)
+        preds = predict(_unwrap(model), loader_val, env.device, decode=task.decode, amp_dtype=amp_dtype)
         gathered = all_gather_objects(env, preds)
         if env.is_main:
             flat = [p for part in gathered for p in part]

@@ -108,11 +108,12 @@ def multitask_loss(
     targets: Targets,
     weights: LossWeights,
     landmark_loss: LandmarkLoss = "l1",
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """The weighted total (a scalar tensor) and each unweighted term as a float.
+) -> dict[str, torch.Tensor]:
+    """Each unweighted term, a scalar tensor; the loss is ``sum(weights.<name> * term)``
+    (:meth:`detloader.train.task.Task.total`).
 
     ``outputs`` as :class:`~detloader.train.model.CenterNet` returns them; terms of heads the
-    model does not have are left out."""
+    model does not have are left out, and so is ``giou`` when its weight is 0."""
     if landmark_loss not in LANDMARK_LOSSES:
         raise ValueError(f"landmark_loss={landmark_loss!r} is not one of {LANDMARK_LOSSES}")
     parts: dict[str, torch.Tensor] = {}
@@ -143,5 +144,4 @@ def multitask_loss(
             parts["image_class"] = F.cross_entropy(logits[labelled], targets.image_labels[labelled])
         else:
             parts["image_class"] = logits.sum() * 0.0
-    total = sum(getattr(weights, name) * value for name, value in parts.items())
-    return total, {name: float(value.detach()) for name, value in parts.items()}  # type: ignore[return-value]
+    return parts
