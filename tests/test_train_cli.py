@@ -41,8 +41,9 @@ def test_train_then_evaluate(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert main(["evaluate", str(out / "last.pt"), str(data), "--json"]) == 0
     metrics = json.loads(capsys.readouterr().out)
     assert metrics["images"] == 8 and metrics["map50"] == pytest.approx(resumed["map50"])
-    assert main(["evaluate", str(out / "last.pt"), str(data), "--split", "all"]) == 0
+    assert main(["evaluate", str(out / "last.pt"), str(data), "--split", "all", "--coco-json", str(tmp_path / "d.json")]) == 0
     assert "40 images" in capsys.readouterr().out
+    assert {d["image_id"] for d in json.loads((tmp_path / "d.json").read_text())} <= set(range(1, 41))
 
 
 def test_bad_arguments_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]):

@@ -18,6 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--score-threshold", type=float, default=0.3, help="operating point of precision / recall (default 0.3)")
     p.add_argument("--backend", default="auto", choices=("auto", "faster_coco_eval", "pycocotools"))
+    p.add_argument("--coco-json", metavar="PATH", help="also write the detections there (COCO results: image id = row + 1)")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     p.set_defaults(func=run)
 
@@ -81,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
             score_threshold=args.score_threshold,
             backend=args.backend,
             progress=progress,
+            coco_json=args.coco_json,
         )
     if args.json:
         print_json(metrics)
@@ -88,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
         print_metrics(metrics)
         if os.path.isfile(picture):
             console().print(f"{picture}: truth (left) beside predictions (right)")
+        if args.coco_json:
+            console().print(f"{args.coco_json}: the detections as COCO results")
     return 0
 
 __all__ = ["print_metrics", "register", "run"]
