@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-quick bench fuzz clean venv
+.PHONY: demo test test-quick test-integration bench fuzz clean venv
 
 venv: $(STAMP)
 
@@ -24,6 +24,21 @@ test: $(STAMP)
 
 test-quick: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
+
+# The tests marked integration (torchvision detectors, the README's torchvision block) in a
+# second environment: torchvision's ops need the torch build it was made for (CUDA, ~5 GB).
+VENV_INT ?= .venv-integration
+INTEGRATION_PINS ?= torch==2.14.1 torchvision==0.29.1
+
+$(VENV_INT)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV_INT)
+	echo '*' > $(VENV_INT)/.gitignore
+	$(VENV_INT)/bin/python -m pip install --quiet $(INTEGRATION_PINS)
+	$(VENV_INT)/bin/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+test-integration: $(VENV_INT)/.installed
+	$(VENV_INT)/bin/python -m pytest -q -m integration
 
 # Long fuzzing of every annotation reader and of the image decoder (the suite runs 25
 # examples per reader, 150 per decoder test).
