@@ -14,14 +14,15 @@ Loading checks both CRCs (``zlib.crc32``, a few GB/s: about 10 ms for a 100k-ima
 docs/reliability.md) and maps the file read-only: the arrays are views into one ``mmap``, so
 DataLoader workers share its pages. A file that fails any check raises :class:`CacheError`
 (never ``MemoryError`` or ``OverflowError``), and the reader rebuilds it with a warning.
-Files are created with the mode ``open()`` would give them (``0666 & ~umask``), so the group
-that reads the dataset can read its cache.
+Files are written by :func:`detloader._files.atomic_write`, with the mode ``open()`` would give
+them (``0666 & ~umask``), so the group that reads the dataset can read its cache.
 
 The file for a dataset lives in ``<root>/.detloader-cache/`` when that folder can be written,
 else in the user cache folder (``$XDG_CACHE_HOME/detloader`` or ``~/.cache/detloader``); the
 environment variable ``DETLOADER_CACHE_DIR`` overrides both. Its name carries a hash of the
-reading options; its header carries the *key*, a hash of the annotation files' names, sizes
-and modification times: a different key means the dataset changed and the index is rebuilt.
+reading options; its header carries the *key*, a hash of the annotation files' names, sizes,
+times and inodes, the dataset folder's identity and its image folders' (docs/index.md, "The
+cache"): a different key means the dataset changed and the index is rebuilt.
 """
 
 from __future__ import annotations
@@ -31,22 +32,21 @@ import json
 import mmap
 import os
 import struct
-import tempfile
 import zlib
-from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import Any
 
 import numpy as np
 
+from detloader._files import atomic_write
 from detloader.annotations.fields import array_names
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.vocabulary import Vocabulary
 from detloader.annotations.problems import ProblemReport
 
 __all__ = [
-    "CACHE_DIR_ENV", "CACHE_SUBDIR", "CACHE_VERSION", "MAGIC", "CacheError", "MappedIndex",
-    "atomic_write", "cache_dir_for", "load_index_file", "read_key", "save_index", "user_cache_dir",
+    "CACHE_DIR_ENV", "CACHE_SUBDIR", "CACHE_VERSION", "MAGIC", "CacheError", "MappedIndex", "cache_dir_for",
+    "load_index_file", "read_key", "save_index", "user_cache_dir",
 ]
 
 MAGIC = b"DLINDEX\n"
@@ -91,36 +91,6 @@ def cache_dir_for(root: str | os.PathLike[str]) -> Path:
     target = user_cache_dir() / f"{root.name}-{tag}"
     target.mkdir(parents=True, exist_ok=True)
     return target
-
-
-@contextmanager
-def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[Any]]:
-    """A file object writing to a temporary file beside ``path``, renamed over ``path`` when
-    the block ends without error (readers never see half a file), removed otherwise."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide the file from the group
-        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as fh:
-            yield fh
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _umask() -> int:
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)  # no /proc: the classic read-and-restore
-    os.umask(mask)
-    return mask
 
 
 def _writable(folder: Path) -> bool:

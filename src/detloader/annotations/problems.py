@@ -29,7 +29,8 @@ from typing import Any, Iterable, Iterator, Literal
 
 __all__ = [
     "ON_ERROR_CHOICES", "AnnotationError", "AnnotationWarning", "ClassMapError", "HINTS",
-    "HINT_MIN", "OnError", "Problem", "ProblemReport", "Severity", "apply_policy", "check_on_error",
+    "HINT_MIN", "OnError", "Problem", "ProblemReport", "SHOWN", "Severity", "apply_policy", "capped",
+    "check_on_error",
 ]
 
 OnError = Literal["raise", "skip", "warn"]
@@ -116,7 +117,9 @@ class Problem:
 #: a one-line description.
 KINDS: dict[str, str] = {
     "unreadable_file": "the annotation file cannot be read",
-    "file_too_large": "the annotation file is larger than the size cap",
+    "not_a_regular_file": "a FIFO, socket or device where an annotation or image file was expected; never opened",
+    "symlink_loop": "a link to a folder already read (or one that loops); not followed",
+    "file_too_large": "the annotation or image file is larger than its size cap, refused before reading",
     "unsafe_xml": "DTD, entity declaration or external reference refused",
     "unparseable": "the file is not well-formed XML / JSON / text",
     "bad_value": "a field holds a value of the wrong type or out of range",
@@ -124,6 +127,7 @@ KINDS: dict[str, str] = {
     "missing_size": "image size missing or zero in the annotation; read from the image header",
     "size_mismatch": "image size in the annotation differs from the image file",
     "missing_image": "the image file named by the annotation does not exist",
+    "unannotated_image": "an image in the image folder without an annotation file (VOC: left out; YOLO: background)",
     "unreadable_image": "the image file cannot be read, is 0 bytes, is not an image or does not decode",
     "too_many_pixels": "the image header declares more pixels than the cap (max_pixels)",
     "images_found_elsewhere": "the layout's image folder lacks the images; they were read from the folder found",
@@ -227,6 +231,18 @@ class ProblemReport:
     @classmethod
     def from_list(cls, items: Iterable[dict[str, str]]) -> "ProblemReport":
         return cls(Problem(**item) for item in items)  # type: ignore[arg-type]
+
+
+#: Problems of one kind in one file shown one by one; one more counts the rest.
+SHOWN = 5
+
+
+def capped(kind: str, found: list[tuple[str, str, str]], action: str, severity: Severity = "repaired") -> list[Problem]:
+    """``found`` (file, element, message) as problems of ``kind``: the first :data:`SHOWN`
+    one by one, then one that counts the rest."""
+    more = len(found) - SHOWN - 1
+    tail = [""] * SHOWN + [f" (and {more} more like it)" if more else ""]
+    return [Problem(kind, file, element, message + end, action, severity) for (file, element, message), end in zip(found, tail)]
 
 
 def check_on_error(on_error: str) -> OnError:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 import numpy as np
 
 from detloader.annotations.fields import MISSING
-from detloader.annotations.problems import Problem, ProblemReport
+from detloader.annotations.problems import SHOWN, Problem, ProblemReport, capped
 
 if TYPE_CHECKING:
     from detloader.annotations.index import AnnotationIndex
@@ -39,8 +39,6 @@ ROLES = ("train", "val", "test")
 _ROLE = re.compile(r"^(?:(train|training)|(val|valid|validation)|(test|testing))\d*$", re.IGNORECASE)
 #: Folders in front of a split folder that are skipped (``images/train/``, ``labels/val/``).
 _LEADING = ("images", "labels", "annotations")
-#: Problems of one kind in one file shown one by one; one more counts the rest.
-SHOWN = 5
 
 
 class SplitsExistError(ValueError):
@@ -123,12 +121,10 @@ def class_groups(index: "AnnotationIndex") -> np.ndarray:
 
 # -- found: problems, splits.json, folders ----------------------------------------------------
 def report(index: "AnnotationIndex", kind: str, file: str, found: list[tuple[str, str]], action: str) -> None:
-    """Add ``found`` (element, message) as repaired problems of ``kind`` in ``file``: the
-    first :data:`SHOWN` one by one, then one that counts the rest."""
-    for k, (element, message) in enumerate(found[: SHOWN + 1]):
-        more = len(found) - SHOWN - 1
-        tail = f" (and {more} more like it)" if k == SHOWN and more else ""
-        index.problems.add(Problem(kind, file, element, message + tail, action, "repaired"))
+    """Add ``found`` (element, message) as repaired problems of ``kind`` in ``file``
+    (:func:`~detloader.annotations.problems.capped`)."""
+    for problem in capped(kind, [(file, element, message) for element, message in found], action):
+        index.problems.add(problem)
 
 
 def match_entries(
@@ -315,7 +311,7 @@ def _write_splits(
     index: "AnnotationIndex", parts: Mapping[str, np.ndarray], made: dict[str, Any], force: bool
 ) -> dict[str, str]:
     """Write ``parts`` where the layout keeps splits; their sources."""
-    from detloader.annotations.cache import atomic_write
+    from detloader._files import atomic_write
     from detloader.annotations.readers.common import find_child_dir
 
     root = index.root

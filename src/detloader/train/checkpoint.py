@@ -62,20 +62,18 @@ def save_checkpoint(path: str | os.PathLike[str], state: Mapping[str, Any]) -> P
     missing = [k for k in CHECKPOINT_KEYS if k not in state]
     if missing:
         raise ValueError(f"save_checkpoint: state lacks {missing}")
+    from detloader._files import atomic_write  # removes its temporary file; a full disk is named
+
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        torch.save(dict(state), tmp)
+    with atomic_write(target) as fh:
+        torch.save(dict(state), fh)
+        fh.flush()  # a full disk shows here, before previous.pt moves
         if target.is_file():  # keep it as previous.pt: a hard link, so last.pt never goes missing
             kept = target.with_name(f".{PREVIOUS}.{os.getpid()}.tmp")
             kept.unlink(missing_ok=True)
             os.link(target, kept)
             os.replace(kept, target.with_name(PREVIOUS))
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return target
 
 

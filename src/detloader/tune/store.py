@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from detloader import _system
-from detloader.annotations.cache import CACHE_DIR_ENV, atomic_write, user_cache_dir
+from detloader._files import atomic_write
+from detloader.annotations.cache import CACHE_DIR_ENV, user_cache_dir
 from detloader.tune.result import TuneResult
 
 __all__ = [

@@ -268,5 +268,10 @@ def tune_loader(
     result.explanation = explain(result)
     result.summary = summary(result)
     if cache and grid is None:
-        save_result(result)
+        try:
+            save_result(result)
+        except OSError as err:  # a full disk costs the cache, never the measured result
+            import warnings
+
+            warnings.warn(f"tuning result not saved, measured again next time: {err}", RuntimeWarning, stacklevel=2)
     return result

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from detloader._files import atomic_write
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import skeleton_for
 from detloader.annotations.writers.common import ImagePlacer, attribute_rows, image_attributes, prepare_out
@@ -80,7 +81,7 @@ def write_coco(
         "categories": categories,
     }
     path = root / file_name
-    with open(path, "w", encoding="utf-8") as fh:
+    with atomic_write(path, "w") as fh:
         json.dump(data, fh, ensure_ascii=False)
     return path
 

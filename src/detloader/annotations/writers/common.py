@@ -1,4 +1,6 @@
-"""What the writers share: argument checks, the output folder, placing images, attribute rows."""
+"""What the writers share: argument checks, the output folder, placing images, attribute rows.
+Every file is written whole or not at all (:func:`detloader._files.atomic_write`): a full disk
+is one error naming the file and the space left, and leaves no partial file."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from detloader._files import atomic_write
 from detloader.annotations.index import MISSING, AnnotationIndex
 
 __all__ = ["IMAGE_MODES", "ImagePlacer", "attribute_rows", "check_choice", "image_attributes", "prepare_out"]
@@ -58,13 +61,16 @@ class ImagePlacer:
             dst.unlink()
         if self.mode == "symlink":
             os.symlink(os.path.relpath(src, dst.parent), dst)
-        elif self.mode == "link":
+            return dst
+        if self.mode == "link":
             try:
                 os.link(src, dst)
+                return dst
             except OSError:
-                shutil.copy2(src, dst)
-        else:
-            shutil.copy2(src, dst)
+                pass  # another file system: copied
+        with open(src, "rb") as fin, atomic_write(dst) as fout:
+            shutil.copyfileobj(fin, fout)
+        shutil.copystat(src, dst)
         return dst
 
 

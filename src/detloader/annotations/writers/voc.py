@@ -10,6 +10,7 @@ from xml.sax.saxutils import escape, quoteattr
 import numpy as np
 
 from detloader.annotations.index import AnnotationIndex
+from detloader._files import write_file
 from detloader.annotations.writers.common import ImagePlacer, attribute_rows, image_attributes, prepare_out
 
 __all__ = ["shortest_float32", "unique_stems", "write_voc"]
@@ -82,13 +83,13 @@ def write_voc(
         for j in range(int(index.object_offsets[i]), int(index.object_offsets[i + 1])):
             lines += _voc_object(index, j, object_attrs(j), names)
         lines.append("</annotation>\n")
-        xml_path.write_text("\n".join(lines), encoding="utf-8")
+        write_file(xml_path, "\n".join(lines))
     if index.splits:
         main = root / "ImageSets" / "Main"
         main.mkdir(parents=True, exist_ok=True)
         for split, members in index.splits.items():
             ids = "".join(f"{os.path.basename(stems[int(m)])}\n" for m in members)
-            (main / f"{split}.txt").write_text(ids, encoding="utf-8")
+            write_file(main / f"{split}.txt", ids)
     return root
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import yaml
 
 from detloader.annotations.index import AnnotationIndex
+from detloader._files import write_file
 from detloader.annotations.writers.common import ImagePlacer, prepare_out
 
 __all__ = ["YOLO_SPLIT_KEYS", "YoloExportWarning", "write_yolo"]
@@ -89,7 +90,7 @@ def write_yolo(
             for (x, y), v in zip(index.landmarks[j], index.visibility[j]):
                 fields += [repr(float(x) / w), repr(float(y) / h), str(int(v))] if v else ["0", "0", "0"]
             rows.append(" ".join(fields) + "\n")
-        label_file.write_text("".join(rows), encoding="utf-8")
+        write_file(label_file, "".join(rows))
     config: dict[str, Any] = {}
     train: np.ndarray | None = None
     for split, members in index.splits.items():
@@ -127,14 +128,14 @@ def write_yolo(
         config["flip_idx"] = [int(v) for v in flip]
         config["kpt_names"] = {c: list(schema.names) for c in range(len(index.classes))}
     path = root / "data.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    write_file(path, yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
     return path
 
 
 def _write_list(root: Path, name: str, targets: list[Path], members: Any) -> str:
     """Write the image list ``root/name`` (``./images/...`` lines) and return ``name``."""
     lines = "".join(f"./{targets[int(m)].relative_to(root).as_posix()}\n" for m in members)
-    (root / name).write_text(lines, encoding="utf-8")
+    write_file(root / name, lines)
     return name
 
 

@@ -1,0 +1,131 @@
+"""Reading and writing files safely, for every stage.
+
+* :func:`open_regular` / :func:`read_capped`: open a path without blocking and refuse what is
+  not a regular file (a FIFO would hang ``open``, a device would never end) and, by its size,
+  before reading, a file over a cap;
+* :func:`atomic_write`: the one way detloader writes a file (index cache, split files, tuning
+  results, checkpoints, exports): a temporary file beside the target, renamed over it when
+  complete, removed on any failure, so that the previous file stays intact; a full disk
+  (``ENOSPC``, ``EDQUOT``) is one :class:`DiskFullError` naming the path and the free space.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any, BinaryIO, Iterator
+
+__all__ = [
+    "DiskFullError", "FileTooLargeError", "NotRegularFileError", "atomic_write", "file_kind",
+    "open_regular", "read_capped", "write_file",
+]
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"))
+
+
+class NotRegularFileError(OSError):
+    """A path that is a FIFO, socket, device or folder where a file was expected."""
+
+
+class FileTooLargeError(ValueError):
+    """A file over its size cap; the message names its size and the cap."""
+
+
+class DiskFullError(OSError):
+    """A write that failed for want of space (``ENOSPC``) or quota (``EDQUOT``); the message
+    names the file and the space left. ``errno`` is the original one."""
+
+
+def file_kind(mode: int) -> str | None:
+    """``"a FIFO"``, ``"a socket"``, ... for a ``st_mode`` that is not a regular file; None for one."""
+    return None if stat.S_ISREG(mode) else next((k for test, k in _KINDS if test(mode)), "not a regular file")
+
+
+def open_regular(path: str | os.PathLike[str], cap: int | None = None, cap_name: str = "max_file_bytes") -> BinaryIO:
+    """``path`` opened for binary reading. Opening does not block (``O_NONBLOCK``: a FIFO
+    without a writer would wait forever); :class:`NotRegularFileError` for anything but a
+    regular file, :class:`FileTooLargeError` when its size exceeds ``cap`` (``cap_name=cap``
+    in the message)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        kind = file_kind(st.st_mode)
+        if kind is not None:
+            raise NotRegularFileError(f"{kind}, not a regular file")
+        if cap is not None and st.st_size > cap:
+            raise FileTooLargeError(f"size={st.st_size} bytes exceeds {cap_name}={cap}")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_capped(path: str | os.PathLike[str], cap: int | None, cap_name: str = "max_file_bytes") -> bytes:
+    """The bytes of the regular file ``path`` (:func:`open_regular`), refused by its size
+    before anything is read, and by what it holds should it grow meanwhile (None: no cap)."""
+    with open_regular(path, cap, cap_name) as fh:
+        data = fh.read(-1 if cap is None else cap + 1)
+    if cap is not None and len(data) > cap:
+        raise FileTooLargeError(f"size>{cap} bytes exceeds {cap_name}={cap}")
+    return data
+
+
+def _disk_full(err: OSError, path: Path) -> OSError:
+    """``err``, or for a full disk or quota a :class:`DiskFullError` naming the free space."""
+    if err.errno not in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return err
+    try:
+        free = f"{shutil.disk_usage(path.parent).free / 2**20:.1f} MiB free on {path.parent}"
+    except OSError:
+        free = f"free space on {path.parent} unknown"
+    what = "no space left on the device" if err.errno == errno.ENOSPC else "disk quota exceeded"
+    full = DiskFullError(f"{path}: not written, {what} ({free}); any previous file is unchanged")
+    full.errno = err.errno
+    return full
+
+
+@contextmanager
+def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[Any]]:
+    """A file object writing to a temporary file beside ``path``, renamed over ``path`` when
+    the block ends without error (readers never see half a file), removed otherwise; a full
+    disk raises :class:`DiskFullError`. The file gets ``open()``'s mode (``0666 & ~umask``),
+    so the group that reads the dataset reads it too."""
+    path, tmp = Path(path), None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as fh:
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide the file from the group
+            yield fh
+        os.replace(tmp, path)
+    except BaseException as err:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+        named = _disk_full(err, path) if isinstance(err, OSError) else err
+        if named is not err:
+            raise named from err
+        raise
+
+
+def write_file(path: str | os.PathLike[str], data: str | bytes) -> None:
+    """Write ``data`` (text as UTF-8) to ``path`` with :func:`atomic_write`."""
+    with atomic_write(path, "wb") as fh:
+        fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def _umask() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # no /proc: the classic read-and-restore
+    os.umask(mask)
+    return mask
