@@ -23,6 +23,8 @@ every epoch.
 Decode errors: ``on_decode_error="raise"`` (default) raises
 :class:`~detloader.images.ImageDecodeError` naming the file and the dataset index (from a
 DataLoader worker too: torch re-raises it in the main process with the worker's traceback).
+A file over the size cap or not a regular file (:func:`~detloader.images.image_bytes`), and
+running out of memory on one image, are that image's decode error.
 ``on_decode_error="skip"`` returns a substitute instead: another image with the same image
 class and the same rarest object class (fewest objects in the dataset), so the class balance
 holds, chosen by ``numpy.random.default_rng((seed, epoch, i, 1))`` among those: the same

@@ -29,14 +29,16 @@ from typing import TYPE_CHECKING, Callable, Literal, NamedTuple, Optional, Union
 
 import numpy as np
 
+from detloader._files import FileTooLargeError, read_capped
+
 if TYPE_CHECKING:
     from PIL import Image
 
 __all__ = [
-    "EXIF_CHOICES", "Decoded", "ExifPolicy", "ImageDecodeError", "MAX_PIXELS", "MAX_PIXELS_ENV",
-    "MinSize", "check_pixels", "header_size", "apply_orientation", "check_exif_policy",
-    "decode_image", "jpeg_exif_orientation", "oriented_size", "read_image",
-    "should_apply_orientation",
+    "EXIF_CHOICES", "Decoded", "ExifPolicy", "ImageDecodeError", "MAX_IMAGE_BYTES", "MAX_IMAGE_BYTES_ENV",
+    "MAX_PIXELS", "MAX_PIXELS_ENV", "MinSize", "check_pixels", "header_size", "apply_orientation",
+    "check_exif_policy", "decode_image", "image_bytes", "jpeg_exif_orientation", "oriented_size",
+    "read_image", "should_apply_orientation",
 ]
 
 ExifPolicy = Literal["auto", "apply", "ignore"]
@@ -52,6 +54,11 @@ _ORIENTATION_TAG = 0x0112
 #: 537 MB as RGB. ``max_pixels=`` or the environment variable below change it; 0 or None: no cap.
 MAX_PIXELS = 178_956_970
 MAX_PIXELS_ENV = "DETLOADER_MAX_PIXELS"
+#: Default cap on the size of one image file, checked before it is read: 1 GiB, far above any
+#: photo (a 100-megapixel JPEG is about 50 MB), far below a file padded to exhaust memory.
+#: ``max_bytes=`` or the environment variable below change it; 0 or None: no cap.
+MAX_IMAGE_BYTES = 1 << 30
+MAX_IMAGE_BYTES_ENV = "DETLOADER_MAX_IMAGE_BYTES"
 
 
 class ImageDecodeError(ValueError):
@@ -169,15 +176,16 @@ def _tiff_orientation(tiff: bytes) -> int:
 
 
 # -- header check (pixel cap) -----------------------------------------------------------------
-def _default_max_pixels() -> int | None:
-    value = os.environ.get(MAX_PIXELS_ENV)
-    if value is None or value == "":
-        return MAX_PIXELS
-    try:
-        n = int(value)
-    except ValueError:
-        raise ValueError(f"{MAX_PIXELS_ENV}={value!r} is not an integer") from None
-    return n if n > 0 else None
+def _cap(value: int | None | Literal["default"], env: str, default: int) -> int | None:
+    """A cap as given, or for ``"default"`` the environment variable ``env`` or ``default``;
+    None for no cap (0, None)."""
+    if value == "default":
+        text = os.environ.get(env)
+        try:
+            value = default if text is None or text == "" else int(text)
+        except ValueError:
+            raise ValueError(f"{env}={text!r} is not an integer") from None
+    return value if value and value > 0 else None
 
 
 def header_size(data: bytes) -> tuple[int, int] | None:
@@ -238,7 +246,7 @@ def check_pixels(
         ImageDecodeError: ``"<source>: header declares 20000x20000 = 400000000 pixels, over
             max_pixels=178956970"``.
     """
-    limit = _default_max_pixels() if max_pixels == "default" else max_pixels
+    limit = _cap(max_pixels, MAX_PIXELS_ENV, MAX_PIXELS)
     size = header_size(data)
     if size is not None and limit:
         w, h = size
@@ -312,6 +320,21 @@ def decode_image(
     return _decode_pillow(data, expected_size, exif, source)
 
 
+def image_bytes(path: str | os.PathLike[str], max_bytes: int | None | Literal["default"] = "default") -> bytes:
+    """The bytes of the image file at ``path``, refused before reading when it is not a
+    regular file (a FIFO would hang) or larger than ``max_bytes`` (``"default"``:
+    :data:`MAX_IMAGE_BYTES` or ``$DETLOADER_MAX_IMAGE_BYTES``; 0 or None: no cap).
+
+    Raises:
+        ImageDecodeError: naming the file and why (``OSError`` and ``FileTooLargeError`` as
+            its ``__cause__``).
+    """
+    try:
+        return read_capped(path, _cap(max_bytes, MAX_IMAGE_BYTES_ENV, MAX_IMAGE_BYTES), "max_bytes")
+    except (OSError, FileTooLargeError) as err:
+        raise ImageDecodeError(f"{os.fspath(path)}: cannot read image: {getattr(err, 'strerror', None) or err}") from err
+
+
 def read_image(
     path: str | os.PathLike[str],
     *,
@@ -319,21 +342,21 @@ def read_image(
     exif: ExifPolicy = "auto",
     min_size: MinSize = None,
     max_pixels: int | None | Literal["default"] = "default",
+    max_bytes: int | None | Literal["default"] = "default",
 ) -> Decoded:
-    """:func:`decode_image` of the file at ``path``."""
+    """:func:`decode_image` of the file at ``path`` (read by :func:`image_bytes`); running
+    out of memory on it is that file's :class:`ImageDecodeError`, not the process's."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as err:
-        raise ImageDecodeError(f"{os.fspath(path)}: cannot read image: {err}") from err
-    return decode_image(
-        data,
-        expected_size=expected_size,
-        exif=exif,
-        min_size=min_size,
-        source=os.fspath(path),
-        max_pixels=max_pixels,
-    )
+        return decode_image(
+            image_bytes(path, max_bytes),
+            expected_size=expected_size,
+            exif=exif,
+            min_size=min_size,
+            source=os.fspath(path),
+            max_pixels=max_pixels,
+        )
+    except MemoryError as err:
+        raise ImageDecodeError(f"{os.fspath(path)}: out of memory reading or decoding the image") from err
 
 
 def _decode_jpeg(

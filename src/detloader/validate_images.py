@@ -1,5 +1,7 @@
-"""Image checks for ``detloader validate``: every image's header (missing, zero-byte, not an
-image, declared size vs the annotation, over the pixel cap), and optionally a full decode.
+"""Image checks for ``detloader validate``: every image's header (missing, not a regular file,
+over the size cap, zero-byte, not an image, declared size vs the annotation, over the pixel
+cap), and optionally a full decode. Files are refused by their type and size before a byte
+is read (:func:`~detloader.images.image_bytes`).
 
 Results are :class:`~detloader.annotations.problems.Problem` rows (annotation file, field,
 value), the same report style as the annotation checks. Each image file is checked once, and
@@ -13,12 +15,15 @@ import os
 from pathlib import Path
 from typing import Callable, Iterable
 
+from detloader._files import FileTooLargeError, NotRegularFileError
 from detloader._pool import run_in_processes
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.problems import Problem
-from detloader.images import ImageDecodeError, check_pixels, decode_image
+from detloader.images import ImageDecodeError, check_pixels, decode_image, image_bytes
 
 __all__ = ["check_image", "check_images"]
+
+_READ_ERRORS = {FileNotFoundError: "missing_image", NotRegularFileError: "not_a_regular_file", FileTooLargeError: "file_too_large"}
 
 
 def check_image(
@@ -31,11 +36,11 @@ def check_image(
     ``decode``, which decodes the whole file (truncated and corrupt data)."""
     p = Path(path)
     try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        return [Problem("missing_image", annotation, "filename", f"image={p} does not exist")]
-    except OSError as err:
-        return [Problem("unreadable_image", annotation, "filename", f"image={p}: {err}")]
+        data = image_bytes(p)
+    except ImageDecodeError as err:
+        cause = err.__cause__
+        kind = _READ_ERRORS.get(type(cause), "unreadable_image")
+        return [Problem(kind, annotation, "filename", f"image={p}: {getattr(cause, 'strerror', None) or cause}")]
     if not data:
         return [Problem("unreadable_image", annotation, "filename", f"image={p} is 0 bytes")]
     try:
@@ -52,6 +57,8 @@ def check_image(
     if decode:
         try:
             decode_image(data, source=str(p), expected_size=expected_size)
+        except MemoryError:
+            out.append(Problem("unreadable_image", annotation, "pixels", f"image={p}: out of memory decoding it"))
         except ImageDecodeError as err:
             out.append(Problem("unreadable_image", annotation, "pixels", str(err)))
     return out
