@@ -10,7 +10,7 @@ from detloader.annotations.problems import KINDS
 
 SRC = Path(detloader.__file__).parent
 #: Callables whose first argument (or ``kind=``) is a problem kind.
-KIND_CALLS = {"Problem", "Finding", "problem"}
+KIND_CALLS = {"Problem", "Finding", "problem", "capped"}
 
 
 def _kinds_in_source() -> dict[str, list[str]]:

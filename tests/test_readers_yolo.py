@@ -45,8 +45,7 @@ def test_detection_with_data_yaml_and_splits(tmp_path):
     np.testing.assert_allclose(index.image(2).boxes, [[0, 0, 50, 50]])
     assert {k: v.tolist() for k, v in index.splits.items()} == {"train": [0, 1], "val": [2, 3]}
     assert index.annotation_path(0) == "labels/train/a.txt"
-    assert index.meta["stats"]["images_without_labels"] == 1
-    assert not index.problems
+    assert not index.problems.errors and index.problems.counts() == {"unannotated_image": 1}  # a background image, named
 
 
 def test_label_path_rule():

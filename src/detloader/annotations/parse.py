@@ -18,6 +18,7 @@ from detloader.annotations.chunk import Partial
 from detloader.annotations.merge import merge
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema
+from detloader.annotations.problems import ProblemReport
 from detloader.annotations.readers import READERS
 from detloader.annotations.readers.common import Source
 from detloader.annotations.splits import settle_splits
@@ -68,7 +69,8 @@ def build_index(
     missing_names: list[str] | None = None,
 ) -> AnnotationIndex:
     """Parse every file of ``source`` (in parallel when worthwhile) and merge, in file order;
-    then settle the splits (:func:`~detloader.annotations.splits.settle_splits`).
+    the problems found before parsing (``source.problems``, the reader's ``unannotated``)
+    go first; then settle the splits (:func:`~detloader.annotations.splits.settle_splits`).
     ``missing_names``, when given, receives the first names of images not found (per chunk)."""
     files = source.files
     total = len(files)
@@ -102,6 +104,9 @@ def build_index(
         meta={"format": reader.NAME, "source": source.extra, "files": total},
         default_landmarks=_default_landmarks(reader, source, partials),
     )
+    listed = getattr(reader, "unannotated", None)  # an image folder apart: its images without annotations
+    found = dict.fromkeys([*source.problems, *(listed(source, index, options) if listed else ())])  # once each
+    index.problems = ProblemReport([*found, *index.problems])
     split_fn = getattr(reader, "splits", None)
     found = split_fn(source, index) if split_fn is not None else {}
     settle_splits(index, found, source.files[0] if len(source.files) == 1 else reader.NAME)

@@ -5,14 +5,16 @@ apply the error policy (:mod:`detloader.annotations.problems`).
 
 from __future__ import annotations
 
+import array
 import hashlib
 import json
 import os
 import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
+from detloader._files import file_kind, open_regular
 from detloader.annotations import cache as _cache
 from detloader.annotations.options import ReadOptions
 from detloader.annotations.image_search import ImageFolderWarning, find_image_folder, search_message, should_search
@@ -21,27 +23,61 @@ from detloader.annotations.landmarks import LandmarkSchema
 from detloader.annotations.parse import ProgressFn, build_index
 from detloader.annotations.problems import OnError, Problem, ProblemReport, apply_policy, check_on_error
 from detloader.annotations.readers import READERS
-from detloader.annotations.readers.common import Source, dir_mtime, stat_entry
+from detloader.annotations.readers.common import Source, dir_identity, stat_entry
 from detloader.annotations.splits import SPLITS_JSON
 
-#: Bumped when what a reader produces changes, so that old caches are rebuilt.
-READER_VERSION = 3
+#: Bumped when what a reader produces changes, so that old caches are rebuilt (4: the key
+#: holds ctimes, inodes, the root's identity and the image folders').
+READER_VERSION = 4
+VERIFY_CHOICES = ("stat", "content")
+#: What format detection looks for, for the message when it finds nothing.
+_LOOKED_FOR = (
+    "COCO .json, a VOC Annotations/ folder or <annotation> .xml files, a CVAT <annotations> .xml, an imglab "
+    "<dataset> .xml, a YOLO data.yaml or labels/ folder, a txt list (label.txt, train.txt)"
+)
 
 
 def available_formats() -> list[str]:
     return list(READERS)
 
 
-def detect_format(path: str | os.PathLike[str]) -> str:
-    """The name of the first reader that recognises ``path``; ValueError if none does."""
+def _sniff(path: Path) -> str | None:
+    return next((name for name, module in READERS.items() if module.sniff(path)), None)
+
+
+def find_dataset(path: str | os.PathLike[str]) -> tuple[str, Path]:
+    """``(format, path)``: the first reader that recognises ``path``, else the one folder
+    right below it that a reader recognises (an export unpacked into a folder of its own).
+    ValueError naming the folder, what was looked for and how to choose a format, or the
+    sub-folders when several are datasets."""
     p = Path(path)
-    for name, module in READERS.items():
-        if module.sniff(p):
-            return name
+    name = _sniff(p)
+    if name is not None:
+        return name, p
+    kind = file_kind(p.stat().st_mode) if p.exists() else None
+    if kind is not None and kind != "a folder":
+        raise ValueError(f"path={str(path)!r} is {kind}, not an annotation file or dataset folder")
+    below: list[tuple[str, Path]] = []
+    for child in sorted(p.iterdir()) if p.is_dir() else ():
+        hit = _sniff(child) if child.is_dir() and not child.name.startswith(".") else None
+        if hit is not None:
+            below.append((hit, child))
+    if len(below) == 1:
+        return below[0]
+    if below:
+        found = ", ".join(f"{c.name}/ ({n})" for n, c in below)
+        raise ValueError(f"path={str(path)!r}: no annotation format recognised here; one folder down: {found}; "
+                         "pass one of them")
     raise ValueError(
-        f"path={str(path)!r}: no annotation format recognised; pass format= one of "
-        f"{', '.join(READERS)}"
+        f"path={str(path)!r}: no annotation format recognised here or one folder down (looked for {_LOOKED_FOR}); "
+        f"pass format='NAME' (command line: --format NAME), NAME one of {', '.join(READERS)}"
     )
+
+
+def detect_format(path: str | os.PathLike[str]) -> str:
+    """The name of the first reader that recognises ``path`` (or the one folder right below
+    it that holds a dataset: :func:`find_dataset`); ValueError if none does."""
+    return find_dataset(path)[0]
 
 
 def _make_options(
@@ -87,13 +123,15 @@ def read_annotations(
     max_file_bytes: int = 16 * 1024 * 1024,
     workers: int | None = None,
     cache: bool | str = True,
+    verify: str = "stat",
     progress: ProgressFn | None = None,
     **format_options: Any,
 ) -> AnnotationIndex:
     """Read a dataset's annotations into an :class:`AnnotationIndex` (cached on disk).
 
     Args:
-        path: a dataset folder (VOCdevkit, annotations/ + images/, XML beside images) or file.
+        path: a dataset folder (VOCdevkit, annotations/ + images/, XML beside images) or file;
+            with ``format="auto"``, also the folder right above a dataset (:func:`find_dataset`).
         format: ``"auto"`` or a reader name (see :func:`available_formats`).
         on_error: ``"raise"`` | ``"skip"`` | ``"warn"``; see :mod:`detloader.annotations.problems`.
         classes: fixed class list (id order); other classes become ``unknown_class`` errors.
@@ -116,12 +154,18 @@ def read_annotations(
         max_file_bytes: size cap of one annotation file.
         workers: processes for the cold build (default: the usable CPUs).
         cache: True (use and write the cache), False (neither) or ``"rebuild"``.
+        verify: how the cache is known to be current: ``"stat"`` (size, mtime, ctime and inode
+            of every annotation file, the identity of the dataset folder and of the image
+            folders; docs/index.md) or ``"content"`` (also a hash of every annotation file's
+            bytes: certainty, at the cost of reading them all on every load).
         progress: ``progress(done_files, total_files)`` during a cold build.
         **format_options: options of one reader (see its module docstring).
     """
     check_on_error(on_error)
     if cache not in (True, False, "rebuild"):
         raise ValueError(f"cache={cache!r} is not one of True, False, 'rebuild'")
+    if verify not in VERIFY_CHOICES:
+        raise ValueError(f"verify={verify!r} is not one of {', '.join(VERIFY_CHOICES)}")
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"path={str(path)!r} does not exist")
@@ -138,7 +182,7 @@ def read_annotations(
         boxes_from_points=boxes_from_points,
         format_options=format_options,
     )
-    name = detect_format(p) if format == "auto" else format
+    name, p = find_dataset(p) if format == "auto" else (format, p)
     if name not in READERS:
         raise ValueError(f"format={format!r} is not one of auto, {', '.join(READERS)}")
     reader = READERS[name]
@@ -150,7 +194,7 @@ def read_annotations(
     if format != "auto":
         _require_files(source, name, p)
     options_json = json.dumps(options.to_json(), sort_keys=True)
-    key = _content_key(name, options_json, source)
+    key = _content_key(name, options_json, source, verify)
 
     cache_file = None
     if cache:
@@ -175,9 +219,8 @@ def read_annotations(
     missing: list[str] = []
     index = build_index(reader, source, options, workers=workers, progress=progress, missing_names=missing)
     found = _search_images(reader, p, source, options, index, missing, workers)
-    if found is not None:
-        index = found
-        key = _searched_key(key, source.root, index.meta["image_search"]["folder"])
+    index = found if found is not None else index
+    key = _folders_key(key, source.root, {os.path.dirname(index.relative_image_path(i)) for i in range(len(index))})
     if cache_file is not None:
         try:
             _cache.save_index(index, cache_file, key)
@@ -227,7 +270,8 @@ def _require_files(source: Source, name: str, path: Path) -> None:
         detected = detect_format(path)
     except ValueError:
         detected = None
-    hint = f"; it looks like {detected} (format={detected!r} or 'auto')" if detected not in (None, name) else ""
+    hint = "" if detected in (None, name) else (
+        f"; it looks like {detected} (format={detected!r} or 'auto'; command line: --format {detected})")
     what = f"{len(source.files)} images but no label files" if source.files else "no annotation files"
     raise ValueError(f"{source.root}: format={name!r} found {what} there{hint}")
 
@@ -290,31 +334,40 @@ def _search_images(
     return result
 
 
-def _searched_key(key: str, root: Path, folder: str) -> str:
-    """The cache key of an index read from a folder the search found: that folder and its
-    mtime join the key, so adding or removing images there rebuilds the index."""
-    return f"{key} {json.dumps([folder, dir_mtime(root / folder)])}"
+def _folders_key(key: str, root: Path, folders: Iterable[str]) -> str:
+    """The cache key of an index: ``key`` and the identity of every folder that holds its
+    images, so that images added, removed or renamed there rebuild it."""
+    return f"{key} {json.dumps({f: dir_identity(root / f) for f in folders}, sort_keys=True)}"
 
 
 def _key_matches(stored: str | None, key: str, root: Path) -> bool:
-    if stored is None:
-        return False
-    if stored == key:
-        return True
-    if not stored.startswith(key + " "):
+    if stored is None or not stored.startswith(key + " "):
         return False
     try:
-        folder = json.loads(stored[len(key) + 1 :])[0]
-    except (ValueError, IndexError, KeyError, TypeError):
+        folders = json.loads(stored[len(key) + 1 :])
+    except ValueError:
         return False
-    return isinstance(folder, str) and stored == _searched_key(key, root, folder)
+    return isinstance(folders, dict) and stored == _folders_key(key, root, folders)
 
 
-def _content_key(name: str, options_json: str, source: Source) -> str:
+def _content_key(name: str, options_json: str, source: Source, verify: str = "stat") -> str:
+    """Hash of the reader, the options, the identity of the dataset folder (device and inode:
+    a copy made with its cache rebuilds) and every stamped file; with ``verify="content"``
+    also of the files' bytes."""
+    root = os.stat(source.root)
     h = hashlib.blake2b(digest_size=16)
-    h.update(f"{READER_VERSION}\0{_cache.CACHE_VERSION}\0{name}\0{options_json}\0".encode())
+    h.update(f"{READER_VERSION}\0{_cache.CACHE_VERSION}\0{name}\0{options_json}\0{root.st_dev}\0{root.st_ino}\0".encode())
     h.update(json.dumps(source.extra, sort_keys=True).encode())
-    h.update("\n".join(f"{rel}\0{mtime}\0{size}" for rel, mtime, size in source.stamp).encode())
+    names, *numbers = zip(*source.stamp) if source.stamp else ((),)
+    h.update("\n".join(names).encode())
+    for typecode, column in zip("qqqQ", numbers):  # mtime, size, ctime, inode: 10k files in about 1 ms
+        h.update(array.array(typecode, column).tobytes())
+    for rel, *_ in source.stamp if verify == "content" else ():
+        try:
+            with open_regular(source.root / rel) as fh:
+                h.update(hashlib.blake2b(fh.read()).digest())
+        except OSError:
+            h.update(b"-")
     return h.hexdigest()
 
-__all__ = ["READER_VERSION", "available_formats", "detect_format", "read_annotations"]
+__all__ = ["READER_VERSION", "VERIFY_CHOICES", "available_formats", "detect_format", "find_dataset", "read_annotations"]

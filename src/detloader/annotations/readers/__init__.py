@@ -3,6 +3,7 @@
 
 A reader is a module with ``NAME``, ``sniff(path) -> bool``, ``discover(path, options) ->
 Source``, ``parse(source, files, builder)`` and optionally ``splits(source, index)``,
+``unannotated(source, index, options)`` (problems for images without annotations),
 ``PARALLEL = False`` (single-file formats), ``DEFAULT_LANDMARKS`` or
 ``default_landmarks(source, names)`` (the schema to use when the landmark names found, in
 order of first appearance, fit it). A new format is a new module here plus one line in

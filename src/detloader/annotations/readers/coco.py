@@ -50,8 +50,8 @@ from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.options import ReadOptions
 from detloader.annotations.checks import Finding, parse_number
 from detloader.annotations.readers.common import (
-    Source, candidate_dirs, check_options, file_source, find_child_dir, parse_each, parse_flag,
-    read_head,
+    FileTooLargeError, Source, candidate_dirs, check_options, file_source, find_child_dir, parse_each,
+    parse_flag, read_capped, read_head,
 )
 from detloader.annotations.readers.locate import ImageLocator, locate_image
 from detloader.annotations.index import AnnotationIndex
@@ -89,8 +89,9 @@ def _coco_files(folder: Path) -> list[Path]:
     places = [folder]
     ann = find_child_dir(folder, ("annotations",))
     if ann is not None:
-        if any(ann.glob("*.xml")):
-            return []  # a VOC layout
+        with os.scandir(ann) as entries:  # stops at the first: a listing of 100k files costs more than the read
+            if any(e.name.lower().endswith(".xml") for e in entries):
+                return []  # a VOC layout
         places.append(ann)
     places += [d for d in sorted(folder.iterdir()) if split_role(d.name) and d.is_dir()]  # train/ valid/ test/
     return [p for place in places for p in sorted(place.glob("*.json")) if _looks_like_coco(p)]
@@ -144,12 +145,9 @@ def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
 
 def _load(full: str, cap: int, b: ChunkBuilder) -> Any:
     try:
-        size = os.path.getsize(full)
-        if size > cap:
-            b.problem("file_too_large", "", f"size={size} bytes exceeds max_json_bytes={cap}", "file skipped")
-            return None
-        with open(full, "rb") as fh:
-            return json.load(fh)
+        return json.loads(read_capped(full, cap, "max_json_bytes"))
+    except FileTooLargeError as err:
+        b.problem("file_too_large", "", str(err), "file skipped")
     except OSError as err:
         b.problem("unreadable_file", "", f"{err.strerror or err}", "file skipped")
     except json.JSONDecodeError as err:

@@ -2,10 +2,11 @@
 :mod:`~detloader.annotations.readers.safe_xml`, finding images and their sizes in
 :mod:`~detloader.annotations.readers.locate`).
 
-* :class:`Source` (what a reader found) and :func:`scan_files` / :func:`stat_entry` (the files
-  whose change rebuilds the index); :func:`file_source` for a one-file format;
+* :class:`Source` (what a reader found) and :func:`scan_files` / :func:`stat_entry` /
+  :func:`dir_identity` (the files and folders whose change rebuilds the index; special files
+  and symlink loops become problems); :func:`file_source` for a one-file format;
 * :func:`read_head` lets ``sniff`` look at a file without reading it whole; :func:`read_capped`
-  reads one under a size cap (:class:`FileTooLargeError`);
+  reads one under a size cap (:class:`FileTooLargeError`); neither opens a FIFO or device;
 * :func:`parse_each` is the ``parse`` of a reader that reads its files one by one;
 * value parsers: :func:`parse_flag` / :func:`flag_value` (0/1 flags), :func:`int_or_none`
   (sizes), :func:`is_number` / :func:`parse_floats` (coordinate lists, a ``bad_value``
@@ -14,22 +15,31 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from detloader._files import FileTooLargeError, file_kind, open_regular, read_capped
 from detloader.annotations.cache import CACHE_SUBDIR
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.options import ReadOptions
 from detloader.annotations.checks import MAX_SIDE
+from detloader.annotations.problems import Problem
 
 __all__ = [
-    "FileTooLargeError", "Source", "candidate_dirs", "check_options", "dir_mtime", "file_source",
-    "find_child_dir", "flag_value", "int_or_none", "is_number", "parse_each", "parse_flag",
+    "FileTooLargeError", "Source", "Stamp", "candidate_dirs", "check_options", "dir_identity",
+    "file_source", "find_child_dir", "flag_value", "int_or_none", "is_number", "parse_each", "parse_flag",
     "parse_floats", "read_capped", "read_head", "scan_files", "stat_entry",
 ]
 
+#: ``(path relative to the root, mtime_ns, size, ctime_ns, inode)`` of a file: an edit that
+#: keeps the size and puts the mtime back (``touch -r``) still changes the ctime, and a copy
+#: (``cp -a``) the inode.
+Stamp = tuple[str, int, int, int, int]
 
 
 @dataclass
@@ -40,29 +50,45 @@ class Source:
         format: reader name (``voc``, ``cvat``, ...).
         root: the dataset root; image and annotation paths in the index are relative to it.
         files: annotation files relative to ``root``, sorted: the units of (parallel) work.
-        stamp: ``(relative path, mtime_ns, size)`` of every file whose change must rebuild the
-            index (annotation files, split files, class-name files).
+        stamp: the :data:`Stamp` of every file whose change must rebuild the index
+            (annotation files, split files, class-name files).
         extra: format-specific facts (image folder, split files); JSON-serialisable, part of
             the cache key.
+        problems: what the reader found before parsing (special files, symlink loops, images
+            without annotations); they join the index's problems.
     """
 
     format: str
     root: Path
     files: list[str]
-    stamp: list[tuple[str, int, int]] = field(default_factory=list)
+    stamp: list[Stamp] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
 
 
 def scan_files(
-    top: str | os.PathLike[str], suffixes: Iterable[str], *, root: str | os.PathLike[str], recursive: bool = True
-) -> list[tuple[str, int, int]]:
-    """``(path relative to root, mtime_ns, size)`` of files under ``top`` whose name ends with
-    one of ``suffixes`` (case-insensitive), sorted by path. Hidden folders and detloader's
-    cache folder are skipped."""
+    top: str | os.PathLike[str],
+    suffixes: Iterable[str],
+    *,
+    root: str | os.PathLike[str],
+    recursive: bool = True,
+    problems: list[Problem] | None = None,
+) -> list[Stamp]:
+    """:data:`Stamp` of the regular files under ``top`` whose name ends with one of
+    ``suffixes`` (case-insensitive), sorted by path. Hidden folders and detloader's cache
+    folder are skipped; so are (and, into ``problems``, named) FIFOs, sockets and devices
+    (``not_a_regular_file``), and links to a folder already read (``symlink_loop``)."""
     suffixes = tuple(s.lower() for s in suffixes)
     root = os.fspath(root)
-    out: list[tuple[str, int, int]] = []
+    is_regular = stat.S_ISREG
+    out: list[Stamp] = []
+    found = problems if problems is not None else []
     stack = [os.fspath(top)]
+    try:
+        st = os.stat(stack[0])
+    except OSError:
+        return out
+    seen = {(st.st_dev, st.st_ino)}
     while stack:
         folder = stack.pop()
         try:
@@ -73,20 +99,37 @@ def scan_files(
         prefix = "" if prefix == "." else prefix + os.sep
         for entry in entries:
             name = entry.name
-            if entry.is_dir(follow_symlinks=True):
-                if recursive and not name.startswith(".") and name != CACHE_SUBDIR:
-                    stack.append(entry.path)
-            elif name.lower().endswith(suffixes):
-                st = entry.stat()
-                out.append((prefix + name, st.st_mtime_ns, st.st_size))
-    out.sort()
+            try:
+                if entry.is_dir(follow_symlinks=True):
+                    if recursive and not name.startswith(".") and name != CACHE_SUBDIR:
+                        st = entry.stat()
+                        folder_id = (st.st_dev, st.st_ino)
+                        if folder_id in seen:
+                            target = os.path.relpath(os.path.realpath(entry.path), root)
+                            message = f"links to {target}, a folder already read"
+                            found.append(Problem("symlink_loop", prefix + name, "", message, "not followed", "repaired"))
+                        else:
+                            seen.add(folder_id)
+                            stack.append(entry.path)
+                elif name.lower().endswith(suffixes):
+                    st = entry.stat()
+                    if is_regular(st.st_mode):
+                        out.append((prefix + name, st.st_mtime_ns, st.st_size, st.st_ctime_ns, st.st_ino))
+                    else:
+                        message = f"{file_kind(st.st_mode)}, not a regular file"
+                        found.append(Problem("not_a_regular_file", prefix + name, "", message, "skipped"))
+            except OSError as err:  # a link loop the kernel refuses (ELOOP), a dangling link
+                loop = err.errno == errno.ELOOP
+                found.append(Problem("symlink_loop" if loop else "unreadable_file", prefix + name, "",
+                                     f"cannot be followed: {err.strerror or err}", "skipped", "repaired" if loop else "error"))
+    out.sort(key=itemgetter(0))  # names are unique; comparing them alone is twice as fast
     return out
 
 
-def stat_entry(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> tuple[str, int, int]:
-    """``(path relative to root, mtime_ns, size)`` of one file (``OSError`` when absent)."""
+def stat_entry(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> Stamp:
+    """The :data:`Stamp` of one file (``OSError`` when absent)."""
     st = os.stat(path)
-    return (os.path.relpath(path, root), st.st_mtime_ns, st.st_size)
+    return (os.path.relpath(path, root), st.st_mtime_ns, st.st_size, st.st_ctime_ns, st.st_ino)
 
 
 def find_child_dir(parent: Path, names: Iterable[str]) -> Path | None:
@@ -151,35 +194,23 @@ def parse_floats(tokens: Sequence[str], where: str, b: ChunkBuilder, action: str
         return None
 
 
-class FileTooLargeError(ValueError):
-    """A file over the size cap; the message names its size and the cap."""
-
-
-def read_capped(path: str, cap: int) -> bytes:
-    """The file's bytes; :class:`FileTooLargeError` naming the size when it exceeds ``cap``."""
-    with open(path, "rb") as fh:
-        data = fh.read(cap + 1)
-    if len(data) > cap:
-        size = os.path.getsize(path)
-        raise FileTooLargeError(f"size={size} bytes exceeds max_file_bytes={cap}")
-    return data
-
-
 def read_head(path: Path, n: int = 4096) -> bytes:
     """The first ``n`` bytes of a file (empty when it cannot be read)."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             return fh.read(n)
     except OSError:
         return b""
 
 
-def dir_mtime(path: Path) -> int:
-    """Modification time of a folder in ns (0 when absent): images added or removed."""
+def dir_identity(path: str | os.PathLike[str]) -> list[int]:
+    """``[mtime_ns, ctime_ns, inode]`` of a folder (zeros when absent): they change when files
+    are added, removed or renamed in it, or when the folder is replaced."""
     try:
-        return os.stat(path).st_mtime_ns
+        st = os.stat(path)
     except OSError:
-        return 0
+        return [0, 0, 0]
+    return [st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
 def file_source(
@@ -193,7 +224,7 @@ def file_source(
 ) -> Source:
     """The Source of a single-file format (or of several such files, one split each): the
     file(s) (and ``extra_files``, such as a class list) in the stamp, the candidate image
-    folders and their mtimes in ``extra``."""
+    folders and their identities in ``extra``."""
     files = [stat_entry(p, root) for p in ([annotation_file] if isinstance(annotation_file, Path) else annotation_file)]
     stamp = list(files) + [stat_entry(p, root) for p in extra_files]
     return Source(
@@ -203,7 +234,7 @@ def file_source(
         stamp=stamp,
         extra={
             "image_dirs": list(image_dirs),
-            "image_dir_mtimes": [dir_mtime(root / d) for d in image_dirs],
+            "image_dir_ids": [dir_identity(root / d) for d in image_dirs],
             **(extra or {}),
         },
     )

@@ -13,6 +13,7 @@ import ntpath
 import os
 from typing import Any, Sequence
 
+from detloader._files import file_kind, open_regular
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.readers.common import int_or_none
 
@@ -29,7 +30,7 @@ def image_header_size(path: str) -> tuple[int, int]:
     """(width, height) as stored in the image file, read from its header only."""
     from PIL import Image  # PIL: lazy, only readers that need a header pay for the import
 
-    with Image.open(path) as im:
+    with open_regular(path) as fh, Image.open(fh) as im:  # never a FIFO: Image.open would block
         return int(im.width), int(im.height)
 
 
@@ -40,6 +41,13 @@ def _normalise(name: str) -> str:
     while name.startswith("./"):
         name = name[2:]
     return name
+
+
+def _forms(name: str) -> tuple[str, ...]:
+    """``name`` as written, then tidied (:func:`_normalise`), when tidying changes more than a
+    leading ``./`` (a relative name only: an absolute one is judged tidied)."""
+    tidy = _normalise(name)
+    return (name, tidy) if (name != name.strip() or "\\" in name) and not os.path.isabs(tidy) else (tidy,)
 
 
 def inside(rel: str) -> bool:
@@ -66,8 +74,11 @@ class ImageLocator:
     usual image extensions. A name that leaves the dataset (absolute outside the root, or
     ``..`` above it) is not followed: only its base name is looked for in the folders;
     :attr:`escaped` holds the name (else None) for the caller to report, :attr:`followed`
-    the path as written when it exists (relative to the root). With ``check=False``
-    nothing is looked up: the name is joined to the first folder.
+    the path as written when it exists (relative to the root), :attr:`special` a FIFO,
+    socket or device met on the way (never opened). With ``check=False`` nothing is looked
+    up: the name is joined to the first folder. A name is tried as written before it is
+    tidied (spaces around it, ``\\`` as a separator), so that ``" padded .jpg"`` and
+    ``back\\slash.jpg`` are found.
     """
 
     def __init__(self, root: str | os.PathLike[str], folders: Sequence[str], check: bool) -> None:
@@ -77,12 +88,19 @@ class ImageLocator:
         self._last = 0
         self.escaped: str | None = None
         self.followed: str | None = None
+        self.special: tuple[str, str] | None = None
 
     def describe(self) -> str:
         return ", ".join(f or "." for f in self.folders)
 
     def _exists(self, rel: str) -> bool:
-        return os.path.isfile(os.path.join(self.root, rel))
+        try:
+            kind = file_kind(os.stat(os.path.join(self.root, rel)).st_mode)
+        except (OSError, ValueError):
+            return False
+        if kind is not None and kind != "a folder":
+            self.special = (rel, kind)
+        return kind is None
 
     def _first(self, names: Sequence[str]) -> str | None:
         """The first of ``names``, joined to a folder, that exists (no check: the first)."""
@@ -95,8 +113,9 @@ class ImageLocator:
 
     def find(self, name: str, alternatives: Sequence[str] = ()) -> str | None:
         """Path of the image relative to the root, or None when no candidate exists."""
-        self.escaped = self.followed = None
-        names = [_normalise(n) for n in (name, *alternatives) if n and n.strip()]
+        self.escaped = self.followed = self.special = None
+        given = [n for n in (name, *alternatives) if n and n.strip()]
+        names = list(dict.fromkeys(form for n in given for form in _forms(n)))
         if not names:
             return None
         if os.path.isabs(names[0]):
@@ -158,7 +177,10 @@ def find_image(locator: ImageLocator, b: ChunkBuilder, name: str, where: str, sh
             return None
         b.problem("outside_dataset", where, f"{shown} leaves the dataset; not followed", f"found {rel!r} inside it", "repaired")
         return rel
-    if rel is None:
+    if rel is None and locator.special is not None:
+        rel_special, kind = locator.special
+        b.problem("not_a_regular_file", where, f"{shown}: {rel_special} is {kind}, not a regular file", "image skipped")
+    elif rel is None:
         b.missing_image(where, f"{shown} not found in {locator.describe()}", name)
     return rel
 

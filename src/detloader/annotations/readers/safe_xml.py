@@ -22,6 +22,7 @@ from typing import Callable, Iterator
 
 from lxml import etree
 
+from detloader._files import open_regular
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.readers.common import FileTooLargeError, read_head
 
@@ -144,7 +145,7 @@ def iterparse_safe(path: str, tag: str | tuple[str, ...], events: tuple[str, ...
     abandoned (``close()``, or the generator going out of use), never left to the garbage
     collector (no ``ResourceWarning``).
     """
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:  # a FIFO would block here
         head = _ascii_head(fh.read(64 * 1024))
         check_prolog(head[: prolog_end(head)])
         fh.seek(0)

@@ -39,7 +39,7 @@ import numpy as np
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.options import ReadOptions
 from detloader.annotations.readers.common import (
-    Source, candidate_dirs, check_options, dir_mtime, read_head, stat_entry,
+    Source, Stamp, candidate_dirs, check_options, dir_identity, read_head, stat_entry,
 )
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, ImageLocator, add_listed_image
 from detloader.annotations.readers.txt_faces import INTEGER, parse_retinaface, parse_wider
@@ -118,7 +118,7 @@ def sniff(path: Path) -> bool:
     return path.is_dir() and bool(_list_files(path))
 
 
-def _names(value: Any, root: Path, stamp: list[tuple[str, int, int]]) -> list[str]:
+def _names(value: Any, root: Path, stamp: list[Stamp]) -> list[str]:
     if value is None:
         for name in NAMES_FILES:
             if (root / name).is_file():
@@ -171,7 +171,7 @@ def discover(path: Path, options: ReadOptions) -> Source:
             "kinds": kinds,
             "names": names,
             "image_dirs": dirs,
-            "image_dir_mtimes": [dir_mtime(root / d) for d in dirs],
+            "image_dir_ids": [dir_identity(root / d) for d in dirs],
         },
     )
 

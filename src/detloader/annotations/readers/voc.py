@@ -52,16 +52,18 @@ from detloader.annotations.options import ReadOptions
 from detloader.annotations.checks import MAX_SIDE
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import FACE5, LandmarkSchema
-from detloader.annotations.problems import Problem
+from detloader.annotations.problems import Problem, capped
 from detloader.annotations.readers.common import (
-    FileTooLargeError, Source, dir_mtime, find_child_dir, read_capped, scan_files, stat_entry,
+    FileTooLargeError, Source, Stamp, dir_identity, find_child_dir, read_capped, scan_files, stat_entry,
 )
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, header_size, stays_inside
 from detloader.annotations.readers.voc_objects import child_text, first_children, parse_attributes, parse_object
 from detloader.annotations.readers.safe_xml import UnsafeXMLError, parse_xml_bytes, report_xml_error, root_tag
 from detloader.annotations.splits import match_entries, report
 
-__all__ = ["ANNOTATION_DIRS", "IMAGE_DIRS", "NAME", "default_landmarks", "discover", "parse", "sniff", "splits"]
+__all__ = [
+    "ANNOTATION_DIRS", "IMAGE_DIRS", "NAME", "default_landmarks", "discover", "parse", "sniff", "splits", "unannotated",
+]
 
 NAME = "voc"
 ANNOTATION_DIRS = ("Annotations", "annotations", "xml", "xmls", "labels_xml")
@@ -119,8 +121,9 @@ def discover(path: Path, options: ReadOptions) -> Source:
     if path.is_file():
         root = path.parent
         image_dir = Path(options.image_dir) if options.image_dir else root
-        files = [stat_entry(path, root)]
-        return _source(root, root, image_dir, files, None)
+        source = _source(root, root, image_dir, [stat_entry(path, root)], None)
+        source.extra["one_file"] = True  # the images beside it are other files' business
+        return source
     year = None if find_child_dir(path, ANNOTATION_DIRS) else _single_year_folder(path)
     root = year if year is not None else path
     ann_dir = find_child_dir(root, ANNOTATION_DIRS)
@@ -131,32 +134,30 @@ def discover(path: Path, options: ReadOptions) -> Source:
         image_dir = Path(options.image_dir)
     else:
         image_dir = find_child_dir(root, IMAGE_DIRS) or ann_dir
-    files = scan_files(ann_dir, (".xml",), root=root)
-    return _source(root, ann_dir, image_dir, files, find_child_dir(root, ("ImageSets",)))
+    problems: list[Problem] = []
+    files = scan_files(ann_dir, (".xml",), root=root, problems=problems)
+    return _source(root, ann_dir, image_dir, files, find_child_dir(root, ("ImageSets",)), problems)
 
 
 def _source(
-    root: Path, ann_dir: Path, image_dir: Path, files: list[tuple[str, int, int]], image_sets: Path | None
+    root: Path, ann_dir: Path, image_dir: Path, files: list[Stamp], image_sets: Path | None,
+    problems: list[Problem] | None = None,
 ) -> Source:
-    stamp = list(files)
-    split_files: list[str] = []
     main = image_sets / "Main" if image_sets is not None else None
-    if main is not None and main.is_dir():
-        for rel, mtime, size in scan_files(main, (".txt",), root=root, recursive=False):
-            split_files.append(rel)
-            stamp.append((rel, mtime, size))
+    split_stamps = scan_files(main, (".txt",), root=root, recursive=False) if main is not None and main.is_dir() else []
     image_dir = image_dir.resolve()
     return Source(
         format=NAME,
         root=root,
         files=[f[0] for f in files],
-        stamp=stamp,
+        stamp=files + split_stamps,
         extra={
             "annotation_dir": os.path.relpath(ann_dir, root),
             "image_dir": os.path.relpath(image_dir, root),
-            "image_dir_mtime": dir_mtime(image_dir),  # images added or removed
-            "split_files": split_files,
+            "image_dir_id": dir_identity(image_dir),  # images added, removed or renamed
+            "split_files": [f[0] for f in split_stamps],
         },
+        problems=problems or [],
     )
 
 
@@ -183,14 +184,16 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
         return
 
     top = first_children(ann)
-    filename = (child_text(top, "filename") or "").strip()
+    written = child_text(top, "filename") or ""
+    filename = written.strip()
     sub = _sub_folder(os.path.dirname(rel), ann_dir)
     stem = os.path.splitext(os.path.basename(rel))[0]
     if filename and not opts.allow_outside_images and not stays_inside(os.path.join(image_dir, sub), filename):
         base = ntpath.basename(filename)
         b.problem("outside_dataset", "filename", f"filename={filename!r} leaves the dataset; not followed", f"looked for {base!r} inside it", "repaired")
         filename = base
-    image_rel = _resolve_image(root, image_dir, sub, filename, stem, child_text(top, "path"), opts.check_images)
+    literal = written if "/" not in written and filename == written.strip() else ""  # " a .jpg", "a\\b.jpg": a name as written
+    image_rel = _resolve_image(root, image_dir, sub, filename, stem, child_text(top, "path"), opts.check_images, literal)
     if image_rel is None:
         shown = filename or f"{stem}.*"
         b.missing_image("filename", f"filename={shown!r} not found in {os.path.join(image_dir, sub) or '.'}", filename or stem)
@@ -222,6 +225,10 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
 
     for j, obj in enumerate(ann.iterchildren("object"), start=1):
         parse_object(obj, f"object[{j}]", b)
+
+
+def _stem(rel: str) -> str:
+    return os.path.splitext(os.path.basename(rel))[0]
 
 
 def _sub_folder(folder: str, ann_dir: str) -> str:
@@ -257,10 +264,12 @@ def _resolve_image(
     stem: str,
     path_text: str | None,
     check: bool,
+    literal: str = "",
 ) -> str | None:
-    """Relative image path for an annotation, or None when no candidate exists."""
+    """Relative image path for an annotation, or None when no candidate exists; ``literal``,
+    the file name exactly as written, is tried first."""
     name = ntpath.basename(filename) if "\\" in filename else filename
-    candidates: list[str] = []
+    candidates: list[str] = [os.path.join(image_dir, sub, literal)] if literal and literal != name else []
     if name:
         candidates.append(os.path.join(image_dir, sub, name))
         if sub:
@@ -284,6 +293,26 @@ def _resolve_image(
         if base and os.path.isfile(os.path.join(root, cand)):
             return os.path.normpath(cand)
     return None
+
+
+def unannotated(source: Source, index: AnnotationIndex, options: ReadOptions) -> list[Problem]:
+    """``unannotated_image`` problems (repaired: they never fail a read) for the images in the
+    image folder (one listing, sub-folders mirrored) that no annotation file names and whose
+    stem no annotation file has; FIFOs and devices among them are ``not_a_regular_file``."""
+    image_dir = source.extra["image_dir"]
+    problems: list[Problem] = []
+    if source.extra.get("one_file") or not options.check_images:
+        return problems
+    listed = scan_files(source.root / image_dir, IMAGE_EXTENSIONS, root=source.root, problems=problems)
+    named = {index.relative_image_path(i) for i in range(len(index))}
+    ann_dir = source.extra["annotation_dir"]
+    stems = {os.path.join(_sub_folder(os.path.dirname(rel), ann_dir), _stem(rel)) for rel in source.files}
+    alone = [
+        (rel, "", "no annotation file names it")
+        for rel, *_ in listed
+        if rel not in named and os.path.splitext(os.path.relpath(rel, image_dir))[0] not in stems
+    ]
+    return problems + capped("unannotated_image", alone, "not in the index")
 
 
 def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:

@@ -42,13 +42,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from detloader._files import NotRegularFileError
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.options import ReadOptions
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
 from detloader.annotations.readers.common import (
-    Source, check_options, find_child_dir, parse_floats, read_capped, read_head, stat_entry,
+    Source, Stamp, check_options, find_child_dir, parse_floats, read_capped, read_head, stat_entry,
 )
+from detloader.annotations.problems import Problem, capped
 from detloader.annotations.readers.locate import image_size
 from detloader.annotations.splits import match_entries
 from detloader.annotations.readers.yolo_config import (
@@ -105,7 +107,8 @@ def discover(path: Path, options: ReadOptions) -> Source:
     check_options(options, NAME, OPTIONS)
     path = path.resolve()
     config = path if path.is_file() else find_yaml(path)
-    stamp: list[tuple[str, int, int]] = []
+    stamp: list[Stamp] = []
+    problems: list[Problem] = []
     split_specs: dict[str, list[str]] = {}
     kpt = None
     if config is not None:
@@ -119,7 +122,7 @@ def discover(path: Path, options: ReadOptions) -> Source:
                 root = candidate.resolve()
         names = class_names(data.get("names"), where)
         kpt = kpt_config(data, where)
-        images: dict[str, tuple[str, int, int]] = {}
+        images: dict[str, Stamp] = {}
         for key in SPLIT_KEYS:
             value = data.get(key)
             if value is None or value == "":
@@ -127,7 +130,7 @@ def discover(path: Path, options: ReadOptions) -> Source:
             entries = [str(v) for v in value] if isinstance(value, list) else [str(value)]
             split_specs[key] = entries
             for entry in entries:
-                for item in split_images(entry, root, f"{where}: {key}"):
+                for item in split_images(entry, root, f"{where}: {key}", problems):
                     images.setdefault(item[0], item)
                 list_file = Path(entry) if os.path.isabs(entry) else root / entry
                 if list_file.is_file():
@@ -140,7 +143,7 @@ def discover(path: Path, options: ReadOptions) -> Source:
     else:
         root = path
         image_top = Path(options.image_dir) if options.image_dir else (find_child_dir(root, ("images",)) or root)
-        image_list = images_under(image_top, root)
+        image_list = images_under(image_top, root, problems)
         names_file = find_names_file(root, find_child_dir(root, ("labels",)))
         names = []
         if names_file is not None:
@@ -148,14 +151,16 @@ def discover(path: Path, options: ReadOptions) -> Source:
             stamp.append(stat_entry(names_file, root))
     files = [item[0] for item in image_list]
     stamp.extend(image_list)
-    labels = 0
+    labels, alone = 0, []
     for rel in files:
         label = label_path(str(root), rel)
         try:
             stamp.append(stat_entry(os.path.join(root, label), root))
             labels += 1
         except OSError:
-            pass
+            alone.append((label, "", f"no label file for {rel}"))
+    if labels:  # a folder of images only is refused by format='yolo', or not YOLO at all
+        problems += capped("unannotated_image", alone, "kept as a background image (no objects)")
     return Source(
         format=NAME,
         root=root,
@@ -169,6 +174,7 @@ def discover(path: Path, options: ReadOptions) -> Source:
             "splits": split_specs,
             "label_files": labels,
         },
+        problems=problems,
     )
 
 
@@ -192,7 +198,7 @@ def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
         listed = (
             (f"{key}: {entry}", os.path.normpath(rel))
             for entry in entries
-            for rel, _, _ in split_images(entry, source.root, f"{where}: {key}")
+            for rel, *_ in split_images(entry, source.root, f"{where}: {key}")
         )
         out[key] = match_entries(index, where, listed, position)
         index.meta.setdefault("split_sources", {})[key] = f"{where}: {key}"
@@ -228,17 +234,17 @@ def _parse_image(
     width, height = size
     full = os.path.join(root, label)
     text = ""
-    if os.path.isfile(full):
-        try:
-            text = read_capped(full, b.options.max_file_bytes).decode("utf-8")
-        except OSError as err:
-            b.problem("unreadable_file", "", f"{err.strerror or err}", "labels skipped")
-        except UnicodeDecodeError as err:
-            b.problem("unparseable", "", f"not UTF-8 text: {err.reason}", "labels skipped")
-        except ValueError as err:
-            b.problem("file_too_large", "", str(err), "labels skipped")
-    else:
-        b.count("images_without_labels")
+    try:
+        text = read_capped(full, b.options.max_file_bytes).decode("utf-8")
+    except FileNotFoundError:
+        pass  # a background image (named as unannotated_image by discover)
+    except OSError as err:
+        kind = "not_a_regular_file" if isinstance(err, NotRegularFileError) else "unreadable_file"
+        b.problem(kind, "", f"{err.strerror or err}", "labels skipped")
+    except UnicodeDecodeError as err:
+        b.problem("unparseable", "", f"not UTF-8 text: {err.reason}", "labels skipped")
+    except ValueError as err:
+        b.problem("file_too_large", "", str(err), "labels skipped")
     if not b.add_image(rel, width, height):
         return
     for n, line in enumerate(text.splitlines(), start=1):

@@ -11,7 +11,8 @@ from typing import Any
 
 import yaml
 
-from detloader.annotations.readers.common import scan_files, stat_entry
+from detloader.annotations.problems import Problem
+from detloader.annotations.readers.common import Stamp, scan_files, stat_entry
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS
 
 __all__ = [
@@ -108,22 +109,23 @@ def kpt_config(data: dict[str, Any], where: str) -> dict[str, Any] | None:
     return {"k": k, "dims": d, "names": names, "flip_pairs": pairs}
 
 
-def images_under(folder: Path, root: Path) -> list[tuple[str, int, int]]:
-    """Stat entries of the (non-hidden) images below ``folder``, relative to ``root``."""
+def images_under(folder: Path, root: Path, problems: list[Problem] | None = None) -> list[Stamp]:
+    """Stamps of the (non-hidden) images below ``folder``, relative to ``root``; special files
+    and symlink loops go to ``problems`` (:func:`~detloader.annotations.readers.common.scan_files`)."""
     return [
         entry
-        for entry in scan_files(folder, IMAGE_SUFFIXES, root=root)
+        for entry in scan_files(folder, IMAGE_SUFFIXES, root=root, problems=problems)
         if not os.path.basename(entry[0]).startswith(".")
     ]
 
 
-def split_images(entry: str, root: Path, where: str) -> list[tuple[str, int, int]]:
+def split_images(entry: str, root: Path, where: str, problems: list[Problem] | None = None) -> list[Stamp]:
     """Images of one ``train``/``val``/``test`` entry: a folder (recursive) or a list file."""
     target = Path(entry) if os.path.isabs(entry) else root / entry
     if target.is_dir():
-        return images_under(target, root)
+        return images_under(target, root, problems)
     if target.is_file() and target.suffix.lower() == ".txt":
-        out: list[tuple[str, int, int]] = []
+        out: list[Stamp] = []
         for line in target.read_text(encoding="utf-8").splitlines():
             line = line.strip()
             if not line or line.startswith("#"):
@@ -137,6 +139,6 @@ def split_images(entry: str, root: Path, where: str) -> list[tuple[str, int, int
             try:
                 out.append(stat_entry(path, root))
             except OSError:
-                out.append((os.path.relpath(path, root), 0, -1))  # reported when parsed
+                out.append((os.path.relpath(path, root), 0, -1, 0, 0))  # reported when parsed
         return out
     raise YoloConfigError(f"{where}: {entry!r} is neither a folder nor a .txt list under {root.name}/")
