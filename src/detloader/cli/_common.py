@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import errno
 import json
 import os
 import sys
 import warnings
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from detloader.annotations.checks import BOXES_FROM_POINTS
 from detloader.annotations.problems import ON_ERROR_CHOICES, AnnotationWarning, ProblemReport
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from detloader.annotations.index import AnnotationIndex
 
 __all__ = [
-    "ON_ERROR_DEFAULT", "add_dataset_arguments", "add_read_arguments", "console", "dataset_kwargs",
+    "ON_ERROR_DEFAULT", "add_dataset_arguments", "add_read_arguments", "check_choice", "console", "dataset_kwargs",
     "parse_class_map", "print_attribute_counts", "print_json", "print_table", "problems_line",
     "progress_bar", "read_index", "read_kwargs", "require_images", "table_lines",
 ]
@@ -92,6 +93,15 @@ def add_dataset_arguments(parser: argparse.ArgumentParser, on_error_help: str | 
     )
 
 
+def check_choice(flag: str, value: str, choices: Sequence[str]) -> None:
+    """ValueError (exit status 2) when ``value`` of ``flag`` is not one of ``choices``:
+    ``--balance 'sqr' is not one of inverse, sqrt, ...; did you mean 'sqrt'?``."""
+    if value not in choices:
+        close = difflib.get_close_matches(value, choices, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"{flag} {value!r} is not one of {', '.join(choices)}{hint}")
+
+
 def parse_class_map(values: list[str] | None) -> dict[str, str | None] | None:
     """``--class-map`` values as ``class_map``: ``NAME=NEW`` pairs (``NAME=`` drops the class)
     and JSON/YAML files of ``{name: new name or null}``, later entries winning."""
@@ -132,6 +142,9 @@ def _class_map_file(path: str) -> dict[str, str | None]:
 def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The options of :func:`add_dataset_arguments` as :func:`detloader.read_annotations`
     takes them: ``format`` and ``on_error``, and the others where they differ from its defaults."""
+    from detloader.annotations.readers import READERS  # lazy: keeps `detloader --help` fast
+
+    check_choice("--format", args.format, ("auto", *READERS))
     kwargs: dict[str, Any] = {"format": args.format, "on_error": args.on_error}
     if args.classes:
         kwargs["classes"] = [c.strip() for c in args.classes.split(",")]
@@ -141,6 +154,7 @@ def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     if args.image_dir is not None:
         kwargs["image_dir"] = args.image_dir
     if args.images_by is not None:
+        check_choice("--images-by", args.images_by, ("name", "id"))
         kwargs["images_by"] = args.images_by
     if args.boxes_from_points is not None:
         kwargs["boxes_from_points"] = args.boxes_from_points

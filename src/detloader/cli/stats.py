@@ -16,7 +16,10 @@ import argparse
 import sys
 from typing import Any
 
-from detloader.cli._common import add_read_arguments, console, print_attribute_counts, print_json, print_table, problems_line, read_index, require_images
+from detloader.cli._common import (
+    add_read_arguments, check_choice, console, print_attribute_counts, print_json, print_table, problems_line, read_index,
+    require_images,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,17 +60,27 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _by(value: str) -> tuple[str, ...]:
-    parts = tuple(p.strip() for p in value.split(","))
-    return tuple("image_class" if p == "image" else p for p in parts)
+    """``--by`` as keys, each checked (``did you mean``) before the dataset is read."""
+    parts = tuple("image_class" if p == "image" else p for p in (p.strip() for p in value.split(",")))
+    for part in parts:
+        if not part.startswith(("attribute:", "image_attribute:")):
+            check_choice("--by", part, ("class", "image_class", "image", "attribute:NAME", "image_attribute:NAME"))
+    return parts
 
 
 def run(args: argparse.Namespace) -> int:
+    from detloader.balance import BALANCE_CHOICES
     from detloader.stats import balance_report, dataset_stats, plot_balance
 
+    by = _by(args.by)
+    if args.balance:
+        check_choice("--balance", args.balance.partition(":")[0], BALANCE_CHOICES)
     index = read_index(args, reports_problems=True, bar=not args.json)
     require_images(index, "describe")
+    if "image_class" in by and not index.image_classes:
+        raise ValueError(f"--by image_class: {index.root} has no image classes (an image attribute 'class', "
+                         "a CVAT tag); --by class groups by object class")
     stats = dataset_stats(index)
-    by = _by(args.by)
     report = None
     if args.balance:
         report = balance_report(
