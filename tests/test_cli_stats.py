@@ -52,7 +52,7 @@ def test_cli_plot_needs_balance_and_matplotlib(small_synth_root, tmp_path, capsy
 
 def test_cli_bad_strategy_is_one_line(small_synth_root, capsys):
     assert main(["stats", str(small_synth_root), "--balance", "magic"]) == 2
-    assert "--balance 'magic' is not one of" in capsys.readouterr().err
+    assert "--balance='magic' is not one of" in capsys.readouterr().err
 
 
 @pytest.mark.dataset

@@ -338,10 +338,10 @@ def test_nothing_recognised_names_the_folder_what_was_looked_for_and_the_flag(tm
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--balance", "sqr"], "--balance 'sqr' is not one of inverse, sqrt, power, effective, repeat_factor, explicit, class_aware; did you mean 'sqrt'?"),
+        (["--balance", "sqr"], "--balance='sqr' is not one of inverse, sqrt, power, effective, repeat_factor, explicit, class_aware; did you mean 'sqrt'?"),
         (["--balance", "powr:0.5"], "did you mean 'power'?"),
-        (["--format", "vco"], "--format 'vco' is not one of auto, coco, voc, cvat, imglab, yolo, txt; did you mean 'voc'?"),
-        (["--by", "clas"], "--by 'clas' is not one of class, image_class, image, attribute:NAME, image_attribute:NAME; did you mean 'class'?"),
+        (["--format", "vco"], "--format='vco' is not one of auto, coco, voc, cvat, imglab, yolo, txt; did you mean 'voc'?"),
+        (["--by", "clas"], "--by='clas' is not one of class, image_class, image, attribute:NAME, image_attribute:NAME; did you mean 'class'?"),
         (["--images-by", "nmae"], "did you mean 'name'?"),
         (["--by", "image_class"], "--by image_class: {root} has no image classes"),
     ],

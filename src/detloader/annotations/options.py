@@ -9,6 +9,7 @@ from typing import Any
 
 from detloader.annotations.checks import BOXES_FROM_POINTS
 from detloader.annotations.landmarks import LandmarkSchema
+from detloader.annotations.problems import check_choice
 
 __all__ = ["MAX_FILE_BYTES", "ReadOptions"]
 
@@ -57,10 +58,7 @@ class ReadOptions:
     extra: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
-        if self.boxes_from_points not in BOXES_FROM_POINTS:
-            raise ValueError(
-                f"boxes_from_points={self.boxes_from_points!r} is not one of {', '.join(BOXES_FROM_POINTS)}"
-            )
+        check_choice("boxes_from_points", self.boxes_from_points, BOXES_FROM_POINTS)
 
     def option(self, name: str, default: Any = None) -> Any:
         """A format-specific option passed through ``read_annotations(..., **format_options)``."""

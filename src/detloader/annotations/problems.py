@@ -25,12 +25,12 @@ import difflib
 import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Iterator, Literal
+from typing import Any, Iterable, Iterator, Literal, Sequence
 
 __all__ = [
     "ON_ERROR_CHOICES", "AnnotationError", "AnnotationWarning", "ClassMapError", "HINTS",
     "HINT_MIN", "OnError", "Problem", "ProblemReport", "SHOWN", "Severity", "apply_policy", "capped",
-    "check_on_error",
+    "check_choice", "check_on_error",
 ]
 
 OnError = Literal["raise", "skip", "warn"]
@@ -245,10 +245,18 @@ def capped(kind: str, found: list[tuple[str, str, str]], action: str, severity: 
     return [Problem(kind, file, element, message + end, action, severity) for (file, element, message), end in zip(found, tail)]
 
 
+def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
+    """ValueError echoing ``name=value``, the valid ``choices`` and the closest of them:
+    ``--balance='sqr' is not one of inverse, sqrt, ...; did you mean 'sqrt'?``."""
+    if value not in choices:
+        close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"{name}={value!r} is not one of {', '.join(map(str, choices))}{hint}")
+
+
 def check_on_error(on_error: str) -> OnError:
     """Return ``on_error`` if it is a valid policy, else raise a ValueError naming the choices."""
-    if on_error not in ON_ERROR_CHOICES:
-        raise ValueError(f"on_error={on_error!r} is not one of {', '.join(ON_ERROR_CHOICES)}")
+    check_choice("on_error", on_error, ON_ERROR_CHOICES)
     return on_error  # type: ignore[return-value]
 
 

@@ -21,7 +21,7 @@ from detloader.annotations.image_search import ImageFolderWarning, find_image_fo
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.annotations.parse import ProgressFn, build_index
-from detloader.annotations.problems import OnError, Problem, ProblemReport, apply_policy, check_on_error
+from detloader.annotations.problems import OnError, Problem, ProblemReport, apply_policy, check_choice, check_on_error
 from detloader.annotations.readers import READERS
 from detloader.annotations.readers.common import Source, dir_identity, stat_entry
 from detloader.annotations.splits import SPLITS_JSON
@@ -164,8 +164,7 @@ def read_annotations(
     check_on_error(on_error)
     if cache not in (True, False, "rebuild"):
         raise ValueError(f"cache={cache!r} is not one of True, False, 'rebuild'")
-    if verify not in VERIFY_CHOICES:
-        raise ValueError(f"verify={verify!r} is not one of {', '.join(VERIFY_CHOICES)}")
+    check_choice("verify", verify, VERIFY_CHOICES)
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"path={str(path)!r} does not exist")
@@ -183,8 +182,7 @@ def read_annotations(
         format_options=format_options,
     )
     name, p = find_dataset(p) if format == "auto" else (format, p)
-    if name not in READERS:
-        raise ValueError(f"format={format!r} is not one of auto, {', '.join(READERS)}")
+    check_choice("format", name, ("auto", *READERS))
     reader = READERS[name]
     if image_dir is not None:
         options = replace(options, image_dir=_image_folder(image_dir, reader, p, options))

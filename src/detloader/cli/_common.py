@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import errno
 import json
 import os
 import sys
 import warnings
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from detloader.annotations.checks import BOXES_FROM_POINTS
-from detloader.annotations.problems import ON_ERROR_CHOICES, AnnotationWarning, ProblemReport
+from detloader.annotations.problems import ON_ERROR_CHOICES, AnnotationWarning, ProblemReport, check_choice
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -91,15 +90,6 @@ def add_dataset_arguments(parser: argparse.ArgumentParser, on_error_help: str | 
     group.add_argument(
         "--allow-outside-images", action="store_true", help="follow image names that leave the dataset (../, absolute)"
     )
-
-
-def check_choice(flag: str, value: str, choices: Sequence[str]) -> None:
-    """ValueError (exit status 2) when ``value`` of ``flag`` is not one of ``choices``:
-    ``--balance 'sqr' is not one of inverse, sqrt, ...; did you mean 'sqrt'?``."""
-    if value not in choices:
-        close = difflib.get_close_matches(value, choices, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"{flag} {value!r} is not one of {', '.join(choices)}{hint}")
 
 
 def parse_class_map(values: list[str] | None) -> dict[str, str | None] | None:

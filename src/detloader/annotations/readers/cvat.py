@@ -69,6 +69,7 @@ from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.options import ReadOptions
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
+from detloader.annotations.problems import check_choice
 from detloader.annotations.readers.common import (
     Source, candidate_dirs, check_options, file_source, int_or_none, parse_each,
 )
@@ -112,11 +113,9 @@ def discover(path: Path, options: ReadOptions) -> Source:
     xml = _annotation_file(path.resolve())
     root = xml.parent
     images_by = options.option("images_by", "name")
-    if images_by not in IMAGES_BY:
-        raise ValueError(f"images_by={images_by!r} is not one of {', '.join(IMAGES_BY)}")
+    check_choice("images_by", images_by, IMAGES_BY)
     link = options.option("link_points", "group_or_inside")
-    if link not in LINK_POINTS:
-        raise ValueError(f"link_points={link!r} is not one of {', '.join(LINK_POINTS)}")
+    check_choice("link_points", link, LINK_POINTS)
     dirs = candidate_dirs(root, ("images", ""), options.image_dir)
     return file_source(
         NAME,

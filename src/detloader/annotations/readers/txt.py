@@ -45,6 +45,7 @@ from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, ImageLocator,
 from detloader.annotations.readers.txt_faces import INTEGER, parse_retinaface, parse_wider
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import FACE5
+from detloader.annotations.problems import check_choice
 from detloader.annotations.splits import files_as_splits
 
 __all__ = [
@@ -151,8 +152,8 @@ def discover(path: Path, options: ReadOptions) -> Source:
             lists = [p for p in lists if p.stem in ("label", "labels")][:1]
     root = lists[0].parent
     kind_option = options.option("kind")
-    if kind_option is not None and kind_option not in KINDS:
-        raise ValueError(f"kind={kind_option!r} is not one of {', '.join(KINDS)}")
+    if kind_option is not None:
+        check_choice("kind", kind_option, KINDS)
     kinds = {}
     for p in lists:
         kind = kind_option or detect_kind(p)

@@ -13,16 +13,11 @@ import numpy as np
 
 from detloader._files import atomic_write
 from detloader.annotations.index import MISSING, AnnotationIndex
+from detloader.annotations.problems import check_choice
 
 __all__ = ["IMAGE_MODES", "ImagePlacer", "attribute_rows", "check_choice", "image_attributes", "prepare_out"]
 
 IMAGE_MODES = ("link", "copy", "symlink", "none")
-
-
-def check_choice(name: str, value: str, choices: Sequence[str]) -> None:
-    """ValueError echoing ``name=value`` and the valid ``choices`` when ``value`` is not one."""
-    if value not in choices:
-        raise ValueError(f"{name}={value!r} is not one of {', '.join(choices)}")
 
 
 def prepare_out(out: str | os.PathLike[str], overwrite: bool) -> Path:
