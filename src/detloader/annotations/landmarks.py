@@ -7,17 +7,42 @@ pairs, which spelling alone cannot give (dlib names the 68 points ``"00"`` .. ``
 
 from __future__ import annotations
 
+import re
+import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 __all__ = [
-    "COCO17", "COCO17_NAMES", "COCO17_SKELETON", "FACE5", "IBUG68", "PRESETS", "LandmarkSchema",
-    "infer_flip_pairs", "preset_schema", "skeleton_for",
+    "COCO17", "COCO17_NAMES", "COCO17_SKELETON", "FACE5", "FLIP_PROBLEMS", "FlipPairWarning",
+    "IBUG68", "PRESETS", "LandmarkSchema", "infer_flip_pairs", "preset_schema", "skeleton_for",
 ]
 
-_LEFT_RIGHT = (("left", "right"), ("Left", "Right"), ("LEFT", "RIGHT"))
+#: A side in a landmark name: the word left/right (any case, not inside a longer lower-case
+#: word: ``cleft`` is no side) or a lone l/r (``l_ear``, ``eye-r``, ``eyeL``, ``LEye``).
+_SIDE = re.compile(
+    r"(?<![A-Za-z])(?:left|right)|(?<![A-Z])(?:Left|Right|LEFT|RIGHT)"
+    r"|(?<![A-Za-z])[lr](?![A-Za-z])|(?<![A-Z])[LR](?=[^A-Za-z]|$|[A-Z][a-z])"
+)
+_OTHER_SIDE = {"left": "right", "Left": "Right", "LEFT": "RIGHT", "l": "r", "L": "R"}
+_OTHER_SIDE.update({v: k for k, v in _OTHER_SIDE.items()})
+
+#: Kinds of doubtful flip pair (:meth:`LandmarkSchema.flip_problems`) and what each means.
+FLIP_PROBLEMS: dict[str, str] = {
+    "flip_partner_missing": "a landmark named for one side whose mirror name is not in the "
+    "schema: a flip keeps it in its slot, on the wrong side",
+    "flip_pair_asymmetric": "a flip pair whose names do not mirror each other, or a side-named "
+    "landmark that is not paired with its mirror",
+}
+
+
+class FlipPairWarning(UserWarning):
+    """A doubtful left/right flip pair; ``kind`` is a key of :data:`FLIP_PROBLEMS`."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{message} [{kind}]")
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -56,7 +81,8 @@ class LandmarkSchema:
         cls, names: Sequence[str], flip_pairs: Sequence[tuple[str | int, str | int]] | None = None
     ) -> "LandmarkSchema":
         """Schema from names; ``flip_pairs`` by name or index, else inferred from the names
-        (``left_eye``/``right_eye``, ``l_ear``/``r_ear``, ``eye_l``/``eye_r``)."""
+        (:func:`infer_flip_pairs`: ``left_eye``/``right_eye``, ``l_ear``/``r_ear``,
+        ``eye_left``/``eye_right``, ``eyeL``/``eyeR``)."""
         names = tuple(names)
         if flip_pairs is None:
             return cls(names, infer_flip_pairs(names))
@@ -73,11 +99,39 @@ class LandmarkSchema:
         return cls(names, tuple(pairs))  # type: ignore[arg-type]
 
     def flip_permutation(self) -> np.ndarray:
-        """int64 ``[K]``: new slot ``k`` takes the point from slot ``perm[k]`` after a flip."""
+        """int64 ``[K]``: new slot ``k`` takes the point from slot ``perm[k]`` after a flip.
+        Warns a :class:`FlipPairWarning` for each of :meth:`flip_problems` (the dataset and
+        the mirroring transforms ask for it before they flip anything)."""
+        for kind, message in self.flip_problems():
+            warnings.warn(FlipPairWarning(kind, message), stacklevel=2)
         perm = np.arange(len(self.names), dtype=np.int64)
         for a, b in self.flip_pairs:
             perm[a], perm[b] = b, a
         return perm
+
+    def flip_problems(self) -> list[tuple[str, str]]:
+        """``(kind, message)`` for each doubtful pair, judged by the names' sides
+        (:data:`FLIP_PROBLEMS`): a side-named point whose mirror name is absent and that has no
+        pair; a pair whose names do not mirror; a point and its mirror that are not a pair.
+        Names without a side (``nose``, dlib's ``"00"``) are not judged."""
+        names, found = self.names, []
+        lookup = {n: i for i, n in enumerate(names)}
+        partner = dict(self.flip_pairs) | {b: a for a, b in self.flip_pairs}
+        for i, name in enumerate(names):
+            mirror = _mirror_name(name)
+            j, has = lookup.get(mirror, -1) if mirror else -1, partner.get(i)
+            if mirror is None or has == j:
+                continue
+            if has is not None:
+                found.append(("flip_pair_asymmetric", f"landmark {name!r} is paired with "
+                              f"{names[has]!r}, not its mirror {mirror!r}"))
+            elif j < 0:
+                found.append(("flip_partner_missing", f"landmark {name!r} has no partner "
+                              f"{mirror!r}: a flip keeps it in its slot"))
+            elif i < j and j not in partner:
+                found.append(("flip_pair_asymmetric", f"landmarks {name!r} and {mirror!r} are "
+                              "not a flip pair: a flip keeps both in their slots"))
+        return found
 
     def to_dict(self) -> dict[str, Any]:
         return {"names": list(self.names), "flip_pairs": [list(p) for p in self.flip_pairs]}
@@ -94,19 +148,9 @@ FACE5 = LandmarkSchema(
 
 
 def _mirror_name(name: str) -> str | None:
-    for left, right in _LEFT_RIGHT:
-        if left in name:
-            return name.replace(left, right)
-        if right in name:
-            return name.replace(right, left)
-    lower = name.lower()
-    for a, b in (("l_", "r_"), ("r_", "l_")):
-        if lower.startswith(a):
-            return name[0].translate(str.maketrans("lrLR", "rlRL")) + name[1:]
-    for a in ("_l", "_r"):
-        if lower.endswith(a):
-            return name[:-1] + name[-1].translate(str.maketrans("lrLR", "rlRL"))
-    return None
+    """``name`` with its first side word (:data:`_SIDE`) swapped, or None without one."""
+    m = _SIDE.search(name)
+    return None if m is None else name[: m.start()] + _OTHER_SIDE[m.group()] + name[m.end() :]
 
 
 def infer_flip_pairs(names: Sequence[str]) -> tuple[tuple[int, int], ...]:
