@@ -113,7 +113,8 @@ def test_transpose_is_a_reflection_and_has_no_axis_map() -> None:
     out = AlbumentationsTransform(_StandIn(mode="transpose"))(_data(), np.random.default_rng(0))
     assert out.image.shape == (80, 40, 3)
     assert out.landmarks[2, 0].tolist() == [12, 45]  # old right eye (45, 12), transposed
-    assert np.isnan(out.affine).all()
+    # no axis-aligned map back (NaN offsets); the scale says it mirrors (show: "flipped")
+    assert np.isnan(out.affine[2:]).all() and out.affine[:2].tolist() == [-1, 1]
 
 
 def test_adapter_refuses_a_compose_it_cannot_follow() -> None:

@@ -205,11 +205,17 @@ class AlbumentationsTransform:
 
 def _affine_from_probes(affine: np.ndarray, before: np.ndarray, after: np.ndarray) -> np.ndarray:
     """The previous map followed by the axis-aligned map that took the probes ``before`` to
-    ``after``; NaN when that map is not axis-aligned (rotation, shear, warp)."""
+    ``after``. A map that is not axis-aligned (rotation, shear, transpose) gets NaN offsets and
+    its overall scale, negative in x when it mirrors (:class:`~.base.Annotated`); all NaN when
+    a probe was lost (a warp)."""
     (x0, y0), (x1, _), (_, y2) = before
     (u0, v0), (u1, v1), (u2, v2) = after
     scale = max(abs(x1 - x0), abs(y2 - y0))
-    if not np.isfinite(after).all() or abs(v1 - v0) > 1e-3 * scale or abs(u2 - u0) > 1e-3 * scale:
+    if not np.isfinite(after).all():
         return np.full(4, np.nan)
+    if abs(v1 - v0) > 1e-3 * scale or abs(u2 - u0) > 1e-3 * scale:
+        det = ((u1 - u0) * (v2 - v0) - (v1 - v0) * (u2 - u0)) / ((x1 - x0) * (y2 - y0))
+        s = float(np.sqrt(abs(det)))
+        return compose_affine(affine, float(np.copysign(s, det)), s, np.nan, np.nan)
     sx, sy = (u1 - u0) / (x1 - x0), (v2 - v0) / (y2 - y0)
     return compose_affine(affine, sx, sy, u0 - sx * x0, v0 - sy * y0)

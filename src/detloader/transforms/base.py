@@ -18,11 +18,16 @@ import numpy as np
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.transforms.functional import (
     INTERPOLATIONS,
+    Interpolation,
     affine_boxes,
     affine_points,
     clip_boxes,
     clip_points,
     compose_affine,
+    crop_boxes,
+    crop_image,
+    invalidate_outside,
+    resize_image,
 )
 
 __all__ = [
@@ -47,7 +52,9 @@ class Annotated:
         landmarks: float32 ``[N, K, 2]`` (x, y) pixels.
         visibility: uint8 ``[N, K]``: 0 absent, 1 hidden, 2 visible.
         object_ids: int64 ``[N]``: which input object each row is (rows are dropped by crops).
-        affine: float64 ``[4]`` ``(sx, sy, ox, oy)``: annotation frame -> current image.
+        affine: float64 ``[4]`` ``(sx, sy, ox, oy)``: annotation frame -> current image. After
+            a map that is not axis-aligned (rotation, shear) ``ox, oy`` are NaN (no such map
+            back) and ``sx, sy`` its overall scale ``sqrt|det|``, ``sx < 0`` when it mirrors.
         flip_permutation: int64 ``[K]`` from the landmark schema, or None when unknown.
     """
 
@@ -119,6 +126,27 @@ class Annotated:
         self.landmarks = self.landmarks[keep]
         self.visibility = self.visibility[keep]
         self.object_ids = self.object_ids[keep]
+
+    def crop(
+        self, x0: int, y0: int, width: int, height: int, min_visibility: float, fill: int = 0
+    ) -> None:
+        """Cut the ``width x height`` window at ``(x0, y0)`` out, in place (parts outside the
+        image are ``fill``): boxes keeping less than ``min_visibility`` of their area are
+        dropped with their labels and landmarks, kept boxes are clipped, landmarks outside get
+        visibility 0 (never clipped onto the border)."""
+        self.image = crop_image(self.image, x0, y0, width, height, fill)
+        boxes, keep = crop_boxes(self.boxes, x0, y0, width, height, min_visibility)
+        points = affine_points(self.landmarks, self.visibility, 1.0, 1.0, -float(x0), -float(y0))
+        self.landmarks, self.visibility = invalidate_outside(points, self.visibility, width, height)
+        self.boxes = boxes
+        self.select(keep)
+        self.affine = compose_affine(self.affine, 1.0, 1.0, -float(x0), -float(y0))
+
+    def resize(self, width: int, height: int, interpolation: Interpolation = "bilinear") -> None:
+        """Resize the image to ``width x height`` and map the annotations exactly, in place."""
+        w, h = self.width, self.height
+        self.image = resize_image(self.image, width, height, interpolation)
+        self.map_annotations(width / w, height / h, 0.0, 0.0)
 
     def map_annotations(self, sx: float, sy: float, ox: float, oy: float) -> None:
         """Apply ``x' = x * sx + ox``, ``y' = y * sy + oy`` to boxes and landmarks (the image

@@ -13,7 +13,10 @@ __all__ = ["ColorJitter"]
 
 class ColorJitter:
     """With probability ``p``, brightness, contrast and saturation factors drawn uniformly from
-    ``[1 - b, 1 + b]`` etc. (0 disables one); see :func:`adjust_colour`. Geometry untouched."""
+    ``[1 - b, 1 + b]`` etc. (0 disables one) and a hue shift uniform in ``[-hue, hue]`` turns
+    (``hue <= 0.5``); see :func:`adjust_colour`. Geometry untouched. The HSV jitter of YOLO
+    pipelines is ``ColorJitter(brightness=v, saturation=s, hue=h, contrast=0)``: brightness
+    scales HSV's value exactly; saturation blends with luma instead of scaling HSV's S."""
 
     preserves_size = True
 
@@ -22,14 +25,17 @@ class ColorJitter:
         brightness: float = 0.2,
         contrast: float = 0.2,
         saturation: float = 0.2,
+        hue: float = 0.0,
         *,
         p: float = 1.0,
     ) -> None:
         for name, value in (("brightness", brightness), ("contrast", contrast), ("saturation", saturation)):
             check_fraction(name, value)
         check_fraction("p", p)
+        if not 0.0 <= hue <= 0.5:
+            raise ValueError(f"hue={hue!r} must be in [0, 0.5] (turns)")
         self.brightness, self.contrast, self.saturation = float(brightness), float(contrast), float(saturation)
-        self.p = float(p)
+        self.hue, self.p = float(hue), float(p)
 
     def __call__(self, data: Annotated, rng: np.random.Generator) -> Annotated:
         if rng.random() >= self.p:
@@ -38,11 +44,12 @@ class ColorJitter:
             rng.uniform(1 - v, 1 + v) if v > 0 else 1.0
             for v in (self.brightness, self.contrast, self.saturation)
         )
-        data.image = adjust_colour(data.image, b, c, s)
+        hue = rng.uniform(-self.hue, self.hue) if self.hue > 0 else 0.0
+        data.image = adjust_colour(data.image, b, c, s, hue)
         return data
 
     def __repr__(self) -> str:
         return (
             f"ColorJitter(brightness={self.brightness}, contrast={self.contrast}, "
-            f"saturation={self.saturation}, p={self.p})"
+            f"saturation={self.saturation}, hue={self.hue}, p={self.p})"
         )

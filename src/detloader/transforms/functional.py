@@ -3,7 +3,9 @@
 They never modify their inputs and know nothing about randomness; the coordinate convention
 is the package's (:mod:`detloader.transforms`). Images are uint8 ``[H, W, 3]``, boxes
 float32 ``[N, 4]`` xyxy pixels, landmarks float32 ``[N, K, 2]`` with uint8 visibility
-``[N, K]``. An affine here is always axis-aligned: ``x' = x*sx + ox``, ``y' = y*sy + oy``.
+``[N, K]``. An affine given as four numbers is axis-aligned: ``x' = x*sx + ox``,
+``y' = y*sy + oy``; the ``warp_*`` kernels take a general float64 ``[2, 3]`` matrix
+(``[x', y'] = M @ [x, y, 1]``, in the same continuous pixel coordinates).
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ if TYPE_CHECKING:  # torch is imported where a kernel needs it, not for `import 
 
 __all__ = [
     "INTERPOLATIONS", "Interpolation", "adjust_colour", "affine_boxes", "affine_points",
-    "chw_tensor", "clip_boxes", "clip_points", "compose_affine", "crop_boxes", "crop_image",
-    "hflip_boxes", "hflip_image", "hflip_landmarks", "invalidate_outside", "pad_image",
-    "resize_image",
+    "blend_images", "chw_tensor", "clip_boxes", "clip_points", "compose_affine", "crop_boxes",
+    "crop_image", "hflip_boxes", "hflip_image", "hflip_landmarks", "invalidate_outside",
+    "pad_image", "resize_image", "warp_boxes", "warp_image", "warp_points",
 ]
 
 Interpolation = Literal["bilinear", "nearest"]
@@ -95,6 +97,60 @@ def affine_points(
     out = p.astype(np.float32)
     out[np.asarray(visibility) == 0] = 0.0
     return out
+
+
+def warp_image(
+    image: np.ndarray, matrix: np.ndarray, width: int, height: int, fill: int = 0,
+    interpolation: Interpolation = "bilinear",
+) -> np.ndarray:
+    """``image`` moved by the ``[2, 3]`` ``matrix`` onto a ``width x height`` canvas of
+    ``fill``: output pixel centre ``p`` takes the input at ``M^-1 p`` (torch's
+    ``grid_sample``, bilinear or nearest; edges blend with ``fill``)."""
+    import torch  # torch: lazy, as chw_tensor
+    import torch.nn.functional as F
+
+    h, w = image.shape[:2]
+    inv = np.linalg.inv(np.vstack([np.asarray(matrix, dtype=np.float64), [0, 0, 1]]))
+    xs = np.arange(width, dtype=np.float32) + 0.5  # output pixel centres
+    ys = (np.arange(height, dtype=np.float32) + 0.5)[:, None]
+    grid = np.empty((1, height, width, 2), dtype=np.float32)  # input positions, -1..1 edge to edge
+    for c, size in ((0, w), (1, h)):
+        a, b, t = (np.float32(v * 2 / size) for v in inv[c])
+        grid[0, ..., c] = xs * a + ys * b + (t - 1)
+    # numpy for the element-wise steps: torch's intra-op threads cost more than they save here
+    x = np.asarray(image, dtype=np.float32) - np.float32(fill)  # zeros outside: fill added back
+    out = F.grid_sample(
+        torch.from_numpy(x).permute(2, 0, 1)[None], torch.from_numpy(grid),
+        mode=interpolation, padding_mode="zeros", align_corners=False,
+    )[0].numpy()
+    out += np.float32(fill)
+    # a convex mix of values in 0..255: rounding is all the conversion needs
+    return np.rint(out, out=out).astype(np.uint8).transpose(1, 2, 0)
+
+
+def warp_points(landmarks: np.ndarray, visibility: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """float32 ``[N, K, 2]`` landmarks under the ``[2, 3]`` ``matrix``; absent points
+    (visibility 0) stay at (0, 0)."""
+    m = np.asarray(matrix, dtype=np.float64)
+    out = (np.asarray(landmarks, dtype=np.float64) @ m[:, :2].T + m[:, 2]).astype(np.float32)
+    out[np.asarray(visibility) == 0] = 0.0
+    return out
+
+
+def warp_boxes(boxes: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """float32 ``[N, 4]``: the xyxy box around each box's four corners under ``matrix`` (a
+    rotation makes it larger than the object, as in every corner-based pipeline)."""
+    m = np.asarray(matrix, dtype=np.float64)
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    corners = b[:, [0, 1, 2, 1, 2, 3, 0, 3]].reshape(-1, 4, 2) @ m[:, :2].T + m[:, 2]
+    return np.concatenate([corners.min(axis=1), corners.max(axis=1)], axis=1).astype(np.float32)
+
+
+def blend_images(a: np.ndarray, b: np.ndarray, weight: float) -> np.ndarray:
+    """uint8 ``weight * a + (1 - weight) * b``, rounded (two images of the same size)."""
+    out = np.asarray(a, dtype=np.float32) * np.float32(weight)
+    out += np.asarray(b, dtype=np.float32) * np.float32(1.0 - weight)
+    return np.rint(out).astype(np.uint8)
 
 
 def compose_affine(
@@ -220,12 +276,15 @@ def _canvas_like(image: np.ndarray, width: int, height: int, fill: int) -> np.nd
 
 
 def adjust_colour(
-    image: np.ndarray, brightness: float = 1.0, contrast: float = 1.0, saturation: float = 1.0
+    image: np.ndarray, brightness: float = 1.0, contrast: float = 1.0, saturation: float = 1.0,
+    hue: float = 0.0,
 ) -> np.ndarray:
     """Brightness, contrast and saturation factors (1 = unchanged) as torchvision defines
-    them, in that order, on uint8: brightness and contrast are one 256-entry lookup table;
-    saturation blends with the luma image in 32-bit integers. Contrast uses the mean luma of
-    every 4th pixel in each direction (cheap, deterministic)."""
+    them, in that order, on uint8, then a hue shift of ``hue`` turns: brightness and contrast
+    are one 256-entry lookup table; saturation blends with the luma image in 32-bit integers;
+    hue rotates the colours about the grey axis (a 3x3 matrix: 1/3 turn takes pure red to pure
+    green, as HSV's hue; greys stay). Contrast uses the mean luma of every 4th pixel in each
+    direction (cheap, deterministic)."""
     out = image
     if brightness != 1.0 or contrast != 1.0:
         values = np.arange(256, dtype=np.float64) * brightness
@@ -242,4 +301,11 @@ def adjust_colour(
         s = int(round(saturation * 256))
         mixed = gray[..., None] + (((a - gray[..., None]) * s) >> 8)
         out = np.clip(mixed, 0, 255).astype(np.uint8)
+    if hue != 0.0:
+        c, s3 = np.cos(2 * np.pi * hue), np.sin(2 * np.pi * hue) / np.sqrt(3.0)
+        turn = c * np.eye(3) + (1 - c) / 3 + s3 * np.array([[0, -1, 1], [1, 0, -1], [-1, 1, 0]])
+        rotated = np.asarray(out, dtype=np.float32) @ turn.T.astype(np.float32)
+        rotated += 0.5  # then clipped and truncated: rounded
+        np.maximum(rotated, 0.0, out=rotated)
+        out = np.minimum(rotated, 255.0, out=rotated).astype(np.uint8)
     return out

@@ -1,7 +1,8 @@
 """Geometric transforms: resize / letterbox, horizontal flip with the left/right landmark
-swap, random crops. Each holds its parameters, draws from the generator it is given and calls
-the kernels of :mod:`detloader.transforms.functional`; every map is axis-aligned and is
-recorded in ``Annotated.affine``. Conventions and guarantees: :mod:`detloader.transforms`.
+swap, random crops, random affine (rotation, scale, shear, translation, mirror). Each holds its
+parameters, draws from the generator it is given and calls the kernels of
+:mod:`detloader.transforms.functional`; the map is recorded in ``Annotated.affine`` (exactly
+when axis-aligned). Conventions and guarantees: :mod:`detloader.transforms`.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ import numpy as np
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.transforms.base import Annotated, check_fraction, check_interpolation, size_pair
 from detloader.transforms.functional import (
-    Interpolation, affine_points, compose_affine, crop_boxes, crop_image, hflip_boxes, hflip_image,
-    hflip_landmarks, invalidate_outside, pad_image, resize_image,
+    Interpolation, compose_affine, crop_boxes, hflip_boxes, hflip_image, hflip_landmarks,
+    invalidate_outside, pad_image, resize_image, warp_boxes, warp_image, warp_points,
 )
 
 __all__ = [
-    "RESIZE_MODES", "RandomCrop", "RandomHorizontalFlip", "RandomResizedCrop", "Resize",
-    "ResizeMode",
+    "RESIZE_MODES", "RandomAffine", "RandomCrop", "RandomHorizontalFlip", "RandomResizedCrop",
+    "Resize", "ResizeMode",
 ]
 
 ResizeMode = Literal["fixed", "shorter", "longer", "letterbox"]
@@ -133,17 +134,7 @@ class RandomHorizontalFlip:
     def __call__(self, data: Annotated, rng: np.random.Generator) -> Annotated:
         if rng.random() >= self.p:
             return data
-        perm = self.permutation if self.permutation is not None else data.flip_permutation
-        k = data.landmarks.shape[1]
-        if perm is None:
-            if k:
-                raise ValueError(
-                    f"RandomHorizontalFlip: {k} landmarks but no flip permutation; pass "
-                    "schema= or build the data with a LandmarkSchema"
-                )
-            perm = np.zeros(0, dtype=np.int64)
-        if len(perm) != k:
-            raise ValueError(f"RandomHorizontalFlip: permutation of {len(perm)} for K={k} landmarks")
+        perm = _flip_permutation(self, data)
         w = data.width
         data.image = hflip_image(data.image)
         data.boxes = hflip_boxes(data.boxes, w)
@@ -155,17 +146,24 @@ class RandomHorizontalFlip:
         return f"RandomHorizontalFlip(p={self.p})"
 
 
-def _crop(
-    data: Annotated, x0: int, y0: int, cw: int, ch: int, min_visibility: float, fill: int
-) -> None:
-    """Cut the ``cw x ch`` window at ``(x0, y0)`` out of ``data`` in place (see RandomCrop)."""
-    data.image = crop_image(data.image, x0, y0, cw, ch, fill)
-    boxes, keep = crop_boxes(data.boxes, x0, y0, cw, ch, min_visibility)
-    points = affine_points(data.landmarks, data.visibility, 1.0, 1.0, -float(x0), -float(y0))
-    points, vis = invalidate_outside(points, data.visibility, cw, ch)
-    data.boxes, data.landmarks, data.visibility = boxes, points, vis
-    data.select(keep)
-    data.affine = compose_affine(data.affine, 1.0, 1.0, -float(x0), -float(y0))
+def _flip_permutation(transform: object, data: Annotated) -> np.ndarray:
+    """The landmark slot permutation a mirroring ``transform`` applies: its own (from
+    ``schema=``), else the data's; landmarks without one are refused rather than silently
+    mislabelled."""
+    perm = getattr(transform, "permutation", None)
+    perm = perm if perm is not None else data.flip_permutation
+    k = data.landmarks.shape[1]
+    name = type(transform).__name__
+    if perm is None:
+        if k:
+            raise ValueError(
+                f"{name}: {k} landmarks but no flip permutation; pass schema= or build the "
+                "data with a LandmarkSchema"
+            )
+        perm = np.zeros(0, dtype=np.int64)
+    if len(perm) != k:
+        raise ValueError(f"{name}: permutation of {len(perm)} for K={k} landmarks")
+    return perm
 
 
 class RandomCrop:
@@ -189,7 +187,7 @@ class RandomCrop:
         w, h = data.width, data.height
         x0 = int(rng.integers(min(0, w - cw), max(0, w - cw) + 1))
         y0 = int(rng.integers(min(0, h - ch), max(0, h - ch) + 1))
-        _crop(data, x0, y0, cw, ch, self.min_visibility, self.fill)
+        data.crop(x0, y0, cw, ch, self.min_visibility, self.fill)
         return data
 
     def __repr__(self) -> str:
@@ -251,14 +249,100 @@ class RandomResizedCrop:
 
     def __call__(self, data: Annotated, rng: np.random.Generator) -> Annotated:
         x0, y0, cw, ch = self.window(data.width, data.height, rng)
-        _crop(data, x0, y0, cw, ch, self.min_visibility, 0)
-        tw, th = self.size
-        data.image = resize_image(data.image, tw, th, self.interpolation)
-        data.map_annotations(tw / cw, th / ch, 0.0, 0.0)
+        data.crop(x0, y0, cw, ch, self.min_visibility, 0)
+        data.resize(*self.size, self.interpolation)
         return data
 
     def __repr__(self) -> str:
         return (
             f"RandomResizedCrop(size={self.size}, scale={self.scale}, ratio={self.ratio}, "
             f"min_visibility={self.min_visibility})"
+        )
+
+
+class RandomAffine:
+    """Rotation, scale, shear and translation about the image centre, optionally mirrored;
+    the output keeps the input's size (Ultralytics' RandomPerspective without perspective).
+
+    Drawn per call, in this order: angle uniform in ``[-degrees, degrees]`` (counter-clockwise
+    on screen), scale in ``scale``, x and y shear angles in ``[-shear, shear]`` degrees, x and
+    y translation in ``[-translate, translate]`` of the width and height, and a mirror with
+    probability ``mirror``. ``M = T @ Shear @ R(angle, scale) @ Mirror @ C`` (``C`` moves the
+    centre to the origin, ``T`` back, shifted).
+
+    Boxes are the boxes around their transformed corners (larger than the object under
+    rotation; a box drawn around landmarks is not re-derived from them), clipped; a box keeping
+    less than ``min_visibility`` of its transformed area inside the image is dropped with its
+    landmarks. Landmarks move with the image; those that leave it get visibility 0 (never
+    clipped onto the border). A mirrored map (negative determinant) swaps the left/right
+    landmark slots, as :class:`RandomHorizontalFlip`. ``Annotated.affine`` is exact while
+    ``degrees`` and ``shear`` are 0; otherwise offsets are NaN (:class:`~.base.Annotated`).
+    """
+
+    def __init__(
+        self,
+        degrees: float = 0.0,
+        translate: float = 0.1,
+        scale: tuple[float, float] = (0.5, 1.5),
+        shear: float = 0.0,
+        *,
+        mirror: float = 0.0,
+        min_visibility: float = 0.25,
+        fill: int = 0,
+        interpolation: Interpolation = "bilinear",
+        schema: LandmarkSchema | None = None,
+    ) -> None:
+        if not (0 < scale[0] <= scale[1]):
+            raise ValueError(f"scale={scale!r} must satisfy 0 < low <= high")
+        if degrees < 0 or shear < 0 or not 0 <= translate <= 1:
+            raise ValueError(
+                f"degrees={degrees!r}, shear={shear!r} must be >= 0 and translate={translate!r} in [0, 1]"
+            )
+        check_fraction("mirror", mirror)
+        check_fraction("min_visibility", min_visibility)
+        check_interpolation(interpolation)
+        self.degrees, self.translate, self.shear = float(degrees), float(translate), float(shear)
+        self.scale = (float(scale[0]), float(scale[1]))
+        self.mirror, self.min_visibility = float(mirror), float(min_visibility)
+        self.fill, self.interpolation = int(fill), interpolation
+        self.permutation = schema.flip_permutation() if schema is not None else None
+
+    def matrix(self, width: int, height: int, rng: np.random.Generator) -> np.ndarray:
+        """float64 ``[2, 3]``: the map of one call for a ``width x height`` image."""
+        angle = math.radians(rng.uniform(-self.degrees, self.degrees))
+        s = rng.uniform(*self.scale)
+        shx, shy = np.tan(np.radians(rng.uniform(-self.shear, self.shear, 2)))
+        tx, ty = rng.uniform(-self.translate, self.translate, 2)
+        mirror = -1.0 if rng.random() < self.mirror else 1.0
+        c, si = math.cos(angle) * s, math.sin(angle) * s
+        shear, rotate = np.array([[1.0, shx], [shy, 1.0]]), np.array([[c, si], [-si, c]])
+        linear = shear @ rotate @ np.diag([mirror, 1.0])
+        centre = np.array([width / 2, height / 2])
+        shift = centre + (tx * width, ty * height) - linear @ centre
+        return np.column_stack([linear, shift])
+
+    def __call__(self, data: Annotated, rng: np.random.Generator) -> Annotated:
+        w, h = data.width, data.height
+        m = self.matrix(w, h, rng)
+        det = float(np.linalg.det(m[:, :2]))
+        data.image = warp_image(data.image, m, w, h, self.fill, self.interpolation)
+        boxes, keep = crop_boxes(warp_boxes(data.boxes, m), 0, 0, w, h, self.min_visibility)
+        points = warp_points(data.landmarks, data.visibility, m)
+        points, vis = invalidate_outside(points, data.visibility, w, h)
+        if det < 0:
+            perm = _flip_permutation(self, data)
+            points, vis = points[:, perm], vis[:, perm]
+        data.boxes, data.landmarks, data.visibility = boxes, points, vis
+        data.select(keep)
+        if m[0, 1] == 0 and m[1, 0] == 0:  # axis-aligned: the exact map
+            data.affine = compose_affine(data.affine, m[0, 0], m[1, 1], m[0, 2], m[1, 2])
+        else:
+            s = math.sqrt(abs(det))
+            data.affine = compose_affine(data.affine, math.copysign(s, det), s, math.nan, math.nan)
+        return data
+
+    def __repr__(self) -> str:
+        return (
+            f"RandomAffine(degrees={self.degrees}, translate={self.translate}, scale={self.scale}, "
+            f"shear={self.shear}, mirror={self.mirror}, min_visibility={self.min_visibility})"
         )
