@@ -20,6 +20,11 @@ lives in a one-element shared-memory tensor, so the call reaches workers that al
 (``persistent_workers=True``) as well as new ones. Forgetting it repeats the same augmentation
 every epoch.
 
+Mosaic and mixup: ``dataset[[i, p1, p2, p3]]`` (a *group*, as ``make_loader(mosaic=...,
+mixup=...)`` draws them) is the mosaic of those images on image ``i``'s canvas and/or a mixup,
+or plain sample ``i`` when the sample's draw says neither (:meth:`DetectionDataset.with_mix`,
+:mod:`detloader.transforms.mix`).
+
 Decode errors: ``on_decode_error="raise"`` (default) raises
 :class:`~detloader.images.ImageDecodeError` naming the file and the dataset index (from a
 DataLoader worker too: torch re-raises it in the main process with the worker's traceback).
@@ -47,11 +52,12 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 import torch
 
-from detloader.annotations.index import AnnotationIndex
+from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.annotations.splits import rarest_class_per_image
 from detloader.images import ExifPolicy, ImageDecodeError, MinSize, check_exif_policy, read_image
 from detloader.transforms.base import Annotated, min_input_size
 from detloader.transforms.functional import affine_boxes, affine_points, chw_tensor
+from detloader.transforms.mix import MIX_STREAM, MixUp, Mosaic, group_size, mix_choice
 
 __all__ = ["DECODE_ERROR_CHOICES", "DetectionDataset", "OnDecodeError", "Sample"]
 
@@ -146,6 +152,10 @@ class DetectionDataset(torch.utils.data.Dataset):
     are scaled to the image (per axis) and a warning is given once per process.
     """
 
+    #: What an index group makes (:meth:`with_mix`); None: that part is off.
+    mosaic: Mosaic | None = None
+    mixup: MixUp | None = None
+
     def __init__(
         self,
         index: AnnotationIndex,
@@ -209,6 +219,13 @@ class DetectionDataset(torch.utils.data.Dataset):
         twin = copy.copy(self)
         twin.decode_threads = int(decode_threads)
         twin._warned = set()
+        return twin
+
+    def with_mix(self, mosaic: Mosaic | None = None, mixup: MixUp | None = None) -> "DetectionDataset":
+        """A copy whose index groups (``dataset[[i, p1, ...]]``, ``group_size(mosaic, mixup)``
+        long) are mosaics and mixups; it shares the index, the transform and the epoch."""
+        twin = copy.copy(self)
+        twin.mosaic, twin.mixup, twin._warned = mosaic, mixup, set()
         return twin
 
     # -- access -----------------------------------------------------------------------------
@@ -325,14 +342,16 @@ class DetectionDataset(torch.utils.data.Dataset):
         rng = np.random.default_rng((self.seed, epoch, i, 1))
         return rng.permutation(np.flatnonzero(same)), rng.permutation(np.flatnonzero(others))
 
-    def _checked(self, i: int) -> int:
+    def _checked(self, i: int | Sequence[int]) -> Any:
         n = len(self.index)
+        if isinstance(i, (list, tuple, np.ndarray)):  # an index group (mosaic, mixup)
+            return [int(self._checked(g)) for g in i]
         i = operator.index(i)
         if not -n <= i < n:
             raise IndexError(f"index i={i} out of range for {n} images")
         return i % n
 
-    def __getitem__(self, i: int) -> Sample:
+    def __getitem__(self, i: int | Sequence[int]) -> Sample:
         return self.load_sample(self._checked(i), self.epoch)
 
     def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
@@ -349,14 +368,21 @@ class DetectionDataset(torch.utils.data.Dataset):
         with ThreadPoolExecutor(threads, thread_name_prefix="detloader-decode") as pool:
             return list(pool.map(self.load_sample, ids, [epoch] * len(ids)))
 
-    def load_sample(self, i: int, epoch: int) -> Sample:
+    def load_sample(self, i: int | Sequence[int], epoch: int) -> Sample:
         """Sample ``i`` (``0 <= i < len``) of ``epoch``: load (or, under
         ``on_decode_error="skip"``, a substitute's), transform, wrap. The per-index function
-        that ``__getitem__`` and the threads of ``__getitems__`` run."""
-        j, data = self._load_or_substitute(i, epoch)
-        if self.transform is not None:
-            data = self.transform(data, self.generator(i, epoch))
-            _check_output(data, self.transform)
+        that ``__getitem__`` and the threads of ``__getitems__`` run. A group ``[i, p1, ...]``
+        gives its mosaic / mixup (image class ``MISSING``; ``image_id`` ``i``, whose annotated
+        size is the canvas), or sample ``i`` when its draw says neither."""
+        mixed = None
+        if not isinstance(i, (int, np.integer)):
+            group, i = [int(g) for g in i], int(i[0])
+            mixed = self._mixed(group, epoch)
+        if mixed is None:
+            j, data = self._load_or_substitute(i, epoch)
+            data = self._transformed(data, self.generator(i, epoch))
+        else:
+            j, data = i, mixed
         a = data.affine
         idx = self.index
         return Sample(
@@ -365,13 +391,46 @@ class DetectionDataset(torch.utils.data.Dataset):
             labels=data.labels,
             landmarks=data.landmarks,
             visibility=data.visibility,
-            image_label=int(idx.image_labels[j]),
+            image_label=MISSING if mixed is not None else int(idx.image_labels[j]),
             image_id=j,
             orig_size=(int(idx.width[j]), int(idx.height[j])),
             scale=(float(a[0]), float(a[1])),
             offset=(float(a[2]), float(a[3])),
             object_ids=data.object_ids,
         )
+
+    def _transformed(self, data: Annotated, rng: np.random.Generator) -> Annotated:
+        if self.transform is not None:
+            data = self.transform(data, rng)
+            _check_output(data, self.transform)
+        return data
+
+    def _mixed(self, group: list[int], epoch: int) -> Annotated | None:
+        """The mosaic and/or mixup of ``group`` (:mod:`detloader.transforms.mix`: mosaic of the
+        decoded images, the transform once, mixup with the transformed partner); None when the
+        sample's draw (:func:`~detloader.transforms.mix.mix_choice`) says neither."""
+        if len(group) != group_size(self.mosaic, self.mixup):
+            raise ValueError(
+                f"index group {group}: {len(group)} indices, but mosaic={self.mosaic!r} and "
+                f"mixup={self.mixup!r} take {group_size(self.mosaic, self.mixup)}"
+            )
+        first = group[0]
+        mosaic, mixup, rng = mix_choice(self.mosaic, self.mixup, self.seed, epoch, first)
+        if not (mosaic or mixup):
+            return None
+        load = lambda g: self._load_or_substitute(g, epoch)[1]  # noqa: E731
+        if mosaic:
+            assert self.mosaic is not None
+            size = int(self.index.width[first]), int(self.index.height[first])
+            data = self.mosaic([load(g) for g in group[:4]], *size, rng)
+        else:
+            data = load(first)
+        data = self._transformed(data, self.generator(first, epoch))
+        if mixup:
+            assert self.mixup is not None
+            partner = np.random.default_rng((self.seed, epoch, first, MIX_STREAM, 1))
+            data = self.mixup(data, self._transformed(load(group[-1]), partner), rng)
+        return data
 
     def __repr__(self) -> str:
         return (
