@@ -3,7 +3,8 @@
 ``groups`` (which group each object or image is in) -> ``weights`` (pure functions: per-group
 weights, per-image weights, repeat factors, strategy strings) -> the samplers, one per module: ``weighted`` (alias method, exact beyond 2**24),
 ``repeat_factor`` (LVIS), ``class_aware`` (round-robin over classes), ``batch`` (P x K),
-``wrapper`` (any sampler, distributed) -> ``factory`` (``make_balanced_sampler``: a strategy
+``wrapper`` (any sampler, distributed), ``partners`` (index groups for mosaic and mixup from one
+sampler), ``aspect`` (batches of similar aspect ratio from any sampler's order) -> ``factory`` (``make_balanced_sampler``: a strategy
 string -> its sampler). ``base`` holds their shared contract (seed, epoch, rank, resume),
 ``distributed`` the rank arithmetic, ``alias`` the exact alias table, ``checks`` the argument
 checks.
@@ -19,10 +20,12 @@ from detloader.balance.weights import (
 )
 
 _LAZY = {
+    "AspectRatioBatchSampler": "detloader.balance.aspect",
     "BALANCE_CHOICES": "detloader.balance.factory",
     "BalancedBatchSampler": "detloader.balance.batch",
     "ClassAwareSampler": "detloader.balance.class_aware",
     "DistributedSamplerWrapper": "detloader.balance.wrapper",
+    "PartnerSampler": "detloader.balance.partners",
     "RepeatFactorSampler": "detloader.balance.repeat_factor",
     "WeightedSampler": "detloader.balance.weighted",
     "make_balanced_sampler": "detloader.balance.factory",
@@ -39,8 +42,9 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
-    "BALANCE_CHOICES", "DEFAULT_BETA", "DEFAULT_THRESHOLD", "STRATEGIES", "BalancedBatchSampler",
-    "ClassAwareSampler", "DistributedSamplerWrapper", "Groups", "RepeatFactorSampler",
+    "AspectRatioBatchSampler", "BALANCE_CHOICES", "DEFAULT_BETA", "DEFAULT_THRESHOLD", "STRATEGIES",
+    "BalancedBatchSampler", "ClassAwareSampler", "DistributedSamplerWrapper", "Groups",
+    "PartnerSampler", "RepeatFactorSampler",
     "WeightedSampler", "balance_groups", "class_members", "group_counts", "image_weights",
     "make_balanced_sampler", "members_from_labels", "parse_strategy", "repeat_factors",
     "sample_weights", "strategy_weights",

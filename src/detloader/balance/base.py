@@ -33,7 +33,8 @@ from detloader.balance.distributed import distributed_defaults, shard
 
 __all__ = [
     "CHUNK", "STREAM_BATCH", "STREAM_CLASS_AWARE", "STREAM_NO_REPLACEMENT", "STREAM_REPEAT",
-    "STREAM_WEIGHTED", "STREAM_WRAPPER", "EpochSampler", "epoch_generator", "index_dtype",
+    "STREAM_WEIGHTED", "STREAM_WRAPPER", "EpochSampler", "epoch_generator", "epoch_items",
+    "index_dtype", "sampler_config",
 ]
 
 #: Draws per chunk: bounds temporary memory (and keeps it in cache), and fixes the random
@@ -56,6 +57,27 @@ def epoch_generator(seed: int, epoch: int, stream: int, *extra: int) -> np.rando
 def index_dtype(n: int) -> type[np.integer]:
     """The dtype of indices below ``n``: int32 while it fits, else int64."""
     return np.int32 if n <= np.iinfo(np.int32).max else np.int64
+
+
+def epoch_items(sampler: Any, epoch: int) -> np.ndarray:
+    """int ``[L]`` (or ``[L, G]`` groups): ``sampler``'s items of ``epoch`` from its beginning,
+    for the wrappers of this package that read another sampler's order (``set_epoch`` when it
+    has one, then :meth:`EpochSampler.indices` or a plain iteration)."""
+    if hasattr(sampler, "set_epoch"):
+        sampler.set_epoch(epoch)
+    if hasattr(sampler, "indices"):
+        return np.asarray(sampler.indices())
+    return np.asarray(list(sampler), dtype=np.int64)
+
+
+def sampler_config(sampler: Any) -> dict[str, Any]:
+    """A wrapped sampler's state without its position (what fixes its draws), or its kind:
+    part of a wrapper's ``state_dict``, so that a state is refused by a wrapper of another
+    sampler."""
+    state = getattr(sampler, "state_dict", None)
+    if not callable(state):
+        return {"kind": type(sampler).__name__}
+    return {k: v for k, v in state().items() if k not in ("epoch", "offset")}
 
 
 class EpochSampler(Sampler[Any]):
