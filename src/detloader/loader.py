@@ -15,7 +15,8 @@ What it adds to ``DataLoader(...)``:
   the batches are then bitwise identical for any ``num_workers``.
 
 The loader never changes the dataset: its augmentation seed is ``DetectionDataset(seed=...)``
-and its epoch :meth:`~detloader.dataset.DetectionDataset.set_epoch`.
+and its epoch :meth:`~detloader.dataset.DetectionDataset.set_epoch` (``decode_threads``,
+``mosaic`` and ``mixup`` give the loader a copy of it).
 """
 
 from __future__ import annotations
@@ -29,13 +30,17 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
 
 from detloader._pool import worker_context
 from detloader._system import accelerator_available
+from detloader.balance.aspect import AspectRatioBatchSampler
 from detloader.balance.factory import make_balanced_sampler
+from detloader.balance.partners import PartnerSampler
+from detloader.balance.weighted import WeightedSampler
 from detloader.collate import collate_detection
 from detloader.dataset import check_decode_threads
+from detloader.transforms.mix import MixUp, Mosaic, group_size
 from detloader.tune.heuristic import auto_loader_kwargs
 
 __all__ = ["LoaderOptions", "make_loader", "set_epoch"]
@@ -102,9 +107,11 @@ def resolve_balance(
     shuffle: bool,
     sampler: Any,
     batch_sampler: Any,
+    global_draw: bool = False,
 ) -> Sampler[Any]:
     """The sampler for ``make_loader(balance=...)``: conflicts refused by name, then
-    :func:`detloader.balance.make_balanced_sampler` on the dataset's index."""
+    :func:`detloader.balance.make_balanced_sampler` on the dataset's index (all ranks' draw
+    with ``global_draw``, for a batch sampler that shares batches out itself)."""
     _refuse_clashes(
         f"balance={_short(balance)} builds the sampler",
         "must be left out (pass your own sampler as balance=, or drop balance)",
@@ -120,9 +127,62 @@ def resolve_balance(
             f"balance={_short(balance)} needs the dataset's annotation index (dataset.index, as "
             f"DetectionDataset has); {type(dataset).__name__} has none: pass a sampler instead"
         )
-    if seed is None:  # like an unseeded shuffle: a fresh order each run
-        seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
-    return make_balanced_sampler(index, balance, by=by, seed=int(seed))
+    ranks = {"rank": 0, "world_size": 1} if global_draw else {}
+    return make_balanced_sampler(index, balance, by=by, seed=_seed(seed), **ranks)
+
+
+def _seed(seed: int | None) -> int:
+    """``seed``, or a fresh one (like an unseeded shuffle: a new order each run)."""
+    return int(torch.randint(0, 2**62, (), dtype=torch.int64)) if seed is None else int(seed)
+
+
+def resolve_augment_order(
+    dataset: Dataset[Any],
+    *,
+    mosaic: float | Mosaic | None,
+    mixup: float | MixUp | None,
+    group_by_aspect: bool | Sequence[float],
+    sampler: Any,
+    shuffle: bool,
+    batch_size: int | None,
+    drop_last: bool,
+    seed: int | None,
+) -> tuple[Dataset[Any], Any, Any]:
+    """``(dataset, sampler, batch_sampler)`` for ``make_loader(mosaic=, mixup=,
+    group_by_aspect=)``: ``shuffle=True`` becomes a seeded uniform
+    :class:`~detloader.balance.WeightedSampler` without replacement (resumable); mosaic and
+    mixup wrap the order in a :class:`~detloader.balance.PartnerSampler` and give the loader
+    ``dataset.with_mix(...)``; ``group_by_aspect`` wraps it in an
+    :class:`~detloader.balance.AspectRatioBatchSampler` (None for ``sampler`` then)."""
+    if sampler is None and shuffle:
+        ranks = {"rank": 0, "world_size": 1} if group_by_aspect else {}
+        n = len(dataset)  # type: ignore[arg-type]
+        sampler = WeightedSampler(np.ones(n), replacement=False, seed=_seed(seed), **ranks)
+    if mosaic is not None or mixup is not None:
+        if sampler is None:
+            raise ValueError(
+                f"mosaic={mosaic!r}, mixup={mixup!r} draw their partners from the loader's "
+                "order: pass shuffle=True, balance= or a sampler"
+            )
+        mosaic = mosaic if mosaic is None or isinstance(mosaic, Mosaic) else Mosaic(mosaic)
+        mixup = mixup if mixup is None or isinstance(mixup, MixUp) else MixUp(mixup)
+        make = getattr(dataset, "with_mix", None)
+        if not callable(make):
+            raise ValueError(f"mosaic/mixup: {type(dataset).__name__} has no with_mix (DetectionDataset has)")
+        dataset, sampler = make(mosaic, mixup), PartnerSampler(sampler, group_size(mosaic, mixup) - 1)
+    if not group_by_aspect:
+        return dataset, sampler, None
+    index = getattr(dataset, "index", None)
+    if index is None or batch_size is None:
+        raise ValueError(
+            "group_by_aspect needs a batch_size and the dataset's annotation index for the "
+            f"image sizes (DetectionDataset has one; {type(dataset).__name__} given)"
+        )
+    order = sampler if sampler is not None else SequentialSampler(range(len(index)))
+    bounds = (1.0,) if group_by_aspect is True else tuple(group_by_aspect)  # type: ignore[arg-type]
+    ratios = np.asarray(index.width, dtype=np.float64) / np.asarray(index.height)
+    batches = AspectRatioBatchSampler(order, ratios, batch_size, boundaries=bounds, drop_last=drop_last)
+    return dataset, None, batches
 
 
 def _short(value: Any) -> str:
@@ -294,6 +354,9 @@ def make_loader(
     decode_threads: int | None = None,
     balance: Balance | None = None,
     balance_by: Any = "class",
+    mosaic: float | Mosaic | None = None,
+    mixup: float | MixUp | None = None,
+    group_by_aspect: bool | Sequence[float] = False,
 ) -> DataLoader[Any]:
     """A ``torch.utils.data.DataLoader`` over ``dataset``; the parameters are DataLoader's
     (see the module docstring for what is added), plus:
@@ -314,13 +377,28 @@ def make_loader(
       the grouping (``"class"``, ``"image_class"``, ``"attribute:NAME"``, a tuple for a
       product). See :func:`detloader.balance.make_balanced_sampler`. Call
       :func:`set_epoch` before each epoch.
+    * ``mosaic``, ``mixup``: a probability or a :class:`~detloader.transforms.Mosaic` /
+      :class:`~detloader.transforms.MixUp`; the partners come from the loader's own order
+      (:class:`~detloader.balance.PartnerSampler`: balanced, sharded and resumable like it),
+      so ``shuffle=True``, ``balance`` or a ``sampler`` is needed.
+    * ``group_by_aspect``: batches of images of similar aspect ratio
+      (:class:`~detloader.balance.AspectRatioBatchSampler`; True: tall and wide, or a sequence
+      of ratio boundaries), in the order of the balanced draw, the shuffle or the index.
+    With any of these, ``shuffle=True`` draws from a seeded uniform ``WeightedSampler`` (a
+    resumable order) instead of torch's ``RandomSampler``.
 
     Raises:
         ValueError: conflicting options (shuffle with a sampler; batch_sampler with
             batch_size/shuffle/sampler/drop_last; worker options with ``num_workers=0``;
-            balance with shuffle/sampler/batch_sampler) or invalid values, named in the
-            message.
+            balance with shuffle/sampler/batch_sampler; mosaic, mixup or group_by_aspect
+            with batch_sampler) or invalid values, named in the message.
     """
+    if mosaic is not None or mixup is not None or group_by_aspect:
+        _refuse_clashes(
+            "mosaic, mixup and group_by_aspect read the loader's order from its sampler",
+            "cannot be combined with them",
+            ("batch_sampler", batch_sampler is not None),
+        )
     if balance is not None:
         sampler = resolve_balance(
             dataset,
@@ -330,7 +408,16 @@ def make_loader(
             shuffle=shuffle,
             sampler=sampler,
             batch_sampler=batch_sampler,
+            global_draw=bool(group_by_aspect),
         )
+    if mosaic is not None or mixup is not None or group_by_aspect:
+        dataset, sampler, batch_sampler = resolve_augment_order(
+            dataset, mosaic=mosaic, mixup=mixup, group_by_aspect=group_by_aspect, sampler=sampler,
+            shuffle=shuffle, batch_size=batch_size, drop_last=drop_last, seed=seed,
+        )
+        shuffle = False
+        if batch_sampler is not None:
+            batch_size, drop_last = 1, False
     auto = isinstance(num_workers, str)
     if auto and num_workers != "auto":
         raise ValueError(f"num_workers={num_workers!r} must be an int >= 0 or 'auto'")
@@ -339,7 +426,7 @@ def make_loader(
     given = locals()
     options = LoaderOptions(**{f.name: given[f.name] for f in fields(LoaderOptions)})
     if auto:
-        size = batch_size if batch_size is not None else getattr(batch_sampler, "batch_size", 1)
+        size = batch_size if batch_sampler is None else getattr(batch_sampler, "batch_size", 1)
         options = resolve_auto_workers(dataset, options, int(size or 1))
     kwargs = dataloader_kwargs(dataset, options)
     return DataLoader(with_decode_threads(dataset, options.decode_threads), **kwargs)
