@@ -26,6 +26,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--size", type=int, default=320, help="letterbox side with --after-transform (default: 320)")
     p.add_argument("--flip", type=float, default=0.5, help="flip probability with --after-transform (default: 0.5)")
+    p.add_argument(
+        "--affine", action="store_true",
+        help="with --after-transform: a random affine first (10 degrees, scale 0.75-1.25, shear 2)",
+    )
+    p.add_argument(
+        "--mosaic", type=float, default=0.0, metavar="P",
+        help="with --after-transform: share of mosaics of each image and the next 3 (default: 0)",
+    )
     p.add_argument("--tile", type=int, default=256, help="pixels per tile (default: 256)")
     p.add_argument("--seed", type=int, default=0, help="which images, and the augmentation (default: 0)")
     p.set_defaults(func=run)
@@ -41,12 +49,15 @@ def run(args: argparse.Namespace) -> int:
         index = index.split(args.split)
     data = index
     if args.after_transform:
-        from detloader.transforms import Compose, RandomHorizontalFlip, Resize
+        from detloader.transforms import Compose, Mosaic, RandomAffine, RandomHorizontalFlip, Resize
 
         if args.size < 1:
             raise ValueError(f"--size={args.size} must be >= 1")
-        transform = Compose([RandomHorizontalFlip(p=args.flip), Resize(args.size, mode="letterbox")])
+        affine = [RandomAffine(10, scale=(0.75, 1.25), shear=2)] if args.affine else []
+        transform = Compose([*affine, RandomHorizontalFlip(p=args.flip), Resize(args.size, mode="letterbox")])
         data = DetectionDataset(index, transform, seed=args.seed)
+        if args.mosaic:
+            data = data.with_mix(Mosaic(args.mosaic))
     grid = show_dataset(
         data, args.out, n=args.n, class_name=args.class_name, after_transform=args.after_transform,
         seed=args.seed, tile=args.tile,

@@ -21,6 +21,7 @@ from PIL import Image
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.dataset import DetectionDataset, Sample
 from detloader.show.draw import BACKGROUND, TileAnnotations, TilePlacement, draw_tile, landmark_colors
+from detloader.transforms.mix import group_size, mix_choice
 
 __all__ = [
     "GAP", "Grid", "grid_size", "pick_images", "render_tiles", "show_dataset", "show_predictions",
@@ -74,15 +75,14 @@ def pick_images(
     return ids.astype(np.int64)
 
 
-def _image_class(index: AnnotationIndex, i: int) -> str:
-    label = int(index.image_labels[i])
+def _image_class(index: AnnotationIndex, label: int) -> str:
     return index.image_classes[label] if label != MISSING and 0 <= label < len(index.image_classes) else ""
 
 
 def _sample_tile(index: AnnotationIndex, sample: Sample, note: str = "") -> tuple[np.ndarray, TileAnnotations]:
     i = int(sample.image_id)
-    parts = [f"#{i}", _image_class(index, i)]
-    if sample.scale[0] < 0:
+    parts = [f"#{i}", _image_class(index, int(sample.image_label))]
+    if sample.scale[0] < 0:  # any transform that mirrors records a negative x scale
         parts.append("flipped")
     if note:
         parts.append(note)
@@ -145,8 +145,11 @@ def show_dataset(
 
     ``data``: an index (images as stored) or a :class:`DetectionDataset`; with
     ``after_transform``, the dataset's samples as its transform makes them (augmentation
-    included: check that a flip or a letterbox kept the annotations on their features), else
-    the images as stored. ``class_name``: only images with that object or image class.
+    included: check that a flip, an affine or a letterbox kept the annotations on their
+    features; mirrored tiles say ``flipped``), else the images as stored. A dataset with
+    mosaic or mixup (``dataset.with_mix(...)``) shows the group of each shown image and the
+    next ones (the caption says ``mosaic`` / ``mixup`` where the sample's draw made one).
+    ``class_name``: only images with that object or image class.
     """
     if isinstance(data, DetectionDataset):
         index, dataset = data.index, data
@@ -154,13 +157,23 @@ def show_dataset(
         index, dataset = data, None
     else:
         raise TypeError(f"data={type(data).__name__}: expected an AnnotationIndex or a DetectionDataset")
-    if after_transform and (dataset is None or dataset.transform is None):
-        raise ValueError("after_transform=True needs a DetectionDataset with a transform")
+    mixing = dataset is not None and (dataset.mosaic is not None or dataset.mixup is not None)
+    if after_transform and (dataset is None or (dataset.transform is None and not mixing)):
+        raise ValueError("after_transform=True needs a DetectionDataset with a transform, mosaic or mixup")
     if not after_transform:
-        dataset = DetectionDataset(index, None, seed=seed)
+        dataset, mixing = DetectionDataset(index, None, seed=seed), False
     assert dataset is not None
     ids = pick_images(index, n, class_name=class_name, seed=seed)
-    tiles = [_sample_tile(index, dataset[int(i)]) for i in ids]
+    tiles = []
+    for k, i in enumerate(ids.tolist()):
+        if not mixing:
+            tiles.append(_sample_tile(index, dataset[i]))
+            continue
+        size = group_size(dataset.mosaic, dataset.mixup)
+        group = [int(ids[(k + j) % len(ids)]) for j in range(size)]
+        made = mix_choice(dataset.mosaic, dataset.mixup, dataset.seed, dataset.epoch, i)[:2]
+        note = "+".join(name for name, on in zip(("mosaic", "mixup"), made) if on)
+        tiles.append(_sample_tile(index, dataset[group], note))
     image, places = render_tiles(tiles, index, tile=tile, cols=cols)
     return Grid(image, _save(image, out), [int(i) for i in ids], places)
 
