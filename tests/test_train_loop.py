@@ -108,3 +108,28 @@ def test_killed_and_resumed_run_sees_exactly_the_uninterrupted_samples(tiny: Pat
     b = load_checkpoint(tmp_path / "cut" / "last.pt")["model"]
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.slow
+def test_mosaic_and_affine_in_the_trainer_resume_exactly(tiny: Path, tmp_path: Path):
+    """Mosaic (partners from the balanced stream, off in the last epoch) and affine: a run
+    stopped mid-epoch and resumed sees exactly the uninterrupted run's samples and weights."""
+
+    def recorder(seen: list):
+        return lambda info: seen.append((info.epoch, tuple(info.image_ids)))
+
+    config = _config(tiny, tmp_path / "full", balance="sqrt", mosaic=1.0, close_mosaic=1, affine=True, evaluate=False)
+    full: list = []
+    metrics = train(config, on_step=recorder(full))
+    assert metrics["config"]["mosaic"] == 1.0 and len(full) == 16
+    first: list = []
+    train(config.replace(out=str(tmp_path / "cut"), max_steps=5), on_step=recorder(first))
+    rest: list = []
+    train(config.replace(out=str(tmp_path / "cut"), resume=str(tmp_path / "cut" / "last.pt")), on_step=recorder(rest))
+    assert first + rest == full
+    a = load_checkpoint(tmp_path / "full" / "last.pt")["model"]
+    b = load_checkpoint(tmp_path / "cut" / "last.pt")["model"]
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=name)
+    with pytest.raises(ValueError, match="mosaic=2"):
+        TrainConfig(mosaic=2)

@@ -45,6 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--landmark-loss", choices=("l1", "wing"), default="l1")
+    p.add_argument("--mosaic", type=float, help="share of training samples that are 4-image mosaics (default 0)")
+    p.add_argument("--close-mosaic", type=int, help="no mosaic in the last N epochs (default 2)")
+    p.add_argument("--affine", action="store_true", help="random scale and translation of training images")
     p.add_argument("--synthetic-images", type=int, help="images of the synthetic dataset (default 400)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="also save every N steps (default: epoch ends)")
     p.add_argument("--max-steps", type=int, help="stop once the run has made N steps in all, with a checkpoint (as if killed)")
@@ -83,6 +86,9 @@ def _config(args: argparse.Namespace) -> Any:
         "width": args.width,
         "synthetic_images": args.synthetic_images,
         "max_steps": args.max_steps,
+        "mosaic": args.mosaic,
+        "close_mosaic": args.close_mosaic,
+        "affine": args.affine or None,
     }
     changes.update({k: v for k, v in explicit.items() if v is not None})
     if not args.resume:

@@ -54,6 +54,12 @@ class TrainConfig:
         seed: seeds the model initialisation, the sampler and the augmentations.
         width: channels of the first backbone stage (model size).
         landmark_loss: ``"l1"`` or ``"wing"``.
+        mosaic: share of training samples that are mosaics of four images (0: none), the
+            partners drawn from the balanced sampler's own stream (``make_loader(mosaic=)``).
+        close_mosaic: no mosaic in the last this many epochs (the model sees whole images
+            before it is evaluated), as detection trainers do.
+        affine: a random scale (0.5-1.5) and translation (10 %) of each training image,
+            landmarks moved with it (``RandomAffine``).
         loss_weights: :class:`~detloader.train.losses.LossWeights`. ``width``,
             ``landmark_loss`` and ``loss_weights`` are the reference model's: a run with
             ``train(config, task=...)`` does not use them.
@@ -93,6 +99,9 @@ class TrainConfig:
     seed: int = 0
     width: int = 16
     landmark_loss: str = "l1"
+    mosaic: float = 0.0
+    close_mosaic: int = 2
+    affine: bool = False
     loss_weights: LossWeights = field(default_factory=LossWeights)
     checkpoint_every: int = 0
     max_steps: int | None = None
@@ -112,7 +121,9 @@ class TrainConfig:
 
         for name in ("batch_size", "epochs", "synthetic_images", "width"):
             positive(name)
-        for name in ("warmup_steps", "checkpoint_every"):
+        if isinstance(self.mosaic, bool) or not isinstance(self.mosaic, (int, float)) or not 0 <= self.mosaic <= 1:
+            raise ValueError(f"mosaic={self.mosaic!r} must be a share in [0, 1]")
+        for name in ("warmup_steps", "checkpoint_every", "close_mosaic"):
             positive(name, allow_zero=True)
         if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < INPUT_MULTIPLE or self.size % INPUT_MULTIPLE:
             raise ValueError(f"size={self.size!r} must be a positive multiple of {INPUT_MULTIPLE}")

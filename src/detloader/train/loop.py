@@ -97,12 +97,13 @@ class EpochInfo:
     rank: int
 
 
-def train_transform(size: int) -> Any:
+def train_transform(size: int, affine: bool = False) -> Any:
     """Training augmentation: horizontal flip (left/right landmarks swapped), colour jitter,
-    letterbox to ``size``."""
-    from detloader.transforms import ColorJitter, Compose, RandomHorizontalFlip, Resize
+    with ``affine`` a random scale (0.5-1.5) and translation (10 %), letterbox to ``size``."""
+    from detloader.transforms import ColorJitter, Compose, RandomAffine, RandomHorizontalFlip, Resize
 
-    return Compose([RandomHorizontalFlip(), ColorJitter(), Resize(size, mode="letterbox")])
+    geometric = [RandomHorizontalFlip(), *([RandomAffine(translate=0.1, scale=(0.5, 1.5))] if affine else [])]
+    return Compose([*geometric, ColorJitter(), Resize(size, mode="letterbox")])
 
 
 def _synthetic_root(config: TrainConfig, env: DistEnv) -> Path:
@@ -189,7 +190,9 @@ def balanced_loader(
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "auto" without a tuning result says so; fine here
-        if balance == "none":
+        if balance == "none" and loader_kwargs.get("mosaic"):  # a resumable shuffle that mosaic can draw from
+            loader = detloader.make_loader(dataset, shuffle=True, seed=seed, **loader_kwargs)
+        elif balance == "none":
             from torch.utils.data import RandomSampler
 
             shuffle = detloader.DistributedSamplerWrapper(RandomSampler(dataset), seed=seed)
@@ -203,10 +206,15 @@ def _train_loader(config: TrainConfig, index: Any, env: DistEnv) -> Any:
     import detloader
 
     dataset = detloader.DetectionDataset(
-        index, train_transform(config.size), seed=config.seed, on_decode_error=config.on_decode_error  # type: ignore[arg-type]
+        index, train_transform(config.size, config.affine), seed=config.seed, on_decode_error=config.on_decode_error  # type: ignore[arg-type]
     )
+    mix: dict[str, Any] = {}
+    if config.mosaic:  # partners from the sampler's own stream; off for the last close_mosaic epochs
+        from detloader.transforms import Mosaic
+
+        mix["mosaic"] = Mosaic(config.mosaic, epochs=max(config.epochs - config.close_mosaic, 0))
     return balanced_loader(
-        dataset, balance=config.balance, balance_by=config.balance_by, seed=config.seed, batch_size=config.batch_size,
+        dataset, balance=config.balance, balance_by=config.balance_by, seed=config.seed, batch_size=config.batch_size, **mix,
         num_workers=config.num_workers, pin_memory=env.device.type == "cuda",
         drop_last=True,  # equal, full steps on every rank
         worker_init_fn=_ignore_stop_signals,
