@@ -179,6 +179,7 @@ def test_tune_result_records_decode_threads_and_auto_applies_them(small_synth_ro
 
     monkeypatch.setattr(tuner, "BUSY_WINDOW_S", 0.05)
     monkeypatch.setattr(_system, "busy_cpus", lambda window_s=0.5: 0.0)
+    monkeypatch.setattr(_system, "busy_now", lambda: 0.0)
     monkeypatch.setattr(tuner, "worker_cap", lambda machine, max_workers, respect_busy: (2, "usable"))
     monkeypatch.setattr(tuner, "search_settings",
                         functools.partial(search_module.search_settings, measure_fn=model(_two_cores)))

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import functools
 import json
+import statistics
 import time
 import warnings
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -17,7 +19,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset
 
-from detloader import _system
+from detloader import _system, read_annotations
+from detloader.dataset import DetectionDataset
+from detloader.loader import make_loader
+from detloader.transforms import Resize
 from detloader.tune import (
     MachineProbe,
     Trial,
@@ -528,22 +533,75 @@ def test_index_fingerprint_follows_the_annotations(small_synth_root) -> None:
 
 # -- heuristic ----------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    ("free", "processes", "memory", "workers"),
+    ("free", "processes", "memory", "workers", "threads"),
     [
-        (8.0, 1, 64 * GIB, 7),  # one CPU stays with the training process
-        (1.9, 1, 64 * GIB, 1),  # 1.9 free CPUs count as 2
-        (1.4, 1, 64 * GIB, 0),  # a single CPU: loading in the main process
-        (0.0, 1, 64 * GIB, 0),
-        (64.0, 1, 64 * GIB, MAX_HEURISTIC_WORKERS),
-        (64.0, 8, 64 * GIB, 7),  # torchrun with 8 processes: 8 CPUs each
-        (32.0, 1, 2 * WORKER_MEMORY_GUESS * 3, 3),  # memory for 3 workers at half the available
+        (16.0, 1, 64 * GIB, 8, 0),  # one CPU stays with the training process, at most 8 workers
+        (4.0, 1, 64 * GIB, 3, 0),
+        (3.0, 1, 64 * GIB, 2, 0),
+        (2.0, 1, 64 * GIB, 0, 2),  # 2 CPUs: decode threads in the main process (measured fastest)
+        (1.5, 1, 64 * GIB, 0, 2),  # 1.5 free CPUs count as 2
+        (1.4, 1, 64 * GIB, 0, 0),  # a single CPU: loading in the main process
+        (1.0, 1, 64 * GIB, 0, 0),
+        (0.0, 1, 64 * GIB, 0, 0),
+        (64.0, 8, 64 * GIB, 7, 0),  # torchrun with 8 processes: 8 CPUs each
+        (32.0, 1, 2 * WORKER_MEMORY_GUESS * 3, 3, 0),  # memory for 3 workers at half the available
     ],
 )
-def test_heuristic(free: float, processes: int, memory: int, workers: int) -> None:
+def test_heuristic(free: float, processes: int, memory: int, workers: int, threads: int) -> None:
     kwargs, reason = heuristic_loader_kwargs(free=free, memory_available=memory, can_pin=False, processes=processes)
-    assert kwargs["num_workers"] == workers
-    assert kwargs == loader_kwargs(workers, prefetch_factor=2, persistent_workers=True)
-    assert reason.startswith("heuristic:") and f"num_workers={workers}" in reason
+    assert kwargs == {**loader_kwargs(workers, prefetch_factor=2, persistent_workers=True), "decode_threads": threads}
+    assert reason.startswith("heuristic:") and f"num_workers={workers}, decode_threads={threads}" in reason
+
+
+@pytest.mark.parametrize(
+    ("affinity", "quota", "load", "workers", "threads"),
+    [
+        (1, None, 0.0, 0, 0),
+        (2, None, 0.0, 0, 2),
+        (2, None, 1.0, 0, 2),  # our own process is the load's one task
+        (2, None, 2.0, 0, 0),  # another job keeps one CPU busy: 1 left
+        (4, None, 0.0, 3, 0),
+        (16, None, 0.0, 8, 0),
+        (16, 2.0, 0.0, 0, 2),  # 16 CPUs in the affinity mask, a cgroup quota of 2
+        (16, None, 9.0, 7, 0),  # 8 CPUs' worth of other tasks: 8 free
+    ],
+)
+def test_auto_default_on_fake_machines(monkeypatch: pytest.MonkeyPatch, affinity: int, quota: float | None,
+                                       load: float, workers: int, threads: int) -> None:
+    """The untuned default from the usable CPUs (affinity, cgroup quota) and the instant load."""
+    from detloader._system import cpus
+
+    monkeypatch.setattr(cpus.os, "sched_getaffinity", lambda _pid: set(range(affinity)))
+    monkeypatch.setattr(cpus.os, "cpu_count", lambda: affinity)
+    monkeypatch.setattr(cpus.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(cpus, "cgroup_cpu_limit", lambda: quota)
+    monkeypatch.setattr(_system, "busy_cpus", _never_watch)
+    monkeypatch.setattr(_system, "accelerator_info", lambda: (None, None, 0))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    kwargs, _ = auto_loader_kwargs(SpinDataset(8), 4, warn=False, decode_threads=True)
+    assert (kwargs["num_workers"], kwargs["decode_threads"]) == (workers, threads)
+
+
+def _never_watch(window_s: float = 0.5) -> float:
+    raise AssertionError("num_workers='auto' must not watch the CPUs")
+
+
+def test_make_loader_auto_is_quick_and_never_watches_the_cpus(monkeypatch: pytest.MonkeyPatch,
+                                                               small_synth_root: Path) -> None:
+    from detloader.tune import probe
+
+    monkeypatch.setattr(_system, "busy_cpus", _never_watch)
+    monkeypatch.setattr(probe, "probe_machine", _never_watch)
+    dataset = DetectionDataset(read_annotations(small_synth_root), Resize(32), seed=0)
+    times = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TuneWarning)  # no tuning result: the heuristic
+        make_loader(dataset, batch_size=4, num_workers="auto")  # imports and first-time work
+        for _ in range(5):
+            t0 = time.perf_counter()
+            make_loader(dataset, batch_size=4, num_workers="auto")
+            times.append(time.perf_counter() - t0)
+    assert statistics.median(times) <= 0.15, times
 
 
 def test_heuristic_pins_with_an_accelerator() -> None:
@@ -559,20 +617,21 @@ def test_heuristic_is_monotone_in_free_cpus(a: float, b: float, processes: int) 
     w_lo = heuristic_loader_kwargs(free=lo, memory_available=64 * GIB, can_pin=False, processes=processes)[0]
     w_hi = heuristic_loader_kwargs(free=hi, memory_available=64 * GIB, can_pin=False, processes=processes)[0]
     assert w_lo["num_workers"] <= w_hi["num_workers"] <= max(0, round(hi / processes + 1e-9))
+    assert w_lo["num_workers"] + w_lo["decode_threads"] <= max(1, round(lo / processes + 1e-9))
 
 
 def test_auto_without_a_result_warns_and_uses_the_heuristic(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     with pytest.warns(TuneWarning, match="heuristic"):
-        kwargs, reason = auto_loader_kwargs(SpinDataset(8), 4, busy_window_s=0.0)
+        kwargs, reason = auto_loader_kwargs(SpinDataset(8), 4)
     assert reason.startswith("heuristic:")
     DataLoader(SpinDataset(8), batch_size=4, **kwargs)
     with pytest.warns(TuneWarning) as record:  # the warning names the caller's line
-        auto_loader_kwargs(SpinDataset(8), 4, busy_window_s=0.0)
+        auto_loader_kwargs(SpinDataset(8), 4)
     assert record[0].filename == __file__
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        auto_loader_kwargs(SpinDataset(8), 4, busy_window_s=0.0, warn=False)
+        auto_loader_kwargs(SpinDataset(8), 4, warn=False)
     with pytest.raises(ValueError, match="batch_size=0"):
         auto_loader_kwargs(SpinDataset(8), 0)
 

@@ -35,7 +35,8 @@ class Load:
 @pytest.fixture
 def load(monkeypatch: pytest.MonkeyPatch) -> Load:
     probe = Load()
-    monkeypatch.setattr(_system, "busy_cpus", probe)
+    monkeypatch.setattr(_system, "busy_cpus", probe)  # the tuner's probe
+    monkeypatch.setattr(_system, "busy_now", probe)  # the instant figure of reuses
     monkeypatch.setattr(tuner, "BUSY_WINDOW_S", 0.05)
     return probe
 
@@ -137,24 +138,21 @@ def test_fit_to_load_rules() -> None:
     assert not LoadCheck(then=4.0, now=4.9, usable=8, tolerance=2.0).changed
 
 
-def test_check_load_confirms_a_change_with_a_longer_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    windows: list[float] = []
-    figures = iter([0.0, 2.0])  # the quick window sees an idle machine, the longer one busy
+def test_check_load_reads_the_instant_figure_and_never_watches(monkeypatch: pytest.MonkeyPatch) -> None:
+    def watch(window_s: float = 0.5) -> float:
+        raise AssertionError("the load re-check must not watch the CPUs")
 
-    def busy(window_s: float = 0.5) -> float:
-        windows.append(window_s)
-        return next(figures)
-
-    monkeypatch.setattr(_system, "busy_cpus", busy)
+    monkeypatch.setattr(_system, "busy_cpus", watch)
+    monkeypatch.setattr(_system, "busy_now", lambda: 2.0)
     monkeypatch.setattr(_system, "usable_cpus", lambda: 2)
     monkeypatch.setattr(_system, "affinity_cpus", lambda: 2)
 
     class Result:
         class machine:
-            free_cpus = 0.0
+            free_cpus = 2.0
 
-    check = check_load(Result(), quick_s=0.01, confirm_s=0.02)
-    assert windows == [0.01, 0.02] and check.now == 0.0 and not check.changed
+    check = check_load(Result())
+    assert check.now == 0.0 and check.changed and check.busier
 
 
 def test_auto_finds_the_result_of_a_dataset_with_its_transform_chain(small_synth_root: Path, load: Load) -> None:

@@ -9,7 +9,7 @@ from detloader._system.cgroups import (
     parse_cfs, parse_cpu_max, parse_memory_limit, parse_mountinfo, parse_proc_cgroup,
 )
 from detloader._system.cpus import (
-    affinity_cpus, affinity_set, busy_cpus, busy_from_samples, cpu_sample, local_world_size,
+    affinity_cpus, affinity_set, busy_cpus, busy_from_samples, busy_now, cpu_sample, local_world_size,
     logical_cores, parse_proc_stat, physical_cores, usable_cpus,
 )
 from detloader._system.memory import MemoryFacts, memory_facts
@@ -17,7 +17,8 @@ from detloader._system.memory import MemoryFacts, memory_facts
 __all__ = [
     "PINNABLE", "CgroupMount", "MemoryFacts", "accelerator_available", "accelerator_info",
     "accelerator_kind", "affinity_cpus", "affinity_set", "busy_cpus", "busy_from_samples",
-    "cgroup_chain", "cgroup_cpu_limit", "cgroup_memory_limit", "cgroup_memory_usage", "cpu_sample",
+    "busy_now", "cgroup_chain", "cgroup_cpu_limit", "cgroup_memory_limit", "cgroup_memory_usage",
+    "cpu_sample",
     "local_world_size", "logical_cores", "memory_facts", "parse_cfs", "parse_cpu_max",
     "parse_memory_limit", "parse_mountinfo", "parse_proc_cgroup", "parse_proc_stat",
     "physical_cores", "usable_cpus",

@@ -1,7 +1,8 @@
 """CPUs: how many this process may use (affinity, cgroup quota), and how many others keep busy.
 
-Everything here is cheap (a few small files under ``/proc`` and ``/sys/fs/cgroup``), except
-:func:`busy_cpus`, which watches the machine for a short window on purpose.
+Everything here is cheap (a few small files under ``/proc`` and ``/sys/fs/cgroup``, or the
+kernel's load average), except :func:`busy_cpus`, which watches the machine for a short window
+on purpose (``detloader tune`` uses it; ``make_loader`` never does).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Iterable
 from detloader._system.cgroups import cgroup_cpu_limit, read_text
 
 __all__ = [
-    "affinity_cpus", "affinity_set", "busy_cpus", "busy_from_samples", "cpu_sample",
+    "affinity_cpus", "affinity_set", "busy_cpus", "busy_from_samples", "busy_now", "cpu_sample",
     "local_world_size", "logical_cores", "parse_proc_stat", "physical_cores", "usable_cpus",
 ]
 
@@ -143,3 +144,18 @@ def busy_cpus(window_s: float = 0.5) -> float:
     after_text = read_text("/proc/stat") or text
     own, wall = sum(me.cpu_times()[:2]) - own0, time.perf_counter() - t0
     return busy_from_samples(before, parse_proc_stat(after_text), own, wall, cpus)
+
+
+def busy_now() -> float:
+    """CPUs of our affinity set kept busy by other processes, from the kernel's 1-minute load
+    average (instant: nothing is watched). The load counts runnable tasks on the whole
+    machine: one is taken away for this process, the rest is scaled to our share of the
+    machine's CPUs and clamped to ``[0, affinity CPUs]``. Coarse (a minute's average, tasks
+    waiting on disks count too); 0 where there is no load average."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 0.0
+    mine = affinity_cpus()
+    others = max(0.0, load - 1.0) * mine / logical_cores()
+    return float(min(mine, others))

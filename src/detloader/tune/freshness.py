@@ -4,13 +4,10 @@ A result is measured under some load: the CPUs other processes kept busy while i
 (``result.machine.busy_cpus`` / ``free_cpus``, stored in its JSON). On a shared server that
 load comes and goes, and a result measured on an idle machine recommends too many workers
 for a busy one (and one measured on a busy machine too few for an idle one). So every reuse
-re-checks the load, cheaply:
-
-1. watch the CPUs for :data:`QUICK_WINDOW_S` seconds (``/proc/stat``, as the probe does);
-2. when the free CPUs differ from the stored figure by at least :func:`load_tolerance`
-   (1 CPU, or a quarter of the usable CPUs when that is more), watch again for
-   :data:`CONFIRM_WINDOW_S` seconds and keep that figure: one short window on a busy machine
-   is noisy, and a confirmed change is what counts.
+re-checks the load with an instant figure (:func:`detloader._system.busy_now`, the kernel's
+load average: nothing is watched, so ``make_loader`` never waits): a change of at least
+:func:`load_tolerance` free CPUs (1 CPU, or a quarter of the usable CPUs when that is more)
+counts.
 
 What a changed load does: ``tune_loader`` (``cache=True``) measures again and replaces the
 cached result (``on_load_change="warn"`` returns the old one with a :class:`StaleTuneWarning`
@@ -28,14 +25,7 @@ from detloader import _system
 from detloader.tune.measure import loader_kwargs
 from detloader.tune.probe import free_cpus
 
-__all__ = [
-    "CONFIRM_WINDOW_S", "QUICK_WINDOW_S", "LoadCheck", "check_load", "current_free_cpus",
-    "fit_to_load", "load_tolerance",
-]
-
-#: Seconds of the cheap re-check, and of the confirming one when the first saw a change.
-QUICK_WINDOW_S = 0.25
-CONFIRM_WINDOW_S = 1.0
+__all__ = ["LoadCheck", "check_load", "current_free_cpus", "fit_to_load", "load_tolerance"]
 
 
 def load_tolerance(usable_cpus: int) -> float:
@@ -44,11 +34,10 @@ def load_tolerance(usable_cpus: int) -> float:
     return max(1.0, 0.25 * usable_cpus)
 
 
-def current_free_cpus(window_s: float) -> tuple[float, int]:
-    """``(free CPUs now, usable CPUs)``, watching the CPUs for ``window_s`` seconds."""
+def current_free_cpus() -> tuple[float, int]:
+    """``(free CPUs now, usable CPUs)`` from the instant load figure (no waiting)."""
     usable, affinity = _system.usable_cpus(), _system.affinity_cpus()
-    busy = _system.busy_cpus(window_s) if window_s > 0 else 0.0
-    return free_cpus(usable, affinity, busy), usable
+    return free_cpus(usable, affinity, _system.busy_now()), usable
 
 
 @dataclass(frozen=True)
@@ -74,16 +63,11 @@ class LoadCheck:
                 f"free now, {self.then:.1f} then")
 
 
-def check_load(result: Any, quick_s: float = QUICK_WINDOW_S, confirm_s: float = CONFIRM_WINDOW_S) -> LoadCheck:
+def check_load(result: Any) -> LoadCheck:
     """Compare the free CPUs stored in ``result`` (a :class:`TuneResult`) with the free CPUs
-    now (module docstring: a quick window, confirmed by a longer one when it saw a change)."""
-    then = float(result.machine.free_cpus)
-    now, usable = current_free_cpus(quick_s)
-    check = LoadCheck(then, now, usable, load_tolerance(usable))
-    if check.changed and confirm_s > 0:
-        now, usable = current_free_cpus(confirm_s)
-        check = LoadCheck(then, now, usable, load_tolerance(usable))
-    return check
+    now (the instant figure)."""
+    now, usable = current_free_cpus()
+    return LoadCheck(float(result.machine.free_cpus), now, usable, load_tolerance(usable))
 
 
 def fit_to_load(recommended: dict[str, Any], check: LoadCheck) -> dict[str, Any]:

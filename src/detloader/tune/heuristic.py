@@ -1,20 +1,24 @@
 """Loader settings without measuring: the cached tuning result, else a documented heuristic.
 
 The heuristic (used by ``make_loader(num_workers="auto")`` until ``tune_loader`` has measured
-this machine, dataset, transform and batch size):
+this machine, dataset, transform and batch size; it never waits or watches the CPUs):
 
-* **CPUs per loader** = free CPUs (usable CPUs minus those other processes kept busy over a
-  short window), divided by the number of training processes on this machine
-  (``LOCAL_WORLD_SIZE``, set by ``torchrun``; 1 otherwise).
-* **num_workers** = CPUs per loader - 1 (one CPU stays with the training process that
-  consumes the batches), at most :data:`MAX_HEURISTIC_WORKERS` (beyond 8, image decoding
-  rarely gains more than the memory it costs; measure to go higher), and 0 when fewer than 2
-  CPUs are free (a worker process would only add copying).
-* **memory**: at most as many workers as fit in half of the available memory (host available
-  memory, capped by the cgroup limit) at :data:`WORKER_MEMORY_GUESS` bytes each.
+* **CPUs per loader** = free CPUs (usable CPUs: affinity capped by the cgroup quota, minus
+  those other processes keep busy by the instant load figure, :func:`detloader._system.busy_now`)
+  divided by the training processes on this machine (``LOCAL_WORLD_SIZE``; 1 otherwise),
+  rounded (1.5 free CPUs count as 2, 1.4 as 1).
+* **1 CPU**: ``num_workers=0``, no decode threads (nothing runs beside the training process).
+* **2 CPUs**: ``num_workers=0, decode_threads=2``: a batch decoded on 2 threads in the
+  training process. Measured on a 2-CPU machine (docs/benchmarks.md, docs/tuning.md), it was
+  the fastest setting: 481 img/s against 437 for 2 workers, 357 for 2 workers x 2 threads, and
+  about 250-300 for 0 or 1 worker without threads. (A dataset without decode threads gets
+  0 workers: 290 img/s against 255 for 1 worker on that machine.)
+* **3 CPUs or more**: ``num_workers`` = CPUs - 1 (one CPU stays with the training process), at
+  most :data:`MAX_HEURISTIC_WORKERS` (beyond 8, image decoding rarely gains more than the
+  memory it costs; measure to go higher), and no more than fit in half of the available memory
+  at :data:`WORKER_MEMORY_GUESS` bytes each; no decode threads.
 * **pin_memory** = a CUDA or XPU device exists; **prefetch_factor** = 2 (DataLoader's default)
-  and **persistent_workers** = True when there are workers (worker start-up is then paid once,
-  not every epoch).
+  and **persistent_workers** = True when there are workers.
 """
 
 from __future__ import annotations
@@ -24,9 +28,8 @@ import warnings
 from typing import Any
 
 from detloader import _system
+from detloader.tune.freshness import check_load, current_free_cpus, fit_to_load
 from detloader.tune.measure import loader_kwargs
-from detloader.tune.freshness import check_load, fit_to_load
-from detloader.tune.probe import free_cpus
 from detloader.tune.store import cache_key, load_result
 
 __all__ = [
@@ -56,28 +59,23 @@ def heuristic_loader_kwargs(
     can_pin: bool,
     processes: int = 1,
 ) -> tuple[dict[str, Any], str]:
-    """Settings from the rules in the module docstring, and the one-line reason.
+    """Settings from the rules in the module docstring (``decode_threads`` included), and the
+    one-line reason.
 
     ``free``: CPUs free for this machine's training processes; ``processes``: how many of them
     share the machine (each gets its own loader); ``memory_available``: bytes.
     """
     if processes < 1:
         raise ValueError(f"processes={processes} must be >= 1")
-    per_loader = free / processes
-    cpus = int(per_loader + 0.5)  # 1.9 free CPUs are 2 for a loader, 1.4 are 1
-    cpu_workers = cpus - 1 if cpus >= 2 else 0
+    cpus = int(free / processes + 0.5)
     mem_workers = int(0.5 * max(0, memory_available) // WORKER_MEMORY_GUESS)
-    workers = max(0, min(cpu_workers, MAX_HEURISTIC_WORKERS, mem_workers))
-    why = f"{free:.1f} free CPUs"
-    if processes > 1:
-        why += f" / {processes} processes"
-    why += f" -> {per_loader:.1f} per loader, 1 kept for training"
-    if workers == mem_workers and mem_workers < min(cpu_workers, MAX_HEURISTIC_WORKERS):
-        why += f"; memory for {mem_workers} workers at {WORKER_MEMORY_GUESS // 2**20} MiB each"
-    elif workers == MAX_HEURISTIC_WORKERS and cpu_workers > MAX_HEURISTIC_WORKERS:
-        why += f"; capped at {MAX_HEURISTIC_WORKERS}"
+    workers = max(0, min(cpus - 1, MAX_HEURISTIC_WORKERS, mem_workers)) if cpus >= 3 else 0
+    threads = 2 if cpus == 2 else 0
     kwargs = loader_kwargs(workers, pin_memory=can_pin, prefetch_factor=2, persistent_workers=True)
-    return kwargs, f"heuristic: num_workers={workers} ({why}), pin_memory={can_pin}"
+    kwargs["decode_threads"] = threads
+    per = f" / {processes} processes" if processes > 1 else ""
+    return kwargs, (f"heuristic: {free:.1f} free CPUs{per} -> num_workers={workers}, "
+                    f"decode_threads={threads}, pin_memory={can_pin}")
 
 
 def auto_loader_kwargs(
@@ -85,7 +83,6 @@ def auto_loader_kwargs(
     batch_size: int,
     *,
     cache_dir: str | os.PathLike[str] | None = None,
-    busy_window_s: float = 0.2,
     warn: bool = True,
     stacklevel: int = 2,
     decode_threads: bool = False,
@@ -97,12 +94,11 @@ def auto_loader_kwargs(
     batch size when there is one, after a cheap re-check of the load
     (:func:`detloader.tune.freshness.check_load`): when it changed, a :class:`StaleTuneWarning`
     says so and, on a busier machine, the workers are capped at the CPUs free now; else the
-    heuristic of this module (it watches the CPUs for
-    ``busy_window_s`` seconds) and, with ``warn``, a :class:`TuneWarning` saying so (shown
+    heuristic of this module and, with ``warn``, a :class:`TuneWarning` saying so (shown
     once per process by Python's default warning filter) pointing ``stacklevel`` frames up.
-    ``decode_threads``: the dict also holds ``decode_threads`` (the tuned
-    :class:`~detloader.dataset.DetectionDataset` setting; 0 from the heuristic), which is not
-    a DataLoader argument.
+    ``decode_threads``: the dict also holds ``decode_threads`` (the
+    :class:`~detloader.dataset.DetectionDataset` setting, tuned or from the heuristic), which
+    is not a DataLoader argument. Never waits: only files and instant figures are read.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be >= 1")
@@ -124,11 +120,9 @@ def auto_loader_kwargs(
                 stacklevel=stacklevel,
             )
         return {**kwargs, **threads}, f"tuned, load changed: {result.summary}; {check.describe()}"
-    usable, affinity = _system.usable_cpus(), _system.affinity_cpus()
-    busy = _system.busy_cpus(busy_window_s) if busy_window_s > 0 else 0.0
     kind, _, _ = _system.accelerator_info()
     kwargs, reason = heuristic_loader_kwargs(
-        free=free_cpus(usable, affinity, busy),
+        free=current_free_cpus()[0],
         memory_available=_system.memory_facts().available,
         can_pin=kind in _system.PINNABLE,
         processes=_system.local_world_size(),
@@ -141,6 +135,6 @@ def auto_loader_kwargs(
             TuneWarning,
             stacklevel=stacklevel,
         )
-    if decode_threads:
-        kwargs["decode_threads"] = 0
+    if not decode_threads:
+        del kwargs["decode_threads"]
     return kwargs, reason
