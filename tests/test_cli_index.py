@@ -65,4 +65,4 @@ def test_demo_runs(tmp_path, capsys):
 def test_demo_with_tuning(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path / "demo"), "--images", "40", "--tune-budget", "4", "--size", "96"]) == 0
     out = capsys.readouterr().out
-    assert "recommended: DataLoader(" in out and "num_workers='auto'" in out
+    assert "recommended: make_loader(" in out and "num_workers='auto'" in out

@@ -402,6 +402,7 @@ def fast_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tuner, "BUSY_WINDOW_S", 0.1)
     # a steady load: these tests reuse cached results, which re-checks the load (freshness)
     monkeypatch.setattr(_system, "busy_cpus", lambda window_s=0.5: 0.0)
+    monkeypatch.setattr(_system, "busy_now", lambda: 0.0)
 
 
 def test_tune_loader_on_a_tiny_dataset(fast_probe: None) -> None:
@@ -573,13 +574,32 @@ def test_auto_default_on_fake_machines(monkeypatch: pytest.MonkeyPatch, affinity
 
     monkeypatch.setattr(cpus.os, "sched_getaffinity", lambda _pid: set(range(affinity)))
     monkeypatch.setattr(cpus.os, "cpu_count", lambda: affinity)
-    monkeypatch.setattr(cpus.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(cpus, "load_figures", lambda: (load, int(load) + 1))  # averaged, running now
     monkeypatch.setattr(cpus, "cgroup_cpu_limit", lambda: quota)
     monkeypatch.setattr(_system, "busy_cpus", _never_watch)
     monkeypatch.setattr(_system, "accelerator_info", lambda: (None, None, 0))
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     kwargs, _ = auto_loader_kwargs(SpinDataset(8), 4, warn=False, decode_threads=True)
     assert (kwargs["num_workers"], kwargs["decode_threads"]) == (workers, threads)
+
+
+@pytest.mark.parametrize(
+    ("figures", "logical", "busy"),
+    [
+        ((3.0, 1), 2, 0.0),  # the average remembers work that just ended; nothing else runs now
+        ((3.0, 3), 2, 2.0),  # steady: two tasks besides this process
+        ((3.0, None), 2, 2.0),  # no instant count (not Linux): the average alone
+        ((1.0, 1), 2, 0.0),  # this process alone
+        ((33.0, 40), 64, 1.0),  # 32 tasks of others on 64 CPUs: half of our 2
+    ],
+)
+def test_busy_now(monkeypatch: pytest.MonkeyPatch, figures: tuple[float, int | None], logical: int, busy: float) -> None:
+    from detloader._system import cpus
+
+    monkeypatch.setattr(cpus, "load_figures", lambda: figures)
+    monkeypatch.setattr(cpus, "affinity_cpus", lambda: 2)
+    monkeypatch.setattr(cpus, "logical_cores", lambda: logical)
+    assert cpus.busy_now() == pytest.approx(busy)
 
 
 def _never_watch(window_s: float = 0.5) -> float:
@@ -655,6 +675,7 @@ def test_cli_tune_json_then_cached_text(small_synth_root, tmp_path, capsys, fast
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "recommended:" in out and "cached result" in out and "CPUs:" in out
+    assert f"decode_threads={data['decode_threads']}" in out  # every setting that mattered
 
 
 def test_cli_tune_refuses_bad_arguments(small_synth_root, capsys) -> None:

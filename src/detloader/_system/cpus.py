@@ -15,7 +15,7 @@ from detloader._system.cgroups import cgroup_cpu_limit, read_text
 
 __all__ = [
     "affinity_cpus", "affinity_set", "busy_cpus", "busy_from_samples", "busy_now", "cpu_sample",
-    "local_world_size", "logical_cores", "parse_proc_stat", "physical_cores", "usable_cpus",
+    "load_figures", "local_world_size", "logical_cores", "parse_proc_stat", "physical_cores", "usable_cpus",
 ]
 
 
@@ -146,16 +146,28 @@ def busy_cpus(window_s: float = 0.5) -> float:
     return busy_from_samples(before, parse_proc_stat(after_text), own, wall, cpus)
 
 
-def busy_now() -> float:
-    """CPUs of our affinity set kept busy by other processes, from the kernel's 1-minute load
-    average (instant: nothing is watched). The load counts runnable tasks on the whole
-    machine: one is taken away for this process, the rest is scaled to our share of the
-    machine's CPUs and clamped to ``[0, affinity CPUs]``. Coarse (a minute's average, tasks
-    waiting on disks count too); 0 where there is no load average."""
+def load_figures() -> tuple[float, int | None]:
+    """The 1-minute load average and the tasks runnable at this instant (``/proc/loadavg``;
+    ``None`` for the second where only ``os.getloadavg`` exists). ``(0.0, None)`` without either."""
+    text = read_text("/proc/loadavg")
     try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return 0.0
+        if text is not None:
+            fields = text.split()
+            return float(fields[0]), int(fields[3].split("/")[0])
+        return os.getloadavg()[0], None
+    except (AttributeError, OSError, ValueError, IndexError):
+        return 0.0, None
+
+
+def busy_now() -> float:
+    """CPUs of our affinity set kept busy by other processes, from the kernel's load figures
+    (instant: nothing is watched). Both count runnable tasks on the whole machine: the smaller
+    of the 1-minute average and the tasks runnable right now is taken (a load that is steady
+    shows in both; the average still remembers work that just ended, such as a tuning run's
+    workers), one task is taken away for this process, and the rest is scaled to our share
+    of the machine's CPUs, clamped to ``[0, affinity CPUs]``. Coarse; 0 where there are no
+    load figures."""
+    average, running = load_figures()
+    load = min(average, running) if running is not None else average
     mine = affinity_cpus()
-    others = max(0.0, load - 1.0) * mine / logical_cores()
-    return float(min(mine, others))
+    return float(min(mine, max(0.0, load - 1.0) * mine / logical_cores()))

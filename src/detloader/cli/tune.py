@@ -115,8 +115,9 @@ def print_result(result: "TuneResult", plot: str | None = None, cached: bool = F
     print_table(out, table)
     if cached:
         out.print(f"[yellow]cached result of {result.created}; --refresh measures again[/yellow]")
-    kwargs = ", ".join(f"{k}={v!r}" for k, v in result.recommended.items())
-    out.print(f"[bold]recommended:[/bold] DataLoader(..., {kwargs})")
+    settings = {**result.recommended, "decode_threads": result.decode_threads}
+    kwargs = ", ".join(f"{k}={v!r}" for k, v in settings.items())
+    out.print(f"[bold]recommended:[/bold] make_loader(..., {kwargs})")
     out.print(result.explanation)
     if plot:
         out.print(f"plot: {plot}")
