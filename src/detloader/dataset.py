@@ -54,6 +54,7 @@ import torch
 
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.annotations.splits import rarest_class_per_image
+from detloader.store import CacheKind, ImageStore, cache_size_from, decode_to_size
 from detloader.images import ExifPolicy, ImageDecodeError, MinSize, check_exif_policy, read_image
 from detloader.transforms.base import Annotated, min_input_size
 from detloader.transforms.functional import affine_boxes, affine_points, chw_tensor
@@ -147,6 +148,13 @@ class DetectionDataset(torch.utils.data.Dataset):
         decode_threads: threads that load the images of a batch in parallel
             (:meth:`__getitems__`); 0 loads them one after the other in the calling thread.
             Batches are the same for any value.
+        cache: ``"disk"`` (beside the index cache) or ``"ram"`` (``/dev/shm``): decode every
+            image once into a memory-mapped store (:mod:`detloader.store`) that later reads,
+            in every worker and rank of the node, take instead of decoding; built now, under
+            a file lock, unless a valid one exists. None (default): decode every time.
+        cache_size: longer side of the stored images (never enlarged); default: the output
+            size of the transform's first :class:`~detloader.transforms.Resize`
+            (:func:`~detloader.store.cache_size_from`), required when it has none.
 
     When the decoded image's size differs from the size the annotation states, annotations
     are scaled to the image (per axis) and a warning is given once per process.
@@ -166,6 +174,8 @@ class DetectionDataset(torch.utils.data.Dataset):
         reduced_decode: bool = True,
         on_decode_error: OnDecodeError = "raise",
         decode_threads: int = 0,
+        cache: CacheKind | None = None,
+        cache_size: int | None = None,
     ) -> None:
         if not isinstance(index, AnnotationIndex):
             raise TypeError(f"index={type(index).__name__}: expected an AnnotationIndex")
@@ -190,6 +200,14 @@ class DetectionDataset(torch.utils.data.Dataset):
         # epoch, in whichever process; set_epoch clears them.
         self._skip_flags = torch.zeros(len(index) if on_decode_error == "skip" else 0, dtype=torch.uint8).share_memory_()
         self._rarest: np.ndarray | None = None
+        self.store: ImageStore | None = None
+        if cache is not None:
+            size = cache_size if cache_size is not None else cache_size_from(transform)
+            if size is None:
+                raise ValueError(
+                    f"cache={cache!r} needs cache_size=: transform={transform!r} fixes no output size"
+                )
+            self.store = ImageStore.open(index, cache, size, exif=exif, on_decode_error=on_decode_error)
 
     # -- epochs -----------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -246,6 +264,8 @@ class DetectionDataset(torch.utils.data.Dataset):
         transform. ``affine`` already holds any decode-time scaling."""
         idx = self.index
         ann_size = (int(idx.width[i]), int(idx.height[i]))
+        if self.store is not None:
+            return self._load_stored(i, ann_size)
         hint: MinSize = None  # (w, h) -> smallest decode size the transform allows
         if self.reduced_decode and self.transform is not None:
             hint = functools.partial(min_input_size, (self.transform,))
@@ -265,9 +285,30 @@ class DetectionDataset(torch.utils.data.Dataset):
                 f"{os.fspath(path)}: image is {full_w}x{full_h} but its annotation says "
                 f"{ann_size[0]}x{ann_size[1]}; annotations are scaled to the image",
             )
+        # Annotation frame -> decoded pixels (DCT scale, size mismatch)
+        return self._annotated(i, decoded.image, decoded.scale * full_w / ann_size[0], decoded.scale * full_h / ann_size[1])
+
+    def _load_stored(self, i: int, ann_size: tuple[int, int]) -> Annotated:
+        """:meth:`load` from the image store; an image whose file changed since it was stored
+        is decoded from the file to the stored size (never served stale)."""
+        assert self.store is not None
+        path = self.index.image_path(i)
+        image = self.store.get(i, path)  # a read-only view of the map: copied for the transforms
+        if image is not None:
+            image = np.array(image)
+        else:
+            self._warn_once("stale", f"{os.fspath(path)}: changed since the image store was built; decoded from the file")
+            image = decode_to_size(self.index, i, *self.store.size(i), self.exif)
+        h, w = image.shape[:2]
+        return self._annotated(i, image, w / ann_size[0], h / ann_size[1])
+
+    def _annotated(self, i: int, image: np.ndarray, sx: float, sy: float) -> Annotated:
+        """Image ``i``'s pixels with its objects mapped by ``(sx, sy)`` from the annotation
+        frame; clips boxes and drops landmarks that lie outside the image."""
+        idx = self.index
         lo, hi = int(idx.object_offsets[i]), int(idx.object_offsets[i + 1])
         data = Annotated(
-            image=decoded.image,
+            image=image,
             boxes=np.array(idx.boxes[lo:hi], dtype=np.float32),
             labels=np.array(idx.labels[lo:hi], dtype=np.int64),
             landmarks=np.array(idx.landmarks[lo:hi], dtype=np.float32),
@@ -275,11 +316,7 @@ class DetectionDataset(torch.utils.data.Dataset):
             object_ids=np.arange(lo, hi, dtype=np.int64),
             flip_permutation=self._flip_permutation,
         )
-        # Annotation frame -> decoded pixels (DCT scale, size mismatch); clips boxes and drops
-        # landmarks that lie outside the image.
-        data.map_annotations(
-            decoded.scale * full_w / ann_size[0], decoded.scale * full_h / ann_size[1], 0.0, 0.0
-        )
+        data.map_annotations(sx, sy, 0.0, 0.0)
         return data
 
     # -- decode errors ----------------------------------------------------------------------
@@ -435,7 +472,8 @@ class DetectionDataset(torch.utils.data.Dataset):
     def __repr__(self) -> str:
         return (
             f"DetectionDataset(images={len(self)}, transform={self.transform!r}, "
-            f"seed={self.seed}, exif={self.exif!r}, decode_threads={self.decode_threads})"
+            f"seed={self.seed}, exif={self.exif!r}, decode_threads={self.decode_threads}"
+            + (f", store={self.store!r})" if self.store is not None else ")")
         )
 
     def __getstate__(self) -> dict[str, Any]:

@@ -1,0 +1,334 @@
+"""The store of decoded images: every image decoded once, shrunk so that its longer side is
+at most ``cache_size``, kept as uint8 in one memory-mapped file that later epochs read instead
+of decoding (``DetectionDataset(..., cache="disk" | "ram")``).
+
+Layout of a ``.dlstore`` file (little-endian)::
+
+    8 bytes   magic b"DLSTORE\\n"
+    4 bytes   uint32 format version (STORE_VERSION)
+    4 bytes   uint32 CRC-32 of the table
+    8 bytes   uint64 number of images n
+    8 bytes   uint64 byte offset of the pixels
+    16 bytes  the key (blake2b of the image paths, annotated sizes, cache_size, EXIF policy)
+    table     n rows of TABLE_DTYPE: pixel offset, stored width and height, whether the image
+              decoded, and the source file's identity (size, mtime_ns, ctime_ns, inode)
+    pixels    each image uint8 [h, w, 3], C order, at its offset
+
+Slots are sized from the annotated width and height (known before decoding), so the file's
+size is known first: it is checked against the free space, and a file of another size is
+damaged. Where it lives: ``disk`` beside the index cache (:func:`cache_dir_for`), ``ram`` in
+``/dev/shm``. One process per node builds it under a file lock (``<file>.lock``); the others
+wait, then map it read-only, so every worker and rank shares its pages.
+
+Never stale: opening compares every source file's identity with the table and re-decodes the
+images that changed into their slots; each read compares it again (one ``os.stat``) and
+answers None for an image changed since, which the dataset then decodes from its file.
+A file that fails any check (magic, version, key, table CRC, size) is rebuilt with a warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import struct
+import tempfile
+import warnings
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from detloader.annotations.index import AnnotationIndex
+from detloader.images import ExifPolicy, ImageDecodeError, read_image
+
+__all__ = [
+    "CACHE_CHOICES", "STORE_VERSION", "CacheKind", "ImageStore", "StoreTooLargeError", "cache_size_from",
+    "decode_to_size", "store_sizes",
+]
+
+CacheKind = Literal["disk", "ram"]
+CACHE_CHOICES: tuple[str, ...] = ("disk", "ram")
+MAGIC = b"DLSTORE\n"
+STORE_VERSION = 1
+_PREFIX = struct.Struct("<8sIIQQ16s")
+_ALIGN = 64
+TABLE_DTYPE = np.dtype([
+    ("offset", "<i8"), ("width", "<i4"), ("height", "<i4"), ("ok", "<i8"),
+    ("size", "<i8"), ("mtime_ns", "<i8"), ("ctime_ns", "<i8"), ("inode", "<i8"),
+])
+_IDENTITY = ("size", "mtime_ns", "ctime_ns", "inode")
+
+
+class StoreTooLargeError(ValueError):
+    """The store would not fit in the free disk space or memory; names both figures."""
+
+
+def cache_size_from(transform: Any) -> int | None:
+    """The longer side a store needs for ``transform``: the first size-changing transform's
+    (past flips and colour) when it is a :class:`~detloader.transforms.Resize` with a fixed
+    output (``fixed``, ``letterbox``, ``longer``, or ``shorter`` with ``max_size``); else None."""
+    from detloader.transforms import Resize
+
+    for t in getattr(transform, "transforms", [transform]):
+        if getattr(t, "preserves_size", False):
+            continue
+        if isinstance(t, Resize):
+            if t.mode == "shorter":
+                return t.max_size
+            return max(t.size)
+        return None
+    return None
+
+
+def store_sizes(index: AnnotationIndex, cache_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stored (width, height) per image: the annotated size shrunk (never enlarged) so that
+    the longer side is at most ``cache_size``."""
+    w = np.asarray(index.width, dtype=np.int64)
+    h = np.asarray(index.height, dtype=np.int64)
+    s = np.minimum(1.0, cache_size / np.maximum(np.maximum(w, h), 1))
+    return np.maximum(1, np.round(w * s)).astype(np.int64), np.maximum(1, np.round(h * s)).astype(np.int64)
+
+
+def _identity(path: str | os.PathLike[str]) -> tuple[int, int, int, int]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (-1, -1, -1, -1)
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def _store_dir(kind: str, root: Path) -> Path:
+    if kind == "disk":
+        from detloader.annotations.cache import cache_dir_for
+
+        return cache_dir_for(root)
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
+def _free_bytes(kind: str, folder: Path) -> int:
+    free = shutil.disk_usage(folder).free
+    if kind == "ram":
+        import psutil
+
+        free = min(free, psutil.virtual_memory().available)
+    return int(free)
+
+
+class ImageStore:
+    """The decoded images of ``index`` at longer side <= ``cache_size``, memory-mapped.
+
+    :meth:`open` builds or maps it; :meth:`get` answers an image's stored pixels and the
+    (sx, sy) map from annotation coordinates to them. Pickles as its path (each process maps
+    the file itself, never a copy of the pixels).
+    """
+
+    def __init__(self, path: Path, n: int) -> None:
+        self.path, self.n = path, n
+        self._table: np.ndarray | None = None
+        self._pixels: np.ndarray | None = None
+        self._key, self._data_offset = b"", 0
+
+    # -- opening ----------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        index: AnnotationIndex,
+        kind: CacheKind,
+        cache_size: int,
+        *,
+        exif: ExifPolicy = "auto",
+        on_decode_error: str = "raise",
+        threads: int | None = None,
+    ) -> "ImageStore":
+        """Map the store of ``index`` (``kind`` ``"disk"`` or ``"ram"``), building it first
+        when absent or damaged, and refreshing images whose file changed, under a file lock.
+
+        Raises:
+            StoreTooLargeError: the store does not fit in the free space (both named).
+            ImageDecodeError: an image does not decode and ``on_decode_error="raise"``.
+        """
+        from filelock import FileLock
+
+        if kind not in CACHE_CHOICES:
+            raise ValueError(f"cache={kind!r} is not one of {', '.join(CACHE_CHOICES)} or None")
+        if isinstance(cache_size, bool) or not isinstance(cache_size, (int, np.integer)) or cache_size < 1:
+            raise ValueError(f"cache_size={cache_size!r} must be an int >= 1")
+        widths, heights = store_sizes(index, int(cache_size))
+        digest = hashlib.blake2b(digest_size=16)
+        for part in (index.paths_digest(), str(int(cache_size)), exif, str(STORE_VERSION)):
+            digest.update(part.encode() + b"\0")
+        for sizes in (index.width, index.height):
+            digest.update(np.ascontiguousarray(sizes, "<i8").tobytes())
+        key = digest.digest()
+        folder = _store_dir(kind, index.root)
+        path = folder / f"{index.root.resolve().name}-{key.hex()[:20]}.dlstore"
+        store = cls(path, len(index))
+        with FileLock(str(path) + ".lock"):
+            try:
+                store._map(key)
+            except (OSError, ValueError) as err:
+                if path.exists():
+                    warnings.warn(f"{path}: image store unusable ({err}); rebuilding it", RuntimeWarning, stacklevel=2)
+                store._build(index, kind, key, widths, heights, exif, on_decode_error, threads)
+                store._map(key)
+            store._refresh(index, exif, on_decode_error)
+        return store
+
+    def _map(self, key: bytes) -> None:
+        """Check the header, key, size and table CRC of the file, then map it read-only."""
+        size = self.path.stat().st_size
+        with open(self.path, "rb") as fh:
+            head = fh.read(_PREFIX.size)
+            if len(head) < _PREFIX.size:
+                raise ValueError("truncated header")
+            magic, version, crc, n, data_offset, got_key = _PREFIX.unpack(head)
+            if magic != MAGIC or version != STORE_VERSION:
+                raise ValueError(f"not a store of version {STORE_VERSION}")
+            if got_key != key or n != self.n:
+                raise ValueError("made for other images or another cache size")
+            table = np.frombuffer(fh.read(n * TABLE_DTYPE.itemsize), dtype=TABLE_DTYPE)
+        if len(table) != n or zlib.crc32(table.tobytes()) != crc:
+            raise ValueError("offset table checksum mismatch")
+        end = int(data_offset + (table["offset"][-1] + 3 * table["width"][-1].astype(np.int64) * table["height"][-1]
+                                 if n else 0))
+        if size != end:
+            raise ValueError(f"{size} bytes, expected {end} (truncated?)")
+        self._table = table.copy()
+        self._pixels = np.memmap(self.path, dtype=np.uint8, mode="r", offset=data_offset, shape=(size - data_offset,)) \
+            if size > data_offset else np.zeros(0, np.uint8)
+        self._data_offset = int(data_offset)
+        self._key = key
+
+    def _build(
+        self, index: AnnotationIndex, kind: str, key: bytes, widths: np.ndarray, heights: np.ndarray,
+        exif: ExifPolicy, on_decode_error: str, threads: int | None,
+    ) -> None:
+        n = len(index)
+        table = np.zeros(n, dtype=TABLE_DTYPE)
+        nbytes = 3 * widths * heights
+        table["offset"] = np.concatenate([[0], np.cumsum(nbytes)[:-1]]) if n else []
+        table["width"], table["height"] = widths, heights
+        data_offset = -(-(_PREFIX.size + n * TABLE_DTYPE.itemsize) // _ALIGN) * _ALIGN
+        total = data_offset + int(nbytes.sum())
+        free = _free_bytes(kind, self.path.parent)
+        if total > free:
+            side = int(max(widths.max(initial=0), heights.max(initial=0)))
+            raise StoreTooLargeError(
+                f"image store for {n} images at longer side <= {side} needs {total / 2**20:.1f} MiB "
+                f"(estimated from the annotated sizes) but only {free / 2**20:.1f} MiB "
+                f"{'of memory' if kind == 'ram' else 'of disk'} is free at {self.path.parent}; use a smaller "
+                "cache_size, the other cache kind, or none"
+            )
+        from detloader._files import atomic_write
+
+        with atomic_write(self.path) as fh:
+            fh.truncate(total)
+            pixels = np.memmap(fh, dtype=np.uint8, mode="r+", offset=data_offset, shape=(total - data_offset,)) \
+                if total > data_offset else None
+            with ThreadPoolExecutor(threads or min(8, os.cpu_count() or 1)) as pool:
+                for i, ok in enumerate(pool.map(lambda i: self._fill(index, i, table, pixels, exif), range(n))):
+                    if not ok and on_decode_error == "raise":
+                        _raise(index, i, int(widths[i]), int(heights[i]), exif)
+            if pixels is not None:
+                pixels.flush()
+                del pixels
+            _write_head(fh, key, table, data_offset)
+
+    def _fill(
+        self, index: AnnotationIndex, i: int, table: np.ndarray, pixels: np.ndarray | None, exif: ExifPolicy
+    ) -> bool:
+        """Decode image ``i`` into its slot of ``pixels``; record its identity (taken before
+        reading, so a file changed meanwhile shows as changed) and whether it decoded."""
+        row = table[i]
+        ident = _identity(index.image_path(i))
+        try:
+            image = decode_to_size(index, i, int(row["width"]), int(row["height"]), exif)
+        except ImageDecodeError:
+            image = None
+        for name, value in zip(_IDENTITY, ident):
+            table[name][i] = value
+        table["ok"][i] = image is not None
+        if image is not None and pixels is not None:
+            start = int(row["offset"])
+            pixels[start : start + image.size] = image.reshape(-1)
+        return image is not None
+
+    def _refresh(self, index: AnnotationIndex, exif: ExifPolicy, on_decode_error: str) -> None:
+        """Re-decode into their slots the images whose file changed since they were stored."""
+        assert self._table is not None
+        idents = np.array([_identity(index.image_path(i)) for i in range(self.n)], dtype=np.int64).reshape(-1, 4)
+        stored = np.stack([self._table[k] for k in _IDENTITY], axis=1) if self.n else idents
+        changed = np.flatnonzero((idents != stored).any(axis=1))
+        if not len(changed):
+            return
+        table = self._table.copy()
+        pixels = np.memmap(self.path, dtype=np.uint8, mode="r+", offset=self._data_offset)
+        for i in changed:
+            if not self._fill(index, int(i), table, pixels, exif) and on_decode_error == "raise":
+                _raise(index, int(i), int(table["width"][i]), int(table["height"][i]), exif)
+        pixels.flush()
+        del pixels
+        with open(self.path, "r+b") as fh:
+            _write_head(fh, self._key, table, self._data_offset)
+        self._map(self._key)
+
+    # -- reading ----------------------------------------------------------------------------
+    def get(self, i: int, path: str | os.PathLike[str]) -> np.ndarray | None:
+        """Image ``i`` as stored (uint8 ``[h, w, 3]``, read-only view of the map), or None
+        when ``path`` changed since it was stored (decode it from the file instead).
+
+        Raises:
+            ImageDecodeError: the image did not decode when the store was built.
+        """
+        if self._table is None:
+            self._map(self._key)
+        assert self._table is not None and self._pixels is not None
+        row = self._table[i]
+        if _identity(path) != tuple(int(row[k]) for k in _IDENTITY):
+            return None
+        if not row["ok"]:
+            raise ImageDecodeError(f"{os.fspath(path)}: cannot decode image (found when the image store was built)")
+        w, h, start = int(row["width"]), int(row["height"]), int(row["offset"])
+        return self._pixels[start : start + 3 * w * h].reshape(h, w, 3)
+
+    def size(self, i: int) -> tuple[int, int]:
+        """(width, height) image ``i`` is stored at."""
+        if self._table is None:
+            self._map(self._key)
+        assert self._table is not None
+        return int(self._table["width"][i]), int(self._table["height"][i])
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "n": self.n, "_key": self._key, "_data_offset": self._data_offset,
+                "_table": None, "_pixels": None}
+
+    def __repr__(self) -> str:
+        return f"ImageStore(path={str(self.path)!r}, images={self.n})"
+
+
+def _write_head(fh: Any, key: bytes, table: np.ndarray, data_offset: int) -> None:
+    fh.seek(0)
+    fh.write(_PREFIX.pack(MAGIC, STORE_VERSION, zlib.crc32(table.tobytes()), len(table), data_offset, key))
+    fh.write(table.tobytes())
+    fh.flush()
+
+
+def _raise(index: AnnotationIndex, i: int, width: int, height: int, exif: ExifPolicy) -> None:
+    """The ImageDecodeError of image ``i``, naming the file, the reason and the dataset index."""
+    try:
+        decode_to_size(index, i, width, height, exif)
+    except ImageDecodeError as err:
+        raise ImageDecodeError(f"{err} (dataset index {i}, building the image store)") from err
+
+
+def decode_to_size(index: AnnotationIndex, i: int, width: int, height: int, exif: ExifPolicy) -> np.ndarray:
+    """Image ``i`` decoded (DCT-reduced when it shrinks 2x) and resized to ``width x height``."""
+    from detloader.transforms.functional import resize_image
+
+    ann = (int(index.width[i]), int(index.height[i]))
+    decoded = read_image(index.image_path(i), expected_size=ann, exif=exif, min_size=(width, height))
+    return np.ascontiguousarray(resize_image(decoded.image, width, height))

@@ -1,0 +1,142 @@
+"""The store of decoded images (DetectionDataset(cache=...)): same samples as decoding, never
+stale, damaged files rebuilt, one build per node under the lock, size refused up front."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from detloader import read_annotations
+from detloader.dataset import DetectionDataset
+from detloader.images import ImageDecodeError
+from detloader.loader import make_loader
+from detloader.store import ImageStore, StoreTooLargeError, cache_size_from
+from detloader.synth import make_synthetic
+from detloader.transforms import Compose, RandomHorizontalFlip, Resize
+
+LETTERBOX = Compose([RandomHorizontalFlip(), Resize(48, mode="letterbox")])
+
+
+@pytest.fixture()
+def index(tmp_path, monkeypatch):
+    monkeypatch.setenv("DETLOADER_CACHE_DIR", str(tmp_path / "cache"))
+    return read_annotations(make_synthetic(tmp_path / "ds", 10, seed=0, size=(96, 72)))
+
+
+def psnr(a, b) -> float:
+    mse = float(((a.float() - b.float()) ** 2).mean())
+    return 99.0 if mse == 0 else 10 * np.log10(255**2 / mse)
+
+
+def test_samples_match_decoding_for_any_num_workers(index):
+    plain = DetectionDataset(index, LETTERBOX, seed=3)
+    stored = DetectionDataset(index, LETTERBOX, seed=3, cache="disk")
+    assert stored.store is not None and stored.store.path.suffix == ".dlstore"
+    batches = [list(make_loader(d, batch_size=4, num_workers=w)) for d, w in ((plain, 0), (stored, 0), (stored, 2))]
+    for a, b, c in zip(*batches):
+        assert psnr(a.images, b.images) >= 30 and np.array_equal(b.images.numpy(), c.images.numpy())
+        assert np.array_equal(a.boxes, b.boxes) and np.array_equal(b.boxes, c.boxes)
+    for i in range(len(index)):
+        assert stored[i].scale == plain[i].scale and stored[i].offset == plain[i].offset
+
+
+def test_cache_size_from_the_transform_or_required(index):
+    assert cache_size_from(LETTERBOX) == 48
+    assert cache_size_from(Resize(30, mode="shorter", max_size=40)) == 40
+    assert cache_size_from(RandomHorizontalFlip()) is None
+    with pytest.raises(ValueError, match="cache_size="):
+        DetectionDataset(index, RandomHorizontalFlip(), cache="disk")
+    with pytest.raises(ValueError, match="cache='nvme'"):
+        DetectionDataset(index, LETTERBOX, cache="nvme")  # type: ignore[arg-type]
+    sample = DetectionDataset(index, None, cache="disk", cache_size=40)[0]
+    assert sample.size == (40, 30) and sample.scale == (40 / 96, 30 / 72)
+
+
+def test_a_changed_image_is_never_served_stale(index):
+    stored = DetectionDataset(index, None, seed=0, cache="disk", cache_size=48)
+    path = index.image_path(2)
+    Image.new("RGB", (96, 72), (250, 10, 10)).save(path, quality=95)
+    with pytest.warns(RuntimeWarning, match="changed since the image store was built"):
+        image = stored[2].image  # the map opened before the change: decoded from the file
+    assert abs(int(image[0].float().mean()) - 250) <= 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # reopening refreshes the slot: no stale warning
+        again = DetectionDataset(index, None, seed=0, cache="disk", cache_size=48)[2].image
+    assert np.array_equal(again.numpy(), image.numpy())
+
+
+@pytest.mark.parametrize("damage", ["truncate", "table", "magic"])
+def test_a_damaged_store_is_rebuilt(index, damage):
+    first = DetectionDataset(index, None, cache="disk", cache_size=48)
+    want = [first[i].image.numpy() for i in range(len(index))]
+    path = first.store.path
+    data = bytearray(path.read_bytes())
+    if damage == "truncate":
+        data = data[:-7]
+    else:
+        data[0 if damage == "magic" else 60] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.warns(RuntimeWarning, match="image store unusable.*rebuilding"):
+        again = DetectionDataset(index, None, cache="disk", cache_size=48)
+    assert all(np.array_equal(again[i].image.numpy(), want[i]) for i in range(len(index)))
+
+
+def test_two_processes_build_once(index, tmp_path):
+    log = tmp_path / "builds.log"
+    script = textwrap.dedent(f"""
+        from detloader import read_annotations
+        from detloader.dataset import DetectionDataset
+        from detloader.store import ImageStore
+        build = ImageStore._build
+        def logged(self, *args, **kwargs):
+            with open({str(log)!r}, "a") as fh:
+                fh.write("built\\n")
+            return build(self, *args, **kwargs)
+        ImageStore._build = logged
+        d = DetectionDataset(read_annotations({str(index.root)!r}), None, cache="disk", cache_size=48)
+        print(d.store.path.stat().st_ino, int(d[3].image.float().sum()))
+    """)
+    env = {**os.environ}
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=120)[0].split() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert log.read_text().count("built") == 1
+    assert outs[0] == outs[1]
+
+
+def test_too_large_is_refused_with_the_numbers(index, monkeypatch):
+    monkeypatch.setattr("detloader.store._free_bytes", lambda kind, folder: 10_000)
+    with pytest.raises(StoreTooLargeError, match=r"10 images .* needs 0\.1 MiB .* only 0\.0 MiB of disk is free"):
+        DetectionDataset(index, None, cache="disk", cache_size=48)
+
+
+@pytest.mark.filterwarnings("ignore:.*substituted image:RuntimeWarning")
+def test_decode_errors_follow_the_policy(index):
+    bad = index.image_path(4)
+    bad.write_bytes(b"\xff\xd8\xff not a jpeg")
+    with pytest.raises(ImageDecodeError, match=rf"{bad.name}.*dataset index 4"):
+        DetectionDataset(index, None, cache="disk", cache_size=48)
+    skipping = DetectionDataset(index, None, seed=0, cache="disk", cache_size=48, on_decode_error="skip")
+    with pytest.warns(RuntimeWarning, match="skipped"):
+        assert skipping[4].image_id != 4
+    assert [i for i, _ in skipping.skipped] == [4]
+
+
+def test_ram_store_in_shared_memory(index):
+    d = DetectionDataset(index, LETTERBOX, seed=1, cache="ram")
+    try:
+        assert os.path.dirname(d.store.path) in ("/dev/shm", os.path.realpath(os.environ.get("TMPDIR", "/tmp")))
+        plain = DetectionDataset(index, LETTERBOX, seed=1)
+        assert psnr(d[1].image, plain[1].image) >= 30
+        assert isinstance(d.store, ImageStore) and "store=" in repr(d)
+    finally:
+        for p in (d.store.path, f"{d.store.path}.lock"):
+            if os.path.exists(p):
+                os.unlink(p)
