@@ -140,3 +140,28 @@ def test_ram_store_in_shared_memory(index):
         for p in (d.store.path, f"{d.store.path}.lock"):
             if os.path.exists(p):
                 os.unlink(p)
+
+
+def test_cli_bench_times_the_store_against_decoding(index, capsys):
+    from detloader.cli.parser import main
+
+    assert main(["bench", str(index.root), "--quick", "--json", "--sections", "loader", "--cache", "disk"]) == 0
+    import json
+
+    data = json.loads(capsys.readouterr().out)
+    store = data["figures"]["loader"]["store"]
+    assert store["cache"] == "disk" and store["bytes"] > 0 and set(store["detloader"]) >= {"0"}
+    whats = [r["what"] for r in data["ratios"]]
+    assert any(w.startswith("cache=disk: best store epoch") for w in whats)
+    assert "num_workers=0: cache=disk / decoding" in whats
+
+
+def test_cli_show_reads_the_store(index, tmp_path, capsys):
+    from detloader.cli.parser import main
+
+    out = tmp_path / "grid.png"
+    argv = ["show", str(index.root), "--out", str(out), "--n", "2", "--tile", "64", "--after-transform", "--size", "40"]
+    assert main([*argv, "--cache", "disk", "--cache-size", "40"]) == 0 and out.exists()
+    assert any(p.suffix == ".dlstore" for p in (tmp_path / "cache").rglob("*"))
+    assert main(["show", str(index.root), "--out", str(out), "--cache", "disk"]) == 2
+    assert "--after-transform" in capsys.readouterr().err

@@ -1,11 +1,14 @@
 """The loader section: images/s for num_workers 0..CPUs against the decode ceiling, the
-optional in-process decode threads, the tutorial and torchvision baselines, bytes per batch.
+optional in-process decode threads, the tutorial and torchvision baselines, bytes per batch;
+with ``cache``, the same loader reading the store of decoded images (:mod:`detloader.store`).
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import pickle
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,8 +28,10 @@ __all__ = ["bench_loader", "best_of"]
 SECTION = "loader"
 
 
-def _loader(index: AnnotationIndex, size: int, batch_size: int, workers: int, threads: int) -> DataLoader[Any]:
-    dataset = DetectionDataset(index, Resize((size, size)), seed=0, decode_threads=threads)
+def _loader(
+    index: AnnotationIndex, size: int, batch_size: int, workers: int, threads: int, cache: str | None = None
+) -> DataLoader[Any]:
+    dataset = DetectionDataset(index, Resize((size, size)), seed=0, decode_threads=threads, cache=cache)  # type: ignore[arg-type]
     return make_loader(dataset, batch_size=batch_size, num_workers=workers, prefetch_factor=2 if workers else None)
 
 
@@ -51,16 +56,20 @@ def bench_loader(
     decode_images: int,
     workdir: Path,
     repeats: int = 1,
+    cache: str | None = None,
 ) -> None:
     """Fill ``report``'s loader figures and ratios (``root``: the annotation folder, for the
     baselines that read VOC files themselves; ``workdir``: a folder for torchvision's VOC
     tree). Every figure is the best of ``repeats`` runs (:func:`best_of`). The main process
     runs torch on one thread, as the workers do (``torch.set_num_threads(1)``): torch's
-    intra-op threads would compete with the workers and the decoding for the same cores."""
+    intra-op threads would compete with the workers and the decoding for the same cores.
+    ``cache`` (``"disk"`` or ``"ram"``): also time the store's build and the loader reading it."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         _bench_loader(report, index, root, size, batch_size, batches, cpus, decode_images, repeats, workdir)
+        if cache is not None:
+            _bench_store(report, index, cache, size, batch_size, batches, cpus, repeats)
     finally:
         torch.set_num_threads(threads)
 
@@ -176,3 +185,42 @@ def _bytes_per_batch(
         SECTION, f"pickled bytes per batch of {len(batch)}: tutorial / detloader",
         ("tutorial", theirs), ("detloader", ours), "B",
     )
+
+
+def _bench_store(
+    report: BenchReport, index: AnnotationIndex, cache: str, size: int, batch_size: int,
+    batches: int, cpus: int, repeats: int,
+) -> None:
+    """The store's build time and the loader reading it (longer side ``size``, then the same
+    ``Resize``) against the decode ceiling and against decoding at the same ``num_workers``."""
+    fig = report.figures[SECTION]
+    start = time.perf_counter()
+    store = DetectionDataset(index, Resize((size, size)), cache=cache).store  # type: ignore[arg-type]
+    assert store is not None
+    built = time.perf_counter() - start
+    try:
+        rates = best_of(
+            {str(w): lambda w=w: _rate(lambda: _loader(index, size, batch_size, w, 0, cache), len, batches)
+             for w in range(cpus + 1)},
+            repeats,
+        )
+        best = max(rates, key=lambda w: rates[w])
+        fig["store"] = {"cache": cache, "build_seconds": built, "bytes": store.path.stat().st_size,
+                        "detloader": rates, "best_num_workers": int(best)}
+        report.add(
+            SECTION, f"cache={cache}: best store epoch (num_workers={best}) / decode ceiling",
+            ("store", rates[best]), ("ceiling", fig["decode_ceiling"]), "img/s",
+        )
+        for w, rate in rates.items():
+            report.add(
+                SECTION, f"num_workers={w}: cache={cache} / decoding",
+                ("store", rate), ("decoding", fig["detloader"][w]), "img/s",
+            )
+        report.notes.append(
+            f"loader: image store built in {built:.1f} s ({store.path.stat().st_size / 2**20:.1f} MiB, cache={cache})"
+        )
+    finally:
+        if cache == "ram":  # shared memory is not the temporary folder: leave nothing behind
+            for path in (store.path, f"{store.path}.lock"):
+                if os.path.exists(path):
+                    os.unlink(path)

@@ -48,6 +48,7 @@ class BenchSettings:
     index_files: int = 5000
     repeats: int = 2
     sections: tuple[str, ...] = SECTIONS
+    cache: str | None = None
 
     @classmethod
     def make(cls, quick: bool = False, **given: Any) -> "BenchSettings":
@@ -62,6 +63,8 @@ class BenchSettings:
             unknown = set(base["sections"]) - set(SECTIONS)
             if unknown or not base["sections"]:
                 raise ValueError(f"sections={list(base['sections'])!r}: choose from {', '.join(SECTIONS)}")
+        if base.get("cache") not in (None, "disk", "ram"):
+            raise ValueError(f"cache={base['cache']!r} is not one of disk, ram")
         settings = cls(quick=quick, **base)
         for name in ("size", "batch_size", "batches", "sampler_weights", "sampler_draws", "index_files", "repeats"):
             value = getattr(settings, name)
@@ -119,7 +122,7 @@ def run_bench(
             "size": s.size, "batch_size": s.batch_size, "batches": s.batches,
             "repeats": s.repeats, "quick": s.quick,
             "sampler_weights": s.sampler_weights, "sampler_draws": s.sampler_draws,
-            "sections": list(s.sections),
+            "sections": list(s.sections), "cache": s.cache,
         },
         machine=machine_description(),
     )
@@ -136,7 +139,7 @@ def run_bench(
                     report, index, root if voc_layout(root) else None, size=s.size,
                     batch_size=s.batch_size, batches=s.batches, cpus=cpus,
                     decode_images=min(len(index), s.batch_size * s.batches),
-                    workdir=Path(tmp), repeats=s.repeats,
+                    workdir=Path(tmp), repeats=s.repeats, cache=s.cache,
                 )
             if "index" in s.sections:
                 say("index")

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from detloader.annotations.index import AnnotationIndex
 
 __all__ = [
-    "ON_ERROR_DEFAULT", "add_dataset_arguments", "add_read_arguments", "check_choice", "console", "dataset_kwargs",
+    "ON_ERROR_DEFAULT", "add_cache_arguments", "add_dataset_arguments", "add_read_arguments", "check_choice", "console", "dataset_kwargs",
     "parse_class_map", "print_attribute_counts", "print_json", "print_table", "problems_line",
     "progress_bar", "read_index", "read_kwargs", "require_images", "table_lines",
 ]
@@ -90,6 +90,22 @@ def add_dataset_arguments(parser: argparse.ArgumentParser, on_error_help: str | 
     group.add_argument(
         "--allow-outside-images", action="store_true", help="follow image names that leave the dataset (../, absolute)"
     )
+
+
+def add_cache_arguments(parser: argparse.ArgumentParser, bench: bool = False) -> None:
+    """``--cache disk|ram`` and ``--cache-size S``: the store of decoded images of the commands
+    that load images (``DetectionDataset(cache=, cache_size=)``, docs/loader.md)."""
+    group = parser.add_argument_group("store of decoded images")
+    group.add_argument(
+        "--cache", choices=("disk", "ram"),
+        help="also time an epoch read from the store of decoded images (built first, beside the index cache or "
+        "in /dev/shm)" if bench else "decode each image once into a store beside the index cache (disk) or in "
+        "/dev/shm (ram) and read it from there",
+    )
+    if not bench:  # bench stores at its --size
+        group.add_argument(
+            "--cache-size", type=int, metavar="S", help="longer side of the stored images (default: the output size)"
+        )
 
 
 def parse_class_map(values: list[str] | None) -> dict[str, str | None] | None:

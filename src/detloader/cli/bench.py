@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from detloader.cli._common import add_dataset_arguments, dataset_kwargs, print_json
+from detloader.cli._common import add_cache_arguments, add_dataset_arguments, dataset_kwargs, print_json
 
 __all__ = ["register", "run"]
 
@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     add_dataset_arguments(p)
+    add_cache_arguments(p, bench=True)
     p.add_argument(
         "--quick", action="store_true", help="a tiny run that checks every section (figures mean nothing)"
     )
@@ -56,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         sampler_draws=args.sampler_draws,
         index_files=args.index_files,
         sections=args.sections,
+        cache=args.cache,
     )
     progress = None if args.json else (lambda section: print(f"measuring: {section}", file=sys.stderr))
     report = run_bench(args.path, settings, progress, read_options=dataset_kwargs(args))

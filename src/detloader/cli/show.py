@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from detloader.cli._common import add_read_arguments, console, read_index, require_images
+from detloader.cli._common import add_cache_arguments, add_read_arguments, console, read_index, require_images
 
 __all__ = ["register", "run"]
 
@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--tile", type=int, default=256, help="pixels per tile (default: 256)")
     p.add_argument("--seed", type=int, default=0, help="which images, and the augmentation (default: 0)")
+    add_cache_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -48,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     if args.split is not None:
         index = index.split(args.split)
     data = index
+    if args.cache and not args.after_transform:
+        raise ValueError("--cache applies with --after-transform (the grid otherwise shows the files as they are)")
     if args.after_transform:
         from detloader.transforms import Compose, Mosaic, RandomAffine, RandomHorizontalFlip, Resize
 
@@ -55,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--size={args.size} must be >= 1")
         affine = [RandomAffine(10, scale=(0.75, 1.25), shear=2)] if args.affine else []
         transform = Compose([*affine, RandomHorizontalFlip(p=args.flip), Resize(args.size, mode="letterbox")])
-        data = DetectionDataset(index, transform, seed=args.seed)
+        data = DetectionDataset(index, transform, seed=args.seed, cache=args.cache, cache_size=args.cache_size)
         if args.mosaic:
             data = data.with_mix(Mosaic(args.mosaic))
     grid = show_dataset(
