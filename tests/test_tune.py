@@ -546,6 +546,7 @@ def test_index_fingerprint_follows_the_annotations(small_synth_root) -> None:
         (0.0, 1, 64 * GIB, 0, 0),
         (64.0, 8, 64 * GIB, 7, 0),  # torchrun with 8 processes: 8 CPUs each
         (32.0, 1, 2 * WORKER_MEMORY_GUESS * 3, 3, 0),  # memory for 3 workers at half the available
+        (32.0, 1, WORKER_MEMORY_GUESS, 0, 2),  # memory for no worker: threads
     ],
 )
 def test_heuristic(free: float, processes: int, memory: int, workers: int, threads: int) -> None:
@@ -560,7 +561,8 @@ def test_heuristic(free: float, processes: int, memory: int, workers: int, threa
         (1, None, 0.0, 0, 0),
         (2, None, 0.0, 0, 2),
         (2, None, 1.0, 0, 2),  # our own process is the load's one task
-        (2, None, 2.0, 0, 0),  # another job keeps one CPU busy: 1 left
+        (2, None, 2.0, 0, 2),  # another job keeps one CPU busy: threads still (a busy 2-CPU machine)
+        (2, None, 5.0, 0, 2),
         (4, None, 0.0, 3, 0),
         (16, None, 0.0, 8, 0),
         (16, 2.0, 0.0, 0, 2),  # 16 CPUs in the affinity mask, a cgroup quota of 2
@@ -624,6 +626,14 @@ def test_make_loader_auto_is_quick_and_never_watches_the_cpus(monkeypatch: pytes
     assert statistics.median(times) <= 0.15, times
 
 
+def test_heuristic_on_a_busy_machine_keeps_decode_threads() -> None:
+    kwargs, reason = heuristic_loader_kwargs(free=0.4, usable=2, memory_available=GIB, can_pin=False)
+    assert (kwargs["num_workers"], kwargs["decode_threads"]) == (0, 2) and "0.4 of 2 CPUs free" in reason
+    assert heuristic_loader_kwargs(free=0.4, usable=1, memory_available=GIB, can_pin=False)[0]["decode_threads"] == 0
+    assert heuristic_loader_kwargs(free=8.0, usable=8, processes=8, memory_available=GIB,
+                                   can_pin=False)[0]["decode_threads"] == 0  # 1 CPU per loader
+
+
 def test_heuristic_pins_with_an_accelerator() -> None:
     kwargs, reason = heuristic_loader_kwargs(free=4.0, memory_available=8 * GIB, can_pin=True)
     assert kwargs["pin_memory"] is True and "pin_memory=True" in reason
@@ -637,7 +647,7 @@ def test_heuristic_is_monotone_in_free_cpus(a: float, b: float, processes: int) 
     w_lo = heuristic_loader_kwargs(free=lo, memory_available=64 * GIB, can_pin=False, processes=processes)[0]
     w_hi = heuristic_loader_kwargs(free=hi, memory_available=64 * GIB, can_pin=False, processes=processes)[0]
     assert w_lo["num_workers"] <= w_hi["num_workers"] <= max(0, round(hi / processes + 1e-9))
-    assert w_lo["num_workers"] + w_lo["decode_threads"] <= max(1, round(lo / processes + 1e-9))
+    assert w_lo["num_workers"] + w_lo["decode_threads"] <= max(2, round(lo / processes + 1e-9))
 
 
 def test_auto_without_a_result_warns_and_uses_the_heuristic(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,16 +7,17 @@ this machine, dataset, transform and batch size; it never waits or watches the C
   those other processes keep busy by the instant load figure, :func:`detloader._system.busy_now`)
   divided by the training processes on this machine (``LOCAL_WORLD_SIZE``; 1 otherwise),
   rounded (1.5 free CPUs count as 2, 1.4 as 1).
-* **1 CPU**: ``num_workers=0``, no decode threads (nothing runs beside the training process).
-* **2 CPUs**: ``num_workers=0, decode_threads=2``: a batch decoded on 2 threads in the
-  training process. Measured on a 2-CPU machine (docs/benchmarks.md, docs/tuning.md), it was
-  the fastest setting: 481 img/s against 437 for 2 workers, 357 for 2 workers x 2 threads, and
-  about 250-300 for 0 or 1 worker without threads. (A dataset without decode threads gets
-  0 workers: 290 img/s against 255 for 1 worker on that machine.)
-* **3 CPUs or more**: ``num_workers`` = CPUs - 1 (one CPU stays with the training process), at
-  most :data:`MAX_HEURISTIC_WORKERS` (beyond 8, image decoding rarely gains more than the
-  memory it costs; measure to go higher), and no more than fit in half of the available memory
-  at :data:`WORKER_MEMORY_GUESS` bytes each; no decode threads.
+* **3 CPUs per loader or more**: ``num_workers`` = CPUs - 1 (one CPU stays with the training
+  process), at most :data:`MAX_HEURISTIC_WORKERS` (beyond 8, image decoding rarely gains more
+  than the memory it costs; measure to go higher), and no more than fit in half of the
+  available memory at :data:`WORKER_MEMORY_GUESS` bytes each; no decode threads.
+* **fewer**: ``num_workers=0`` and ``decode_threads=2`` (a batch decoded on 2 threads in the
+  training process) when the loader has 2 usable CPUs or more, whatever the load, else none.
+  On a 2-CPU machine this was the fastest setting when idle (481 img/s against 437 for 2
+  workers and 301 without threads: docs/benchmarks.md) and 0.87-0.92 of the best of a small
+  grid on a busy one (docs/tuning.md; 1 worker, the former default, 0.57-0.63); threads cost no
+  process and little memory. A dataset without decode threads gets 0 workers (290 img/s against 255 for 1 worker
+  on that machine, idle).
 * **pin_memory** = a CUDA or XPU device exists; **prefetch_factor** = 2 (DataLoader's default)
   and **persistent_workers** = True when there are workers.
 """
@@ -58,23 +59,26 @@ def heuristic_loader_kwargs(
     memory_available: int,
     can_pin: bool,
     processes: int = 1,
+    usable: int | None = None,
 ) -> tuple[dict[str, Any], str]:
     """Settings from the rules in the module docstring (``decode_threads`` included), and the
     one-line reason.
 
     ``free``: CPUs free for this machine's training processes; ``processes``: how many of them
-    share the machine (each gets its own loader); ``memory_available``: bytes.
+    share the machine (each gets its own loader); ``memory_available``: bytes; ``usable``:
+    CPUs this process may use, whatever the load (default: ``free``, rounded).
     """
     if processes < 1:
         raise ValueError(f"processes={processes} must be >= 1")
     cpus = int(free / processes + 0.5)
     mem_workers = int(0.5 * max(0, memory_available) // WORKER_MEMORY_GUESS)
     workers = max(0, min(cpus - 1, MAX_HEURISTIC_WORKERS, mem_workers)) if cpus >= 3 else 0
-    threads = 2 if cpus == 2 else 0
+    usable_cpus = usable if usable is not None else cpus * processes
+    threads = 2 if workers == 0 and usable_cpus / processes >= 2 else 0
     kwargs = loader_kwargs(workers, pin_memory=can_pin, prefetch_factor=2, persistent_workers=True)
     kwargs["decode_threads"] = threads
     per = f" / {processes} processes" if processes > 1 else ""
-    return kwargs, (f"heuristic: {free:.1f} free CPUs{per} -> num_workers={workers}, "
+    return kwargs, (f"heuristic: {free:.1f} of {usable_cpus} CPUs free{per} -> num_workers={workers}, "
                     f"decode_threads={threads}, pin_memory={can_pin}")
 
 
@@ -121,8 +125,10 @@ def auto_loader_kwargs(
             )
         return {**kwargs, **threads}, f"tuned, load changed: {result.summary}; {check.describe()}"
     kind, _, _ = _system.accelerator_info()
+    free, usable = current_free_cpus()
     kwargs, reason = heuristic_loader_kwargs(
-        free=current_free_cpus()[0],
+        free=free,
+        usable=usable,
         memory_available=_system.memory_facts().available,
         can_pin=kind in _system.PINNABLE,
         processes=_system.local_world_size(),
