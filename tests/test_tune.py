@@ -296,8 +296,8 @@ def test_explanation_gives_the_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
     r = _tune_on_model(monkeypatch, machine(64), knee(12))
     text = r.explanation
     assert r.recommended["num_workers"] == 12
-    assert "12 workers give 1200 img/s" in text
-    assert "16 workers: 1200 img/s (+0 %)" in text and "11 workers: 1100 img/s" in text
+    assert "Choice: 12 workers: 1200 img/s" in text
+    assert "16 workers: 1200 img/s (+0 %)" in text and "11 workers: 1100 img/s (-8 %)" in text
     assert "each worker holds 100 MiB" in text
     assert "pin_memory=False: no CUDA/XPU device" in text
     assert "persistent_workers=True" in text
@@ -310,7 +310,7 @@ def test_explanation_with_an_accelerator(monkeypatch: pytest.MonkeyPatch) -> Non
     r = _tune_on_model(monkeypatch, machine(2, can_pin=True), rate)
     assert r.recommended["pin_memory"] is True
     assert "20.0 GB/s pinned vs 6.0 GB/s pageable" in r.explanation
-    assert "without pinning the loop gave" in r.explanation
+    assert "Choice: 2 workers, pinned: 250 img/s" in r.explanation and "2 workers: 200 img/s (-20 %)" in r.explanation
 
 
 # -- real loaders, tiny data --------------------------------------------------------------------
