@@ -215,3 +215,16 @@ def test_pad_and_crop_keep_a_channel_first_layout() -> None:
         assert chw_tensor(out).is_contiguous()  # the Dataset's CHW tensor needs no copy
     hwc = pad_image(image, 60, 40, 1, 1)  # an [H, W, 3] image keeps its layout too
     assert hwc.flags.c_contiguous and np.array_equal(hwc[1:38, 1:54], image)
+
+
+def test_tuner_tries_two_threads_when_busy_cpus_cap_the_workers(small_synth_root, monkeypatch) -> None:
+    from detloader import _system
+
+    monkeypatch.setattr(tuner, "BUSY_WINDOW_S", 0.05)
+    monkeypatch.setattr(_system, "busy_cpus", lambda window_s=0.5: 1.8)  # 0.2 of 2 CPUs free
+    monkeypatch.setattr(tuner, "worker_cap", lambda machine, max_workers, respect_busy: (1, "busy"))
+    monkeypatch.setattr(tuner, "search_settings",
+                        functools.partial(search_module.search_settings, measure_fn=model(_two_cores)))
+    dataset = DetectionDataset(read_annotations(small_synth_root), Resize(32), seed=0)
+    result = tune_loader(dataset, batch_size=4, budget_s=5, device=None, cache=False)
+    assert result.recommended["num_workers"] == 0 and result.decode_threads == 2

@@ -222,7 +222,9 @@ def tune_loader(
     if factory is None:
         factory = default_loader_factory(dataset, batch_size, collate_fn)
         if grid is None and hasattr(dataset, "with_decode_threads"):
-            threads_cap = cap  # make_loader passes decode_threads to the dataset
+            # make_loader passes decode_threads to the dataset; 2 threads are tried even when
+            # busy CPUs cap the workers (threads cost no process: the untuned default's rule)
+            threads_cap = max(cap, 2) if machine.usable_cpus >= 2 else cap
     outcome = search_settings(
         factory,
         batch_size=batch_size,
