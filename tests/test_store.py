@@ -4,6 +4,7 @@ stale, damaged files rebuilt, one build per node under the lock, size refused up
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -39,6 +40,7 @@ def test_samples_match_decoding_for_any_num_workers(index):
     plain = DetectionDataset(index, LETTERBOX, seed=3)
     stored = DetectionDataset(index, LETTERBOX, seed=3, cache="disk")
     assert stored.store is not None and stored.store.path.suffix == ".dlstore"
+    assert len(pickle.dumps(stored)) < 50_000  # the file's name travels to workers, never the pixels
     batches = [list(make_loader(d, batch_size=4, num_workers=w)) for d, w in ((plain, 0), (stored, 0), (stored, 2))]
     for a, b, c in zip(*batches):
         assert psnr(a.images, b.images) >= 30 and np.array_equal(b.images.numpy(), c.images.numpy())

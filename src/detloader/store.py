@@ -214,7 +214,7 @@ class ImageStore:
         table["width"], table["height"] = widths, heights
         data_offset = -(-(_PREFIX.size + n * TABLE_DTYPE.itemsize) // _ALIGN) * _ALIGN
         total = data_offset + int(nbytes.sum())
-        free = _free_bytes(kind, self.path.parent)
+        free = _free_bytes(kind, self.path.parent) + (self.path.stat().st_size if self.path.exists() else 0)
         if total > free:
             side = int(max(widths.max(initial=0), heights.max(initial=0)))
             raise StoreTooLargeError(
