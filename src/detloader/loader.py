@@ -368,8 +368,9 @@ def make_loader(
       :class:`~detloader.dataset.DetectionDataset` with that setting; None: the dataset's
       own). Batches are the same for any value.
     * ``num_workers="auto"``: the settings :func:`detloader.tune_loader` measured for this
-      machine, dataset, transform and batch size, else a documented heuristic (with a
-      ``TuneWarning`` saying so); ``pin_memory``, ``prefetch_factor``,
+      machine, dataset, transform and batch size, else a default from the usable CPUs and the
+      instant load (docs/tuning.md; a ``TuneWarning`` says so). Never waits: nothing is
+      measured within this call. ``pin_memory``, ``prefetch_factor``,
       ``persistent_workers`` and ``decode_threads`` follow it where left at their defaults.
     * ``balance``: class balancing by the sampler: a strategy name (``"inverse"``,
       ``"sqrt"``, ``"power:0.3"``, ``"effective:0.999"``, ``"repeat_factor:0.1"``,
