@@ -149,8 +149,13 @@ class TrainConfig:
             raise ValueError(f"eval_backend={self.eval_backend!r} is not one of {BACKENDS}")
         if not isinstance(self.balance, str) or not self.balance:
             raise ValueError(f"balance={self.balance!r} must be 'none' or a strategy name")
-        if self.balance.partition(":")[0].strip() not in BALANCE_NAMES:
-            raise ValueError(f"balance={self.balance!r} is not one of {BALANCE_NAMES} (with :PARAM where it takes one)")
+        name = self.balance.partition(":")[0].strip()
+        if name not in BALANCE_NAMES:
+            import difflib
+
+            close = difflib.get_close_matches(name, BALANCE_NAMES, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"balance={self.balance!r} is not one of {BALANCE_NAMES} (with :PARAM where it takes one){hint}")
         if isinstance(self.loss_weights, Mapping):
             object.__setattr__(self, "loss_weights", LossWeights.from_dict(self.loss_weights))
 
