@@ -406,12 +406,9 @@ def _train(
         ddp_kwargs = {"device_ids": [env.device.index]} if env.device.type == "cuda" else {}
         model = torch.nn.parallel.DistributedDataParallel(model, **ddp_kwargs)
 
-    saved = [-1]  # the step of the last checkpoint written
-
     def checkpoint(epoch: int) -> None:
         if not env.is_main:
             return
-        saved[0] = step
         state = {
             "model": _unwrap(model).state_dict(),
             "model_config": dict(task.config),
@@ -503,7 +500,7 @@ def _train(
         samples_seen += n_samples
         fraction = wait / max(wait + compute, 1e-12)
         if stopped:
-            if saved[0] != step:  # not written at this step already (checkpoint_every)
+            if not (config.checkpoint_every and step % config.checkpoint_every == 0):  # not saved at it yet
                 checkpoint(epoch)
             break
         record = {
