@@ -81,3 +81,12 @@ def keypoints_xml(points: Sequence[tuple[str, float, float, int]]) -> str:
 
 def arrays_equal(a, b) -> bool:
     return all(np.array_equal(a.arrays()[k], b.arrays()[k]) for k in a.arrays())
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback now (the rendezvous of a test's gloo processes)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

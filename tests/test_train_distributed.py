@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import os
 import pickle
-import socket
 from pathlib import Path
 
 import pytest
+from helpers import free_port
 import torch.multiprocessing as mp
 
 from detloader.synth import make_synthetic
@@ -18,12 +18,6 @@ pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(180
 pytest.importorskip("faster_coco_eval")
 
 WORLD = 2
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _worker(rank: int, data: str, out: str, port: int) -> None:
@@ -46,7 +40,7 @@ def _worker(rank: int, data: str, out: str, port: int) -> None:
 def test_two_gloo_processes(tmp_path: Path) -> None:
     data = make_synthetic(tmp_path / "faces", 40, seed=1, size=(96, 72))  # 32 train, 8 val
     out = tmp_path / "run"
-    mp.spawn(_worker, args=(str(data), str(out), _free_port()), nprocs=WORLD, join=True)
+    mp.spawn(_worker, args=(str(data), str(out), free_port()), nprocs=WORLD, join=True)
     ranks = [pickle.loads((out / f"rank{r}.pkl").read_bytes()) for r in range(WORLD)]
     m0, m1 = ranks[0]["metrics"], ranks[1]["metrics"]
     assert m0 == m1  # rank 0's metrics broadcast

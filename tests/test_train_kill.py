@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from helpers import free_port
 
 from detloader.synth import make_synthetic
 from detloader.train import load_checkpoint
@@ -48,12 +48,6 @@ with open(record, "a") as f:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_synthetic(tmp_path_factory.mktemp("kill") / "faces", 40, seed=1, size=(96, 72))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _start(data: Path, out: Path, record: Path, workers: int, *, hang: bool, resume: str = "",
@@ -114,7 +108,7 @@ def test_sigkill_then_resume_one_process(tiny: Path, tmp_path: Path, workers: in
 @pytest.mark.distributed
 def test_sigkill_then_resume_two_gloo_processes(tiny: Path, tmp_path: Path) -> None:
     def ranks(out: Path, name: str, *, hang: bool, resume: str = "") -> list[subprocess.Popen]:
-        port = _free_port()
+        port = free_port()
         return [
             _start(tiny, out, tmp_path / f"{name}{r}.jsonl", 0, hang=hang and r == 0, resume=resume,
                    rank=r, world=2, port=port)

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import socket
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import free_port
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -141,10 +141,7 @@ def _ddp_worker(rank: int, data: str, out: str, port: int) -> None:
 def test_own_model_under_ddp(tiny: Path, tmp_path: Path):
     import torch.multiprocessing as mp
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    mp.spawn(_ddp_worker, args=(str(tiny), str(tmp_path / "run"), port), nprocs=2, join=True)
+    mp.spawn(_ddp_worker, args=(str(tiny), str(tmp_path / "run"), free_port()), nprocs=2, join=True)
     ranks = [pickle.loads((tmp_path / "run" / f"rank{r}.pkl").read_bytes()) for r in range(2)]
     assert ranks[0]["metrics"] == ranks[1]["metrics"] and ranks[0]["metrics"]["samples_per_rank"] == [16, 16]
     a, b = (set(r["seen"]) for r in ranks)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import free_port
 
 import detloader
 from detloader.cli import main
@@ -262,12 +263,7 @@ def test_a_signal_mid_epoch_saves_the_step_and_resume_is_exact(no_splits: Path, 
 @pytest.mark.distributed
 @pytest.mark.timeout(400)
 def test_sigterm_to_rank_0_stops_both_ranks_at_the_same_step(no_splits: Path, tmp_path: Path):
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = str(sock.getsockname()[1])
-    hold, out = 3, tmp_path / "cut"
+    port, hold, out = str(free_port()), 3, tmp_path / "cut"
 
     def ranks(name: str, hold_at: int = 0, resume: str = "") -> list[subprocess.Popen]:
         return [
