@@ -144,6 +144,7 @@ def prepare_data(config: TrainConfig, env: DistEnv | None = None) -> RunData:
     split, stratified by each image's rarest class, of its ``train_split`` or, without one,
     of every image outside a ``test`` split (never trained on)."""
     import detloader
+    from detloader.annotations.splits import split_role
 
     env = env or init_distributed("cpu")
     root = Path(config.data) if config.data is not None else _synthetic_root(config, env)
@@ -161,7 +162,7 @@ def prepare_data(config: TrainConfig, env: DistEnv | None = None) -> RunData:
     if t in index.splits:
         pool, what = index.split(t), f"split {t!r}"
     else:
-        held = [n for n in index.splits if n.lower() in ("test", "testing")]
+        held = [n for n in index.splits if split_role(n) == "test"]
         out = np.concatenate([index.splits[n] for n in held]) if held else np.zeros(0, np.int64)
         pool, what = index.subset(np.setdiff1d(np.arange(len(index)), out)), "every image"
         what += f" outside split {held[0]!r}" if held else ""
