@@ -29,22 +29,22 @@ import time
 import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from detloader.train.checkpoint import load_checkpoint, save_checkpoint
 from detloader.train.config import TrainConfig
 from detloader.train.distributed import (
-    DistEnv, all_gather_objects, barrier, broadcast_object, init_distributed, running_distributed,
+    DistEnv, all_gather_objects, broadcast_object, running_distributed,
 )
 from detloader.train.evaluate import compute_metrics
 from detloader.train.inference import draw_predictions, predict, val_loader
 from detloader.train.model import CenterNet, ModelConfig
-from detloader.train.runs import DataMismatchError, RunDirError, RunLock, check_out_dir, data_changes, data_record
+from detloader.train.runs import (
+    DataMismatchError, RunData, RunDirError, RunLock, check_out_dir, data_changes, prepare_data,
+)
 from detloader.train.task import REFERENCE, Task, centernet_task
 
 __all__ = ["EpochInfo", "RunData", "StartInfo", "StepInfo", "balanced_loader", "prepare_data", "train", "train_transform"]
@@ -104,72 +104,6 @@ def train_transform(size: int, affine: bool = False) -> Any:
 
     geometric = [RandomHorizontalFlip(), *([RandomAffine(translate=0.1, scale=(0.5, 1.5))] if affine else [])]
     return Compose([*geometric, ColorJitter(), Resize(size, mode="letterbox")])
-
-
-def _synthetic_root(config: TrainConfig, env: DistEnv) -> Path:
-    """The synthetic dataset in ``out/synthetic``, written by rank 0 once per parameters."""
-    from detloader.synth import make_synthetic
-
-    root = config.out_dir / "synthetic"
-    stamp = root / "detloader-synthetic.json"
-    params = {"images": config.synthetic_images, "seed": config.synthetic_seed}
-    if env.is_main:
-        current = json.loads(stamp.read_text()) if stamp.is_file() else None
-        if current != params:
-            make_synthetic(root, config.synthetic_images, seed=config.synthetic_seed)
-            stamp.write_text(json.dumps(params))
-    barrier(env)
-    return root
-
-
-@dataclass(frozen=True)
-class RunData:
-    """A run's training and validation indexes, and what checkpoints record of the data
-    (:func:`detloader.train.runs.data_record`)."""
-
-    train: Any
-    val: Any
-    record: dict[str, Any]
-
-    def split_info(self, role: str) -> dict[str, Any]:
-        """``{"name", "images", "source"}`` of the ``"train"`` or ``"val"`` part."""
-        return {k: self.record["splits"][role][k] for k in ("name", "images", "source")}
-
-
-def prepare_data(config: TrainConfig, env: DistEnv | None = None) -> RunData:
-    """The configured dataset's training and validation parts; rank 0 builds the index
-    cache first, the other ranks then read it.
-
-    The dataset's ``train_split`` and ``val_split`` when it has both; otherwise a seeded 80/20
-    split, stratified by each image's rarest class, of its ``train_split`` or, without one,
-    of every image outside a ``test`` split (never trained on)."""
-    import detloader
-    from detloader.annotations.splits import split_role
-
-    env = env or init_distributed("cpu")
-    root = Path(config.data) if config.data is not None else _synthetic_root(config, env)
-    options = dict(config.read_options)
-    if env.is_main:
-        index = detloader.read_annotations(root, **options)
-    barrier(env)
-    if not env.is_main:
-        index = detloader.read_annotations(root, **options)
-    t, v = config.train_split, config.val_split
-    found = index.meta.get("split_sources", {})
-    if t in index.splits and v in index.splits:
-        parts = {"train": (index.split(t), t, found.get(t, "split file")), "val": (index.split(v), v, found.get(v, "split file"))}
-        return RunData(parts["train"][0], parts["val"][0], data_record(index, parts))
-    if t in index.splits:
-        pool, what = index.split(t), f"split {t!r}"
-    else:
-        held = [n for n in index.splits if split_role(n) == "test"]
-        out = np.concatenate([index.splits[n] for n in held]) if held else np.zeros(0, np.int64)
-        pool, what = index.subset(np.setdiff1d(np.arange(len(index)), out)), "every image"
-        what += f" outside split {held[0]!r}" if held else ""
-    cut = pool.random_split({t: 0.8, v: 0.2}, seed=config.seed, stratify="class")
-    how = f"random 80/20 of {what} (seed {config.seed}, stratified by class; the dataset has no {v!r} split)"
-    parts = {"train": (cut[t], t, how), "val": (cut[v], v, how)}
-    return RunData(cut[t], cut[v], data_record(index, parts))
 
 
 def _ignore_stop_signals(worker_id: int) -> None:

@@ -7,6 +7,8 @@
 * **A run is never overwritten.** ``out`` holding a run (``last.pt``, ``config.json`` or
   ``metrics.json``) is refused unless the run resumes a checkpoint of that folder or
   ``exist_ok`` says to overwrite it; the message names the ways out.
+* **The data a run trains on**: :func:`prepare_data` reads the dataset (rank 0 first) and
+  takes its train / val splits, or makes a seeded, stratified one when it has none.
 * **A checkpoint knows its data**: :func:`data_record` is stored in every checkpoint (key
   ``"data"``): classes, image classes, landmark names, a digest of the image paths and of the
   annotations, and the train / validation splits (name, size, digest, how they were found or
@@ -22,13 +24,20 @@ import os
 import socket
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 from filelock import FileLock, Timeout
 
-__all__ = ["DataMismatchError", "RunDirError", "RunLock", "check_out_dir", "data_changes", "data_record", "recorded_rows"]
+from detloader.train.config import TrainConfig
+from detloader.train.distributed import DistEnv, barrier, init_distributed
+
+__all__ = [
+    "DataMismatchError", "RunData", "RunDirError", "RunLock", "check_out_dir", "data_changes", "data_record",
+    "prepare_data", "recorded_rows",
+]
 
 #: Files whose presence means a folder holds a run.
 RUN_FILES: tuple[str, ...] = ("last.pt", "config.json", "metrics.json")
@@ -166,3 +175,70 @@ def recorded_rows(index: Any, split: Mapping[str, Any]) -> tuple[np.ndarray, int
     row = {p: i for i, p in enumerate(_paths(index))}
     rows = np.asarray([row[p] for p in wanted if p in row], dtype=np.int64)
     return rows, len(wanted) - len(rows)
+
+
+# -- reading it ---------------------------------------------------------------------------------
+def _synthetic_root(config: TrainConfig, env: DistEnv) -> Path:
+    """The synthetic dataset in ``out/synthetic``, written by rank 0 once per parameters."""
+    from detloader.synth import make_synthetic
+
+    root = config.out_dir / "synthetic"
+    stamp = root / "detloader-synthetic.json"
+    params = {"images": config.synthetic_images, "seed": config.synthetic_seed}
+    if env.is_main:
+        current = json.loads(stamp.read_text()) if stamp.is_file() else None
+        if current != params:
+            make_synthetic(root, config.synthetic_images, seed=config.synthetic_seed)
+            stamp.write_text(json.dumps(params))
+    barrier(env)
+    return root
+
+
+@dataclass(frozen=True)
+class RunData:
+    """A run's training and validation indexes, and what checkpoints record of the data
+    (:func:`detloader.train.runs.data_record`)."""
+
+    train: Any
+    val: Any
+    record: dict[str, Any]
+
+    def split_info(self, role: str) -> dict[str, Any]:
+        """``{"name", "images", "source"}`` of the ``"train"`` or ``"val"`` part."""
+        return {k: self.record["splits"][role][k] for k in ("name", "images", "source")}
+
+
+def prepare_data(config: TrainConfig, env: DistEnv | None = None) -> RunData:
+    """The configured dataset's training and validation parts; rank 0 builds the index
+    cache first, the other ranks then read it.
+
+    The dataset's ``train_split`` and ``val_split`` when it has both; otherwise a seeded 80/20
+    split, stratified by each image's rarest class, of its ``train_split`` or, without one,
+    of every image outside a ``test`` split (never trained on)."""
+    import detloader
+    from detloader.annotations.splits import split_role
+
+    env = env or init_distributed("cpu")
+    root = Path(config.data) if config.data is not None else _synthetic_root(config, env)
+    options = dict(config.read_options)
+    if env.is_main:
+        index = detloader.read_annotations(root, **options)
+    barrier(env)
+    if not env.is_main:
+        index = detloader.read_annotations(root, **options)
+    t, v = config.train_split, config.val_split
+    found = index.meta.get("split_sources", {})
+    if t in index.splits and v in index.splits:
+        parts = {"train": (index.split(t), t, found.get(t, "split file")), "val": (index.split(v), v, found.get(v, "split file"))}
+        return RunData(parts["train"][0], parts["val"][0], data_record(index, parts))
+    if t in index.splits:
+        pool, what = index.split(t), f"split {t!r}"
+    else:
+        held = [n for n in index.splits if split_role(n) == "test"]
+        out = np.concatenate([index.splits[n] for n in held]) if held else np.zeros(0, np.int64)
+        pool, what = index.subset(np.setdiff1d(np.arange(len(index)), out)), "every image"
+        what += f" outside split {held[0]!r}" if held else ""
+    cut = pool.random_split({t: 0.8, v: 0.2}, seed=config.seed, stratify="class")
+    how = f"random 80/20 of {what} (seed {config.seed}, stratified by class; the dataset has no {v!r} split)"
+    parts = {"train": (cut[t], t, how), "val": (cut[v], v, how)}
+    return RunData(cut[t], cut[v], data_record(index, parts))
