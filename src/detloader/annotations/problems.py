@@ -30,7 +30,7 @@ from typing import Any, Iterable, Iterator, Literal, Sequence
 __all__ = [
     "ON_ERROR_CHOICES", "AnnotationError", "AnnotationWarning", "ClassMapError", "HINTS",
     "HINT_MIN", "OnError", "Problem", "ProblemReport", "SHOWN", "Severity", "apply_policy", "capped",
-    "check_choice", "check_on_error",
+    "check_choice", "check_on_error", "did_you_mean",
 ]
 
 OnError = Literal["raise", "skip", "warn"]
@@ -249,9 +249,13 @@ def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
     """ValueError echoing ``name=value``, the valid ``choices`` and the closest of them:
     ``--balance='sqr' is not one of inverse, sqrt, ...; did you mean 'sqrt'?``."""
     if value not in choices:
-        close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"{name}={value!r} is not one of {', '.join(map(str, choices))}{hint}")
+        raise ValueError(f"{name}={value!r} is not one of {', '.join(map(str, choices))}{did_you_mean(value, choices)}")
+
+
+def did_you_mean(value: Any, choices: Sequence[Any]) -> str:
+    """``"; did you mean 'sqrt'?"`` for the closest of ``choices`` to ``value``, or ``""``."""
+    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def check_on_error(on_error: str) -> OnError:

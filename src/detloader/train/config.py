@@ -151,11 +151,12 @@ class TrainConfig:
             raise ValueError(f"balance={self.balance!r} must be 'none' or a strategy name")
         name = self.balance.partition(":")[0].strip()
         if name not in BALANCE_NAMES:
-            import difflib
+            from detloader.annotations.problems import did_you_mean
 
-            close = difflib.get_close_matches(name, BALANCE_NAMES, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"balance={self.balance!r} is not one of {BALANCE_NAMES} (with :PARAM where it takes one){hint}")
+            raise ValueError(
+                f"balance={self.balance!r} is not one of {BALANCE_NAMES} (with :PARAM where it takes one)"
+                + did_you_mean(name, BALANCE_NAMES)
+            )
         if isinstance(self.loss_weights, Mapping):
             object.__setattr__(self, "loss_weights", LossWeights.from_dict(self.loss_weights))
 
