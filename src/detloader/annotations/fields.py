@@ -99,3 +99,9 @@ def pack_strings(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
 def unpack_string(blob: np.ndarray, offsets: np.ndarray, i: int) -> str:
     """String ``i`` of a blob made by :func:`pack_strings`."""
     return blob[offsets[i] : offsets[i + 1]].tobytes().decode("utf-8")
+
+
+def unpack_strings(blob: np.ndarray, offsets: np.ndarray) -> list[str]:
+    """Every string of a blob made by :func:`pack_strings`, in order (one copy of the blob)."""
+    data = blob.tobytes()
+    return [data[a:b].decode("utf-8") for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]

@@ -31,7 +31,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from detloader.annotations.fields import (
-    FIELDS, MISSING, OFFSETS, fields_at, pack_strings, unpack_string,
+    FIELDS, MISSING, OFFSETS, fields_at, pack_strings, unpack_string, unpack_strings,
 )
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.annotations.problems import ProblemReport
@@ -219,6 +219,11 @@ class AnnotationIndex:
     def relative_image_path(self, i: int) -> str:
         """Path of image ``i`` relative to the root, as stored."""
         return unpack_string(*self._strings["image_paths"], i)
+
+    def image_paths(self) -> list[str]:
+        """Every image's path relative to the root, in row order (cheaper than calling
+        :meth:`relative_image_path` per image)."""
+        return unpack_strings(*self._strings["image_paths"])
 
     def annotation_path(self, i: int) -> str:
         """Annotation file (and record) of image ``i``, relative to the root."""

@@ -218,7 +218,7 @@ def read_annotations(
     index = build_index(reader, source, options, workers=workers, progress=progress, missing_names=missing)
     found = _search_images(reader, p, source, options, index, missing, workers)
     index = found if found is not None else index
-    key = _folders_key(key, source.root, {os.path.dirname(index.relative_image_path(i)) for i in range(len(index))})
+    key = _folders_key(key, source.root, {os.path.dirname(p) for p in index.image_paths()})
     if cache_file is not None:
         try:
             _cache.save_index(index, cache_file, key)

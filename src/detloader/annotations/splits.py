@@ -189,7 +189,7 @@ def _json_splits(index: "AnnotationIndex") -> tuple[dict[str, np.ndarray], dict[
         message = f"{shown} is not {{split name: [image path, ...]}}"
         index.problems.add(Problem("bad_value", SPLITS_JSON, "splits", message, "splits.json ignored"))
         return None
-    position = {os.path.normpath(index.relative_image_path(i)): i for i in reversed(range(len(index)))}
+    position = {os.path.normpath(p): i for i, p in reversed(list(enumerate(index.image_paths())))}
     out = {
         str(name): match_entries(
             index, SPLITS_JSON, ((f"splits/{name}[{k}]", os.path.normpath(p)) for k, p in enumerate(paths)), position

@@ -200,4 +200,4 @@ def _seen(index: Any, train: Mapping[str, Any] | None) -> int | None:
     if train is None:
         return None
     trained = set(train["paths"].split("\n"))
-    return sum(index.relative_image_path(i) in trained for i in range(len(index)))
+    return sum(p in trained for p in index.image_paths())

@@ -121,12 +121,8 @@ def _digest(*parts: Any) -> str:
     return h.hexdigest()
 
 
-def _paths(index: Any) -> list[str]:
-    return [index.relative_image_path(i) for i in range(len(index))]
-
-
 def _split(index: Any, name: str, source: str) -> dict[str, Any]:
-    paths = _paths(index)
+    paths = index.image_paths()
     joined = "\n".join(paths)
     return {"name": name, "images": len(paths), "digest": _digest(joined), "source": source, "paths": joined}
 
@@ -141,7 +137,7 @@ def data_record(index: Any, parts: Mapping[str, tuple[Any, str, str]]) -> dict[s
         "image_classes": list(index.image_classes),
         "landmarks": list(index.landmark_schema.names),
         "images": len(index),
-        "images_digest": _digest("\n".join(_paths(index))),
+        "images_digest": _digest("\n".join(index.image_paths())),
         "annotations_digest": _digest(
             index.object_offsets, index.boxes, index.labels, index.difficult, index.landmarks,
             index.visibility, index.image_labels,
@@ -172,7 +168,7 @@ def recorded_rows(index: Any, split: Mapping[str, Any]) -> tuple[np.ndarray, int
     """Rows of ``index`` holding the images of a recorded split (by path relative to the
     dataset root), and how many of the recorded images ``index`` lacks."""
     wanted = split["paths"].split("\n") if split["paths"] else []
-    row = {p: i for i, p in enumerate(_paths(index))}
+    row = {p: i for i, p in enumerate(index.image_paths())}
     rows = np.asarray([row[p] for p in wanted if p in row], dtype=np.int64)
     return rows, len(wanted) - len(rows)
 

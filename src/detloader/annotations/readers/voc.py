@@ -304,7 +304,7 @@ def unannotated(source: Source, index: AnnotationIndex, options: ReadOptions) ->
     if source.extra.get("one_file") or not options.check_images:
         return problems
     listed = scan_files(source.root / image_dir, IMAGE_EXTENSIONS, root=source.root, problems=problems)
-    named = {index.relative_image_path(i) for i in range(len(index))}
+    named = set(index.image_paths())
     ann_dir = source.extra["annotation_dir"]
     stems = {os.path.join(_sub_folder(os.path.dirname(rel), ann_dir), _stem(rel)) for rel in source.files}
     alone = [

@@ -191,7 +191,7 @@ def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
     (``split_mismatch``) and listed twice (``split_duplicate``) are named."""
     if not source.extra.get("splits"):
         return {}
-    position = {index.relative_image_path(i): i for i in reversed(range(len(index)))}
+    position = {p: i for i, p in reversed(list(enumerate(index.image_paths())))}
     where = source.extra.get("config") or "data.yaml"
     out: dict[str, np.ndarray] = {}
     for key, entries in source.extra["splits"].items():
