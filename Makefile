@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-quick test-integration bench fuzz clean venv
+.PHONY: demo test lint test-quick test-integration bench fuzz clean venv
 
 venv: $(STAMP)
 
@@ -19,8 +19,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m detloader demo
 
-test: $(STAMP)
+test: lint
 	$(PY) -m pytest -q
+
+# ruff's settings (rules, line length) are in pyproject.toml; make test runs it first.
+lint: $(STAMP)
+	$(PY) -m ruff check src tests
 
 test-quick: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"

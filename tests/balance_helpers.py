@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from detloader.annotations.index import MISSING, AnnotationIndex, Vocabulary, pack_strings
-
 from detloader.annotations.landmarks import LandmarkSchema
 
 #: Significance threshold of every frequency test: a correct sampler fails one of them

@@ -23,8 +23,18 @@ from detloader.balance.partners import PARTNER_EPOCHS
 from detloader.show import show_dataset
 from detloader.synth import make_synthetic
 from detloader.transforms import (
-    Annotated, ColorJitter, Compose, MixUp, Mosaic, RandomAffine, RandomHorizontalFlip, Resize,
-    adjust_colour, crop_boxes, warp_boxes, warp_points,
+    Annotated,
+    ColorJitter,
+    Compose,
+    MixUp,
+    Mosaic,
+    RandomAffine,
+    RandomHorizontalFlip,
+    Resize,
+    adjust_colour,
+    crop_boxes,
+    warp_boxes,
+    warp_points,
 )
 
 PROPERTY = settings(max_examples=40, deadline=None)
@@ -94,7 +104,9 @@ def test_affine_records_its_map():
     out = t(Annotated.create(np.zeros((30, 40, 3), np.uint8)), np.random.default_rng(1))
     np.testing.assert_allclose(out.affine, [m[0, 0], m[1, 1], m[0, 2], m[1, 2]])
     # rotated: no map back (NaN offsets); the scale's sign still says it mirrored
-    rotated = RandomAffine(degrees=30, mirror=1.0)(Annotated.create(np.zeros((40, 40, 3), np.uint8)), np.random.default_rng(0))
+    rotated = RandomAffine(degrees=30, mirror=1.0)(
+        Annotated.create(np.zeros((40, 40, 3), np.uint8)), np.random.default_rng(0)
+    )
     assert np.isnan(rotated.affine[2:]).all() and rotated.affine[0] < 0 < rotated.affine[1]
 
 
@@ -159,7 +171,9 @@ def test_mosaic_keeps_each_object_and_its_landmarks_in_its_quadrant(seed, w, h):
 
 
 def test_mosaic_samples_have_no_image_class_and_landmarks_inside(synth):
-    ds = detloader.DetectionDataset(synth, Compose([RandomAffine(degrees=15, shear=3, mirror=0.5), Resize(80, mode="letterbox")]), seed=0)
+    ds = detloader.DetectionDataset(
+        synth, Compose([RandomAffine(degrees=15, shear=3, mirror=0.5), Resize(80, mode="letterbox")]), seed=0
+    )
     ds = ds.with_mix(Mosaic(1.0))
     for k in range(20):
         s = ds[[k, k + 1, k + 2, k + 3]]
@@ -217,7 +231,9 @@ def _same(a, b) -> bool:
 
 @pytest.mark.parametrize("workers, threads", [(2, 0), (0, 2)])
 def test_identical_batches_for_any_num_workers_and_decode_threads(synth, workers, threads):
-    ds = detloader.DetectionDataset(synth, Compose([RandomAffine(degrees=10), ColorJitter(hue=0.05), Resize(64, mode="letterbox")]), seed=3)
+    ds = detloader.DetectionDataset(
+        synth, Compose([RandomAffine(degrees=10), ColorJitter(hue=0.05), Resize(64, mode="letterbox")]), seed=3
+    )
     kw = dict(batch_size=8, balance="sqrt", seed=1, mosaic=0.5, mixup=0.3)
     reference = _batches(detloader.make_loader(ds, **kw))
     assert _same(reference, _batches(detloader.make_loader(ds, num_workers=workers, decode_threads=threads, **kw)))
@@ -379,7 +395,9 @@ def test_group_by_aspect_is_seeded_and_resumable(mixed_aspect):
 
 # -- pictures --------------------------------------------------------------------------------
 def test_show_renders_mosaic_and_affine_samples(synth, tmp_path: Path):
-    ds = detloader.DetectionDataset(synth, Compose([RandomAffine(degrees=20, mirror=1.0), Resize(96, mode="letterbox")]), seed=0)
+    ds = detloader.DetectionDataset(
+        synth, Compose([RandomAffine(degrees=20, mirror=1.0), Resize(96, mode="letterbox")]), seed=0
+    )
     assert all(ds[i].scale[0] < 0 for i in range(4))  # mirrored: show captions "flipped"
     affine = show_dataset(ds, tmp_path / "affine.png", n=4, after_transform=True, tile=96)
     mixed = show_dataset(ds.with_mix(Mosaic(1.0), MixUp(0.5)), tmp_path / "mix.png", n=4, after_transform=True, tile=96)

@@ -31,7 +31,9 @@ def test_ranks_partition_the_global_draw(world, replacement):
 
 def test_no_overlap_between_ranks_without_replacement():
     w = np.ones(1000)
-    parts = [set(WeightedSampler(w, num_samples=600, replacement=False, seed=0, rank=r, world_size=4)) for r in range(4)]
+    parts = [
+        set(WeightedSampler(w, num_samples=600, replacement=False, seed=0, rank=r, world_size=4)) for r in range(4)
+    ]
     assert all(len(p) == 150 for p in parts)
     assert len(set.union(*parts)) == 600  # disjoint
 

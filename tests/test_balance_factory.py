@@ -24,7 +24,9 @@ def test_make_balanced_sampler(small_synth_root):
     assert make_balanced_sampler(idx, ready) is ready
     s = make_balanced_sampler(idx, "sqrt", seed=4)
     assert isinstance(s, WeightedSampler) and len(s) == len(idx) and s.seed == 4
-    np.testing.assert_allclose(s.probabilities(), sample_weights(idx, "class", "sqrt") / sample_weights(idx, "class", "sqrt").sum())
+    np.testing.assert_allclose(
+        s.probabilities(), sample_weights(idx, "class", "sqrt") / sample_weights(idx, "class", "sqrt").sum()
+    )
     assert isinstance(make_balanced_sampler(idx, "repeat_factor:0.5"), RepeatFactorSampler)
     assert isinstance(make_balanced_sampler(idx, "class_aware", by="image_class"), ClassAwareSampler)
     assert isinstance(make_balanced_sampler(idx, "power:0.3", num_samples=7), WeightedSampler)

@@ -20,6 +20,7 @@ from detloader.balance.weights import (
     strategy_weights,
 )
 
+
 @pytest.fixture
 def index():
     return six_image_index()

@@ -165,7 +165,9 @@ def test_shared_not_copied_by_forked_workers(synth_root):
     loader = torch.utils.data.DataLoader(Touch(), num_workers=2, multiprocessing_context="fork")
     values = [float(v) for v in loader]
     assert len(set(values)) == 1
-    assert values[0] == pytest.approx(float(np.asarray(index.boxes, np.float64).sum() + index.landmarks.sum()), rel=1e-5)
+    assert values[0] == pytest.approx(
+        float(np.asarray(index.boxes, np.float64).sum() + index.landmarks.sum()), rel=1e-5
+    )
 
 
 # -- integrity (issue 12) ---------------------------------------------------------------------

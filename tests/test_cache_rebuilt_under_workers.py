@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import voc_dataset, voc_object, voc_xml
 
 import detloader
 from detloader import DetectionDataset, make_loader, read_annotations
-from helpers import voc_dataset, voc_object, voc_xml
 
 
 def _epoch(loader, dataset, epoch: int) -> list[tuple[int, list]]:  # type: ignore[no-untyped-def]
@@ -43,9 +43,17 @@ def test_workers_keep_their_arrays_when_another_process_rebuilds_the_cache(
     xml = root / "Annotations" / "0.xml"
     xml.write_text(voc_xml("0.jpg", [voc_object("cat", (1, 1, 9, 9))]), encoding="utf-8")
     os.utime(xml, ns=(10**9, 10**9))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(detloader.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(Path(detloader.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
+    )
     subprocess.run(
-        [sys.executable, "-c", "import sys; from detloader import read_annotations; read_annotations(sys.argv[1])", str(root)],
+        [
+            sys.executable,
+            "-c",
+            "import sys; from detloader import read_annotations; read_annotations(sys.argv[1])",
+            str(root),
+        ],
         check=True,
         env=env,
         timeout=120,

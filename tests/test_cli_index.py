@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from helpers import voc_dataset, voc_object, voc_xml
 
 from detloader.cli import main

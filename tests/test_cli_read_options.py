@@ -33,7 +33,18 @@ def test_every_reading_command_takes_the_dataset_options():
         assert args.path == "P", command
         assert dataset_kwargs(args) == EXPECTED, command
         reading.append(command)
-    assert set(reading) == {"index", "validate", "split", "convert", "show", "tune", "stats", "train", "evaluate", "bench"}
+    assert set(reading) == {
+        "index",
+        "validate",
+        "split",
+        "convert",
+        "show",
+        "tune",
+        "stats",
+        "train",
+        "evaluate",
+        "bench",
+    }
     assert dataset_kwargs(parser.parse_args(["index", "P"])) == {"format": "auto", "on_error": "warn"}
 
 
@@ -54,7 +65,17 @@ def test_image_dir_and_class_map(tmp_path, capsys):
     root = voc_dataset(tmp_path / "voc", {"a": voc_xml("a.jpg", objects)}, images=[])
     write_image(root / "shots" / "a.jpg")
     (tmp_path / "map.yaml").write_text("bird: null\ndog: animal\n")
-    argv = ["index", str(root), "--json", "--image-dir", "shots", "--class-map", "cat=animal", "--class-map", str(tmp_path / "map.yaml")]
+    argv = [
+        "index",
+        str(root),
+        "--json",
+        "--image-dir",
+        "shots",
+        "--class-map",
+        "cat=animal",
+        "--class-map",
+        str(tmp_path / "map.yaml"),
+    ]
     assert main(argv) == 0
     out = capsys.readouterr()
     data = json.loads(out.out)
@@ -73,7 +94,10 @@ def test_image_dir_and_class_map(tmp_path, capsys):
 
 
 def test_images_by_id(tmp_path, capsys):
-    images = '<image id="12" name="cam/IMG_1.jpg" width="64" height="48"/><image id="7" name="IMG_2.jpg" width="64" height="48"/>'
+    images = (
+        '<image id="12" name="cam/IMG_1.jpg" width="64" height="48"/>'
+        '<image id="7" name="IMG_2.jpg" width="64" height="48"/>'
+    )
     (tmp_path / "annotations.xml").write_text(f"<annotations><version>1.1</version>{images}</annotations>")
     write_image(tmp_path / "images" / "000012.jpg")
     write_image(tmp_path / "images" / "7.jpg")
@@ -97,7 +121,10 @@ def test_commands_that_would_produce_nothing_exit_2(tmp_path, capsys):
     ):
         assert main(argv) == 2, argv
         out = capsys.readouterr()
-        assert f"detloader {argv[0]}: error: {root}: no images to {what}: every image was dropped (missing_image: 3)" in out.err
+        assert (
+            f"detloader {argv[0]}: error: {root}: no images to {what}: every image was dropped (missing_image: 3)"
+            in out.err
+        )
         assert "pass --image-dir DIR (relative to the dataset root)" in out.err and "--images-by" not in out.err
         assert "wrote 0 images" not in out.out and out.out == ""
     voc = voc_dataset(tmp_path / "voc", {"a": voc_xml("a.jpg")})
@@ -113,10 +140,16 @@ def test_images_found_elsewhere_are_named(tmp_path, capsys):
     assert main(["index", str(root), "--json"]) == 0
     out = capsys.readouterr()
     assert json.loads(out.out)["images"] == 2
-    assert "detloader index: 2 of 2 images not found in ., annotations; 2 of 2 names looked for are in valid/; read from there" in out.err
+    assert (
+        "detloader index: 2 of 2 images not found in ., annotations; "
+        "2 of 2 names looked for are in valid/; read from there"
+        in out.err
+    )
     assert main(["validate", str(root), "--json", "--no-images"]) == 0  # the repair is listed, and fails nothing
     items = json.loads(capsys.readouterr().out)["items"]
-    assert [(p["kind"], p["severity"], p["action"]) for p in items] == [("images_found_elsewhere", "repaired", "read with image_dir='valid'")]
+    assert [(p["kind"], p["severity"], p["action"]) for p in items] == [
+        ("images_found_elsewhere", "repaired", "read with image_dir='valid'")
+    ]
     assert main(["index", str(root), "--image-dir", os.path.join(root, "annotations")]) == 2  # explicit: no search
     assert "no images to index" in capsys.readouterr().err
 
@@ -126,8 +159,15 @@ def test_train_and_evaluate_pass_the_dataset_options(tmp_path, monkeypatch):
     import detloader.train
     from detloader.cli.train import _config
 
-    args = build_parser().parse_args(["train", "data", "--image-dir", "pics", "--class-map", "a=b", "--out", str(tmp_path)])
-    assert _config(args).read_options == {"format": "auto", "on_error": "warn", "image_dir": "pics", "class_map": {"a": "b"}}
+    args = build_parser().parse_args(
+        ["train", "data", "--image-dir", "pics", "--class-map", "a=b", "--out", str(tmp_path)]
+    )
+    assert _config(args).read_options == {
+        "format": "auto",
+        "on_error": "warn",
+        "image_dir": "pics",
+        "class_map": {"a": "b"},
+    }
     seen = {}
 
     def fake(checkpoint, data, *, read_options, **kwargs):

@@ -6,7 +6,6 @@ import json
 import sys
 
 import pytest
-
 from helpers import voc_dataset, voc_object, voc_xml
 
 import detloader

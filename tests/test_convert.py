@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from detloader import AnnotationError, LandmarkSchema, read_annotations
-from detloader.cli import main
-from detloader.annotations.writers import write_annotations, write_coco, write_voc, write_yolo
 from detloader.annotations.readers.imglab import IBUG68
+from detloader.annotations.writers import write_annotations, write_coco, write_voc, write_yolo
+from detloader.cli import main
 
 # unsplit indexes written as YOLO warn that val names the training images (tested below)
 pytestmark = pytest.mark.filterwarnings("ignore::detloader.annotations.writers.yolo.YoloExportWarning")
@@ -151,7 +151,10 @@ def _ibug_source(tmp_path: Path) -> Path:
     parts = "".join(
         f"<part name='{i:02d}' x='{int(x)}' y='{int(y)}'/>" for i, (x, y) in enumerate(rng.integers(20, 80, (68, 2)))
     )
-    xml = f"<dataset><images><image file='a.jpg' width='120' height='100'><box top='10' left='10' width='80' height='80'>{parts}</box></image></images></dataset>"
+    xml = (
+        "<dataset><images><image file='a.jpg' width='120' height='100'>"
+        f"<box top='10' left='10' width='80' height='80'>{parts}</box></image></images></dataset>"
+    )
     (tmp_path / "faces.xml").write_text(xml)
     return tmp_path / "faces.xml"
 
@@ -248,7 +251,13 @@ def test_random_geometry_round_trips_exactly(tmp_path_factory, data):
     for j, (box, pts) in enumerate(objects):
         kps = [v for x, y, vis in pts for v in ((x, y, vis) if vis else (0, 0, 0))]
         anns.append(
-            {"id": j + 1, "image_id": 1, "category_id": 1, "bbox": [box[0], box[1], box[2] - box[0], box[3] - box[1]], "keypoints": kps}
+            {
+                "id": j + 1,
+                "image_id": 1,
+                "category_id": 1,
+                "bbox": [box[0], box[1], box[2] - box[0], box[3] - box[1]],
+                "keypoints": kps,
+            }
         )
     coco = {
         "images": [{"id": 1, "file_name": "a.png", "width": w, "height": h}],

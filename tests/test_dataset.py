@@ -148,7 +148,9 @@ def test_arguments_are_checked(index) -> None:  # type: ignore[no-untyped-def]
 
 
 # -- files that disagree with their annotation ------------------------------------------------
-def _voc(root: Path, name: str, image: Image.Image, size: tuple[int, int], box: tuple[int, ...], **save: object) -> None:
+def _voc(
+    root: Path, name: str, image: Image.Image, size: tuple[int, int], box: tuple[int, ...], **save: object
+) -> None:
     (root / "Annotations").mkdir(parents=True, exist_ok=True)
     (root / "JPEGImages").mkdir(parents=True, exist_ok=True)
     image.save(root / "JPEGImages" / f"{name}.jpg", "JPEG", quality=95, **save)

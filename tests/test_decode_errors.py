@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import voc_dataset, voc_object, voc_xml
 
 from detloader import ImageDecodeError, make_loader, read_annotations
 from detloader.dataset import DetectionDataset
 from detloader.train.config import TrainConfig
-from helpers import voc_dataset, voc_object, voc_xml
 
 CAT, DOG = voc_object("cat", (2, 2, 20, 20)), voc_object("dog", (30, 10, 60, 40))
 # cat has more objects than dog, so dog is the rarest class of "both"
@@ -73,7 +73,9 @@ def test_skip_substitutes_an_image_of_the_same_group_and_reports_it(broken) -> N
     assert len(skipped) == 2  # once per file, though each failed twice
     assert any("c2.jpg" in m and f"dataset index {rows['c2']}" in m for m in skipped)
     assert any("d1.jpg" in m and f"dataset index {rows['d1']}" in m for m in skipped)
-    assert ds.skipped == sorted([(rows["c2"], str(index.image_path(rows["c2"]))), (rows["d1"], str(index.image_path(rows["d1"])))])
+    assert ds.skipped == sorted(
+        [(rows["c2"], str(index.image_path(rows["c2"]))), (rows["d1"], str(index.image_path(rows["d1"])))]
+    )
     names = {v: k for k, v in rows.items()}
     cat_sub, dog_sub = samples[rows["c2"]], samples[rows["d1"]]
     # same rarest class (cat for c2; dog for d1, which e0 shares), never the broken file itself
@@ -121,7 +123,9 @@ def test_no_substitute_decodes(tmp_path: Path) -> None:
     ds = DetectionDataset(read_annotations(root), on_decode_error="skip")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with pytest.raises(ImageDecodeError, match=r"a\.jpg: cannot decode image \(dataset index 0\) and none of 1 substitutes"):
+        with pytest.raises(
+            ImageDecodeError, match=r"a\.jpg: cannot decode image \(dataset index 0\) and none of 1 substitutes"
+        ):
             ds[0]
 
 
@@ -143,8 +147,8 @@ def test_policy_is_checked_and_reaches_the_trainer(broken) -> None:  # type: ign
         TrainConfig(on_decode_error="ignore")
     config = TrainConfig(on_decode_error="skip", num_workers=0, batch_size=2)
     assert TrainConfig.from_dict(config.to_dict()).on_decode_error == "skip"
-    from detloader.train.loop import _train_loader
     from detloader.train.distributed import init_distributed
+    from detloader.train.loop import _train_loader
 
     loader = _train_loader(config, index, init_distributed("cpu"))
     assert loader.loader.dataset.on_decode_error == "skip"

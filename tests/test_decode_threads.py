@@ -6,23 +6,23 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from torch.utils.data import Dataset
+from tune_helpers import model
 
 from detloader import DetectionDataset, make_loader, read_annotations, set_epoch, tune_loader
 from detloader.collate import Batch
 from detloader.transforms import ColorJitter, Compose, RandomHorizontalFlip, Resize
 from detloader.transforms.base import Annotated
 from detloader.transforms.functional import chw_tensor, crop_image, pad_image, resize_image
-from detloader.tune import TuneResult, auto_loader_kwargs
+from detloader.tune import TuneResult, auto_loader_kwargs, tuner
 from detloader.tune import search as search_module
-from detloader.tune import tuner
 from detloader.tune.search import choose, search_settings, thread_ladder
-from tune_helpers import model
 
 
 def _augment() -> Compose:

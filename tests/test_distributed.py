@@ -21,9 +21,10 @@ from detloader.balance import (
     DistributedSamplerWrapper,
     RepeatFactorSampler,
     WeightedSampler,
+    class_members,
     make_balanced_sampler,
+    repeat_factors,
 )
-from detloader.balance import class_members, repeat_factors
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(120)]
 

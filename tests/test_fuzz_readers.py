@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import keypoints_xml, voc_object, voc_xml, write_image
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from helpers import keypoints_xml, voc_object, voc_xml, write_image
 
 from detloader import read_annotations
 
@@ -34,13 +34,16 @@ FUZZ = settings(
 _LM = keypoints_xml([("left_eye", 3, 3, 2), ("right_eye", 6, 3, 1), ("nose", 4, 5, 0)])
 SEEDS: dict[str, str] = {
     "voc": '<?xml version="1.0"?>'
-    + voc_xml("a.jpg", [voc_object("cat", (1, 2, 9, 9), truncated="1", extra=_LM), voc_object("dog", (10.5, 3, 30, 40))]),
+    + voc_xml(
+        "a.jpg", [voc_object("cat", (1, 2, 9, 9), truncated="1", extra=_LM), voc_object("dog", (10.5, 3, 30, 40))]
+    ),
     "cvat": '<?xml version="1.0"?><annotations><version>1.1</version>'
     '<image id="0" name="a.jpg" width="64" height="48">'
     '<box label="face" occluded="0" xtl="1" ytl="2" xbr="20" ybr="30" rotation="15" group_id="1">'
     '<attribute name="age">adult</attribute></box>'
     '<points label="nose" occluded="0" points="5.5,6.5" group_id="1"></points>'
-    '<skeleton label="face5" group_id="2"><points label="left_eye" outside="0" occluded="0" points="3,4"></points></skeleton>'
+    '<skeleton label="face5" group_id="2">'
+    '<points label="left_eye" outside="0" occluded="0" points="3,4"></points></skeleton>'
     '<tag label="indoor"></tag></image></annotations>',
     "imglab": "<?xml version='1.0'?><dataset><images><image file='a.jpg' width='64' height='48'>"
     "<box top='2' left='1' width='20' height='30' ignore='0'><label>face</label>"
@@ -102,7 +105,13 @@ def mutate_text(draw: st.DrawFn, seed: str) -> bytes:
         if op == "cut":
             data = data[:i] + data[i + draw(st.integers(1, 40)):]
         elif op == "insert":
-            data = data[:i] + draw(st.binary(min_size=1, max_size=8) | st.sampled_from([b"<x>", b"</", b"&", b'"', b"'", b">", b"\n"])) + data[i:]
+            data = (
+                data[:i]
+                + draw(
+                    st.binary(min_size=1, max_size=8) | st.sampled_from([b"<x>", b"</", b"&", b'"', b"'", b">", b"\n"])
+                )
+                + data[i:]
+            )
         else:
             data = data[:i]
     return data

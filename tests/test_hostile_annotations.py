@@ -29,7 +29,9 @@ HUGE = ["inf", "1e309", str(2**31), str(2**64), "-inf", "nan"]
 @pytest.mark.parametrize("value", HUGE)
 def test_voc_huge_size_is_a_problem_not_an_overflow(tmp_path, value):
     files = {
-        "a": voc_xml("a.jpg", [voc_object("cat", (1, 1, 9, 9))], extra="").replace("<width>64</width>", f"<width>{value}</width>"),
+        "a": voc_xml("a.jpg", [voc_object("cat", (1, 1, 9, 9))], extra="").replace(
+            "<width>64</width>", f"<width>{value}</width>"
+        ),
         "b": voc_xml("b.jpg", [voc_object("dog", (1, 1, 9, 9))]),
     }
     root = voc_dataset(tmp_path, files)
@@ -112,7 +114,11 @@ def _ann(i, image, cat, bbox):
 
 @pytest.mark.parametrize("value", ["__INF__", "__BIG__", 2**31, 2**64, -(2**70), 1e300, True, [64], {"w": 64}])
 def test_coco_huge_or_wrong_size(tmp_path, value):
-    path = _coco(tmp_path, [_img(1, "a.jpg", w=value), _img(2, "b.jpg")], [_ann(1, 1, 1, [1, 1, 5, 5]), _ann(2, 2, 1, [1, 1, 5, 5])])
+    path = _coco(
+        tmp_path,
+        [_img(1, "a.jpg", w=value), _img(2, "b.jpg")],
+        [_ann(1, 1, 1, [1, 1, 5, 5]), _ann(2, 2, 1, [1, 1, 5, 5])],
+    )
     index = _read(path)
     assert len(index) == 2
     assert any("annotations.json" in s and "images[0]" in s for s in _problems(index)), _problems(index)
@@ -206,10 +212,15 @@ def test_other_formats_do_not_follow_escaping_names(tmp_path, fmt):
         path = ds
     elif fmt == "cvat":
         path = ds / "annotations.xml"
-        path.write_text(f'<annotations><version>1.1</version><image id="0" name="{name}" width="64" height="48"></image></annotations>')
+        path.write_text(
+            '<annotations><version>1.1</version>'
+            f'<image id="0" name="{name}" width="64" height="48"></image></annotations>'
+        )
     elif fmt == "imglab":
         path = ds / "faces.xml"
-        path.write_text(f"<?xml version='1.0'?><dataset><images><image file='{name}' width='64' height='48'/></images></dataset>")
+        path.write_text(
+            f"<?xml version='1.0'?><dataset><images><image file='{name}' width='64' height='48'/></images></dataset>"
+        )
     else:
         path = ds / "list.txt"
         path.write_text(f"{name} cat\nimages/a.jpg cat\n")
@@ -222,7 +233,10 @@ def test_other_formats_do_not_follow_escaping_names(tmp_path, fmt):
 def test_unforeseen_reader_error_becomes_a_problem_of_that_file(tmp_path, monkeypatch):
     from detloader.annotations.readers import voc
 
-    files = {"a": voc_xml("a.jpg", [voc_object("cat", (1, 1, 9, 9))]), "b": voc_xml("b.jpg", [voc_object("cat", (1, 1, 9, 9))])}
+    files = {
+        "a": voc_xml("a.jpg", [voc_object("cat", (1, 1, 9, 9))]),
+        "b": voc_xml("b.jpg", [voc_object("cat", (1, 1, 9, 9))]),
+    }
     root = voc_dataset(tmp_path, files)
     real = voc.parse_object
 
@@ -259,7 +273,8 @@ def _xml_doc(fmt: str, box=(1, 1, 9, 9), name: str = "cat", width="64") -> str:
         return f'<?xml version="1.0"?>{body}'
     if fmt == "cvat":
         return (
-            f'<?xml version="1.0"?><annotations><version>1.1</version><image id="0" name="a.jpg" width="{width}" height="48">'
+            '<?xml version="1.0"?><annotations><version>1.1</version>'
+            f'<image id="0" name="a.jpg" width="{width}" height="48">'
             f'<box label="{name}" occluded="0" xtl="{x1}" ytl="{y1}" xbr="{x2}" ybr="{y2}"></box></image></annotations>'
         )
     return (
@@ -276,15 +291,24 @@ def _xml_cases(fmt: str) -> dict[str, tuple[bytes, set[str]]]:
     root = _ROOTS[fmt]
     bad_box = "empty_box" if fmt != "imglab" else "empty_box"
     return {
-        "entity bomb": (doc.replace("?>", "?>" + _DTD_BOMB, 1).replace(">cat<", ">&i;<").replace('"cat"', '"&i;"').encode(), {"unsafe_xml"}),
-        "external entity": (doc.replace("?>", "?>" + _DTD_EXTERNAL, 1).replace(">cat<", ">&x;<").replace('"cat"', '"&x;"').encode(), {"unsafe_xml"}),
+        "entity bomb": (
+            doc.replace("?>", "?>" + _DTD_BOMB, 1).replace(">cat<", ">&i;<").replace('"cat"', '"&i;"').encode(),
+            {"unsafe_xml"},
+        ),
+        "external entity": (
+            doc.replace("?>", "?>" + _DTD_EXTERNAL, 1).replace(">cat<", ">&x;<").replace('"cat"', '"&x;"').encode(),
+            {"unsafe_xml"},
+        ),
         "10k-deep nesting": (doc.replace(f"</{root}>", _DEEP + f"</{root}>").encode(), {"unparseable"}),
         "truncated": (doc.encode()[: len(doc) * 2 // 3], {"unparseable"}),
         "wrong root": (b"<html><body><p>not annotations</p></body></html>", {"unsupported"}),
         "zero bytes": (b"", {"unparseable"}),
         "not UTF-8": (doc.encode().replace(b"cat", b"\xff\xfe"), {"unparseable"}),
         "text in a number": (_xml_doc(fmt, box=(1, "abc", 9, 9)).encode(), {"bad_value"}),
-        "NaN in a number": (_xml_doc(fmt, box=(1, 1, "nan", 9)).encode(), {"non_finite"} if fmt != "imglab" else {"non_finite"}),
+        "NaN in a number": (
+            _xml_doc(fmt, box=(1, 1, "nan", 9)).encode(),
+            {"non_finite"} if fmt != "imglab" else {"non_finite"},
+        ),
         "inverted box": (_xml_doc(fmt, box=(9, 9, 1, 1) if fmt != "imglab" else (9, 9, -8, -8)).encode(), {bad_box}),
         "size 1e309": (_xml_doc(fmt, width="1e309").encode(), {"missing_size"}),
     }
@@ -292,7 +316,9 @@ def _xml_cases(fmt: str) -> dict[str, tuple[bytes, set[str]]]:
 
 def _coco_doc(bbox=(1, 1, 8, 8), width: object = 64) -> str:
     w = width if isinstance(width, str) else json.dumps(width)
-    box = ", ".join(str(v) if not isinstance(v, str) or v in ("NaN", "Infinity", "1e309") else json.dumps(v) for v in bbox)
+    box = ", ".join(
+        str(v) if not isinstance(v, str) or v in ("NaN", "Infinity", "1e309") else json.dumps(v) for v in bbox
+    )
     return (
         f'{{"images": [{{"id": 1, "file_name": "a.jpg", "width": {w}, "height": 48}}],'
         f'"annotations": [{{"id": 1, "image_id": 1, "category_id": 1, "bbox": [{box}]}}],'

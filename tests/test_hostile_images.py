@@ -39,7 +39,10 @@ def _corpus() -> dict[str, tuple[bytes, str]]:
         "bomb.png": (bytes(png_bomb), "error"),
         "png_named.jpg": (png, "decoded"),
         "cmyk.jpg": (_save(rgb.convert("CMYK"), "JPEG"), "decoded"),
-        "16bit.png": (_save(Image.fromarray((np.arange(32 * 48, dtype=np.uint16).reshape(32, 48) * 40)), "PNG"), "decoded"),
+        "16bit.png": (
+            _save(Image.fromarray(np.arange(32 * 48, dtype=np.uint16).reshape(32, 48) * 40), "PNG"),
+            "decoded",
+        ),
         "palette.png": (_save(rgb.convert("P"), "PNG", transparency=0), "decoded"),
     }
     for o in range(2, 9):

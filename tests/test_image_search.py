@@ -51,7 +51,10 @@ def test_coco_export_with_images_in_a_sibling_folder(tmp_path):
     _coco(tmp_path, NAMES)
     _images(tmp_path / "train2017", NAMES)
     _images(tmp_path / "other", NAMES[:1])  # holds fewer of the names: not chosen
-    with pytest.warns(ImageFolderWarning, match=r"4 of 4 images not found in \., annotations; 4 of 4 names looked for are in train2017/"):
+    with pytest.warns(
+        ImageFolderWarning,
+        match=r"4 of 4 images not found in \., annotations; 4 of 4 names looked for are in train2017/",
+    ):
         index = read_annotations(tmp_path)  # on_error="raise": the first read's missing images do not count
     assert len(index) == 4 and index.num_objects == 1
     assert index.relative_image_path(0) == os.path.join("train2017", "a.jpg")
@@ -137,7 +140,9 @@ def test_relative_image_dir_is_relative_to_the_dataset_root(tmp_path, monkeypatc
 
 def test_forced_format_that_finds_nothing_names_folder_and_format(tmp_path):
     root = voc_dataset(tmp_path / "voc", {"a": voc_xml("a.jpg")})
-    with pytest.raises(ValueError, match=r"voc: format='yolo' found 1 images but no label files there; it looks like voc"):
+    with pytest.raises(
+        ValueError, match=r"voc: format='yolo' found 1 images but no label files there; it looks like voc"
+    ):
         read_annotations(root, format="yolo")
     (tmp_path / "nothing").mkdir()
     with pytest.raises(ValueError, match=r"nothing: format='voc' found no annotation files there"):
@@ -181,7 +186,9 @@ def test_the_folder_found_holds_the_most_names(layout, names):
     def holds(folder: str) -> int:
         files = layout.get(folder, set())
         stems = {os.path.splitext(f)[0] for f in files if not f.endswith(".txt")}
-        return sum(1 for n in names if os.path.basename(n) in files or os.path.splitext(os.path.basename(n))[0] in stems)
+        return sum(
+            1 for n in names if os.path.basename(n) in files or os.path.splitext(os.path.basename(n))[0] in stems
+        )
 
     with tempfile.TemporaryDirectory() as tmp:
         for folder, files in layout.items():

@@ -225,11 +225,17 @@ def test_a_header_over_the_pixel_cap_is_refused_with_the_file_and_size(fmt: str,
 
     data = _declaring(fmt, *size)
     assert header_size(data) == size
-    with pytest.raises(ImageDecodeError, match=rf"bomb\.img: header declares {size[0]}x{size[1]} = {size[0] * size[1]} pixels, over max_pixels=178956970"):
+    with pytest.raises(
+        ImageDecodeError,
+        match=rf"bomb\.img: header declares {size[0]}x{size[1]} = {size[0] * size[1]} pixels, "
+        r"over max_pixels=178956970",
+    ):
         decode_image(data, source="bomb.img")
 
 
-def test_the_pixel_cap_is_a_parameter_and_an_environment_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_pixel_cap_is_a_parameter_and_an_environment_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from detloader.images import MAX_PIXELS_ENV
 
     data = _encode(Image.new("RGB", (40, 30)), "PNG")

@@ -51,7 +51,8 @@ class Recorder(pl.LightningModule):
 
 trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=EPOCHS, logger=False,
                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-trainer.fit(Recorder(), datamodule=DetectionDataModule(train, batch_size=BATCH, balance="inverse", num_workers=0, seed=0))
+module = DetectionDataModule(train, batch_size=BATCH, balance="inverse", num_workers=0, seed=0)
+trainer.fit(Recorder(), datamodule=module)
 """
 
 EPOCHS, BATCH = 3, 4
@@ -110,10 +111,22 @@ def _fit(dm, max_steps: int, ckpt_dir: Path | None = None, ckpt_path: str | None
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    callbacks = [pl.callbacks.ModelCheckpoint(dirpath=ckpt_dir, every_n_train_steps=max_steps, save_top_k=-1)] if ckpt_dir else []
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=max_steps, max_epochs=-1, logger=False,
-                         enable_checkpointing=bool(ckpt_dir), callbacks=callbacks, enable_progress_bar=False,
-                         enable_model_summary=False)
+    callbacks = (
+        [pl.callbacks.ModelCheckpoint(dirpath=ckpt_dir, every_n_train_steps=max_steps, save_top_k=-1)]
+        if ckpt_dir
+        else []
+    )
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=max_steps,
+        max_epochs=-1,
+        logger=False,
+        enable_checkpointing=bool(ckpt_dir),
+        callbacks=callbacks,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     module = Recorder()
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
     return module.seen

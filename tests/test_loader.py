@@ -13,11 +13,17 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from detloader import read_annotations
+from detloader._system import accelerator_available
 from detloader.collate import Batch
 from detloader.dataset import DetectionDataset
-from detloader._system import accelerator_available
 from detloader.loader import LoaderOptions, make_loader
-from detloader.transforms import ColorJitter, Compose, RandomHorizontalFlip, RandomResizedCrop, Resize
+from detloader.transforms import (
+    ColorJitter,
+    Compose,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+)
 
 
 @pytest.fixture
@@ -125,7 +131,13 @@ class _Probe(Dataset):  # type: ignore[type-arg]
 
     def __getitem__(self, i: int) -> tuple[int, str, int, int, int]:
         marker = int(os.environ.get("DETLOADER_TEST_MARK", "0"))
-        return torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS", ""), int(np.random.randint(1 << 30)), random.randrange(1 << 30), marker
+        return (
+            torch.get_num_threads(),
+            os.environ.get("OMP_NUM_THREADS", ""),
+            int(np.random.randint(1 << 30)),
+            random.randrange(1 << 30),
+            marker,
+        )
 
 
 def _mark(worker_id: int) -> None:
@@ -138,7 +150,9 @@ def _identity(items: list) -> list:  # type: ignore[type-arg]
 
 def test_workers_run_single_threaded_and_seeded() -> None:
     def run(seed: int) -> list:  # type: ignore[type-arg]
-        loader = make_loader(_Probe(), batch_size=2, num_workers=2, seed=seed, collate_fn=_identity, worker_init_fn=_mark)
+        loader = make_loader(
+            _Probe(), batch_size=2, num_workers=2, seed=seed, collate_fn=_identity, worker_init_fn=_mark
+        )
         return [item for batch in loader for item in batch]
 
     items = run(5)

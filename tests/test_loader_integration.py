@@ -45,7 +45,9 @@ def test_balance_other_forms(dataset):
     assert isinstance(loader.sampler, RepeatFactorSampler)
     mine = WeightedSampler(np.ones(len(dataset)), seed=5)
     assert make_loader(dataset, batch_size=4, balance=mine).sampler is mine
-    by_image = make_loader(dataset, batch_size=4, balance={"night": 5.0, "indoor": 1.0, "outdoor": 1.0}, balance_by="image_class", seed=0)
+    by_image = make_loader(
+        dataset, batch_size=4, balance={"night": 5.0, "indoor": 1.0, "outdoor": 1.0}, balance_by="image_class", seed=0
+    )
     assert len(list(by_image.sampler)) == len(dataset)
 
 

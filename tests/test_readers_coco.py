@@ -11,8 +11,8 @@ import pytest
 from helpers import write_image
 
 from detloader import AnnotationError, detect_format, read_annotations
-from detloader.cli import main
 from detloader.annotations.landmarks import COCO17, COCO17_NAMES
+from detloader.cli import main
 
 
 def coco(images: list, annotations: list, categories: list) -> dict[str, Any]:
@@ -177,7 +177,9 @@ def test_json_size_cap(tmp_path):
 
 
 def test_category_without_keypoint_names_is_positional(tmp_path):
-    data = coco([img(1, "a.jpg")], [ann(1, 1, 1, [1, 1, 20, 20], keypoints=[3, 4, 2, 5, 6, 2])], [{"id": 1, "name": "k"}])
+    data = coco(
+        [img(1, "a.jpg")], [ann(1, 1, 1, [1, 1, 20, 20], keypoints=[3, 4, 2, 5, 6, 2])], [{"id": 1, "name": "k"}]
+    )
     index = read_annotations(_write(tmp_path / "x.json", data, ("a.jpg",)))
     assert index.landmark_schema.names == ("p0", "p1")
 

@@ -36,14 +36,17 @@ child</values></attribute></attributes>
 
 
 def cvat_xml(images: str, meta: str = META) -> str:
-    return f'<?xml version="1.0" encoding="utf-8"?>\n<annotations>\n  <version>1.1</version>{meta}\n{images}\n</annotations>\n'
+    head = '<?xml version="1.0" encoding="utf-8"?>\n<annotations>\n  <version>1.1</version>'
+    return f"{head}{meta}\n{images}\n</annotations>\n"
 
 
 def image_xml(image_id: int, name: str, body: str = "", *, size: tuple[int, int] = (64, 48), extra: str = "") -> str:
     return f'<image id="{image_id}" name="{name}" width="{size[0]}" height="{size[1]}"{extra}>{body}</image>'
 
 
-def box_xml(label: str, box: tuple, *, group: str | None = None, occluded: int = 0, attrs: dict | None = None, extra: str = "") -> str:
+def box_xml(
+    label: str, box: tuple, *, group: str | None = None, occluded: int = 0, attrs: dict | None = None, extra: str = ""
+) -> str:
     x1, y1, x2, y2 = box
     g = f' group_id="{group}"' if group is not None else ""
     inner = "".join(f'<attribute name="{k}">{v}</attribute>' for k, v in (attrs or {}).items())
@@ -57,7 +60,10 @@ def skeleton_xml(label: str, points: dict, *, group: str | None = None) -> str:
     g = f' group_id="{group}"' if group is not None else ""
     inner = ""
     for name, (x, y, outside, occluded) in points.items():
-        inner += f'<points label="{name}" source="manual" outside="{outside}" occluded="{occluded}" points="{x},{y}"></points>'
+        inner += (
+            f'<points label="{name}" source="manual" outside="{outside}" occluded="{occluded}" '
+            f'points="{x},{y}"></points>'
+        )
     return f'<skeleton label="{label}" source="manual" z_order="0"{g}>{inner}</skeleton>'
 
 
@@ -96,7 +102,9 @@ def test_boxes_attributes_flags_and_tags(tmp_path):
 def test_grouped_points_and_skeleton_follow_meta_order(tmp_path):
     body = (
         box_xml("face", (5, 5, 40, 40), group="1")
-        + skeleton_xml("face5", {"left_eye": (12, 10, 0, 0), "right_eye": (30, 10, 0, 1), "nose": (0, 0, 1, 0)}, group="1")
+        + skeleton_xml(
+            "face5", {"left_eye": (12, 10, 0, 0), "right_eye": (30, 10, 0, 1), "nose": (0, 0, 1, 0)}, group="1"
+        )
         + '<points label="chin" source="manual" occluded="0" points="20,38" z_order="0" group_id="1"></points>'
     )
     index = read_annotations(_dataset(tmp_path, image_xml(0, "a.jpg", body), ("a.jpg",)))
@@ -153,7 +161,10 @@ def test_points_that_no_box_takes_are_objects_of_their_label(tmp_path):
 
 
 def test_multi_point_points_element_is_positional(tmp_path):
-    body = box_xml("face", (0, 0, 60, 46), group="4") + '<points label="lm" occluded="0" points="1,2;3,4;5,6" group_id="4"/>'
+    body = (
+        box_xml("face", (0, 0, 60, 46), group="4")
+        + '<points label="lm" occluded="0" points="1,2;3,4;5,6" group_id="4"/>'
+    )
     index = read_annotations(_dataset(tmp_path, image_xml(0, "a.jpg", body), ("a.jpg",)), format="cvat")
     assert index.landmark_schema.names == ("p0", "p1", "p2")
     np.testing.assert_array_equal(index.landmarks[0], [[1, 2], [3, 4], [5, 6]])
@@ -201,13 +212,22 @@ def test_rotation_unsupported_shapes_and_tracks(tmp_path):
         + '<polygon label="face" points="1,1;5,1;5,5"/><polygon label="face" points="1,1;5,1;5,5"/>'
         + '<polyline label="face" points="1,1;5,5"/>'
     )
-    images = image_xml(0, "a.jpg", body) + '<track id="0" label="face"><box frame="0" xtl="1" ytl="1" xbr="2" ybr="2"/></track>'
+    images = (
+        image_xml(0, "a.jpg", body)
+        + '<track id="0" label="face"><box frame="0" xtl="1" ytl="1" xbr="2" ybr="2"/></track>'
+    )
     index = read_annotations(_dataset(tmp_path, images, ("a.jpg",)), on_error="skip")
     np.testing.assert_allclose(index.boxes, [[15, 5, 25, 25]], atol=1e-5)  # 20x10 box turned upright
     assert index.meta["stats"]["ignored_polygon"] == 2
     messages = [str(p) for p in index.problems]
-    assert "annotations.xml: image[id=0]/box[1]/rotation: rotation=90 degrees (replaced by its axis-aligned bounds)" in messages
-    assert "annotations.xml: polygon: 2 <polygon> shapes (first: image[id=0]/polygon[1]) carry no box (ignored)" in messages
+    assert (
+        "annotations.xml: image[id=0]/box[1]/rotation: rotation=90 degrees (replaced by its axis-aligned bounds)"
+        in messages
+    )
+    assert (
+        "annotations.xml: polygon: 2 <polygon> shapes (first: image[id=0]/polygon[1]) carry no box (ignored)"
+        in messages
+    )
     assert any("CVAT for video is not read" in m for m in messages)
     errors = [str(p) for p in index.problems.errors]
     assert errors == [m for m in messages if "track" in m]  # shapes without boxes never fail a read
@@ -227,7 +247,8 @@ def test_problems_name_image_id_and_element(tmp_path):
     for expected in (
         "annotations.xml: image[id=12]/box[3]: label= is missing (object skipped)",
         "annotations.xml: image[id=12]/points[1]: points='1' is not x,y (points skipped)",
-        "annotations.xml: image[id=12]/tag[2]: tag label='outdoor': the image already has class 'indoor' (one class per image) (tag ignored)",
+        "annotations.xml: image[id=12]/tag[2]: tag label='outdoor': the image already has class 'indoor' "
+        "(one class per image) (tag ignored)",
     ):
         assert expected in messages
     assert "annotations.xml: image[id=12]/box[2]: xtl='x' is not a number (object skipped)" in messages
@@ -257,7 +278,11 @@ def test_malformed_xml_keeps_images_before_the_error(tmp_path):
 
 def test_doctype_with_entities_is_refused(tmp_path):
     write_image(tmp_path / "images" / "a.jpg")
-    text = '<?xml version="1.0"?><!DOCTYPE annotations [<!ENTITY x "y">]><annotations>' + image_xml(0, "a.jpg") + "</annotations>"
+    text = (
+        '<?xml version="1.0"?><!DOCTYPE annotations [<!ENTITY x "y">]><annotations>'
+        + image_xml(0, "a.jpg")
+        + "</annotations>"
+    )
     (tmp_path / "annotations.xml").write_text(text)
     index = read_annotations(tmp_path / "annotations.xml", format="cvat", on_error="skip")
     assert len(index) == 0 and index.problems.counts() == {"unsafe_xml": 1}
@@ -285,5 +310,7 @@ def test_cli_index_json(tmp_path, capsys):
 
 def test_unknown_format_option_is_refused(tmp_path):
     path = _dataset(tmp_path, image_xml(0, "a.jpg"), ("a.jpg",))
-    with pytest.raises(ValueError, match="format option.s. images_bi not known to the cvat reader; valid: images_by, link_points"):
+    with pytest.raises(
+        ValueError, match="format option.s. images_bi not known to the cvat reader; valid: images_by, link_points"
+    ):
         read_annotations(path, images_bi="id")

@@ -10,8 +10,8 @@ import pytest
 from helpers import write_image
 
 from detloader import AnnotationError, detect_format, read_annotations
-from detloader.cli import main
 from detloader.annotations.readers.imglab import IBUG68
+from detloader.cli import main
 
 # streamed like CVAT: the XML file is closed however the stream ends
 pytestmark = pytest.mark.filterwarnings("error::ResourceWarning")
@@ -63,13 +63,18 @@ def test_boxes_labels_flags_attributes(tmp_path):
 
 
 def test_default_class_is_object(tmp_path):
-    path = _dataset(tmp_path, "<image file='a.jpg' width='64' height='48'><box top='1' left='1' width='5' height='5'/></image>")
+    path = _dataset(
+        tmp_path, "<image file='a.jpg' width='64' height='48'><box top='1' left='1' width='5' height='5'/></image>"
+    )
     assert read_annotations(path).classes == ("object",)
 
 
 def test_parts_named_landmarks_and_not_present(tmp_path):
     pts = parts_xml({"left_eye": (10, 11), "right_eye": (20, 11), "nose": (2147483647, 2147483647)})
-    path = _dataset(tmp_path, f"<image file='a.jpg' width='64' height='48'><box top='1' left='1' width='40' height='40'>{pts}</box></image>")
+    path = _dataset(
+        tmp_path,
+        f"<image file='a.jpg' width='64' height='48'><box top='1' left='1' width='40' height='40'>{pts}</box></image>",
+    )
     index = read_annotations(path)
     schema = index.landmark_schema
     assert schema.names == ("left_eye", "right_eye", "nose") and schema.flip_pairs == ((0, 1),)
@@ -80,14 +85,22 @@ def test_parts_named_landmarks_and_not_present(tmp_path):
 def test_ibug68_preset_only_for_exactly_68_names(tmp_path):
     rng = np.random.default_rng(0)
     pts68 = {f"{i:02d}": tuple(rng.integers(5, 40, 2)) for i in range(68)}
-    path = _dataset(tmp_path, f"<image file='a.jpg' width='64' height='48'><box top='1' left='1' width='50' height='40'>{parts_xml(pts68)}</box></image>")
+    path = _dataset(
+        tmp_path,
+        "<image file='a.jpg' width='64' height='48'>"
+        f"<box top='1' left='1' width='50' height='40'>{parts_xml(pts68)}</box></image>",
+    )
     index = read_annotations(path)
     assert index.landmark_schema == IBUG68
     assert len(IBUG68.flip_pairs) == 29 and (36, 45) in IBUG68.flip_pairs and (0, 16) in IBUG68.flip_pairs
     perm = IBUG68.flip_permutation()
     assert (perm[perm] == np.arange(68)).all()  # an involution
     pts5 = {f"{i:02d}": (10 + i, 10) for i in range(5)}  # dlib's 5-point model: not iBUG
-    path5 = _dataset(tmp_path / "five", f"<image file='a.jpg' width='64' height='48'><box top='1' left='1' width='50' height='40'>{parts_xml(pts5)}</box></image>")
+    path5 = _dataset(
+        tmp_path / "five",
+        "<image file='a.jpg' width='64' height='48'>"
+        f"<box top='1' left='1' width='50' height='40'>{parts_xml(pts5)}</box></image>",
+    )
     schema5 = read_annotations(path5).landmark_schema
     assert schema5.names == ("00", "01", "02", "03", "04") and schema5.flip_pairs == ()
 
@@ -115,7 +128,10 @@ def test_missing_size_read_from_header_and_problems_name_elements(tmp_path):
 
 def test_truncated_file_keeps_earlier_images(tmp_path):
     write_image(tmp_path / "a.jpg")
-    text = imglab_xml("<image file='a.jpg' width='64' height='48'><box top='1' left='1' width='5' height='5'/></image>\n<image file='a.jpg'")
+    text = imglab_xml(
+        "<image file='a.jpg' width='64' height='48'><box top='1' left='1' width='5' height='5'/></image>\n"
+        "<image file='a.jpg'"
+    )
     (tmp_path / "t.xml").write_text(text[: text.rindex("<image file='a.jpg'") + 20])
     index = read_annotations(tmp_path / "t.xml", on_error="skip")
     assert len(index) == 1
@@ -145,7 +161,9 @@ def test_folder_with_one_or_several_files(tmp_path):
 def test_two_files_in_one_folder_keep_their_own_cache(tmp_path):
     one = _dataset(tmp_path, "<image file='a.jpg' width='64' height='48'/>", name="one.xml")
     two = tmp_path / "two.xml"
-    two.write_text(imglab_xml("<image file='a.jpg' width='64' height='48'/><image file='b.jpg' width='64' height='48'/>"))
+    two.write_text(
+        imglab_xml("<image file='a.jpg' width='64' height='48'/><image file='b.jpg' width='64' height='48'/>")
+    )
     first = read_annotations(one)
     second = read_annotations(two)
     assert (len(first), len(second)) == (1, 2)
@@ -156,7 +174,9 @@ def test_two_files_in_one_folder_keep_their_own_cache(tmp_path):
 def test_cache_follows_the_file(tmp_path):
     path = _dataset(tmp_path, "<image file='a.jpg' width='64' height='48'/>")
     assert len(read_annotations(path)) == 1
-    path.write_text(imglab_xml("<image file='a.jpg' width='64' height='48'/><image file='b.jpg' width='64' height='48'/>"))
+    path.write_text(
+        imglab_xml("<image file='a.jpg' width='64' height='48'/><image file='b.jpg' width='64' height='48'/>")
+    )
     assert len(read_annotations(path)) == 2
 
 
@@ -187,7 +207,11 @@ def test_real_dlib_faces_cli_json(dlib_faces_root, capsys):
 
 
 def test_cli_index_json(tmp_path, capsys):
-    path = _dataset(tmp_path, "<image file='a.jpg' width='64' height='48'><box top='1' left='1' width='5' height='5'><label>k</label></box></image>")
+    path = _dataset(
+        tmp_path,
+        "<image file='a.jpg' width='64' height='48'>"
+        "<box top='1' left='1' width='5' height='5'><label>k</label></box></image>",
+    )
     assert main(["index", str(path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["format"] == "imglab" and data["images"] == 1 and data["classes"] == {"k": 1}

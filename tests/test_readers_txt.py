@@ -10,8 +10,8 @@ import pytest
 from helpers import write_image
 
 from detloader import FACE5, MISSING, AnnotationError, detect_format, read_annotations
-from detloader.cli import main
 from detloader.annotations.readers.txt import detect_kind
+from detloader.cli import main
 
 
 def _images(root: Path, *names: str, size=(64, 48)) -> None:

@@ -326,7 +326,9 @@ def test_comma_list_dialect_with_and_without_schema(tmp_path):
 def test_landmark_outside_image_keeps_slot_with_visibility_zero(tmp_path):
     pts = [("left_eye", 10, 10, 2), ("right_eye", 99, 10, 2)]
     root = voc_dataset(tmp_path, {"a": voc_xml("a.jpg", [voc_object("f", (1, 1, 40, 40), extra=keypoints_xml(pts))])})
-    with pytest.raises(AnnotationError, match=r"object\[1\]/keypoints/keypoint\[2\]: right_eye: x=99 y=10 outside image width=64"):
+    with pytest.raises(
+        AnnotationError, match=r"object\[1\]/keypoints/keypoint\[2\]: right_eye: x=99 y=10 outside image width=64"
+    ):
         read_annotations(root)
     index = read_annotations(root, on_error="skip")
     assert index.visibility.tolist() == [[2, 0]] and index.num_objects == 1

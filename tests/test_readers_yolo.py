@@ -11,8 +11,8 @@ import yaml
 from helpers import write_image
 
 from detloader import AnnotationError, detect_format, read_annotations
-from detloader.cli import main
 from detloader.annotations.readers.yolo import YoloConfigError, label_path
+from detloader.cli import main
 
 
 def _ultralytics(tmp_path: Path, labels: dict[str, str], config: dict, size=(100, 50)) -> Path:
@@ -45,7 +45,9 @@ def test_detection_with_data_yaml_and_splits(tmp_path):
     np.testing.assert_allclose(index.image(2).boxes, [[0, 0, 50, 50]])
     assert {k: v.tolist() for k, v in index.splits.items()} == {"train": [0, 1], "val": [2, 3]}
     assert index.annotation_path(0) == "labels/train/a.txt"
-    assert not index.problems.errors and index.problems.counts() == {"unannotated_image": 1}  # a background image, named
+    assert not index.problems.errors and index.problems.counts() == {
+        "unannotated_image": 1
+    }  # a background image, named
 
 
 def test_label_path_rule():
@@ -110,7 +112,9 @@ def test_bad_lines_name_file_and_line(tmp_path):
         "0 0.5 0.5 0 0.2\n"
         "1 0.1 0.1 0.3 0.1 0.2 0.4\n"
     )
-    path = _ultralytics(tmp_path, {"train/a": text}, {"train": "images/train", "val": "images/train", "names": ["a", "b"]})
+    path = _ultralytics(
+        tmp_path, {"train/a": text}, {"train": "images/train", "val": "images/train", "names": ["a", "b"]}
+    )
     index = read_annotations(path, on_error="skip")
     assert [str(p) for p in index.problems] == [
         "labels/train/a.txt: line 2: class=7 is not in names (0..1) (object skipped)",
@@ -169,14 +173,18 @@ def test_split_list_files_and_unreadable_image(tmp_path):
 
 
 def test_cache_rebuilds_when_a_label_changes(tmp_path):
-    path = _ultralytics(tmp_path, {"train/a": "0 0.5 0.5 0.2 0.2\n"}, {"train": "images/train", "val": "images/train", "names": ["a"]})
+    path = _ultralytics(
+        tmp_path, {"train/a": "0 0.5 0.5 0.2 0.2\n"}, {"train": "images/train", "val": "images/train", "names": ["a"]}
+    )
     assert read_annotations(path).num_objects == 1
     (tmp_path / "labels" / "train" / "a.txt").write_text("0 0.5 0.5 0.2 0.2\n0 0.2 0.2 0.1 0.1\n")
     assert read_annotations(path).num_objects == 2
 
 
 def test_cli_index_json(tmp_path, capsys):
-    path = _ultralytics(tmp_path, {"train/a": "0 0.5 0.5 0.2 0.2\n"}, {"train": "images/train", "val": "images/train", "names": ["a"]})
+    path = _ultralytics(
+        tmp_path, {"train/a": "0 0.5 0.5 0.2 0.2\n"}, {"train": "images/train", "val": "images/train", "names": ["a"]}
+    )
     assert main(["index", str(path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["format"] == "yolo" and data["images"] == 1 and data["splits"] == {"train": 1, "val": 1}

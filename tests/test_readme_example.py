@@ -29,7 +29,9 @@ def script_for(root: Path, start_method: str | None) -> str:
     code = readme_example()
     assert '"data/VOC2007"' in code and "range(10)" in code
     code = code.replace('"data/VOC2007"', repr(str(root))).replace("range(10)", "range(1)")
-    head = "" if start_method is None else f"import multiprocessing\nmultiprocessing.set_start_method({start_method!r})\n"
+    head = (
+        "" if start_method is None else f"import multiprocessing\nmultiprocessing.set_start_method({start_method!r})\n"
+    )
     return head + code + '\nprint("images", len(index), "batches", loader.__len__())\n'
 
 

@@ -63,7 +63,9 @@ def test_block_runs_as_a_plain_script(block: int, synthetic: Path, tmp_path: Pat
     (tmp_path / "data" / "VOC2007").symlink_to(synthetic)
     (tmp_path / "block.py").write_text(code, encoding="utf-8")
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run([sys.executable, "block.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=580)
+    proc = subprocess.run(
+        [sys.executable, "block.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=580
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert proc.stdout.strip(), "the block printed nothing"
     if "coco_json=" in code:

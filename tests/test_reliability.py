@@ -22,7 +22,6 @@ from helpers import voc_dataset, voc_object, voc_xml, write_image
 from torch.utils.data import DataLoader, Dataset
 
 from detloader import DetectionDataset, _files, read_annotations
-from detloader.annotations.readers import common
 from detloader.annotations.writers.export import write_annotations
 from detloader.cli import main
 from detloader.images import MAX_IMAGE_BYTES, ImageDecodeError, image_bytes, read_image
@@ -82,7 +81,9 @@ def test_verify_is_checked(tmp_path: Path) -> None:
 
 # -- special files and symlink loops --------------------------------------------------------
 @pytest.mark.timeout(60)
-def test_fifos_among_annotations_and_images_are_named_never_opened(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_fifos_among_annotations_and_images_are_named_never_opened(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = _voc(tmp_path / "ds")
     os.mkfifo(root / "Annotations" / "x.xml")
     os.mkfifo(root / "JPEGImages" / "y.jpg")
@@ -95,7 +96,9 @@ def test_fifos_among_annotations_and_images_are_named_never_opened(tmp_path: Pat
     assert "2 errors, 0 repaired: not_a_regular_file: 2" in capsys.readouterr().out
     with pytest.raises(ImageDecodeError, match="y.jpg: cannot read image: a FIFO, not a regular file"):
         image_bytes(root / "JPEGImages" / "y.jpg")
-    assert [p.kind for p in check_image(root / "JPEGImages" / "y.jpg", "Annotations/y.xml", None)] == ["not_a_regular_file"]
+    assert [p.kind for p in check_image(root / "JPEGImages" / "y.jpg", "Annotations/y.xml", None)] == [
+        "not_a_regular_file"
+    ]
     with pytest.raises(ValueError, match="is a FIFO, not an annotation file"):
         read_annotations(root / "Annotations" / "x.xml")
 
@@ -104,11 +107,17 @@ def test_fifos_among_annotations_and_images_are_named_never_opened(tmp_path: Pat
 def test_a_fifo_an_annotation_names_is_named(tmp_path: Path) -> None:
     write_image(tmp_path / "images" / "a.jpg")
     os.mkfifo(tmp_path / "images" / "b.jpg")
-    images = [{"id": 1, "file_name": "a.jpg", "width": 64, "height": 48}, {"id": 2, "file_name": "b.jpg", "width": 64, "height": 48}]
+    images = [
+        {"id": 1, "file_name": "a.jpg", "width": 64, "height": 48},
+        {"id": 2, "file_name": "b.jpg", "width": 64, "height": 48},
+    ]
     (tmp_path / "annotations.json").write_text(json.dumps({"images": images, "annotations": [], "categories": []}))
     index = read_annotations(tmp_path / "annotations.json", on_error="skip")
     assert len(index) == 1
-    assert [str(p) for p in index.problems] == ["annotations.json: images[1]/file_name: file_name='b.jpg': images/b.jpg is a FIFO, not a regular file (image skipped)"]
+    assert [str(p) for p in index.problems] == [
+        "annotations.json: images[1]/file_name: file_name='b.jpg': images/b.jpg is a FIFO, "
+        "not a regular file (image skipped)"
+    ]
 
 
 @pytest.mark.parametrize("where", ["Annotations", "JPEGImages", "beside"])
@@ -157,7 +166,9 @@ def test_a_4gib_image_is_refused_by_its_size(tmp_path: Path, capsys: pytest.Capt
     assert read_image(root / "JPEGImages" / "00.jpg", max_bytes=10_000).image.shape == (48, 64, 3)
 
 
-def test_skip_policy_substitutes_a_huge_image_and_one_out_of_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_skip_policy_substitutes_a_huge_image_and_one_out_of_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = _voc(tmp_path / "ds", 4)
     _huge_jpeg(root / "JPEGImages" / "01.jpg")
     import detloader.images as images
@@ -190,7 +201,7 @@ class _FullFile:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._fh, name)
 
-    def __enter__(self) -> "_FullFile":
+    def __enter__(self) -> _FullFile:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -220,7 +231,10 @@ def _no_temporary_files(folder: Path) -> bool:
 def test_atomic_write_names_a_full_disk_and_keeps_the_previous_file(tmp_path: Path, full_disk: None) -> None:
     target = tmp_path / "result.json"
     target.write_text("previous")
-    with pytest.raises(_files.DiskFullError, match=r"result.json: not written, no space left on the device \([\d.]+ MiB free on .*\); any previous") as err:
+    with pytest.raises(
+        _files.DiskFullError,
+        match=r"result.json: not written, no space left on the device \([\d.]+ MiB free on .*\); any previous",
+    ) as err:
         _files.write_file(target, "new")
     assert err.value.errno == errno.ENOSPC and isinstance(err.value, OSError)
     assert target.read_text() == "previous" and _no_temporary_files(tmp_path)
@@ -235,7 +249,12 @@ def test_index_cache_on_a_full_disk(tmp_path: Path, full_disk: None) -> None:
 
 
 def test_checkpoint_on_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from detloader.train.checkpoint import CHECKPOINT_KEYS, PREVIOUS, load_checkpoint, save_checkpoint
+    from detloader.train.checkpoint import (
+        CHECKPOINT_KEYS,
+        PREVIOUS,
+        load_checkpoint,
+        save_checkpoint,
+    )
 
     state = {k: 0 for k in CHECKPOINT_KEYS}
     last = tmp_path / "run" / "last.pt"
@@ -282,7 +301,9 @@ def test_tune_loader_returns_its_result_on_a_full_disk(monkeypatch: pytest.Monke
 
 
 # -- images without annotations -------------------------------------------------------------
-def test_images_without_annotation_files_are_counted_and_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_images_without_annotation_files_are_counted_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = _voc(tmp_path / "ds")
     for i in range(22):
         write_image(root / "JPEGImages" / f"extra{i:02d}.jpg")
@@ -304,7 +325,9 @@ def test_yolo_background_images_are_named(tmp_path: Path) -> None:
     (tmp_path / "labels" / "a.txt").write_text("0 0.5 0.5 0.2 0.2\n")
     index = read_annotations(tmp_path, format="yolo", on_error="raise")
     assert len(index) == 2
-    assert [str(p) for p in index.problems] == ["labels/b.txt: no label file for images/b.jpg (kept as a background image (no objects))"]
+    assert [str(p) for p in index.problems] == [
+        "labels/b.txt: no label file for images/b.jpg (kept as a background image (no objects))"
+    ]
 
 
 # -- clear errors at the first wall ---------------------------------------------------------
@@ -319,34 +342,55 @@ def _cvat(folder: Path) -> None:
 def test_a_dataset_one_folder_down_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _cvat(tmp_path / "ppe-cvat" / "task_1")
     index = read_annotations(tmp_path / "ppe-cvat")
-    assert index.meta["format"] == "cvat" and len(index) == 1 and index.root == (tmp_path / "ppe-cvat" / "task_1").resolve()
+    assert (
+        index.meta["format"] == "cvat"
+        and len(index) == 1
+        and index.root == (tmp_path / "ppe-cvat" / "task_1").resolve()
+    )
     assert main(["index", str(tmp_path / "ppe-cvat")]) == 0
     _cvat(tmp_path / "ppe-cvat" / "task_2")
     with pytest.raises(ValueError, match=r"one folder down: task_1/ \(cvat\), task_2/ \(cvat\); pass one of them"):
         read_annotations(tmp_path / "ppe-cvat")
 
 
-def test_nothing_recognised_names_the_folder_what_was_looked_for_and_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_nothing_recognised_names_the_folder_what_was_looked_for_and_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "a.md").write_text("hello")
     assert main(["index", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert f"path={str(tmp_path)!r}: no annotation format recognised here or one folder down (looked for COCO .json" in err
+    assert (
+        f"path={str(tmp_path)!r}: no annotation format recognised here or one folder down (looked for COCO .json" in err
+    )
     assert "--format NAME" in err
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--balance", "sqr"], "--balance='sqr' is not one of inverse, sqrt, power, effective, repeat_factor, explicit, class_aware; did you mean 'sqrt'?"),
+        (
+            ["--balance", "sqr"],
+            "--balance='sqr' is not one of inverse, sqrt, power, effective, repeat_factor, explicit, class_aware; "
+            "did you mean 'sqrt'?",
+        ),
         (["--balance", "powr:0.5"], "did you mean 'power'?"),
-        (["--format", "vco"], "--format='vco' is not one of auto, coco, voc, cvat, imglab, yolo, txt; did you mean 'voc'?"),
-        (["--by", "clas"], "--by='clas' is not one of class, image_class, image, attribute:NAME, image_attribute:NAME; did you mean 'class'?"),
+        (
+            ["--format", "vco"],
+            "--format='vco' is not one of auto, coco, voc, cvat, imglab, yolo, txt; did you mean 'voc'?",
+        ),
+        (
+            ["--by", "clas"],
+            "--by='clas' is not one of class, image_class, image, attribute:NAME, image_attribute:NAME; "
+            "did you mean 'class'?",
+        ),
         (["--images-by", "nmae"], "did you mean 'name'?"),
         (["--by", "image_class"], "--by image_class: {root} has no image classes"),
     ],
 )
-def test_cli_choices_say_did_you_mean(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+def test_cli_choices_say_did_you_mean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
     root = _voc(tmp_path / "ds")
     assert main(["stats", str(root), *args]) == 2
     assert message.format(root=root.resolve()) in capsys.readouterr().err

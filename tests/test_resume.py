@@ -10,13 +10,13 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, TensorDataset
 
-from detloader.resume import ResumableLoader
 from detloader.balance import (
     BalancedBatchSampler,
     ClassAwareSampler,
     RepeatFactorSampler,
     WeightedSampler,
 )
+from detloader.resume import ResumableLoader
 
 N = 60
 DATA = TensorDataset(torch.arange(N))
@@ -30,7 +30,9 @@ SAMPLERS = {
     "weighted-no-replacement": lambda: WeightedSampler(np.linspace(1, 5, N), replacement=False, seed=1),
     "weighted": lambda: WeightedSampler(np.linspace(1, 5, N), seed=1),
     "repeat-factor": lambda: RepeatFactorSampler(np.linspace(1, 2.5, N), seed=1),
-    "class-aware-rank1": lambda: ClassAwareSampler([range(0, 40), range(40, 55), range(55, 60)], seed=1, rank=1, world_size=2),
+    "class-aware-rank1": lambda: ClassAwareSampler(
+        [range(0, 40), range(40, 55), range(55, 60)], seed=1, rank=1, world_size=2
+    ),
 }
 
 

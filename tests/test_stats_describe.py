@@ -21,7 +21,11 @@ def test_dataset_stats_by_hand():
     )
     s = dataset_stats(idx)
     assert s["images"] == 4 and s["objects"] == 5 and s["empty_images"] == 1
-    assert s["classes"] == {"a": {"objects": 3, "images": 2}, "b": {"objects": 1, "images": 1}, "c": {"objects": 1, "images": 1}}
+    assert s["classes"] == {
+        "a": {"objects": 3, "images": 2},
+        "b": {"objects": 1, "images": 1},
+        "c": {"objects": 1, "images": 1},
+    }
     assert s["imbalance_ratio"] == {"objects": 3.0, "images": 2.0}
     assert s["image_classes"] == {"day": 2, "night": 1} and s["images_without_image_class"] == 1
     assert s["object_attributes"] == {"age": {"adult": 2, "child": 2}}

@@ -106,7 +106,9 @@ def test_two_processes_build_once(index, tmp_path):
         print(d.store.path.stat().st_ino, int(d[3].image.float().sum()))
     """)
     env = {**os.environ}
-    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)
+    ]
     outs = [p.communicate(timeout=120)[0].split() for p in procs]
     assert all(p.returncode == 0 for p in procs)
     assert log.read_text().count("built") == 1

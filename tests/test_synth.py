@@ -18,7 +18,9 @@ def test_deterministic_by_seed(tmp_path):
     cmp = filecmp.dircmp(a / "Annotations", b / "Annotations")
     assert not cmp.diff_files and not cmp.left_only
     assert not filecmp.dircmp(a / "JPEGImages", b / "JPEGImages").diff_files
-    assert (a / "Annotations" / "synth_000003.xml").read_bytes() != (c / "Annotations" / "synth_000003.xml").read_bytes()
+    assert (a / "Annotations" / "synth_000003.xml").read_bytes() != (
+        c / "Annotations" / "synth_000003.xml"
+    ).read_bytes()
 
 
 def test_contents_of_default_dataset(synth_root):
@@ -47,7 +49,9 @@ def test_class_imbalance_follows_frequencies(tmp_path):
 
 def test_image_pool_links(tmp_path):
     root = make_synthetic(tmp_path / "p", 10, seed=0, image_pool=3)
-    assert (root / "JPEGImages" / "synth_000007.jpg").stat().st_ino == (root / "JPEGImages" / "synth_000001.jpg").stat().st_ino
+    assert (root / "JPEGImages" / "synth_000007.jpg").stat().st_ino == (
+        root / "JPEGImages" / "synth_000001.jpg"
+    ).stat().st_ino
     assert len(read_annotations(root)) == 10
 
 

@@ -35,13 +35,33 @@ def test_train_then_evaluate(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "data wait" in text and "% of step time" in text and "mAP@0.5" in text and "sunglasses" in text
     assert {"last.pt", "metrics.json", "config.json"} <= {p.name for p in out.iterdir()}
     # the checkpoint's settings carry over to --resume; one more epoch from the end of the first
-    assert main(["train", str(data), "--epochs", "2", "--resume", str(out / "last.pt"), "--out", str(out), "--json", "--num-workers", "0"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                str(data),
+                "--epochs",
+                "2",
+                "--resume",
+                str(out / "last.pt"),
+                "--out",
+                str(out),
+                "--json",
+                "--num-workers",
+                "0",
+            ]
+        )
+        == 0
+    )
     resumed = json.loads(capsys.readouterr().out)
     assert resumed["steps"] == 16 and len(resumed["epochs"]) == 2 and resumed["config"]["balance"] == "sqrt"
     assert main(["evaluate", str(out / "last.pt"), str(data), "--json"]) == 0
     metrics = json.loads(capsys.readouterr().out)
     assert metrics["images"] == 8 and metrics["map50"] == pytest.approx(resumed["map50"])
-    assert main(["evaluate", str(out / "last.pt"), str(data), "--split", "all", "--coco-json", str(tmp_path / "d.json")]) == 0
+    assert (
+        main(["evaluate", str(out / "last.pt"), str(data), "--split", "all", "--coco-json", str(tmp_path / "d.json")])
+        == 0
+    )
     assert "40 images" in capsys.readouterr().out
     assert {d["image_id"] for d in json.loads((tmp_path / "d.json").read_text())} <= set(range(1, 41))
 

@@ -9,8 +9,8 @@ import pickle
 from pathlib import Path
 
 import pytest
-from helpers import free_port
 import torch.multiprocessing as mp
+from helpers import free_port
 
 from detloader.synth import make_synthetic
 

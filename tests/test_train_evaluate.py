@@ -3,7 +3,6 @@ other), per-class figures, NME with its named normaliser, image-class accuracy."
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
@@ -34,7 +33,9 @@ def _predictions(index, noise: float, seed: int = 0, extra: int = 2) -> list[Ima
         boxes = np.concatenate([boxes, np.concatenate([fp, fp + 15], axis=1)])
         labels = np.concatenate([v.labels, rng.integers(0, len(index.classes), extra)]).astype(np.int64)
         scores = np.concatenate([rng.uniform(0.5, 1.0, len(v.boxes)), rng.uniform(0.0, 0.6, extra)]).astype(np.float32)
-        lms = np.concatenate([v.landmarks + rng.normal(0, noise, v.landmarks.shape), np.zeros((extra, k, 2))]).astype(np.float32)
+        lms = np.concatenate([v.landmarks + rng.normal(0, noise, v.landmarks.shape), np.zeros((extra, k, 2))]).astype(
+            np.float32
+        )
         probs = np.eye(len(index.image_classes), dtype=np.float32)[max(v.image_label, 0)]
         out.append(ImagePredictions(i, boxes, scores, labels, lms, probs))
     return out

@@ -39,10 +39,10 @@ with open(record, "a") as f:
     def on_step(info):
         f.write(json.dumps([info.global_step, info.image_ids]) + "\\n")
         f.flush()
-        if hang == "1" and info.global_step == %d:
+        if hang == "1" and info.global_step == HANG_AT:
             time.sleep(600)
     train(config, on_step=on_step)
-""" % HANG_AT
+""".replace("HANG_AT", str(HANG_AT))
 
 
 @pytest.fixture(scope="module")

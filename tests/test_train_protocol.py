@@ -11,15 +11,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import free_port
 import torch
 import torch.nn.functional as F
+from helpers import free_port
 from torch import nn
 
 import detloader
 from detloader.synth import make_synthetic
-from detloader.train import ImagePredictions, Task, TrainConfig, compute_metrics, evaluate_checkpoint, load_checkpoint
-from detloader.train import score_predictions, train
+from detloader.train import (
+    ImagePredictions,
+    Task,
+    TrainConfig,
+    compute_metrics,
+    evaluate_checkpoint,
+    load_checkpoint,
+    score_predictions,
+    train,
+)
 
 pytest.importorskip("faster_coco_eval")
 
@@ -120,7 +128,9 @@ def test_own_model_trained_checkpointed_and_evaluated(tiny: Path, tmp_path: Path
     assert len(json.loads((tmp_path / "dets.json").read_text())) == 8  # one box per image
     with pytest.raises(ValueError, match=r"holds a .*OneBox, not the reference model: pass its Task"):
         evaluate_checkpoint(tmp_path / "run" / "last.pt", tiny, read_options={"cache": False})
-    with pytest.raises(ValueError, match=r"the checkpoint holds a .*OneBox, this run trains a detloader.train.model.CenterNet"):
+    with pytest.raises(
+        ValueError, match=r"the checkpoint holds a .*OneBox, this run trains a detloader.train.model.CenterNet"
+    ):
         train(_config(tiny, tmp_path / "run", epochs=2, resume=str(tmp_path / "run" / "last.pt")))
 
 
@@ -146,7 +156,9 @@ def test_own_model_under_ddp(tiny: Path, tmp_path: Path):
     assert ranks[0]["metrics"] == ranks[1]["metrics"] and ranks[0]["metrics"]["samples_per_rank"] == [16, 16]
     a, b = (set(r["seen"]) for r in ranks)
     assert len(a | b) == 32 and not a & b
-    assert ranks[0]["metrics"]["images"] == 8 and load_checkpoint(tmp_path / "run" / "last.pt")["task"].endswith("OneBox")
+    assert ranks[0]["metrics"]["images"] == 8 and load_checkpoint(tmp_path / "run" / "last.pt")["task"].endswith(
+        "OneBox"
+    )
 
 
 def test_total_is_the_weighted_sum_or_the_given_total():

@@ -50,7 +50,9 @@ def test_train_and_evaluate_share_the_split_of_a_dataset_without_split_files(no_
     text = capsys.readouterr().out
     record = load_checkpoint(out / "last.pt")["data"]
     val, trained = record["splits"]["val"], record["splits"]["train"]["images"]
-    assert trained + val["images"] == 40 and len(val["paths"].split("\n")) == val["images"] and "seed 0" in val["source"]
+    assert (
+        trained + val["images"] == 40 and len(val["paths"].split("\n")) == val["images"] and "seed 0" in val["source"]
+    )
     assert f"training on split 'train': {trained} images (random 80/20" in " ".join(text.split())
     assert f"validating on split 'val': {val['images']} images" in text
     assert json.loads((out / "metrics.json").read_text())["split"]["images"] == val["images"]
@@ -77,7 +79,9 @@ def test_a_run_folder_is_never_overwritten(no_splits: Path, tmp_path: Path, caps
     assert "holds a run (last.pt)" in err and f"--resume {out / 'last.pt'}" in err
     assert f"--out {tmp_path / 'run2'}" in err and "--exist-ok" in err
     assert (out / "last.pt").read_bytes() == b"a run's checkpoint"
-    assert main(["train", str(no_splits), "--out", str(out), *SMALL, "--no-eval", "--exist-ok", "--max-steps", "1"]) == 0
+    assert (
+        main(["train", str(no_splits), "--out", str(out), *SMALL, "--no-eval", "--exist-ok", "--max-steps", "1"]) == 0
+    )
     assert int(load_checkpoint(out / "last.pt")["step"]) == 1
 
 
@@ -151,7 +155,9 @@ def test_damaged_checkpoints_are_named(no_splits: Path, tmp_path: Path, capsys):
     assert (out / "previous.pt").is_file() and int(load_checkpoint(out / "previous.pt")["step"]) == 1
     last = out / "last.pt"
     last.write_bytes(last.read_bytes()[:1000])
-    with pytest.raises(CheckpointError, match=rf"{last}: damaged or truncated checkpoint \(1000 bytes.*previous.pt is intact"):
+    with pytest.raises(
+        CheckpointError, match=rf"{last}: damaged or truncated checkpoint \(1000 bytes.*previous.pt is intact"
+    ):
         load_checkpoint(last)
     assert main(["evaluate", str(last), str(no_splits)]) == 2
     assert "damaged or truncated" in capsys.readouterr().err
@@ -187,7 +193,9 @@ def test_a_stop_signal_in_the_cli_exits_with_its_status(monkeypatch, no_splits: 
 
     monkeypatch.setattr(train_module, "train", stopped)
     assert main(["train", str(no_splits), "--out", str(tmp_path / "run"), *SMALL]) == 128 + signal.SIGTERM
-    assert f"stopped by SIGTERM after step 3; continue with --resume {tmp_path / 'run'}/last.pt" in capsys.readouterr().out
+    assert (
+        f"stopped by SIGTERM after step 3; continue with --resume {tmp_path / 'run'}/last.pt" in capsys.readouterr().out
+    )
 
 
 # -- safe stop: a signal mid-epoch saves the step, and resuming sees the uninterrupted samples ---
@@ -240,9 +248,12 @@ def _finish(proc: subprocess.Popen) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize(("workers", "signum", "group"), [(0, signal.SIGTERM, False), (2, signal.SIGTERM, True), (0, signal.SIGINT, False)])
-def test_a_signal_mid_epoch_saves_the_step_and_resume_is_exact(no_splits: Path, tmp_path: Path, workers: int,
-                                                               signum: int, group: bool):
+@pytest.mark.parametrize(
+    ("workers", "signum", "group"), [(0, signal.SIGTERM, False), (2, signal.SIGTERM, True), (0, signal.SIGINT, False)]
+)
+def test_a_signal_mid_epoch_saves_the_step_and_resume_is_exact(
+    no_splits: Path, tmp_path: Path, workers: int, signum: int, group: bool
+):
     hold = 5  # mid-epoch 0 (7 or 8 steps per epoch)
     full = _finish(_train_process(no_splits, tmp_path / "full", tmp_path / "full.jsonl", workers))
     assert full["stopped_by"] is None and full["steps"] >= 14

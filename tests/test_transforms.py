@@ -235,7 +235,9 @@ def test_flip_probability_draws_from_the_given_generator() -> None:
 def test_crop_drops_mostly_hidden_boxes_with_their_landmarks() -> None:
     image = np.zeros((100, 100, 3), dtype=np.uint8)
     boxes = [[10, 10, 30, 30], [40, 40, 60, 60], [45, 10, 85, 20]]
-    pts = np.array([[[20, 20]] * 5, [[50, 50]] * 5, [[50, 15], [80, 15], [60, 15], [70, 15], [75, 15]]], dtype=np.float32)
+    pts = np.array(
+        [[[20, 20]] * 5, [[50, 50]] * 5, [[50, 15], [80, 15], [60, 15], [70, 15], [75, 15]]], dtype=np.float32
+    )
     data = Annotated.create(image, boxes, [0, 1, 2], pts, np.full((3, 5), 2), schema=SCHEMA)
     # window x 35..75, y 0..100 (forced: image width 100, window 40 -> x0 from the generator)
     crop = RandomCrop((40, 100), min_visibility=0.5)
@@ -244,7 +246,7 @@ def test_crop_drops_mostly_hidden_boxes_with_their_landmarks() -> None:
     out = crop(data, rng)
     assert out.image.shape == (100, 40, 3)
     kept = []
-    for j, (bx0, by0, bx1, by1) in enumerate(boxes):
+    for j, (bx0, _by0, bx1, _by1) in enumerate(boxes):
         inside = max(0, min(bx1, x0 + 40) - max(bx0, x0)) / (bx1 - bx0)
         if inside >= 0.5:
             kept.append(j)

@@ -46,7 +46,9 @@ class _StandIn:
     def set_random_seed(self, seed: int) -> None:
         self.seeds.append(seed)
 
-    def __call__(self, *, image: np.ndarray, bboxes: np.ndarray, keypoints: np.ndarray, **labels: Any) -> dict[str, Any]:
+    def __call__(
+        self, *, image: np.ndarray, bboxes: np.ndarray, keypoints: np.ndarray, **labels: Any
+    ) -> dict[str, Any]:
         h, w = image.shape[:2]
         b, k = np.array(bboxes, dtype=np.float64), np.array(keypoints, dtype=np.float64)
         if self.mode == "transpose":

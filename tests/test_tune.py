@@ -8,8 +8,9 @@ import json
 import statistics
 import time
 import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 import psutil
@@ -18,6 +19,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset
+from tune_helpers import model
 
 from detloader import _system, read_annotations
 from detloader.dataset import DetectionDataset
@@ -31,17 +33,18 @@ from detloader.tune import (
     auto_loader_kwargs,
     probe_dataset,
     probe_machine,
+    store,
     tune_loader,
+    tuner,
 )
-from detloader.tune.heuristic import heuristic_loader_kwargs
+from detloader.tune import search as search_module
+from detloader.tune.heuristic import (
+    WORKER_MEMORY_GUESS,
+    heuristic_loader_kwargs,
+)
 from detloader.tune.measure import loader_kwargs, measure_setting
 from detloader.tune.search import choose, search_settings, worker_ladder
-from detloader.tune.tuner import grid_candidates
-from detloader.tune import search as search_module
-from detloader.tune import store, tuner
-from detloader.tune.heuristic import MAX_HEURISTIC_WORKERS, WORKER_MEMORY_GUESS
-from detloader.tune.tuner import normalise_candidate, worker_cap
-from tune_helpers import model
+from detloader.tune.tuner import grid_candidates, normalise_candidate, worker_cap
 
 GIB = 2**30
 
@@ -147,20 +150,28 @@ def test_search_on_two_cpus_measures_every_count() -> None:
 
 def test_flat_throughput_keeps_the_loading_in_the_main_process() -> None:
     # an I/O-bound or trivial dataset: workers add nothing, so none are recommended
-    out = search_settings(None, batch_size=8, cap=16, budget_s=60, measure_fn=model(lambda s: 1000.0 + s["num_workers"]))
+    out = search_settings(
+        None, batch_size=8, cap=16, budget_s=60, measure_fn=model(lambda s: 1000.0 + s["num_workers"])
+    )
     assert out.chosen_trial.num_workers == 0
     assert out.chosen_trial.settings == loader_kwargs(0)
 
 
 def test_prefetch_win_is_confirmed_and_kept() -> None:
-    rate = lambda s: knee(4)(s) * (1.2 if s.get("prefetch_factor") == 4 else 1.0)
+
+    def rate(s):
+        return knee(4)(s) * (1.2 if s.get("prefetch_factor") == 4 else 1.0)
+
     out = search_settings(None, batch_size=8, cap=4, budget_s=60, measure_fn=model(rate))
     assert out.chosen_trial.settings["prefetch_factor"] == 4
     assert [t.phase for t in out.trials].count("confirm") == 2
 
 
 def test_small_prefetch_gain_is_not_worth_it() -> None:
-    rate = lambda s: knee(4)(s) * (1.02 if s.get("prefetch_factor") == 4 else 1.0)
+
+    def rate(s):
+        return knee(4)(s) * (1.02 if s.get("prefetch_factor") == 4 else 1.0)
+
     out = search_settings(None, batch_size=8, cap=4, budget_s=60, measure_fn=model(rate))
     assert out.chosen_trial.settings["prefetch_factor"] == 2
     assert "confirm" not in {t.phase for t in out.trials}
@@ -168,7 +179,10 @@ def test_small_prefetch_gain_is_not_worth_it() -> None:
 
 @pytest.mark.parametrize("pinned_gain", [1.3, 0.7])
 def test_pin_memory_is_measured_both_ways(pinned_gain: float) -> None:
-    rate = lambda s: knee(2)(s) * (pinned_gain if s["pin_memory"] else 1.0)
+
+    def rate(s):
+        return knee(2)(s) * (pinned_gain if s["pin_memory"] else 1.0)
+
     out = search_settings(None, batch_size=8, cap=2, can_pin=True, budget_s=60, measure_fn=model(rate))
     assert out.chosen_trial.settings["pin_memory"] is (pinned_gain > 1)
     assert {t.settings["pin_memory"] for t in out.trials} == {True, False}
@@ -274,7 +288,9 @@ def test_worker_cap_follows_free_cpus() -> None:
 
 def _tune_on_model(monkeypatch: pytest.MonkeyPatch, probe: MachineProbe, rate: Callable, **kwargs: Any) -> TuneResult:
     monkeypatch.setattr(tuner, "probe_machine", lambda busy_window_s: probe)
-    monkeypatch.setattr(tuner, "search_settings", functools.partial(search_module.search_settings, measure_fn=model(rate)))
+    monkeypatch.setattr(
+        tuner, "search_settings", functools.partial(search_module.search_settings, measure_fn=model(rate))
+    )
     ds = SpinDataset(64, ms=0.0)
     return tune_loader(ds, batch_size=8, loader_factory=lambda **kw: None, cache=False, **kwargs)
 
@@ -306,7 +322,10 @@ def test_explanation_gives_the_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_explanation_with_an_accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
-    rate = lambda s: knee(2)(s) * (1.25 if s["pin_memory"] else 1.0)
+
+    def rate(s):
+        return knee(2)(s) * (1.25 if s["pin_memory"] else 1.0)
+
     r = _tune_on_model(monkeypatch, machine(2, can_pin=True), rate)
     assert r.recommended["pin_memory"] is True
     assert "20.0 GB/s pinned vs 6.0 GB/s pageable" in r.explanation
@@ -595,7 +614,9 @@ def test_auto_default_on_fake_machines(monkeypatch: pytest.MonkeyPatch, affinity
         ((33.0, 40), 64, 1.0),  # 32 tasks of others on 64 CPUs: half of our 2
     ],
 )
-def test_busy_now(monkeypatch: pytest.MonkeyPatch, figures: tuple[float, int | None], logical: int, busy: float) -> None:
+def test_busy_now(
+    monkeypatch: pytest.MonkeyPatch, figures: tuple[float, int | None], logical: int, busy: float
+) -> None:
     from detloader._system import cpus
 
     monkeypatch.setattr(cpus, "load_figures", lambda: figures)

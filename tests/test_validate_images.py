@@ -53,10 +53,11 @@ def test_validate_cli_reports_image_problems(tmp_path, capsys) -> None:
 
 
 def test_a_missing_image_is_reported_once(tmp_path) -> None:
+    from helpers import voc_dataset, voc_object, voc_xml
+
     from detloader import read_annotations
     from detloader.annotations.problems import Problem
     from detloader.validate_images import check_images
-    from helpers import voc_dataset, voc_object, voc_xml
 
     obj = voc_object("cat", (2, 2, 20, 20))
     root = voc_dataset(tmp_path / "voc", {"a": voc_xml("a.jpg", [obj]), "b": voc_xml("b.jpg", [obj])})
@@ -67,7 +68,9 @@ def test_a_missing_image_is_reported_once(tmp_path) -> None:
     (gone,) = check_images(twice)
     assert (gone.kind, gone.file) == ("missing_image", "Annotations/a.xml")
     # what the reader already reported for that image is not reported again ...
-    reader = Problem("missing_image", "Annotations/a.xml", "filename", "filename='a.jpg' not found in JPEGImages/", "image skipped")
+    reader = Problem(
+        "missing_image", "Annotations/a.xml", "filename", "filename='a.jpg' not found in JPEGImages/", "image skipped"
+    )
     assert check_images(index, reported=[reader]) == []
     # ... but the same kind for another image, or another kind, is no reason to drop it
     other = Problem("missing_image", "Annotations/a.xml", "filename", "filename='c.jpg' not found in JPEGImages/")

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from detloader import AnnotationError, read_annotations
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.options import ReadOptions
-from detloader.annotations.readers.common import Source
 from detloader.annotations.readers import voc
+from detloader.annotations.readers.common import Source
 
 BILLION_LAUGHS = b"""<?xml version="1.0"?>
 <!DOCTYPE lolz [
@@ -112,7 +112,11 @@ def test_parser_never_crashes_on_mangled_input(tmp_path, cut, junk, flips):
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(values=st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6)), min_size=4, max_size=4))
+@given(
+    values=st.lists(
+        st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6)), min_size=4, max_size=4
+    )
+)
 def test_any_box_values_are_kept_valid_or_reported(tmp_path, values):
     from xml.sax.saxutils import escape
 

@@ -3,7 +3,8 @@ computed from a rate function, no time is spent."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from detloader.tune.measure import Trial
 

@@ -27,9 +27,15 @@ from detloader.annotations import (
     detect_format,
     read_annotations,
 )
-from detloader.annotations.cache import CacheError
 from detloader.annotations.splits import make_splits
-from detloader.images import ImageDecodeError
+from detloader.errors import (
+    CacheError,
+    CheckpointError,
+    DetloaderError,
+    DetloaderWarning,
+    ImageDecodeError,
+    TuneWarning,
+)
 
 __version__ = "0.1.0"
 
@@ -50,7 +56,6 @@ _LAZY = {
     "DistributedSamplerWrapper": "detloader.balance.wrapper",
     "make_balanced_sampler": "detloader.balance.factory",
     "TuneResult": "detloader.tune.result",
-    "TuneWarning": "detloader.tune.heuristic",
     "tune_loader": "detloader.tune.tuner",
     "balance_report": "detloader.stats",
     "dataset_stats": "detloader.stats",
@@ -69,7 +74,6 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ lo
     from detloader.loader import make_loader, set_epoch
     from detloader.resume import ResumableLoader
     from detloader.stats import balance_report, dataset_stats
-    from detloader.tune.heuristic import TuneWarning
     from detloader.tune.result import TuneResult
     from detloader.tune.tuner import tune_loader
 
@@ -101,5 +105,6 @@ __all__ = [
     # tune, stats
     "tune_loader", "TuneResult", "balance_report", "dataset_stats",
     # errors and warnings
-    "AnnotationError", "ClassMapError", "CacheError", "ImageDecodeError", "AnnotationWarning", "TuneWarning",
+    "DetloaderError", "DetloaderWarning", "AnnotationError", "ClassMapError", "CacheError",
+    "ImageDecodeError", "CheckpointError", "AnnotationWarning", "TuneWarning",
 ]

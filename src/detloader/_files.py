@@ -16,9 +16,12 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, BinaryIO, Iterator
+from typing import IO, Any, BinaryIO
+
+from detloader.errors import DiskFullError, FileTooLargeError, NotRegularFileError
 
 __all__ = [
     "DiskFullError", "FileTooLargeError", "NotRegularFileError", "atomic_write", "file_kind",
@@ -27,19 +30,6 @@ __all__ = [
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"))
-
-
-class NotRegularFileError(OSError):
-    """A path that is a FIFO, socket, device or folder where a file was expected."""
-
-
-class FileTooLargeError(ValueError):
-    """A file over its size cap; the message names its size and the cap."""
-
-
-class DiskFullError(OSError):
-    """A write that failed for want of space (``ENOSPC``) or quota (``EDQUOT``); the message
-    names the file and the space left. ``errno`` is the original one."""
 
 
 def file_kind(mode: int) -> str | None:

@@ -8,21 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PlotExtraMissing", "new_figure"]
+from detloader.errors import MissingExtraError
 
-
-class PlotExtraMissing(ImportError):
-    """matplotlib is not installed; the message names the extra that brings it."""
+__all__ = ["MissingExtraError", "new_figure"]
 
 
 def new_figure(**kwargs: Any) -> Any:
     """A ``matplotlib.figure.Figure`` (``figsize``, ``dpi``, ``layout``... as matplotlib takes
-    them) attached to an Agg canvas; :class:`PlotExtraMissing` when matplotlib is missing."""
+    them) attached to an Agg canvas; :class:`MissingExtraError` when matplotlib is missing."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as err:
-        raise PlotExtraMissing("plotting needs matplotlib: pip install 'detloader[plot]'") from err
+        raise MissingExtraError("plotting needs matplotlib: pip install 'detloader[plot]'") from err
     fig = Figure(**kwargs)
     FigureCanvasAgg(fig)
     return fig

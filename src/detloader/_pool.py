@@ -18,9 +18,10 @@ from __future__ import annotations
 import multiprocessing
 import sys
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager, nullcontext
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 

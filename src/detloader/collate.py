@@ -16,14 +16,16 @@ return: ``(image, boxes, labels)``, ``(image, boxes, labels, landmarks)``,
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from detloader.annotations.index import MISSING
 from detloader.dataset import Sample
+from detloader.errors import DetloaderTypeError, DetloaderValueError
 from detloader.transforms.functional import chw_tensor
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "TARGET_FORMATS", "Batch", "collate_detection"]
@@ -84,7 +86,7 @@ class Batch:
     def device(self) -> torch.device:
         return self.images.device
 
-    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "Batch":
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
         values = {
             f.name: fn(v) if isinstance(v, torch.Tensor) else v
             for f in fields(self)
@@ -92,11 +94,11 @@ class Batch:
         }
         return Batch(**values)
 
-    def pin_memory(self) -> "Batch":
+    def pin_memory(self) -> Batch:
         """A copy in page-locked memory (DataLoader's ``pin_memory=True`` calls this)."""
         return self._apply(lambda t: t.pin_memory())
 
-    def to(self, device: torch.device | str, non_blocking: bool = True) -> "Batch":
+    def to(self, device: torch.device | str, non_blocking: bool = True) -> Batch:
         """All tensors on ``device``; asynchronous from pinned memory when ``non_blocking``."""
         return self._apply(lambda t: t.to(device, non_blocking=non_blocking))
 
@@ -110,9 +112,9 @@ class Batch:
         (call after :meth:`to`: uint8 travels, floats are made where the model runs). ``mean``
         and ``std`` are per channel in 0..1 units."""
         if len(mean) != 3 or len(std) != 3:
-            raise ValueError(f"mean={tuple(mean)}, std={tuple(std)} need 3 values each")
+            raise DetloaderValueError(f"mean={tuple(mean)}, std={tuple(std)} need 3 values each")
         if any(s <= 0 for s in std):
-            raise ValueError(f"std={tuple(std)} must be positive")
+            raise DetloaderValueError(f"std={tuple(std)} must be positive")
         dev = self.images.device
         m = torch.tensor(mean, dtype=dtype, device=dev).view(1, 3, 1, 1) * 255
         s = torch.tensor(std, dtype=dtype, device=dev).view(1, 3, 1, 1) * 255
@@ -158,7 +160,7 @@ class Batch:
         [0.3, 0.5, 0.4, 0.5] with class label 2 (detr), the row [1, 2, 0.3, 0.5, 0.4, 0.5]
         (yolo); its landmark (30, 40) is [0.3, 0.5, v] (yolo)."""
         if format not in TARGET_FORMATS:
-            raise ValueError(f"format={format!r} is not one of {TARGET_FORMATS}")
+            raise DetloaderValueError(f"format={format!r} is not one of {TARGET_FORMATS}")
         counts, b = list(self.object_counts), self.boxes
         labels = self.labels + label_offset if label_offset else self.labels
         vis = self.visibility.unsqueeze(-1).to(b.dtype)
@@ -166,7 +168,9 @@ class Batch:
             out = []
             points = torch.split(torch.cat([self.landmarks, vis], dim=-1), counts)
             for i, (x, c, p) in enumerate(zip(torch.split(b, counts), torch.split(labels, counts), points)):
-                out.append({"boxes": x, "labels": c, "image_label": self.image_labels[i], "image_id": self.image_ids[i]})
+                out.append(
+                    {"boxes": x, "labels": c, "image_label": self.image_labels[i], "image_id": self.image_ids[i]}
+                )
                 if self.landmarks.shape[1]:
                     out[-1]["keypoints"] = p
             return out
@@ -174,7 +178,9 @@ class Batch:
         size = torch.tensor([w, h, w, h], dtype=b.dtype, device=b.device)
         box = torch.cat([(b[:, :2] + b[:, 2:]) / 2, b[:, 2:] - b[:, :2]], dim=1) / size
         if format == "detr":
-            return [{"class_labels": c, "boxes": x} for c, x in zip(torch.split(labels, counts), torch.split(box, counts))]
+            return [
+                {"class_labels": c, "boxes": x} for c, x in zip(torch.split(labels, counts), torch.split(box, counts))
+            ]
         rows = torch.cat([self.batch_index.unsqueeze(1).to(b.dtype), labels.unsqueeze(1).to(b.dtype), box], dim=1)
         return {"targets": rows, "keypoints": torch.cat([self.landmarks / size[:2], vis], dim=-1)}
 
@@ -205,16 +211,18 @@ def _image_tensor(image: Any, position: int) -> torch.Tensor:
         if t.ndim == 2:
             t = t.unsqueeze(0).expand(3, -1, -1)
         if t.ndim != 3 or t.shape[0] != 3:
-            raise ValueError(f"samples[{position}]: torch image shape {tuple(image.shape)}; expected [3, H, W] or [H, W]")
+            raise DetloaderValueError(
+                f"samples[{position}]: torch image shape {tuple(image.shape)}; expected [3, H, W] or [H, W]"
+            )
     else:
         a = np.asarray(image)
         if a.ndim == 2:
             a = np.repeat(a[..., None], 3, axis=2)
         if a.ndim != 3 or a.shape[2] != 3:
-            raise ValueError(f"samples[{position}]: numpy image shape {a.shape}; expected [H, W, 3] or [H, W]")
+            raise DetloaderValueError(f"samples[{position}]: numpy image shape {a.shape}; expected [H, W, 3] or [H, W]")
         t = chw_tensor(a)
     if t.dtype != torch.uint8:
-        raise ValueError(
+        raise DetloaderValueError(
             f"samples[{position}]: image dtype {t.dtype}; collate_detection batches uint8 images "
             "(normalise on the device with Batch.normalize)"
         )
@@ -236,11 +244,11 @@ def _from_parts(
     if b.size == 0:
         b = b.reshape(0, 4)
     if b.ndim != 2 or b.shape[1] != 4:
-        raise ValueError(f"samples[{position}]: boxes shape {b.shape}; expected [N, 4]")
+        raise DetloaderValueError(f"samples[{position}]: boxes shape {b.shape}; expected [N, 4]")
     n = len(b)
     lab = np.asarray(labels if labels is not None else np.zeros(0), dtype=np.int64).reshape(-1)
     if len(lab) != n:
-        raise ValueError(f"samples[{position}]: {len(lab)} labels for {n} boxes")
+        raise DetloaderValueError(f"samples[{position}]: {len(lab)} labels for {n} boxes")
     if landmarks is None:
         lm = np.zeros((n, 0, 2), dtype=np.float32)
         vis = np.zeros((n, 0), dtype=np.uint8)
@@ -249,12 +257,12 @@ def _from_parts(
         if n == 0 and raw.ndim != 3:  # e.g. an empty list for an image without objects
             raw = np.zeros((0, 0, 2), dtype=np.float32)
         if raw.ndim != 3 or raw.shape[0] != n or raw.shape[2] not in (2, 3):
-            raise ValueError(f"samples[{position}]: landmarks shape {raw.shape}; expected [N={n}, K, 2 or 3]")
+            raise DetloaderValueError(f"samples[{position}]: landmarks shape {raw.shape}; expected [N={n}, K, 2 or 3]")
         lm = np.ascontiguousarray(raw[..., :2])
         if visibility is not None:
             vis = np.asarray(visibility, dtype=np.uint8)
             if vis.shape != lm.shape[:2]:
-                raise ValueError(f"samples[{position}]: visibility shape {vis.shape}; expected {lm.shape[:2]}")
+                raise DetloaderValueError(f"samples[{position}]: visibility shape {vis.shape}; expected {lm.shape[:2]}")
         elif raw.shape[2] == 3:
             vis = raw[..., 2].astype(np.uint8)
         else:
@@ -276,7 +284,7 @@ def _item(sample: Any, position: int) -> Sample:
         if len(sample) == 2 and isinstance(sample[1], Mapping):
             image, target = sample
             if "boxes" not in target:
-                raise ValueError(f"samples[{position}]: target dict has no 'boxes' (keys: {sorted(target)})")
+                raise DetloaderValueError(f"samples[{position}]: target dict has no 'boxes' (keys: {sorted(target)})")
             landmarks = target.get("landmarks", target.get("keypoints"))
             image_label = target.get("image_label", MISSING)
             return _from_parts(
@@ -286,7 +294,7 @@ def _item(sample: Any, position: int) -> Sample:
         if 3 <= len(sample) <= 5:
             parts = list(sample) + [None] * (5 - len(sample))
             return _from_parts(*parts, image_label=MISSING, position=position)
-    raise TypeError(
+    raise DetloaderTypeError(
         f"samples[{position}]: {type(sample).__name__} is not a Sample, (image, boxes, labels"
         "[, landmarks[, visibility]]) or (image, target_dict)"
     )
@@ -327,15 +335,15 @@ def collate_detection(
     ``collate_fn`` (it pickles, so it works with worker processes).
     """
     if len(samples) == 0:
-        raise ValueError("collate_detection: samples is empty")
+        raise DetloaderValueError("collate_detection: samples is empty")
     if size_divisor < 1:
-        raise ValueError(f"size_divisor={size_divisor} must be >= 1")
+        raise DetloaderValueError(f"size_divisor={size_divisor} must be >= 1")
     if not 0 <= fill <= 255:
-        raise ValueError(f"fill={fill} must be in 0..255")
+        raise DetloaderValueError(f"fill={fill} must be in 0..255")
     items = [_item(s, p) for p, s in enumerate(samples)]
     ks = {it.landmarks.shape[1] for it in items if len(it.boxes)}
     if len(ks) > 1:
-        raise ValueError(f"collate_detection: samples have different landmark counts K={sorted(ks)}")
+        raise DetloaderValueError(f"collate_detection: samples have different landmark counts K={sorted(ks)}")
     k = ks.pop() if ks else max(it.landmarks.shape[1] for it in items)
     for j, it in enumerate(items):  # an image without objects may come with landmarks of any K
         if not len(it.boxes) and it.landmarks.shape[1] != k:
@@ -350,7 +358,7 @@ def collate_detection(
         too_big = np.flatnonzero((sizes[:, 0] > pw) | (sizes[:, 1] > ph))
         if len(too_big):
             j = int(too_big[0])
-            raise ValueError(
+            raise DetloaderValueError(
                 f"samples[{j}]: image {sizes[j, 0]}x{sizes[j, 1]} is larger than pad_to={pad_to}"
             )
     else:

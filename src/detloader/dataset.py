@@ -45,17 +45,24 @@ import functools
 import operator
 import os
 import warnings
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.annotations.splits import rarest_class_per_image
-from detloader.store import CacheKind, ImageStore, cache_size_from, decode_to_size
+from detloader.errors import (
+    DetloaderIndexError,
+    DetloaderRuntimeWarning,
+    DetloaderTypeError,
+    DetloaderValueError,
+)
 from detloader.images import ExifPolicy, ImageDecodeError, MinSize, check_exif_policy, read_image
+from detloader.store import CacheKind, ImageStore, cache_size_from, decode_to_size
 from detloader.transforms.base import Annotated, min_input_size
 from detloader.transforms.functional import affine_boxes, affine_points, chw_tensor
 from detloader.transforms.mix import MIX_STREAM, MixUp, Mosaic, group_size, mix_choice
@@ -178,12 +185,14 @@ class DetectionDataset(torch.utils.data.Dataset):
         cache_size: int | None = None,
     ) -> None:
         if not isinstance(index, AnnotationIndex):
-            raise TypeError(f"index={type(index).__name__}: expected an AnnotationIndex")
+            raise DetloaderTypeError(f"index={type(index).__name__}: expected an AnnotationIndex")
         if transform is not None and not callable(transform):
-            raise TypeError(f"transform={transform!r} is not callable")
+            raise DetloaderTypeError(f"transform={transform!r} is not callable")
         check_exif_policy(exif)
         if on_decode_error not in DECODE_ERROR_CHOICES:
-            raise ValueError(f"on_decode_error={on_decode_error!r} is not one of {', '.join(DECODE_ERROR_CHOICES)}")
+            raise DetloaderValueError(
+                f"on_decode_error={on_decode_error!r} is not one of {', '.join(DECODE_ERROR_CHOICES)}"
+            )
         check_decode_threads(decode_threads)
         self.index = index
         self.transform = transform
@@ -198,13 +207,15 @@ class DetectionDataset(torch.utils.data.Dataset):
         self.on_decode_error: OnDecodeError = on_decode_error
         # One shared flag per image (only under "skip"): 1 when it failed to decode in this
         # epoch, in whichever process; set_epoch clears them.
-        self._skip_flags = torch.zeros(len(index) if on_decode_error == "skip" else 0, dtype=torch.uint8).share_memory_()
+        self._skip_flags = torch.zeros(
+            len(index) if on_decode_error == "skip" else 0, dtype=torch.uint8
+        ).share_memory_()
         self._rarest: np.ndarray | None = None
         self.store: ImageStore | None = None
         if cache is not None:
             size = cache_size if cache_size is not None else cache_size_from(transform)
             if size is None:
-                raise ValueError(
+                raise DetloaderValueError(
                     f"cache={cache!r} needs cache_size=: transform={transform!r} fixes no output size"
                 )
             self.store = ImageStore.open(index, cache, size, exif=exif, on_decode_error=on_decode_error)
@@ -214,7 +225,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         """Set the epoch that seeds the per-sample generators; call it before each epoch."""
         epoch = operator.index(epoch)
         if epoch < 0:
-            raise ValueError(f"epoch={epoch} must be >= 0")
+            raise DetloaderValueError(f"epoch={epoch} must be >= 0")
         if epoch != self.epoch:
             self._skip_flags.zero_()
         self._epoch[0] = epoch
@@ -228,7 +239,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         current one)."""
         return np.random.default_rng((self.seed, self.epoch if epoch is None else epoch, int(i)))
 
-    def with_decode_threads(self, decode_threads: int) -> "DetectionDataset":
+    def with_decode_threads(self, decode_threads: int) -> DetectionDataset:
         """A copy that loads batches on ``decode_threads`` threads; it shares the index, the
         transform and the epoch with this dataset (``set_epoch`` on either reaches both)."""
         check_decode_threads(decode_threads)
@@ -239,7 +250,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         twin._warned = set()
         return twin
 
-    def with_mix(self, mosaic: Mosaic | None = None, mixup: MixUp | None = None) -> "DetectionDataset":
+    def with_mix(self, mosaic: Mosaic | None = None, mixup: MixUp | None = None) -> DetectionDataset:
         """A copy whose index groups (``dataset[[i, p1, ...]]``, ``group_size(mosaic, mixup)``
         long) are mosaics and mixups; it shares the index, the transform and the epoch."""
         twin = copy.copy(self)
@@ -257,7 +268,7 @@ class DetectionDataset(torch.utils.data.Dataset):
     def _warn_once(self, kind: str, message: str) -> None:
         if kind not in self._warned:
             self._warned.add(kind)
-            warnings.warn(message + " (warned once per process)", RuntimeWarning, stacklevel=3)
+            warnings.warn(message + " (warned once per process)", DetloaderRuntimeWarning, stacklevel=3)
 
     def load(self, i: int) -> Annotated:
         """Image ``i`` decoded, with its objects in decoded-image coordinates, before the
@@ -286,7 +297,9 @@ class DetectionDataset(torch.utils.data.Dataset):
                 f"{ann_size[0]}x{ann_size[1]}; annotations are scaled to the image",
             )
         # Annotation frame -> decoded pixels (DCT scale, size mismatch)
-        return self._annotated(i, decoded.image, decoded.scale * full_w / ann_size[0], decoded.scale * full_h / ann_size[1])
+        return self._annotated(
+            i, decoded.image, decoded.scale * full_w / ann_size[0], decoded.scale * full_h / ann_size[1]
+        )
 
     def _load_stored(self, i: int, ann_size: tuple[int, int]) -> Annotated:
         """:meth:`load` from the image store; an image whose file changed since it was stored
@@ -297,7 +310,9 @@ class DetectionDataset(torch.utils.data.Dataset):
         if image is not None:
             image = np.array(image)
         else:
-            self._warn_once("stale", f"{os.fspath(path)}: changed since the image store was built; decoded from the file")
+            self._warn_once(
+                "stale", f"{os.fspath(path)}: changed since the image store was built; decoded from the file"
+            )
             image = decode_to_size(self.index, i, *self.store.size(i), self.exif)
         h, w = image.shape[:2]
         return self._annotated(i, image, w / ann_size[0], h / ann_size[1])
@@ -385,7 +400,7 @@ class DetectionDataset(torch.utils.data.Dataset):
             return [int(self._checked(g)) for g in i]
         i = operator.index(i)
         if not -n <= i < n:
-            raise IndexError(f"index i={i} out of range for {n} images")
+            raise DetloaderIndexError(f"index i={i} out of range for {n} images")
         return i % n
 
     def __getitem__(self, i: int | Sequence[int]) -> Sample:
@@ -447,7 +462,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         decoded images, the transform once, mixup with the transformed partner); None when the
         sample's draw (:func:`~detloader.transforms.mix.mix_choice`) says neither."""
         if len(group) != group_size(self.mosaic, self.mixup):
-            raise ValueError(
+            raise DetloaderValueError(
                 f"index group {group}: {len(group)} indices, but mosaic={self.mosaic!r} and "
                 f"mixup={self.mixup!r} take {group_size(self.mosaic, self.mixup)}"
             )
@@ -486,22 +501,22 @@ class DetectionDataset(torch.utils.data.Dataset):
 def check_decode_threads(decode_threads: int) -> None:
     """ValueError unless ``decode_threads`` is an int >= 0."""
     if isinstance(decode_threads, bool) or not isinstance(decode_threads, (int, np.integer)) or decode_threads < 0:
-        raise ValueError(f"decode_threads={decode_threads!r} must be an int >= 0")
+        raise DetloaderValueError(f"decode_threads={decode_threads!r} must be an int >= 0")
 
 
 def _check_output(data: Any, transform: object) -> None:
     if not isinstance(data, Annotated):
-        raise TypeError(f"transform {transform!r} returned {type(data).__name__}, not Annotated")
+        raise DetloaderTypeError(f"transform {transform!r} returned {type(data).__name__}, not Annotated")
     image = data.image
     if not (isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3):
-        raise ValueError(
+        raise DetloaderValueError(
             f"transform {transform!r} returned an image of type {type(image).__name__}, "
             f"dtype={getattr(image, 'dtype', None)}, shape={getattr(image, 'shape', None)}; "
             "expected numpy uint8 [H, W, 3]"
         )
     n = len(data.boxes)
     if not (len(data.labels) == len(data.landmarks) == len(data.visibility) == len(data.object_ids) == n):
-        raise ValueError(
+        raise DetloaderValueError(
             f"transform {transform!r} returned {n} boxes but {len(data.labels)} labels, "
             f"{len(data.landmarks)} landmark rows, {len(data.object_ids)} object ids"
         )

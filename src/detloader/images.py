@@ -25,11 +25,13 @@ import io
 import os
 import struct
 import warnings
-from typing import TYPE_CHECKING, Callable, Literal, NamedTuple, Optional, Union
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
 
 from detloader._files import FileTooLargeError, read_capped
+from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError, ImageDecodeError
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -45,7 +47,7 @@ ExifPolicy = Literal["auto", "apply", "ignore"]
 EXIF_CHOICES: tuple[str, ...] = ("auto", "apply", "ignore")
 
 #: ``min_size`` may be a fixed (width, height) or a function of the full (oriented) size.
-MinSize = Union[tuple[int, int], Callable[[int, int], Optional[tuple[int, int]]], None]
+MinSize = tuple[int, int] | Callable[[int, int], tuple[int, int] | None] | None
 
 _ORIENTATION_TAG = 0x0112
 
@@ -59,10 +61,6 @@ MAX_PIXELS_ENV = "DETLOADER_MAX_PIXELS"
 #: ``max_bytes=`` or the environment variable below change it; 0 or None: no cap.
 MAX_IMAGE_BYTES = 1 << 30
 MAX_IMAGE_BYTES_ENV = "DETLOADER_MAX_IMAGE_BYTES"
-
-
-class ImageDecodeError(ValueError):
-    """An image file that cannot be decoded; the message names the file and the reason."""
 
 
 class Decoded(NamedTuple):
@@ -90,7 +88,7 @@ class Decoded(NamedTuple):
 
 def check_exif_policy(exif: str) -> None:
     if exif not in EXIF_CHOICES:
-        raise ValueError(f"exif={exif!r} is not one of {', '.join(EXIF_CHOICES)}")
+        raise DetloaderValueError(f"exif={exif!r} is not one of {', '.join(EXIF_CHOICES)}")
 
 
 # -- EXIF -------------------------------------------------------------------------------------
@@ -184,7 +182,7 @@ def _cap(value: int | None | Literal["default"], env: str, default: int) -> int 
         try:
             value = default if text is None or text == "" else int(text)
         except ValueError:
-            raise ValueError(f"{env}={text!r} is not an integer") from None
+            raise DetloaderValueError(f"{env}={text!r} is not an integer") from None
     return value if value and value > 0 else None
 
 
@@ -332,7 +330,9 @@ def image_bytes(path: str | os.PathLike[str], max_bytes: int | None | Literal["d
     try:
         return read_capped(path, _cap(max_bytes, MAX_IMAGE_BYTES_ENV, MAX_IMAGE_BYTES), "max_bytes")
     except (OSError, FileTooLargeError) as err:
-        raise ImageDecodeError(f"{os.fspath(path)}: cannot read image: {getattr(err, 'strerror', None) or err}") from err
+        raise ImageDecodeError(
+            f"{os.fspath(path)}: cannot read image: {getattr(err, 'strerror', None) or err}"
+        ) from err
 
 
 def read_image(
@@ -390,7 +390,7 @@ def _decode_jpeg(
             image = simplejpeg.decode_jpeg(data, colorspace="RGB", strict=False, **kwargs)
         except ValueError:
             raise ImageDecodeError(f"{source}: cannot decode JPEG: {err}") from err
-        warnings.warn(f"{source}: damaged JPEG decoded anyway ({err})", RuntimeWarning, stacklevel=4)
+        warnings.warn(f"{source}: damaged JPEG decoded anyway ({err})", DetloaderRuntimeWarning, stacklevel=4)
     scale = 1.0 if not kwargs else _dct_scale((w, h), (image.shape[1], image.shape[0]))
     if applied:
         image = apply_orientation(image, orientation)
@@ -398,7 +398,7 @@ def _decode_jpeg(
     return Decoded(image, scale, full, orientation, applied, ignored)
 
 
-def _to_rgb(img: "Image.Image") -> np.ndarray:
+def _to_rgb(img: Image.Image) -> np.ndarray:
     """Any Pillow mode -> uint8 ``[H, W, 3]`` (rules in the module docstring)."""
     mode = img.mode
     if mode == "RGB":

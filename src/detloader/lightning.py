@@ -15,7 +15,10 @@ a checkpoint taken mid-epoch sees exactly the batches the interrupted one had no
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from detloader.errors import MissingExtraError
 
 try:
     from lightning.pytorch import LightningDataModule
@@ -23,7 +26,7 @@ except ImportError:  # the standalone package
     try:
         from pytorch_lightning import LightningDataModule
     except ImportError:
-        raise ImportError("detloader.lightning needs Lightning: pip install 'detloader[lightning]'") from None
+        raise MissingExtraError("detloader.lightning needs Lightning: pip install 'detloader[lightning]'") from None
 
 from detloader.collate import Batch
 from detloader.loader import make_loader

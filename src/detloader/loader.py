@@ -11,8 +11,8 @@ What it adds to ``DataLoader(...)``:
 * ``seed`` makes the run reproducible: it seeds the shuffle order (a ``RandomSampler`` with its
   own generator, so the order of epoch ``e`` is the same with or without persistent workers)
   and the loader's ``torch.Generator`` (worker base seeds); each worker seeds ``random`` and
-  ``numpy``'s global state from its torch seed. With :class:`~detloader.dataset.DetectionDataset` (per-sample generators)
-  the batches are then bitwise identical for any ``num_workers``.
+  ``numpy``'s global state from its torch seed. With :class:`~detloader.dataset.DetectionDataset`
+  (per-sample generators) the batches are then bitwise identical for any ``num_workers``.
 
 The loader never changes the dataset: its augmentation seed is ``DetectionDataset(seed=...)``
 and its epoch :meth:`~detloader.dataset.DetectionDataset.set_epoch` (``decode_threads``,
@@ -25,8 +25,9 @@ import os
 import random
 import sys
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -40,6 +41,7 @@ from detloader.balance.partners import PartnerSampler
 from detloader.balance.weighted import WeightedSampler
 from detloader.collate import collate_detection
 from detloader.dataset import check_decode_threads
+from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError
 from detloader.transforms.mix import MixUp, Mosaic, group_size
 from detloader.tune.heuristic import auto_loader_kwargs
 
@@ -123,7 +125,7 @@ def resolve_balance(
         return balance
     index = getattr(dataset, "index", None)
     if index is None:
-        raise ValueError(
+        raise DetloaderValueError(
             f"balance={_short(balance)} needs the dataset's annotation index (dataset.index, as "
             f"DetectionDataset has); {type(dataset).__name__} has none: pass a sampler instead"
         )
@@ -160,7 +162,7 @@ def resolve_augment_order(
         sampler = WeightedSampler(np.ones(n), replacement=False, seed=_seed(seed), **ranks)
     if mosaic is not None or mixup is not None:
         if sampler is None:
-            raise ValueError(
+            raise DetloaderValueError(
                 f"mosaic={mosaic!r}, mixup={mixup!r} draw their partners from the loader's "
                 "order: pass shuffle=True, balance= or a sampler"
             )
@@ -168,13 +170,13 @@ def resolve_augment_order(
         mixup = mixup if mixup is None or isinstance(mixup, MixUp) else MixUp(mixup)
         make = getattr(dataset, "with_mix", None)
         if not callable(make):
-            raise ValueError(f"mosaic/mixup: {type(dataset).__name__} has no with_mix (DetectionDataset has)")
+            raise DetloaderValueError(f"mosaic/mixup: {type(dataset).__name__} has no with_mix (DetectionDataset has)")
         dataset, sampler = make(mosaic, mixup), PartnerSampler(sampler, group_size(mosaic, mixup) - 1)
     if not group_by_aspect:
         return dataset, sampler, None
     index = getattr(dataset, "index", None)
     if index is None or batch_size is None:
-        raise ValueError(
+        raise DetloaderValueError(
             "group_by_aspect needs a batch_size and the dataset's annotation index for the "
             f"image sizes (DetectionDataset has one; {type(dataset).__name__} given)"
         )
@@ -195,7 +197,7 @@ def _refuse_clashes(cause: str, verdict: str, *options: tuple[str, bool]) -> Non
     are given; nothing when none is."""
     names = ", ".join(name for name, given in options if given)
     if names:
-        raise ValueError(f"{cause}, so {names} {verdict}")
+        raise DetloaderValueError(f"{cause}, so {names} {verdict}")
 
 
 def resolve_auto_workers(dataset: Dataset[Any], o: LoaderOptions, batch_size: int) -> LoaderOptions:
@@ -251,21 +253,21 @@ def check_options(o: LoaderOptions) -> None:
             ("drop_last=True", bool(o.drop_last)),
         )
     elif o.batch_size is not None and (not isinstance(o.batch_size, int) or o.batch_size < 1):
-        raise ValueError(f"batch_size={o.batch_size!r} must be a positive int")
+        raise DetloaderValueError(f"batch_size={o.batch_size!r} must be a positive int")
     if o.batch_size is None and o.batch_sampler is None and o.collate_fn is collate_detection:
-        raise ValueError(
+        raise DetloaderValueError(
             "batch_size=None turns batching off, but collate_fn=collate_detection makes "
             "batches: pass a batch_size or your own collate_fn"
         )
     if o.sampler is not None and o.shuffle:
-        raise ValueError(
+        raise DetloaderValueError(
             "shuffle=True and sampler are exclusive: the sampler decides the order "
             "(shuffle inside the sampler, or pass shuffle=True without a sampler)"
         )
     if not isinstance(o.num_workers, int) or o.num_workers < 0:
-        raise ValueError(f"num_workers={o.num_workers!r} must be an int >= 0 or 'auto'")
+        raise DetloaderValueError(f"num_workers={o.num_workers!r} must be an int >= 0 or 'auto'")
     if o.timeout < 0:
-        raise ValueError(f"timeout={o.timeout!r} must be >= 0")
+        raise DetloaderValueError(f"timeout={o.timeout!r} must be >= 0")
     if o.num_workers == 0:
         _refuse_clashes(
             "num_workers=0 loads in the main process",
@@ -276,9 +278,9 @@ def check_options(o: LoaderOptions) -> None:
             (f"multiprocessing_context={o.multiprocessing_context!r}", o.multiprocessing_context is not None),
         )
     if o.prefetch_factor is not None and (not isinstance(o.prefetch_factor, int) or o.prefetch_factor < 1):
-        raise ValueError(f"prefetch_factor={o.prefetch_factor!r} must be a positive int")
+        raise DetloaderValueError(f"prefetch_factor={o.prefetch_factor!r} must be a positive int")
     if o.seed is not None and not isinstance(o.seed, (int, np.integer)):
-        raise ValueError(f"seed={o.seed!r} must be an int or None")
+        raise DetloaderValueError(f"seed={o.seed!r} must be an int or None")
     if o.decode_threads is not None:
         check_decode_threads(o.decode_threads)
 
@@ -293,7 +295,7 @@ def with_decode_threads(dataset: Dataset[Any], decode_threads: int | None) -> Da
     if callable(make):
         return make(decode_threads)  # type: ignore[no-any-return]
     if decode_threads:
-        raise ValueError(
+        raise DetloaderValueError(
             f"decode_threads={decode_threads}: {type(dataset).__name__} has no "
             "with_decode_threads (DetectionDataset has); give your dataset a __getitems__ "
             "that loads a batch on threads, or leave decode_threads out"
@@ -308,7 +310,7 @@ def dataloader_kwargs(dataset: Dataset[Any], o: LoaderOptions) -> dict[str, Any]
     if pin and not accelerator_available():
         warnings.warn(
             "pin_memory=True ignored: no accelerator is available (pinning would only cost time)",
-            RuntimeWarning,
+            DetloaderRuntimeWarning,
             stacklevel=3,
         )
         pin = False
@@ -421,7 +423,7 @@ def make_loader(
             batch_size, drop_last = 1, False
     auto = isinstance(num_workers, str)
     if auto and num_workers != "auto":
-        raise ValueError(f"num_workers={num_workers!r} must be an int >= 0 or 'auto'")
+        raise DetloaderValueError(f"num_workers={num_workers!r} must be an int >= 0 or 'auto'")
     if auto:
         num_workers = 0  # until resolve_auto_workers below
     given = locals()

@@ -27,10 +27,12 @@ Typical loop::
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
+from detloader.errors import DetloaderValueError
 from detloader.loader import set_epoch
 
 __all__ = ["ResumableLoader"]
@@ -49,11 +51,11 @@ class ResumableLoader:
 
     def __init__(self, loader: DataLoader) -> None:
         if not isinstance(loader, DataLoader):
-            raise ValueError(f"loader={type(loader).__name__} is not a torch DataLoader")
+            raise DetloaderValueError(f"loader={type(loader).__name__} is not a torch DataLoader")
         if isinstance(loader.dataset, IterableDataset):
-            raise ValueError("loader iterates an IterableDataset: no sampler to resume")
+            raise DetloaderValueError("loader iterates an IterableDataset: no sampler to resume")
         if getattr(loader, "in_order", True) is False:
-            raise ValueError("loader has in_order=False: consumed batches are not a prefix")
+            raise DetloaderValueError("loader has in_order=False: consumed batches are not a prefix")
         batch_sampler = loader.batch_sampler
         if batch_sampler is not None and not isinstance(batch_sampler, BatchSampler):
             # a custom batch sampler: its items are batches
@@ -70,13 +72,13 @@ class ResumableLoader:
             self._drop_last = False
         for name in ("state_dict", "load_state_dict", "set_epoch", "__len__"):
             if not hasattr(self._source, name):
-                raise ValueError(
+                raise DetloaderValueError(
                     f"{type(self._source).__name__} has no {name}(): use a detloader sampler "
                     "(or one with epoch/offset state_dict) to resume a loader"
                 )
         state = self._source.state_dict()
         if not isinstance(state, Mapping) or not {"epoch", "offset"} <= set(state):
-            raise ValueError(
+            raise DetloaderValueError(
                 f"{type(self._source).__name__}.state_dict() has no 'epoch' and 'offset': "
                 "it does not follow the resume protocol"
             )
@@ -142,7 +144,7 @@ class ResumableLoader:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore: the next pass over ``state["epoch"]`` yields only its unconsumed rest."""
         if "sampler" not in state or "epoch" not in state:
-            raise ValueError("ResumableLoader.load_state_dict: state lacks 'epoch' or 'sampler'")
+            raise DetloaderValueError("ResumableLoader.load_state_dict: state lacks 'epoch' or 'sampler'")
         self._source.load_state_dict(state["sampler"])
         self._epoch = int(state["epoch"])
         self._start = int(state["sampler"]["offset"])

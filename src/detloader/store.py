@@ -42,6 +42,7 @@ from typing import Any, Literal
 import numpy as np
 
 from detloader.annotations.index import AnnotationIndex
+from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError, StoreTooLargeError
 from detloader.images import ExifPolicy, ImageDecodeError, read_image
 
 __all__ = [
@@ -60,10 +61,6 @@ TABLE_DTYPE = np.dtype([
     ("size", "<i8"), ("mtime_ns", "<i8"), ("ctime_ns", "<i8"), ("inode", "<i8"),
 ])
 _IDENTITY = ("size", "mtime_ns", "ctime_ns", "inode")
-
-
-class StoreTooLargeError(ValueError):
-    """The store would not fit in the free disk space or memory; names both figures."""
 
 
 def cache_size_from(transform: Any) -> int | None:
@@ -143,7 +140,7 @@ class ImageStore:
         exif: ExifPolicy = "auto",
         on_decode_error: str = "raise",
         threads: int | None = None,
-    ) -> "ImageStore":
+    ) -> ImageStore:
         """Map the store of ``index`` (``kind`` ``"disk"`` or ``"ram"``), building it first
         when absent or damaged, and refreshing images whose file changed, under a file lock.
 
@@ -154,9 +151,9 @@ class ImageStore:
         from filelock import FileLock
 
         if kind not in CACHE_CHOICES:
-            raise ValueError(f"cache={kind!r} is not one of {', '.join(CACHE_CHOICES)} or None")
+            raise DetloaderValueError(f"cache={kind!r} is not one of {', '.join(CACHE_CHOICES)} or None")
         if isinstance(cache_size, bool) or not isinstance(cache_size, (int, np.integer)) or cache_size < 1:
-            raise ValueError(f"cache_size={cache_size!r} must be an int >= 1")
+            raise DetloaderValueError(f"cache_size={cache_size!r} must be an int >= 1")
         widths, heights = store_sizes(index, int(cache_size))
         digest = hashlib.blake2b(digest_size=16)
         for part in (index.paths_digest(), str(int(cache_size)), exif, str(STORE_VERSION)):
@@ -172,7 +169,9 @@ class ImageStore:
                 store._map(key)
             except (OSError, ValueError) as err:
                 if path.exists():
-                    warnings.warn(f"{path}: image store unusable ({err}); rebuilding it", RuntimeWarning, stacklevel=2)
+                    warnings.warn(
+                        f"{path}: image store unusable ({err}); rebuilding it", DetloaderRuntimeWarning, stacklevel=2
+                    )
                 store._build(index, kind, key, widths, heights, exif, on_decode_error, threads)
                 store._map(key)
             store._refresh(index, exif, on_decode_error)
@@ -184,19 +183,19 @@ class ImageStore:
         with open(self.path, "rb") as fh:
             head = fh.read(_PREFIX.size)
             if len(head) < _PREFIX.size:
-                raise ValueError("truncated header")
+                raise DetloaderValueError("truncated header")
             magic, version, crc, n, data_offset, got_key = _PREFIX.unpack(head)
             if magic != MAGIC or version != STORE_VERSION:
-                raise ValueError(f"not a store of version {STORE_VERSION}")
+                raise DetloaderValueError(f"not a store of version {STORE_VERSION}")
             if got_key != key or n != self.n:
-                raise ValueError("made for other images or another cache size")
+                raise DetloaderValueError("made for other images or another cache size")
             table = np.frombuffer(fh.read(n * TABLE_DTYPE.itemsize), dtype=TABLE_DTYPE)
         if len(table) != n or zlib.crc32(table.tobytes()) != crc:
-            raise ValueError("offset table checksum mismatch")
+            raise DetloaderValueError("offset table checksum mismatch")
         end = int(data_offset + (table["offset"][-1] + 3 * table["width"][-1].astype(np.int64) * table["height"][-1]
                                  if n else 0))
         if size != end:
-            raise ValueError(f"{size} bytes, expected {end} (truncated?)")
+            raise DetloaderValueError(f"{size} bytes, expected {end} (truncated?)")
         self._table = table.copy()
         self._pixels = np.memmap(self.path, dtype=np.uint8, mode="r", offset=data_offset, shape=(size - data_offset,)) \
             if size > data_offset else np.zeros(0, np.uint8)

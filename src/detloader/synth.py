@@ -21,14 +21,15 @@ Same seed, same arguments -> byte-identical files.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 from xml.sax.saxutils import escape
 
 import numpy as np
 
 from detloader.annotations.landmarks import FACE5
+from detloader.errors import DetloaderValueError
 
 DEFAULT_CLASSES = ("face", "masked", "sunglasses")
 DEFAULT_CLASS_FREQUENCIES = (0.90, 0.08, 0.02)
@@ -173,18 +174,18 @@ def make_synthetic(
         quality: JPEG quality.
     """
     if images < 0:
-        raise ValueError(f"images={images} must be >= 0")
+        raise DetloaderValueError(f"images={images} must be >= 0")
     if len(classes) != len(class_frequencies) or not classes:
-        raise ValueError(
+        raise DetloaderValueError(
             f"classes={list(classes)} and class_frequencies={list(class_frequencies)} "
             "must be non-empty and of the same length"
         )
     p = np.asarray(class_frequencies, dtype=np.float64)
     if (p < 0).any() or p.sum() <= 0:
-        raise ValueError(f"class_frequencies={list(class_frequencies)} must be >= 0 with a positive sum")
+        raise DetloaderValueError(f"class_frequencies={list(class_frequencies)} must be >= 0 with a positive sum")
     p = p / p.sum()
     if image_pool is not None and image_pool < 1:
-        raise ValueError(f"image_pool={image_pool} must be >= 1")
+        raise DetloaderValueError(f"image_pool={image_pool} must be >= 1")
     w, h = size
     root = Path(out)
     ann_dir, img_dir, sets_dir = root / "Annotations", root / "JPEGImages", root / "ImageSets" / "Main"

@@ -12,8 +12,8 @@ kind.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from detloader._files import FileTooLargeError, NotRegularFileError
 from detloader._pool import run_in_processes
@@ -23,7 +23,11 @@ from detloader.images import ImageDecodeError, check_pixels, decode_image, image
 
 __all__ = ["check_image", "check_images"]
 
-_READ_ERRORS = {FileNotFoundError: "missing_image", NotRegularFileError: "not_a_regular_file", FileTooLargeError: "file_too_large"}
+_READ_ERRORS = {
+    FileNotFoundError: "missing_image",
+    NotRegularFileError: "not_a_regular_file",
+    FileTooLargeError: "file_too_large",
+}
 
 
 def check_image(
@@ -52,7 +56,12 @@ def check_image(
     out: list[Problem] = []
     if expected_size is not None and all(expected_size) and tuple(expected_size) not in (size, size[::-1]):
         out.append(
-            Problem("size_mismatch", annotation, "size", f"annotation {expected_size[0]}x{expected_size[1]} != image header {size[0]}x{size[1]}")
+            Problem(
+                "size_mismatch",
+                annotation,
+                "size",
+                f"annotation {expected_size[0]}x{expected_size[1]} != image header {size[0]}x{size[1]}",
+            )
         )
     if decode:
         try:

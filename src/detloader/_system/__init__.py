@@ -3,14 +3,36 @@ accelerator. Read in this order: ``cgroups`` (where the limits are), ``cpus``, `
 ``accelerator``.
 """
 
-from detloader._system.accelerator import PINNABLE, accelerator_available, accelerator_info, accelerator_kind
+from detloader._system.accelerator import (
+    PINNABLE,
+    accelerator_available,
+    accelerator_info,
+    accelerator_kind,
+)
 from detloader._system.cgroups import (
-    CgroupMount, cgroup_chain, cgroup_cpu_limit, cgroup_memory_limit, cgroup_memory_usage,
-    parse_cfs, parse_cpu_max, parse_memory_limit, parse_mountinfo, parse_proc_cgroup,
+    CgroupMount,
+    cgroup_chain,
+    cgroup_cpu_limit,
+    cgroup_memory_limit,
+    cgroup_memory_usage,
+    parse_cfs,
+    parse_cpu_max,
+    parse_memory_limit,
+    parse_mountinfo,
+    parse_proc_cgroup,
 )
 from detloader._system.cpus import (
-    affinity_cpus, affinity_set, busy_cpus, busy_from_samples, busy_now, cpu_sample, local_world_size,
-    logical_cores, parse_proc_stat, physical_cores, usable_cpus,
+    affinity_cpus,
+    affinity_set,
+    busy_cpus,
+    busy_from_samples,
+    busy_now,
+    cpu_sample,
+    local_world_size,
+    logical_cores,
+    parse_proc_stat,
+    physical_cores,
+    usable_cpus,
 )
 from detloader._system.memory import MemoryFacts, memory_facts
 

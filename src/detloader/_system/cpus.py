@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from detloader._system.cgroups import cgroup_cpu_limit, read_text
 

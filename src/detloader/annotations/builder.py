@@ -11,17 +11,24 @@ with chunk-local vocabularies. Chunks are built in worker processes and merged i
 from __future__ import annotations
 
 from array import array
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from detloader.annotations.checks import (
-    Finding, box_from_points, check_box, check_point, check_size, parse_number,
+    Finding,
+    box_from_points,
+    check_box,
+    check_point,
+    check_size,
+    parse_number,
 )
 from detloader.annotations.chunk import AttributeCells, LocalVocab, Partial
 from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Field
 from detloader.annotations.options import ReadOptions
 from detloader.annotations.problems import Problem, Severity
+from detloader.errors import DetloaderError
 
 __all__ = ["ChunkBuilder"]
 
@@ -220,7 +227,7 @@ class ChunkBuilder:
         from 1; the box's at ``{element}/{box_field}`` (``element`` alone when ``box_field`` is
         empty). Returns False if skipped."""
         if not self._open:
-            raise RuntimeError("add_object before add_image")
+            raise DetloaderError("add_object before add_image")
         name = name.strip()
         if self._class_map:
             self._file_classes.add(name)

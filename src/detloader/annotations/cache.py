@@ -41,8 +41,9 @@ import numpy as np
 from detloader._files import atomic_write
 from detloader.annotations.fields import array_names
 from detloader.annotations.index import AnnotationIndex
-from detloader.annotations.vocabulary import Vocabulary
 from detloader.annotations.problems import ProblemReport
+from detloader.annotations.vocabulary import Vocabulary
+from detloader.errors import CacheError, DetloaderValueError
 
 __all__ = [
     "CACHE_DIR_ENV", "CACHE_SUBDIR", "CACHE_VERSION", "MAGIC", "CacheError", "MappedIndex", "cache_dir_for",
@@ -55,10 +56,6 @@ _ALIGN = 64
 _PREFIX = struct.Struct("<8sIIQ")
 CACHE_DIR_ENV = "DETLOADER_CACHE_DIR"
 CACHE_SUBDIR = ".detloader-cache"
-
-
-class CacheError(ValueError):
-    """A cache file that cannot be used (wrong magic, version, checksum, or truncated)."""
 
 
 def _align(n: int) -> int:
@@ -254,7 +251,7 @@ def load_index_file(
             dtype, shape, offset = entry
             dt = np.dtype(dtype)
             if dt.hasobject or any(int(n) < 0 for n in shape) or int(offset) < 0:
-                raise ValueError("negative or object")
+                raise DetloaderValueError("negative or object")
             count = 1
             for n in shape:
                 count *= int(n)

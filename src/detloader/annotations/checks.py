@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Sequence
 from numbers import Integral
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from detloader.annotations.problems import Severity
+from detloader.errors import DetloaderValueError
 
 __all__ = [
     "BOXES_FROM_POINTS", "Box", "Finding", "POINTS_BOX_MIN_SIDE", "Point", "box_from_points",
@@ -155,7 +157,7 @@ def box_from_points(points: Sequence[tuple[float, float]], width: int, height: i
     if mode == "image":
         return (0.0, 0.0, float(width), float(height))
     if mode != "enclose":
-        raise ValueError(f"boxes_from_points={mode!r} is not one of {', '.join(BOXES_FROM_POINTS)}")
+        raise DetloaderValueError(f"boxes_from_points={mode!r} is not one of {', '.join(BOXES_FROM_POINTS)}")
     if not points:
         return None
     xs = [x for x, _ in points]

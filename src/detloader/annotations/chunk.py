@@ -5,8 +5,9 @@ chunk-local vocabularies the builder fills while reading (:class:`LocalVocab`,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -18,8 +18,9 @@ values or columns refer to, which is how :func:`~detloader.annotations.merge.mer
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 import numpy as np
 

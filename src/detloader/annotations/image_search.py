@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from detloader.annotations.cache import CACHE_SUBDIR
-from detloader.annotations.problems import AnnotationWarning
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS
+from detloader.errors import ImageFolderWarning
 
 __all__ = [
     "FEW_FOUND", "SEARCH_DEPTH", "SEARCH_MAX_FOLDERS", "FolderHit", "ImageFolderWarning",
@@ -38,10 +39,6 @@ SEARCH_MAX_FOLDERS = 2000
 FEW_FOUND = 0.1
 
 _IMAGE_SUFFIXES = frozenset(e.lower() for e in IMAGE_EXTENSIONS)
-
-
-class ImageFolderWarning(AnnotationWarning):
-    """The images were not where the layout says; they were read from the folder found."""
 
 
 @dataclass(frozen=True)

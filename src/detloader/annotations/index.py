@@ -8,8 +8,8 @@ Conventions (said once, here):
   always hold in an index; boxes lie inside ``[0, width] x [0, height]``.
 * **Landmarks** are float32 ``[n_objects, K, 2]`` (x, y in pixels) with uint8 visibility
   ``[n_objects, K]``: 0 absent, 1 labelled but hidden, 2 visible (as COCO). A dataset has one
-  :class:`~detloader.annotations.landmarks.LandmarkSchema` (ordered names, left/right flip pairs); a point that an object lacks
-  keeps its slot with visibility 0 and coordinates 0.
+  :class:`~detloader.annotations.landmarks.LandmarkSchema` (ordered names, left/right flip
+  pairs); a point that an object lacks keeps its slot with visibility 0 and coordinates 0.
 * **Categorical values** (object class, image class, attribute values) are int32 ids into the
   vocabularies held by the index; :data:`MISSING` (-1) marks "no value".
 * Images and their objects: objects of image ``i`` are rows
@@ -25,29 +25,34 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from detloader.annotations.fields import (
-    FIELDS, MISSING, OFFSETS, fields_at, pack_strings, unpack_string, unpack_strings,
+    FIELDS,
+    MISSING,
+    OFFSETS,
+    fields_at,
+    pack_strings,
+    unpack_string,
+    unpack_strings,
 )
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.annotations.problems import ProblemReport
 from detloader.annotations.splits import check_fractions, class_groups, stratified_split
 from detloader.annotations.view import ImageView
 from detloader.annotations.vocabulary import Vocabulary
+from detloader.errors import (
+    DetloaderIndexError,
+    DetloaderKeyError,
+    DetloaderValueError,
+    SplitNotFoundError,
+)
 
 __all__ = ["MISSING", "AnnotationIndex", "ImageView", "SplitNotFoundError", "Vocabulary", "pack_strings"]
-
-
-class SplitNotFoundError(KeyError):
-    """A split the dataset lacks. A KeyError (callers that catch one still do) whose text is
-    the sentence itself, not KeyError's quoted repr."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 class AnnotationIndex:
@@ -134,13 +139,13 @@ class AnnotationIndex:
                 expect.append((f.name, getattr(self, f.name), f.dtype, f.shape(rows[f.level], sizes)))
         for name, arr, dtype, shape in expect:
             if arr.shape != shape:
-                raise ValueError(f"AnnotationIndex: {name} has shape {arr.shape}, expected {shape}")
+                raise DetloaderValueError(f"AnnotationIndex: {name} has shape {arr.shape}, expected {shape}")
             if arr.dtype != np.dtype(dtype):
-                raise ValueError(
+                raise DetloaderValueError(
                     f"AnnotationIndex: {name} has dtype={arr.dtype}, expected {np.dtype(dtype)}"
                 )
         if int(self.object_offsets[-1]) != m or (n and int(self.object_offsets[0]) != 0):
-            raise ValueError(
+            raise DetloaderValueError(
                 f"AnnotationIndex: object_offsets run {int(self.object_offsets[0])}.."
                 f"{int(self.object_offsets[-1])}, expected 0..{m}"
             )
@@ -229,19 +234,19 @@ class AnnotationIndex:
         """Annotation file (and record) of image ``i``, relative to the root."""
         return unpack_string(*self._strings["annotation_paths"], i)
 
-    def image(self, i: int) -> "ImageView":
+    def image(self, i: int) -> ImageView:
         """A view of image ``i`` (negative indices count from the end)."""
         n = len(self)
         if not -n <= i < n:
-            raise IndexError(f"image index i={i} out of range for {n} images")
+            raise DetloaderIndexError(f"image index i={i} out of range for {n} images")
         return ImageView(self, i % n if n else i)
 
-    def __iter__(self) -> Iterator["ImageView"]:
+    def __iter__(self) -> Iterator[ImageView]:
         for i in range(len(self)):
             yield ImageView(self, i)
 
     # -- subsets and splits -----------------------------------------------------------------
-    def subset(self, ids: Sequence[int] | np.ndarray) -> "AnnotationIndex":
+    def subset(self, ids: Sequence[int] | np.ndarray) -> AnnotationIndex:
         """A new index with images ``ids`` in that order (repeats allowed); same vocabularies.
 
         Splits keep the images of the subset that belonged to them, renumbered.
@@ -250,7 +255,7 @@ class AnnotationIndex:
         n = len(self)
         if ids.size and (ids.min() < -n or ids.max() >= n):
             bad = ids[(ids < -n) | (ids >= n)][0]
-            raise IndexError(f"subset: image id {int(bad)} out of range for {n} images")
+            raise DetloaderIndexError(f"subset: image id {int(bad)} out of range for {n} images")
         ids = ids % n if n else ids
         counts = self.objects_per_image[ids]
         offsets = np.zeros(len(ids) + 1, dtype=np.int64)
@@ -283,7 +288,7 @@ class AnnotationIndex:
             meta=self.meta,
         )
 
-    def split(self, name: str) -> "AnnotationIndex":
+    def split(self, name: str) -> AnnotationIndex:
         """The images of split ``name`` (``meta["split_sources"]`` says where it was found);
         :class:`SplitNotFoundError` names the splits found, or how to make them."""
         if name not in self.splits and self.splits:
@@ -302,7 +307,7 @@ class AnnotationIndex:
         *,
         seed: int = 0,
         stratify: str | None = None,
-    ) -> dict[str, "AnnotationIndex"]:
+    ) -> dict[str, AnnotationIndex]:
         """Split by ratio, reproducibly: ``index.random_split({"train": .8, "val": .2}, seed=0)``.
 
         Fractions are normalised to sum to 1. ``stratify="image_class"`` keeps the image-class
@@ -319,7 +324,7 @@ class AnnotationIndex:
         elif stratify == "class":
             groups = class_groups(self)
         else:
-            raise ValueError(f"stratify={stratify!r} is not one of None, 'image_class', 'class'")
+            raise DetloaderValueError(f"stratify={stratify!r} is not one of None, 'image_class', 'class'")
         parts = stratified_split(groups, fractions, np.random.default_rng(seed))
         return {k: self.subset(ids) for k, ids in parts.items()}
 
@@ -334,7 +339,7 @@ class AnnotationIndex:
             pairs = np.unique(self.object_image * max(k, 1) + self.labels)
             counts = np.bincount(pairs % max(k, 1), minlength=k) if len(pairs) else np.zeros(k)
         else:
-            raise ValueError(f"unit={unit!r} is not one of 'objects', 'images'")
+            raise DetloaderValueError(f"unit={unit!r} is not one of 'objects', 'images'")
         return {name: int(c) for name, c in zip(self.classes, counts)}
 
     def image_class_counts(self) -> dict[str, int]:
@@ -357,10 +362,10 @@ class AnnotationIndex:
         elif level == "image":
             table, arr = self.vocab.image_attributes, self.image_attributes
         else:
-            raise ValueError(f"level={level!r} is not one of 'object', 'image'")
+            raise DetloaderValueError(f"level={level!r} is not one of 'object', 'image'")
         names = [n for n, _ in table]
         if name not in names:
-            raise KeyError(f"{level} attribute {name!r} not found; attributes: {names}")
+            raise DetloaderKeyError(f"{level} attribute {name!r} not found; attributes: {names}")
         return table, arr[:, names.index(name)]
 
     def summary(self) -> dict[str, Any]:

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
+
+from detloader.errors import DetloaderValueError, FlipPairWarning
 
 __all__ = [
     "COCO17", "COCO17_NAMES", "COCO17_SKELETON", "FACE5", "FLIP_PROBLEMS", "FlipPairWarning",
@@ -37,14 +40,6 @@ FLIP_PROBLEMS: dict[str, str] = {
 }
 
 
-class FlipPairWarning(UserWarning):
-    """A doubtful left/right flip pair; ``kind`` is a key of :data:`FLIP_PROBLEMS`."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(f"{message} [{kind}]")
-        self.kind = kind
-
-
 @dataclass(frozen=True)
 class LandmarkSchema:
     """Ordered landmark names and the left/right pairs that a horizontal flip swaps.
@@ -60,17 +55,17 @@ class LandmarkSchema:
         object.__setattr__(self, "names", names)
         if len(set(names)) != len(names):
             dup = sorted({n for n in names if names.count(n) > 1})
-            raise ValueError(f"LandmarkSchema: names={list(names)} repeat {dup}")
+            raise DetloaderValueError(f"LandmarkSchema: names={list(names)} repeat {dup}")
         pairs = tuple((int(a), int(b)) for a, b in self.flip_pairs)
         for a, b in pairs:
             if not (0 <= a < len(names) and 0 <= b < len(names)) or a == b:
-                raise ValueError(
+                raise DetloaderValueError(
                     f"LandmarkSchema: flip pair ({a}, {b}) is not two distinct indices "
                     f"in 0..{len(names) - 1}"
                 )
         used = [i for pair in pairs for i in pair]
         if len(set(used)) != len(used):
-            raise ValueError(f"LandmarkSchema: flip_pairs={list(pairs)} use an index twice")
+            raise DetloaderValueError(f"LandmarkSchema: flip_pairs={list(pairs)} use an index twice")
         object.__setattr__(self, "flip_pairs", pairs)
 
     def __len__(self) -> int:
@@ -79,7 +74,7 @@ class LandmarkSchema:
     @classmethod
     def from_names(
         cls, names: Sequence[str], flip_pairs: Sequence[tuple[str | int, str | int]] | None = None
-    ) -> "LandmarkSchema":
+    ) -> LandmarkSchema:
         """Schema from names; ``flip_pairs`` by name or index, else inferred from the names
         (:func:`infer_flip_pairs`: ``left_eye``/``right_eye``, ``l_ear``/``r_ear``,
         ``eye_left``/``eye_right``, ``eyeL``/``eyeR``)."""
@@ -92,7 +87,7 @@ class LandmarkSchema:
             try:
                 pairs.append(tuple(x if isinstance(x, int) else lookup[x] for x in (a, b)))
             except KeyError as err:
-                raise ValueError(
+                raise DetloaderValueError(
                     f"LandmarkSchema: flip pair ({a!r}, {b!r}) names {err.args[0]!r}, "
                     f"not one of {list(names)}"
                 ) from None
@@ -137,7 +132,7 @@ class LandmarkSchema:
         return {"names": list(self.names), "flip_pairs": [list(p) for p in self.flip_pairs]}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "LandmarkSchema":
+    def from_dict(cls, data: Mapping[str, Any]) -> LandmarkSchema:
         return cls(tuple(data["names"]), tuple(tuple(p) for p in data["flip_pairs"]))
 
 

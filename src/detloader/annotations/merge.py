@@ -8,17 +8,18 @@ more than once keep their first annotation.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from detloader.annotations.options import ReadOptions
 from detloader.annotations.chunk import Partial
 from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Field, pack_strings
 from detloader.annotations.index import AnnotationIndex
-from detloader.annotations.vocabulary import Vocabulary
 from detloader.annotations.landmarks import LandmarkSchema, infer_flip_pairs
+from detloader.annotations.options import ReadOptions
 from detloader.annotations.problems import ClassMapError, Problem, ProblemReport
+from detloader.annotations.vocabulary import Vocabulary
 
 __all__ = ["check_class_map", "merge", "natural_key"]
 

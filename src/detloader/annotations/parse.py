@@ -7,17 +7,17 @@ number of workers.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Callable, Sequence
 
 from detloader._pool import run_in_processes
 from detloader._system import usable_cpus
 from detloader.annotations.builder import ChunkBuilder
-from detloader.annotations.options import ReadOptions
 from detloader.annotations.chunk import Partial
-from detloader.annotations.merge import merge
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema
+from detloader.annotations.merge import merge
+from detloader.annotations.options import ReadOptions
 from detloader.annotations.problems import ProblemReport
 from detloader.annotations.readers import READERS
 from detloader.annotations.readers.common import Source

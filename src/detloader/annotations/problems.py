@@ -24,8 +24,11 @@ from __future__ import annotations
 import difflib
 import warnings
 from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Iterator, Literal, Sequence
+from typing import Any, Literal
+
+from detloader.errors import AnnotationError, AnnotationWarning, ClassMapError, DetloaderValueError
 
 __all__ = [
     "ON_ERROR_CHOICES", "AnnotationError", "AnnotationWarning", "ClassMapError", "HINTS",
@@ -37,51 +40,6 @@ OnError = Literal["raise", "skip", "warn"]
 ON_ERROR_CHOICES: tuple[str, ...] = ("raise", "skip", "warn")
 
 Severity = Literal["error", "repaired"]
-
-
-class AnnotationError(ValueError):
-    """Bad annotation input. ``str(err)`` names the file, the element or field and the value.
-
-    ``err.problem`` is the problem that raised, ``err.report`` all problems found in the read
-    (when the error comes from a whole read, otherwise ``None``).
-    """
-
-    def __init__(self, problem: "Problem", report: "ProblemReport | None" = None) -> None:
-        message = str(problem)
-        if report is not None and len(report.errors) > 1:
-            message += f" (and {len(report.errors) - 1} more errors: {report.summary_line()})"
-        if report is not None and problem.kind in report.hints():
-            message += f"; hint: {report.hints()[problem.kind]}"
-        super().__init__(message)
-        self.problem = problem
-        self.report = report
-
-    def __reduce__(self) -> tuple[Any, ...]:  # keep it picklable across worker processes
-        return (AnnotationError, (self.problem, self.report))
-
-
-class ClassMapError(ValueError):
-    """``class_map`` keys that match no class found in the files (a typo would rename or drop
-    nothing). ``str(err)`` names each key, a close match when there is one, and the classes
-    found; ``err.keys`` holds the keys, ``err.classes`` the classes found."""
-
-    #: classes named in the message at most (the count of the rest follows)
-    SHOWN = 40
-
-    def __init__(self, keys: Iterable[str], classes: Iterable[str]) -> None:
-        self.keys = tuple(keys)
-        self.classes = tuple(classes)
-        parts = []
-        for key in self.keys:
-            close = difflib.get_close_matches(key, self.classes, n=1)
-            parts.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
-        shown = ", ".join(repr(c) for c in self.classes[: self.SHOWN]) or "none"
-        if len(self.classes) > self.SHOWN:
-            shown += f", ... ({len(self.classes)} in all)"
-        super().__init__(f"class_map: {', '.join(parts)} matches no class in the files; classes found: {shown}")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (ClassMapError, (self.keys, self.classes))
 
 
 @dataclass(frozen=True)
@@ -229,7 +187,7 @@ class ProblemReport:
         return [p.to_dict() for p in self._problems]
 
     @classmethod
-    def from_list(cls, items: Iterable[dict[str, str]]) -> "ProblemReport":
+    def from_list(cls, items: Iterable[dict[str, str]]) -> ProblemReport:
         return cls(Problem(**item) for item in items)  # type: ignore[arg-type]
 
 
@@ -242,14 +200,19 @@ def capped(kind: str, found: list[tuple[str, str, str]], action: str, severity: 
     one by one, then one that counts the rest."""
     more = len(found) - SHOWN - 1
     tail = [""] * SHOWN + [f" (and {more} more like it)" if more else ""]
-    return [Problem(kind, file, element, message + end, action, severity) for (file, element, message), end in zip(found, tail)]
+    return [
+        Problem(kind, file, element, message + end, action, severity)
+        for (file, element, message), end in zip(found, tail)
+    ]
 
 
 def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
     """ValueError echoing ``name=value``, the valid ``choices`` and the closest of them:
     ``--balance='sqr' is not one of inverse, sqrt, ...; did you mean 'sqrt'?``."""
     if value not in choices:
-        raise ValueError(f"{name}={value!r} is not one of {', '.join(map(str, choices))}{did_you_mean(value, choices)}")
+        raise DetloaderValueError(
+            f"{name}={value!r} is not one of {', '.join(map(str, choices))}{did_you_mean(value, choices)}"
+        )
 
 
 def did_you_mean(value: Any, choices: Sequence[Any]) -> str:
@@ -274,5 +237,3 @@ def apply_policy(report: ProblemReport, on_error: OnError, what: str = "annotati
         warnings.warn(f"{what}: {report.summary(per_kind=2)}", AnnotationWarning, stacklevel=3)
 
 
-class AnnotationWarning(UserWarning):
-    """Problems in the annotations that were skipped or repaired (``on_error="warn"``)."""

@@ -10,21 +10,40 @@ import hashlib
 import json
 import os
 import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from detloader._files import file_kind, open_regular
 from detloader.annotations import cache as _cache
-from detloader.annotations.options import ReadOptions
-from detloader.annotations.image_search import ImageFolderWarning, find_image_folder, search_message, should_search
+from detloader.annotations.image_search import (
+    ImageFolderWarning,
+    find_image_folder,
+    search_message,
+    should_search,
+)
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema
+from detloader.annotations.options import ReadOptions
 from detloader.annotations.parse import ProgressFn, build_index
-from detloader.annotations.problems import OnError, Problem, ProblemReport, apply_policy, check_choice, check_on_error
+from detloader.annotations.problems import (
+    OnError,
+    Problem,
+    ProblemReport,
+    apply_policy,
+    check_choice,
+    check_on_error,
+)
 from detloader.annotations.readers import READERS
 from detloader.annotations.readers.common import Source, dir_identity, stat_entry
 from detloader.annotations.splits import SPLITS_JSON
+from detloader.errors import (
+    DetloaderFileNotFoundError,
+    DetloaderRuntimeWarning,
+    DetloaderTypeError,
+    DetloaderValueError,
+)
 
 #: Bumped when what a reader produces changes, so that old caches are rebuilt (4: the key
 #: holds ctimes, inodes, the root's identity and the image folders').
@@ -56,7 +75,7 @@ def find_dataset(path: str | os.PathLike[str]) -> tuple[str, Path]:
         return name, p
     kind = file_kind(p.stat().st_mode) if p.exists() else None
     if kind is not None and kind != "a folder":
-        raise ValueError(f"path={str(path)!r} is {kind}, not an annotation file or dataset folder")
+        raise DetloaderValueError(f"path={str(path)!r} is {kind}, not an annotation file or dataset folder")
     below: list[tuple[str, Path]] = []
     for child in sorted(p.iterdir()) if p.is_dir() else ():
         hit = _sniff(child) if child.is_dir() and not child.name.startswith(".") else None
@@ -66,9 +85,10 @@ def find_dataset(path: str | os.PathLike[str]) -> tuple[str, Path]:
         return below[0]
     if below:
         found = ", ".join(f"{c.name}/ ({n})" for n, c in below)
-        raise ValueError(f"path={str(path)!r}: no annotation format recognised here; one folder down: {found}; "
-                         "pass one of them")
-    raise ValueError(
+        raise DetloaderValueError(
+            f"path={str(path)!r}: no annotation format recognised here; one folder down: {found}; pass one of them"
+        )
+    raise DetloaderValueError(
         f"path={str(path)!r}: no annotation format recognised here or one folder down (looked for {_LOOKED_FOR}); "
         f"pass format='NAME' (command line: --format NAME), NAME one of {', '.join(READERS)}"
     )
@@ -87,9 +107,9 @@ def _make_options(
     **kwargs: Any,
 ) -> ReadOptions:
     if isinstance(classes, str):
-        raise TypeError(f"classes={classes!r} must be a sequence of names, not one string")
+        raise DetloaderTypeError(f"classes={classes!r} must be a sequence of names, not one string")
     if classes is not None and len(set(classes)) != len(classes):
-        raise ValueError(f"classes={list(classes)} holds a name twice")
+        raise DetloaderValueError(f"classes={list(classes)} holds a name twice")
     schema: LandmarkSchema | None
     if landmark_schema is None or isinstance(landmark_schema, LandmarkSchema):
         schema = landmark_schema
@@ -163,11 +183,11 @@ def read_annotations(
     """
     check_on_error(on_error)
     if cache not in (True, False, "rebuild"):
-        raise ValueError(f"cache={cache!r} is not one of True, False, 'rebuild'")
+        raise DetloaderValueError(f"cache={cache!r} is not one of True, False, 'rebuild'")
     check_choice("verify", verify, VERIFY_CHOICES)
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"path={str(path)!r} does not exist")
+        raise DetloaderFileNotFoundError(f"path={str(path)!r} does not exist")
     options = _make_options(
         classes,
         class_map,
@@ -202,14 +222,16 @@ def read_annotations(
         try:
             cache_file = _cache.cache_dir_for(source.root) / f"{name}-{options_tag}.dlindex"
         except OSError as err:  # neither the dataset folder nor the user cache can be written
-            warnings.warn(f"{source.root}: reading without an index cache ({err})", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"{source.root}: reading without an index cache ({err})", DetloaderRuntimeWarning, stacklevel=2
+            )
         if cache_file is not None and cache != "rebuild" and cache_file.exists():
             index = None
             try:
                 if _key_matches(_cache.read_key(cache_file, strict=True), key, source.root):
                     index = _cache.load_index_file(cache_file, root=source.root)
             except (OSError, _cache.CacheError) as err:  # damaged: never used, rebuilt
-                warnings.warn(f"{err}; rebuilding the index cache", RuntimeWarning, stacklevel=2)
+                warnings.warn(f"{err}; rebuilding the index cache", DetloaderRuntimeWarning, stacklevel=2)
             if index is not None:
                 _finish(index, on_error, source.root)
                 return index
@@ -224,7 +246,7 @@ def read_annotations(
             _cache.save_index(index, cache_file, key)
             index = _cache.load_index_file(cache_file, root=source.root)
         except OSError as err:
-            warnings.warn(f"index cache not written to {cache_file}: {err}", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"index cache not written to {cache_file}: {err}", DetloaderRuntimeWarning, stacklevel=2)
     _finish(index, on_error, source.root)
     return index
 
@@ -255,7 +277,7 @@ def _image_folder(image_dir: str | os.PathLike[str], reader: Any, path: Path, op
         if candidate.is_dir():
             return os.fspath(candidate.resolve())
     where = " or ".join(str(t) for t in tried)
-    raise FileNotFoundError(f"image_dir={os.fspath(image_dir)!r} is not a folder (looked for {where})")
+    raise DetloaderFileNotFoundError(f"image_dir={os.fspath(image_dir)!r} is not a folder (looked for {where})")
 
 
 def _require_files(source: Source, name: str, path: Path) -> None:
@@ -271,7 +293,7 @@ def _require_files(source: Source, name: str, path: Path) -> None:
     hint = "" if detected in (None, name) else (
         f"; it looks like {detected} (format={detected!r} or 'auto'; command line: --format {detected})")
     what = f"{len(source.files)} images but no label files" if source.files else "no annotation files"
-    raise ValueError(f"{source.root}: format={name!r} found {what} there{hint}")
+    raise DetloaderValueError(f"{source.root}: format={name!r} found {what} there{hint}")
 
 
 def _default_dirs(source: Source) -> list[str] | None:
@@ -354,7 +376,9 @@ def _content_key(name: str, options_json: str, source: Source, verify: str = "st
     also of the files' bytes."""
     root = os.stat(source.root)
     h = hashlib.blake2b(digest_size=16)
-    h.update(f"{READER_VERSION}\0{_cache.CACHE_VERSION}\0{name}\0{options_json}\0{root.st_dev}\0{root.st_ino}\0".encode())
+    h.update(
+        f"{READER_VERSION}\0{_cache.CACHE_VERSION}\0{name}\0{options_json}\0{root.st_dev}\0{root.st_ino}\0".encode()
+    )
     h.update(json.dumps(source.extra, sort_keys=True).encode())
     names, *numbers = zip(*source.stamp) if source.stamp else ((),)
     h.update("\n".join(names).encode())

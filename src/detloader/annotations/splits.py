@@ -17,20 +17,33 @@ import json
 import math
 import os
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from detloader.annotations.fields import MISSING
 from detloader.annotations.problems import SHOWN, Problem, ProblemReport, capped
+from detloader.errors import DetloaderValueError, SplitsExistError
 
 if TYPE_CHECKING:
     from detloader.annotations.index import AnnotationIndex
 
 __all__ = [
-    "ROLES", "SHOWN", "SPLITS_JSON", "SplitsExistError", "check_fractions", "class_groups", "files_as_splits", "make_splits",
-    "match_entries", "rarest_class_per_image", "report", "settle_splits", "split_role",
+    "ROLES",
+    "SHOWN",
+    "SPLITS_JSON",
+    "SplitsExistError",
+    "check_fractions",
+    "class_groups",
+    "files_as_splits",
+    "make_splits",
+    "match_entries",
+    "rarest_class_per_image",
+    "report",
+    "settle_splits",
+    "split_role",
     "stratified_split",
 ]
 
@@ -39,10 +52,6 @@ ROLES = ("train", "val", "test")
 _ROLE = re.compile(r"^(?:(train|training)|(val|valid|validation)|(test|testing))\d*$", re.IGNORECASE)
 #: Folders in front of a split folder that are skipped (``images/train/``, ``labels/val/``).
 _LEADING = ("images", "labels", "annotations")
-
-
-class SplitsExistError(ValueError):
-    """:func:`make_splits` refused: the dataset has train / val / test splits already."""
 
 
 def split_role(name: str) -> str | None:
@@ -56,11 +65,11 @@ def split_role(name: str) -> str | None:
 def check_fractions(fractions: Mapping[str, float]) -> None:
     """ValueError unless ``fractions`` is non-empty, every value finite and >= 0, sum > 0."""
     if not fractions:
-        raise ValueError("random_split: fractions={} is empty")
+        raise DetloaderValueError("random_split: fractions={} is empty")
     if any(f < 0 or not math.isfinite(f) for f in fractions.values()) or sum(
         fractions.values()
     ) <= 0:
-        raise ValueError(f"random_split: fractions={dict(fractions)} must be >= 0, sum > 0")
+        raise DetloaderValueError(f"random_split: fractions={dict(fractions)} must be >= 0, sum > 0")
 
 
 def stratified_split(
@@ -110,7 +119,7 @@ def rarest_class_per_image(
     return out
 
 
-def class_groups(index: "AnnotationIndex") -> np.ndarray:
+def class_groups(index: AnnotationIndex) -> np.ndarray:
     """int64 ``[n]``: the stratification group of each image: its rarest object class, or for
     an image without objects its image class (numbered after the object classes)."""
     groups = rarest_class_per_image(index.labels, index.object_image, len(index), len(index.classes))
@@ -120,7 +129,7 @@ def class_groups(index: "AnnotationIndex") -> np.ndarray:
 
 
 # -- found: problems, splits.json, folders ----------------------------------------------------
-def report(index: "AnnotationIndex", kind: str, file: str, found: list[tuple[str, str]], action: str) -> None:
+def report(index: AnnotationIndex, kind: str, file: str, found: list[tuple[str, str]], action: str) -> None:
     """Add ``found`` (element, message) as repaired problems of ``kind`` in ``file``
     (:func:`~detloader.annotations.problems.capped`)."""
     for problem in capped(kind, [(file, element, message) for element, message in found], action):
@@ -128,7 +137,7 @@ def report(index: "AnnotationIndex", kind: str, file: str, found: list[tuple[str
 
 
 def match_entries(
-    index: "AnnotationIndex", file: str, entries: Iterable[tuple[str, str]], position: Mapping[str, int]
+    index: AnnotationIndex, file: str, entries: Iterable[tuple[str, str]], position: Mapping[str, int]
 ) -> np.ndarray:
     """Image ids (sorted int64) of ``entries`` (element, name) looked up in ``position``; a
     name without an image is a ``split_mismatch``, a repeated one a ``split_duplicate``."""
@@ -151,7 +160,7 @@ def match_entries(
     return np.unique(np.asarray(ids, dtype=np.int64))
 
 
-def files_as_splits(index: "AnnotationIndex", names: Mapping[str, str]) -> dict[str, np.ndarray]:
+def files_as_splits(index: AnnotationIndex, names: Mapping[str, str]) -> dict[str, np.ndarray]:
     """Splits of a reader whose files are the splits: an image belongs to ``names[its
     annotation file]``; each file is recorded as its split's source."""
     members: dict[str, list[int]] = {name: [] for name in names.values()}
@@ -170,7 +179,7 @@ def _made_text(made: Any) -> str:
     return f"{SPLITS_JSON} (made " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in made.items()) + ")"
 
 
-def _json_splits(index: "AnnotationIndex") -> tuple[dict[str, np.ndarray], dict[str, str]] | None:
+def _json_splits(index: AnnotationIndex) -> tuple[dict[str, np.ndarray], dict[str, str]] | None:
     """Splits and sources of ``splits.json`` at the root; None when there is none, or (an
     error problem) when it is not ``{"splits": {name: [image path, ...]}}``."""
     path = index.root / SPLITS_JSON
@@ -208,7 +217,7 @@ def _split_folder(path: str) -> tuple[str, str] | None:
     return None if role is None else (role, "/".join(folders[: k + 1]) + "/")
 
 
-def _folder_splits(index: "AnnotationIndex") -> tuple[dict[str, np.ndarray], dict[str, str]]:
+def _folder_splits(index: AnnotationIndex) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Splits from ``train/ val/ test/`` folders (of the image path, else the annotation path);
     images outside them are in no split (one problem counts them)."""
     members: dict[str, list[int]] = {}
@@ -230,7 +239,7 @@ def _folder_splits(index: "AnnotationIndex") -> tuple[dict[str, np.ndarray], dic
     return {role: np.asarray(ids, dtype=np.int64) for role, ids in members.items()}, sources
 
 
-def _check_overlap(index: "AnnotationIndex") -> None:
+def _check_overlap(index: AnnotationIndex) -> None:
     """A ``split_overlap`` per image in two of the train / val / test splits (not for two
     splits that are the same list, as YOLO's ``val: train`` when there is no val)."""
     sources = index.meta["split_sources"]
@@ -246,7 +255,7 @@ def _check_overlap(index: "AnnotationIndex") -> None:
         report(index, "split_overlap", sources[b].split(" (", 1)[0], found, "kept in both")
 
 
-def settle_splits(index: "AnnotationIndex", found: Mapping[str, np.ndarray], default_source: str) -> None:
+def settle_splits(index: AnnotationIndex, found: Mapping[str, np.ndarray], default_source: str) -> None:
     """Give a freshly built ``index`` its splits: ``splits.json`` at the root when there is
     one, else ``found`` (the reader's; their sources as the reader recorded them in
     ``index.meta["split_sources"]``, else ``default_source``), else split folders. Checks
@@ -262,8 +271,8 @@ def settle_splits(index: "AnnotationIndex", found: Mapping[str, np.ndarray], def
 
 # -- made ------------------------------------------------------------------------------------
 def make_splits(
-    index: "AnnotationIndex", val: float = 0.2, test: float = 0.0, seed: int = 0, force: bool = False
-) -> "AnnotationIndex":
+    index: AnnotationIndex, val: float = 0.2, test: float = 0.0, seed: int = 0, force: bool = False
+) -> AnnotationIndex:
     """Split ``index`` into train / val (/ test) once, write the split where the layout keeps
     splits, and return the index with them (``meta["split_sources"]`` says where).
 
@@ -278,9 +287,9 @@ def make_splits(
     splits and not ``force``."""
     for name, value in (("val", val), ("test", test)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-            raise ValueError(f"make_splits: {name}={value!r} is not a fraction in [0, 1)")
+            raise DetloaderValueError(f"make_splits: {name}={value!r} is not a fraction in [0, 1)")
     if not 0 < val + test < 1:
-        raise ValueError(f"make_splits: val={val} + test={test} must be > 0 and < 1 (train gets the rest)")
+        raise DetloaderValueError(f"make_splits: val={val} + test={test} must be > 0 and < 1 (train gets the rest)")
     sources = index.meta.get("split_sources", {})
     existing = sorted(n for n in index.splits if split_role(n) is not None)
     if existing and not force:
@@ -308,7 +317,7 @@ def make_splits(
 
 
 def _write_splits(
-    index: "AnnotationIndex", parts: Mapping[str, np.ndarray], made: dict[str, Any], force: bool
+    index: AnnotationIndex, parts: Mapping[str, np.ndarray], made: dict[str, Any], force: bool
 ) -> dict[str, str]:
     """Write ``parts`` where the layout keeps splits; their sources."""
     from detloader._files import atomic_write

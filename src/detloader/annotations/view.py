@@ -47,7 +47,7 @@ class _ObjectRows:
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    def __get__(self, view: "ImageView", owner: type | None = None) -> np.ndarray:
+    def __get__(self, view: ImageView, owner: type | None = None) -> np.ndarray:
         return getattr(view._index, self.name)[view._rows]
 
 

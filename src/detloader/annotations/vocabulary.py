@@ -3,8 +3,9 @@ values) and its landmark schema; the sizes of the index's named trailing dimensi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from detloader.annotations.landmarks import LandmarkSchema
 
@@ -31,7 +32,7 @@ class Vocabulary:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Vocabulary":
+    def from_dict(cls, data: Mapping[str, Any]) -> Vocabulary:
         return cls(
             classes=tuple(data["classes"]),
             image_classes=tuple(data["image_classes"]),

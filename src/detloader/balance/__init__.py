@@ -1,11 +1,13 @@
 """Balance: which images an epoch draws, so that rare classes are seen enough.
 
 ``groups`` (which group each object or image is in) -> ``weights`` (pure functions: per-group
-weights, per-image weights, repeat factors, strategy strings) -> the samplers, one per module: ``weighted`` (alias method, exact beyond 2**24),
+weights, per-image weights, repeat factors, strategy strings) -> the samplers, one per module:
+``weighted`` (alias method, exact beyond 2**24),
 ``repeat_factor`` (LVIS), ``class_aware`` (round-robin over classes), ``batch`` (P x K),
 ``wrapper`` (any sampler, distributed), ``partners`` (index groups for mosaic and mixup from one
-sampler), ``aspect`` (batches of similar aspect ratio from any sampler's order) -> ``factory`` (``make_balanced_sampler``: a strategy
-string -> its sampler). ``base`` holds their shared contract (seed, epoch, rank, resume),
+sampler), ``aspect`` (batches of similar aspect ratio from any sampler's order) -> ``factory``
+(``make_balanced_sampler``: a strategy string -> its sampler). ``base`` holds their shared
+contract (seed, epoch, rank, resume),
 ``distributed`` the rank arithmetic, ``alias`` the exact alias table, ``checks`` the argument
 checks.
 
@@ -15,8 +17,14 @@ that the CLI's statistics stay quick: name -> module.
 
 from detloader.balance.groups import Groups, balance_groups, class_members, group_counts
 from detloader.balance.weights import (
-    DEFAULT_BETA, DEFAULT_THRESHOLD, STRATEGIES, image_weights, parse_strategy, repeat_factors,
-    sample_weights, strategy_weights,
+    DEFAULT_BETA,
+    DEFAULT_THRESHOLD,
+    STRATEGIES,
+    image_weights,
+    parse_strategy,
+    repeat_factors,
+    sample_weights,
+    strategy_weights,
 )
 
 _LAZY = {

@@ -10,8 +10,9 @@ number of threads or on the chunk size.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -194,7 +195,6 @@ def alias_probabilities(table: np.ndarray) -> np.ndarray:
     own = np.where(alias == np.arange(n), 1.0, thr)
     given = np.bincount(alias, weights=1.0 - own, minlength=n)
     return (own + given) / n
-
 
 
 def alias_draw(table: np.ndarray, x: np.ndarray) -> np.ndarray:

@@ -8,13 +8,15 @@ batches).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from detloader.balance.base import EpochSampler, epoch_items, sampler_config
 from detloader.balance.checks import check_int
 from detloader.balance.groups import positions_by_group
+from detloader.errors import DetloaderValueError
 
 __all__ = ["AspectRatioBatchSampler"]
 
@@ -51,7 +53,7 @@ class AspectRatioBatchSampler(EpochSampler):
     ) -> None:
         super().__init__(seed=0, rank=rank, world_size=world_size, drop_last=drop_last)
         if int(getattr(sampler, "world_size", 1)) > 1:
-            raise ValueError(
+            raise DetloaderValueError(
                 f"sampler has world_size={sampler.world_size}: AspectRatioBatchSampler shares "
                 "batches out across ranks itself; give it the global order (world_size=1)"
             )
@@ -60,7 +62,7 @@ class AspectRatioBatchSampler(EpochSampler):
         self.batch_size = check_int("batch_size", batch_size, 1)
         self.boundaries = tuple(float(b) for b in boundaries)
         if list(self.boundaries) != sorted(self.boundaries):
-            raise ValueError(f"boundaries={boundaries!r} must be ascending")
+            raise DetloaderValueError(f"boundaries={boundaries!r} must be ascending")
 
     def _config(self) -> dict[str, Any]:
         return {

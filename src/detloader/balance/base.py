@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import warnings
 from abc import abstractmethod
-from typing import Any, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 from torch.utils.data import Sampler
 
 from detloader.balance.checks import check_int
 from detloader.balance.distributed import distributed_defaults, shard
+from detloader.errors import DetloaderValueError, DetloaderWarning
 
 __all__ = [
     "CHUNK", "STREAM_BATCH", "STREAM_CLASS_AWARE", "STREAM_NO_REPLACEMENT", "STREAM_REPEAT",
@@ -153,7 +155,7 @@ class EpochSampler(Sampler[Any]):
                 warnings.warn(
                     f"{type(self).__name__}: epoch {self.epoch} is drawn again; call "
                     "set_epoch(epoch) before every epoch, or every epoch repeats the same draw",
-                    UserWarning,
+                    DetloaderWarning,
                     stacklevel=2,
                 )
                 self._warned = True
@@ -183,19 +185,19 @@ class EpochSampler(Sampler[Any]):
         seed, rank or world size (its draw would differ)."""
         missing = {"epoch", "offset"} - set(state)
         if missing:
-            raise ValueError(f"{type(self).__name__}.load_state_dict: state lacks {sorted(missing)}")
+            raise DetloaderValueError(f"{type(self).__name__}.load_state_dict: state lacks {sorted(missing)}")
         kind = state.get("kind", type(self).__name__)
         if kind != type(self).__name__:
-            raise ValueError(f"{type(self).__name__}.load_state_dict: state is from a {kind}")
+            raise DetloaderValueError(f"{type(self).__name__}.load_state_dict: state is from a {kind}")
         for key, value in self._config().items():
             if key in state and state[key] != value:
-                raise ValueError(
+                raise DetloaderValueError(
                     f"{type(self).__name__}.load_state_dict: state has {key}={state[key]!r}, "
                     f"this sampler {key}={value!r}; its draw would differ"
                 )
         offset = int(state["offset"])
         if offset < 0:
-            raise ValueError(f"{type(self).__name__}.load_state_dict: offset={offset} < 0")
+            raise DetloaderValueError(f"{type(self).__name__}.load_state_dict: offset={offset} < 0")
         self.epoch = int(state["epoch"])
         self._offset = offset
         self._resume = True

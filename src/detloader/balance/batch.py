@@ -6,7 +6,8 @@ Built on :class:`detloader.balance.class_aware.ClassSampler`; seeds, epochs, ran
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -15,6 +16,7 @@ from detloader.balance.base import STREAM_BATCH, epoch_generator
 from detloader.balance.checks import check_int
 from detloader.balance.class_aware import ClassSampler
 from detloader.balance.groups import ByKey, class_members
+from detloader.errors import DetloaderValueError
 
 __all__ = ["BalancedBatchSampler"]
 
@@ -47,7 +49,7 @@ class BalancedBatchSampler(ClassSampler):
         self.classes_per_batch = check_int("classes_per_batch", classes_per_batch, 1)
         self.samples_per_class = check_int("samples_per_class", samples_per_class, 1)
         if classes_per_batch > c:
-            raise ValueError(f"classes_per_batch={classes_per_batch} > {c} classes with members")
+            raise DetloaderValueError(f"classes_per_batch={classes_per_batch} > {c} classes with members")
         if num_batches is None:
             num_batches = max(1, self._distinct // (self.classes_per_batch * self.samples_per_class))
         self.num_batches = check_int("num_batches", num_batches, 1)
@@ -60,7 +62,7 @@ class BalancedBatchSampler(ClassSampler):
         samples_per_class: int,
         by: ByKey = "class",
         **kwargs: Any,
-    ) -> "BalancedBatchSampler":
+    ) -> BalancedBatchSampler:
         """Classes (groups) of ``index`` under key ``by`` (see :mod:`detloader.balance.weights`)."""
         return cls(class_members(index, by)[1], classes_per_batch, samples_per_class, **kwargs)
 

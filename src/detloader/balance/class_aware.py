@@ -8,7 +8,8 @@ Seeds, epochs, ranks and resume: :mod:`detloader.balance.base`.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from detloader.annotations.index import AnnotationIndex
 from detloader.balance.base import STREAM_CLASS_AWARE, EpochSampler, epoch_generator, index_dtype
 from detloader.balance.checks import check_int
 from detloader.balance.groups import ByKey, class_members, positions_by_group
+from detloader.errors import DetloaderValueError
 
 __all__ = ["ClassAwareSampler", "ClassSampler", "members_from_labels"]
 
@@ -23,10 +25,10 @@ __all__ = ["ClassAwareSampler", "ClassSampler", "members_from_labels"]
 def _as_members(class_members: Sequence[Any]) -> list[np.ndarray]:
     members = [np.unique(np.asarray(m, dtype=np.int64).reshape(-1)) for m in class_members]
     if not members or not any(len(m) for m in members):
-        raise ValueError("class_members: no class has a member")
+        raise DetloaderValueError("class_members: no class has a member")
     for c, m in enumerate(members):
         if len(m) and m[0] < 0:
-            raise ValueError(f"class_members[{c}] holds a negative id {int(m[0])}")
+            raise DetloaderValueError(f"class_members[{c}] holds a negative id {int(m[0])}")
     return members
 
 
@@ -104,7 +106,7 @@ class ClassAwareSampler(ClassSampler):
         self.num_samples = check_int("num_samples", num_samples, 1)
 
     @classmethod
-    def from_index(cls, index: AnnotationIndex, by: ByKey = "class", **kwargs: Any) -> "ClassAwareSampler":
+    def from_index(cls, index: AnnotationIndex, by: ByKey = "class", **kwargs: Any) -> ClassAwareSampler:
         """Classes (groups) of ``index`` under key ``by`` (see :mod:`detloader.balance.weights`)."""
         return cls(class_members(index, by)[1], **kwargs)
 

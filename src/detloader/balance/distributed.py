@@ -7,12 +7,13 @@ and every rank has the same length (padded by wrapping around, or cut with ``dro
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from detloader.balance.checks import check_int
+from detloader.errors import DetloaderValueError
 
 __all__ = ["distributed_defaults", "interleave", "shard"]
 
@@ -27,7 +28,7 @@ def distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int,
         rank = torch.distributed.get_rank() if initialised else 0
     world_size = check_int("world_size", world_size, 1)
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
-        raise ValueError(f"rank={rank!r} must be an int in [0, world_size={world_size})")
+        raise DetloaderValueError(f"rank={rank!r} must be an int in [0, world_size={world_size})")
     return int(rank), world_size
 
 

@@ -5,16 +5,18 @@ Strategy strings are parsed once, by :func:`detloader.balance.weights.parse_stra
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from torch.utils.data import Sampler
 
 from detloader.annotations.index import AnnotationIndex
 from detloader.balance.class_aware import ClassAwareSampler
+from detloader.balance.groups import ByKey
 from detloader.balance.repeat_factor import RepeatFactorSampler
 from detloader.balance.weighted import WeightedSampler
-from detloader.balance.groups import ByKey
 from detloader.balance.weights import DEFAULT_THRESHOLD, STRATEGIES, parse_strategy, sample_weights
+from detloader.errors import DetloaderValueError
 
 __all__ = ["BALANCE_CHOICES", "make_balanced_sampler"]
 
@@ -51,17 +53,17 @@ def make_balanced_sampler(
         weights = sample_weights(index, by, "explicit", class_weights=balance)
         return WeightedSampler(weights, num_samples or len(index), **common)
     if not isinstance(balance, str):
-        raise ValueError(
+        raise DetloaderValueError(
             f"balance={balance!r} must be a strategy name, a {{group: weight}} mapping or a Sampler"
         )
     name, params = parse_strategy(balance)
     if name not in BALANCE_CHOICES:
-        raise ValueError(f"balance={balance!r} is not one of {BALANCE_CHOICES}")
+        raise DetloaderValueError(f"balance={balance!r} is not one of {BALANCE_CHOICES}")
     if name == "explicit":
-        raise ValueError("balance='explicit' needs the weights: pass balance={group: weight}")
+        raise DetloaderValueError("balance='explicit' needs the weights: pass balance={group: weight}")
     if name == "repeat_factor":
         if num_samples is not None:
-            raise ValueError(
+            raise DetloaderValueError(
                 f"num_samples={num_samples} with balance='repeat_factor': the repeat factors "
                 "set the epoch length"
             )

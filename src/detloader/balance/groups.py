@@ -18,12 +18,14 @@ counts the groups, :func:`class_members` lists the images of each (for the class
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 
 from detloader.annotations.index import MISSING, AnnotationIndex
+from detloader.errors import DetloaderValueError
 
 __all__ = [
     "COUNTS", "PRODUCT_SEPARATOR", "ByKey", "Count", "Groups", "balance_groups", "class_members",
@@ -76,9 +78,9 @@ def normalize_by(by: ByKey) -> tuple[str, ...]:
     """``"class,image_class"`` / ``("class", "image_class")`` -> ``("class", "image_class")``."""
     parts = [p.strip() for p in by.split(",")] if isinstance(by, str) else [str(p).strip() for p in by]
     if not parts or any(not p for p in parts):
-        raise ValueError(f"by={by!r}: {_BY_HELP}")
+        raise DetloaderValueError(f"by={by!r}: {_BY_HELP}")
     if len(set(parts)) != len(parts):
-        raise ValueError(f"by={by!r} repeats a key")
+        raise DetloaderValueError(f"by={by!r} repeats a key")
     return tuple(parts)
 
 
@@ -100,14 +102,14 @@ def _factor(index: AnnotationIndex, key: str) -> tuple[str, np.ndarray, tuple[st
             table = index.vocab.object_attributes if level == "object" else index.vocab.image_attributes
             names = [n for n, _ in table]
             if name not in names:
-                raise ValueError(
+                raise DetloaderValueError(
                     f"by={key!r}: no {level} attribute {name!r}; {level} attributes: {names or 'none'}"
                 )
             column = (index.object_attributes if level == "object" else index.image_attributes)[
                 :, names.index(name)
             ]
             return level, column.astype(np.int64), tuple(dict(table)[name])
-    raise ValueError(f"by={key!r}: {_BY_HELP}")
+    raise DetloaderValueError(f"by={key!r}: {_BY_HELP}")
 
 
 def balance_groups(index: AnnotationIndex, by: ByKey = "class") -> Groups:
@@ -138,7 +140,7 @@ def group_counts(groups: Groups, count: Count = "objects") -> np.ndarray:
     """int64 ``[G]``: units of each group (``count="objects"``) or images that contain the
     group at least once (``count="images"``). For image-level keys both are image counts."""
     if count not in COUNTS:
-        raise ValueError(f"count={count!r} is not one of {COUNTS}")
+        raise DetloaderValueError(f"count={count!r} is not one of {COUNTS}")
     g = len(groups.names)
     if count == "objects" or groups.level == "image":
         valid = groups.ids[groups.ids != MISSING]

@@ -13,6 +13,7 @@ import numpy as np
 
 from detloader.balance.base import EpochSampler, epoch_items, sampler_config
 from detloader.balance.checks import check_int
+from detloader.errors import DetloaderValueError
 
 __all__ = ["PARTNER_EPOCHS", "PartnerSampler"]
 
@@ -41,7 +42,7 @@ class PartnerSampler(EpochSampler):
     def __init__(self, sampler: Any, partners: int = 3) -> None:
         super().__init__(seed=0, rank=0, world_size=1, drop_last=False)  # the wrapped one shards
         if not hasattr(sampler, "__iter__"):
-            raise ValueError(f"sampler={sampler!r} is not iterable")
+            raise DetloaderValueError(f"sampler={sampler!r} is not iterable")
         self.sampler = sampler
         self.partners = check_int("partners", partners, 1)
 
@@ -53,7 +54,7 @@ class PartnerSampler(EpochSampler):
             own = epoch_items(self.sampler, self.epoch)
             if own.ndim != 1:
                 name = type(self.sampler).__name__
-                raise ValueError(f"{name} yields batches or groups; PartnerSampler needs indices")
+                raise DetloaderValueError(f"{name} yields batches or groups; PartnerSampler needs indices")
             slots = [own] + [
                 np.resize(epoch_items(self.sampler, self.epoch + j * PARTNER_EPOCHS), len(own))
                 for j in range(1, self.partners + 1)

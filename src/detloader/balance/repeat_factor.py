@@ -49,7 +49,7 @@ class RepeatFactorSampler(EpochSampler):
         *,
         by: ByKey = "class",
         **kwargs: Any,
-    ) -> "RepeatFactorSampler":
+    ) -> RepeatFactorSampler:
         """Repeat factors of ``index`` (:func:`detloader.balance.weights.repeat_factors`)."""
         return cls(repeat_factors(index, threshold, by=by), **kwargs)
 

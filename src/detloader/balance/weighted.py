@@ -9,16 +9,23 @@ Seeds, epochs, ranks and resume: :mod:`detloader.balance.base`.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
 from detloader.balance.alias import alias_draw, alias_table, default_threads, thread_map
 from detloader.balance.base import (
-    CHUNK, STREAM_NO_REPLACEMENT, STREAM_WEIGHTED, EpochSampler, epoch_generator, index_dtype,
+    CHUNK,
+    STREAM_NO_REPLACEMENT,
+    STREAM_WEIGHTED,
+    EpochSampler,
+    epoch_generator,
+    index_dtype,
 )
 from detloader.balance.checks import as_weights, check_int
 from detloader.balance.distributed import interleave
+from detloader.errors import DetloaderValueError
 
 __all__ = ["WeightedSampler"]
 
@@ -68,7 +75,7 @@ class WeightedSampler(EpochSampler):
         self.replacement = bool(replacement)
         positive = int(np.count_nonzero(self.weights))
         if not self.replacement and self.num_samples > positive:
-            raise ValueError(
+            raise DetloaderValueError(
                 f"num_samples={num_samples} > {positive} positive weights: without replacement "
                 "each index is drawn at most once"
             )
@@ -205,7 +212,7 @@ class WeightedSampler(EpochSampler):
         if self.replacement:
             return self.num_samples * self.probabilities()
         if self.num_samples != self._positive:
-            raise ValueError(
+            raise DetloaderValueError(
                 f"WeightedSampler(replacement=False, num_samples={self.num_samples}) of "
                 f"{self._positive} positive weights: inclusion probabilities have no closed "
                 "form; use replacement=True or num_samples equal to the positive weights"

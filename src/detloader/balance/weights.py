@@ -26,14 +26,21 @@ over its groups. Its values are expected copies per epoch, not relative weights.
 from __future__ import annotations
 
 import math
-from typing import Literal, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.balance.groups import (
-    PRODUCT_SEPARATOR, ByKey, Count, Groups, balance_groups, group_counts,
+    PRODUCT_SEPARATOR,
+    ByKey,
+    Count,
+    Groups,
+    balance_groups,
+    group_counts,
 )
+from detloader.errors import DetloaderValueError
 
 __all__ = [
     "AGGREGATES", "DEFAULT_BETA", "DEFAULT_THRESHOLD", "STRATEGIES", "Aggregate", "Strategy",
@@ -75,13 +82,13 @@ def strategy_weights(
     if strategy in ("inverse", "sqrt", "power"):
         p = {"inverse": 1.0, "sqrt": 0.5}.get(strategy, power)
         if p is None:
-            raise ValueError("strategy='power' needs power=EXPONENT (e.g. power=0.5 for sqrt)")
+            raise DetloaderValueError("strategy='power' needs power=EXPONENT (e.g. power=0.5 for sqrt)")
         if not math.isfinite(p):
-            raise ValueError(f"power={p!r} must be a finite number")
+            raise DetloaderValueError(f"power={p!r} must be a finite number")
         out[present] = counts[present] ** -float(p)
     elif strategy == "effective":
         if not 0.0 <= beta < 1.0:
-            raise ValueError(f"beta={beta!r} must be in [0, 1)")
+            raise DetloaderValueError(f"beta={beta!r} must be in [0, 1)")
         if beta == 0.0:
             out[present] = 1.0
         else:
@@ -89,7 +96,7 @@ def strategy_weights(
             out[present] = (1.0 - beta) / -np.expm1(counts[present] * math.log(beta))
     elif strategy == "repeat_factor":
         if image_fraction is None:
-            raise ValueError("strategy='repeat_factor' needs image_fraction (f_c per group)")
+            raise DetloaderValueError("strategy='repeat_factor' needs image_fraction (f_c per group)")
         _check_threshold(threshold)
         f = np.asarray(image_fraction, dtype=np.float64)
         has = f > 0
@@ -97,13 +104,13 @@ def strategy_weights(
     elif strategy == "explicit":
         out[:] = _explicit(class_weights, names, len(counts))
     else:
-        raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
+        raise DetloaderValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
     return out
 
 
 def _check_threshold(threshold: float) -> None:
     if not (isinstance(threshold, (int, float)) and 0.0 < threshold <= 1.0):
-        raise ValueError(f"threshold={threshold!r} must be in (0, 1] (a fraction of images)")
+        raise DetloaderValueError(f"threshold={threshold!r} must be in (0, 1] (a fraction of images)")
 
 
 def _explicit(
@@ -112,7 +119,7 @@ def _explicit(
     g: int,
 ) -> np.ndarray:
     if class_weights is None:
-        raise ValueError(
+        raise DetloaderValueError(
             "strategy='explicit' needs class_weights={group: weight}, e.g. {'masked': 2.0}"
         )
     out = np.ones(g, dtype=np.float64)
@@ -122,15 +129,15 @@ def _explicit(
             key = PRODUCT_SEPARATOR.join(key)
         if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
             if not 0 <= int(key) < g:
-                raise ValueError(f"class_weights: id {key} out of range 0..{g - 1}")
+                raise DetloaderValueError(f"class_weights: id {key} out of range 0..{g - 1}")
             i = int(key)
         elif key in lookup:
             i = lookup[key]
         else:
-            raise ValueError(f"class_weights: {key!r} is not a group; groups: {list(names)}")
+            raise DetloaderValueError(f"class_weights: {key!r} is not a group; groups: {list(names)}")
         w = float(weight)
         if not (math.isfinite(w) and w >= 0):
-            raise ValueError(f"class_weights[{key!r}]={weight!r} must be finite and >= 0")
+            raise DetloaderValueError(f"class_weights[{key!r}]={weight!r} must be finite and >= 0")
         out[i] = w
     return out
 
@@ -151,10 +158,10 @@ def image_weights(
     group (1.0 if no group occurs).
     """
     if aggregate not in AGGREGATES:
-        raise ValueError(f"aggregate={aggregate!r} is not one of {AGGREGATES}")
+        raise DetloaderValueError(f"aggregate={aggregate!r} is not one of {AGGREGATES}")
     gw = np.asarray(group_weights, dtype=np.float64)
     if gw.shape != (len(groups.names),):
-        raise ValueError(f"group_weights has shape {gw.shape}, expected ({len(groups.names)},)")
+        raise DetloaderValueError(f"group_weights has shape {gw.shape}, expected ({len(groups.names)},)")
     n = groups.num_images
     valid = groups.ids != MISSING
     ids, img = groups.ids[valid], groups.image_of[valid]
@@ -178,7 +185,7 @@ def image_weights(
         occurring = occurring[occurring > 0]
         background = float(occurring.min()) if len(occurring) else 1.0
     elif not (math.isfinite(background) and background >= 0):
-        raise ValueError(f"background={background!r} must be finite and >= 0")
+        raise DetloaderValueError(f"background={background!r} must be finite and >= 0")
     out[~has] = background
     return out
 
@@ -235,7 +242,7 @@ def sample_weights(
     The weights are relative (a sampler normalises them), except for ``repeat_factor``.
     """
     if strategy not in STRATEGIES:
-        raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
+        raise DetloaderValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
     if strategy == "repeat_factor":
         return repeat_factors(
             index,
@@ -261,9 +268,11 @@ def parse_strategy(spec: str) -> tuple[str, dict[str, float]]:
     if not param:
         return name, {}
     if key is None:
-        raise ValueError(f"strategy={spec!r}: only power:P, effective:BETA and repeat_factor:T take a parameter")
+        raise DetloaderValueError(
+            f"strategy={spec!r}: only power:P, effective:BETA and repeat_factor:T take a parameter"
+        )
     try:
         value = float(param)
     except ValueError:
-        raise ValueError(f"strategy={spec!r}: {param!r} is not a number") from None
+        raise DetloaderValueError(f"strategy={spec!r}: {param!r} is not a number") from None
     return name, {key: value}

@@ -5,13 +5,15 @@ Seeds, epochs, ranks and resume: :mod:`detloader.balance.base`.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
 
 from detloader.balance.base import STREAM_WRAPPER, EpochSampler
 from detloader.balance.distributed import shard
+from detloader.errors import DetloaderValueError
 
 __all__ = ["DistributedSamplerWrapper"]
 
@@ -41,7 +43,7 @@ class DistributedSamplerWrapper(EpochSampler):
     ) -> None:
         super().__init__(seed=seed, rank=rank, world_size=world_size, drop_last=drop_last)
         if not hasattr(sampler, "__iter__"):
-            raise ValueError(f"sampler={sampler!r} is not iterable")
+            raise DetloaderValueError(f"sampler={sampler!r} is not iterable")
         self.sampler = sampler
         self.reseed = bool(reseed)
         self._list_cache: tuple[int, list[Any]] | None = None

@@ -9,8 +9,9 @@ import gc
 import os
 import pickle
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset

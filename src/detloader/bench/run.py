@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import platform
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,6 +27,7 @@ from detloader.bench.index import bench_index
 from detloader.bench.loader import bench_loader
 from detloader.bench.report import BenchReport
 from detloader.bench.samplers import bench_samplers
+from detloader.errors import DetloaderValueError
 from detloader.synth import make_synthetic
 
 __all__ = ["SECTIONS", "BenchSettings", "machine_description", "run_bench"]
@@ -51,7 +53,7 @@ class BenchSettings:
     cache: str | None = None
 
     @classmethod
-    def make(cls, quick: bool = False, **given: Any) -> "BenchSettings":
+    def make(cls, quick: bool = False, **given: Any) -> BenchSettings:
         """Defaults, or the quick ones, overridden by every ``given`` value that is not None."""
         base: dict[str, Any] = dict(
             size=64, batch_size=4, batches=2, sampler_weights=20_000, sampler_draws=2000,
@@ -62,14 +64,14 @@ class BenchSettings:
             base["sections"] = tuple(base["sections"])
             unknown = set(base["sections"]) - set(SECTIONS)
             if unknown or not base["sections"]:
-                raise ValueError(f"sections={list(base['sections'])!r}: choose from {', '.join(SECTIONS)}")
+                raise DetloaderValueError(f"sections={list(base['sections'])!r}: choose from {', '.join(SECTIONS)}")
         if base.get("cache") not in (None, "disk", "ram"):
-            raise ValueError(f"cache={base['cache']!r} is not one of disk, ram")
+            raise DetloaderValueError(f"cache={base['cache']!r} is not one of disk, ram")
         settings = cls(quick=quick, **base)
         for name in ("size", "batch_size", "batches", "sampler_weights", "sampler_draws", "index_files", "repeats"):
             value = getattr(settings, name)
             if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} must be an int >= 1")
+                raise DetloaderValueError(f"{name}={value!r} must be an int >= 1")
         return settings
 
 

@@ -46,7 +46,7 @@ class PeakRSS:
             self.peak = max(self.peak, self._proc.memory_info().rss)
             time.sleep(0.001)
 
-    def __enter__(self) -> "PeakRSS":
+    def __enter__(self) -> PeakRSS:
         self._thread.start()
         return self
 

@@ -8,11 +8,18 @@ import json
 import os
 import sys
 import warnings
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from detloader.annotations.checks import BOXES_FROM_POINTS
-from detloader.annotations.problems import ON_ERROR_CHOICES, AnnotationWarning, ProblemReport, check_choice
+from detloader.annotations.problems import (
+    ON_ERROR_CHOICES,
+    AnnotationWarning,
+    ProblemReport,
+    check_choice,
+)
+from detloader.errors import DetloaderValueError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -21,9 +28,23 @@ if TYPE_CHECKING:
     from detloader.annotations.index import AnnotationIndex
 
 __all__ = [
-    "ON_ERROR_DEFAULT", "add_cache_arguments", "add_dataset_arguments", "add_read_arguments", "check_choice", "console", "dataset_kwargs",
-    "parse_class_map", "print_attribute_counts", "print_json", "print_table", "problems_line",
-    "progress_bar", "read_index", "read_kwargs", "require_images", "table_lines",
+    "ON_ERROR_DEFAULT",
+    "add_cache_arguments",
+    "add_dataset_arguments",
+    "add_read_arguments",
+    "check_choice",
+    "console",
+    "dataset_kwargs",
+    "parse_class_map",
+    "print_attribute_counts",
+    "print_json",
+    "print_table",
+    "problems_line",
+    "progress_bar",
+    "read_index",
+    "read_kwargs",
+    "require_images",
+    "table_lines",
 ]
 
 #: ``--on-error`` of every command that reads a dataset (README.md: "Exit status and problems").
@@ -120,10 +141,10 @@ def parse_class_map(values: list[str] | None) -> dict[str, str | None] | None:
         elif "=" in value:
             name, _, new = value.partition("=")
             if not name.strip():
-                raise ValueError(f"--class-map {value!r}: the class name before '=' is empty")
+                raise DetloaderValueError(f"--class-map {value!r}: the class name before '=' is empty")
             out[name.strip()] = new.strip() or None
         else:
-            raise ValueError(f"--class-map {value!r} is neither NAME=NEW nor a JSON/YAML file")
+            raise DetloaderValueError(f"--class-map {value!r} is neither NAME=NEW nor a JSON/YAML file")
     return out
 
 
@@ -134,13 +155,15 @@ def _class_map_file(path: str) -> dict[str, str | None]:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh) if path.lower().endswith(".json") else yaml.safe_load(fh)
     except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as err:
-        raise ValueError(f"--class-map {path}: not readable JSON/YAML: {err}") from None
+        raise DetloaderValueError(f"--class-map {path}: not readable JSON/YAML: {err}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"--class-map {path}: top level is a {type(data).__name__}, not a mapping of class names")
+        raise DetloaderValueError(
+            f"--class-map {path}: top level is a {type(data).__name__}, not a mapping of class names"
+        )
     out: dict[str, str | None] = {}
     for name, new in data.items():
         if new is not None and not isinstance(new, (str, int)):
-            raise ValueError(f"--class-map {path}: {name!r}: {new!r} is not a class name or null")
+            raise DetloaderValueError(f"--class-map {path}: {name!r}: {new!r} is not a class name or null")
         out[str(name)] = str(new) if new is not None else None
     return out
 
@@ -190,7 +213,7 @@ def read_index(
     bar: bool = True,
     description: str = "indexing",
     on_error: str | None = None,
-) -> "AnnotationIndex":
+) -> AnnotationIndex:
     """The index that :func:`add_read_arguments`' options describe, with a progress bar
     (``description``) when ``bar``; ``on_error`` overrides ``--on-error``. Unless the command
     ``reports_problems`` itself, ``--on-error warn`` sums them up in one line on stderr. When the
@@ -207,12 +230,17 @@ def read_index(
         with progress_bar(description, enabled=bar) as progress:
             index = read_annotations(args.path, progress=progress, **kwargs)
     if index.problems and kwargs["on_error"] == "warn" and not reports_problems:
-        print(f"detloader {args.command}: {problems_line(index.problems)} (detloader validate lists them)", file=sys.stderr)
+        print(
+            f"detloader {args.command}: {problems_line(index.problems)} (detloader validate lists them)",
+            file=sys.stderr,
+        )
     found = index.meta.get("image_search")
     if found is not None:
         from detloader.annotations.image_search import search_message
 
-        print(f"detloader {args.command}: {search_message(found)}; read from there (--image-dir chooses)", file=sys.stderr)
+        print(
+            f"detloader {args.command}: {search_message(found)}; read from there (--image-dir chooses)", file=sys.stderr
+        )
     return index
 
 
@@ -221,7 +249,7 @@ def problems_line(report: ProblemReport) -> str:
     return f"{len(report.errors)} errors, {len(report.repairs)} repaired: {report.summary_line()}"
 
 
-def require_images(index: "AnnotationIndex", what: str) -> None:
+def require_images(index: AnnotationIndex, what: str) -> None:
     """ValueError (exit status 2, one line) when ``index`` holds no images: why, and what to
     try (``--image-dir``, ``--images-by id``, ``detloader validate``)."""
     if len(index):
@@ -238,7 +266,7 @@ def require_images(index: "AnnotationIndex", what: str) -> None:
     if errors:
         hints.append("detloader validate lists every problem")
     tail = f"; {'; '.join(hints)}" if hints else ""
-    raise ValueError(f"{index.root}: no images to {what}: {reason}{tail}")
+    raise DetloaderValueError(f"{index.root}: no images to {what}: {reason}{tail}")
 
 
 @contextmanager
@@ -265,7 +293,7 @@ def progress_bar(description: str, enabled: bool = True) -> Iterator[Callable[[i
         yield update
 
 
-def _stderr_console() -> "Console":
+def _stderr_console() -> Console:
     from rich.console import Console
 
     return Console(stderr=True)
@@ -296,7 +324,7 @@ def print_attribute_counts(out: Any, summary: dict[str, Any]) -> None:
 PIPE_WIDTH = 1 << 16
 
 
-def console() -> "Console":
+def console() -> Console:
     """A rich console on stdout, without syntax highlighting of numbers and paths; not on a
     terminal, one that never wraps (see :func:`print_table` for its tables)."""
     from rich.console import Console
@@ -326,7 +354,7 @@ def _plain(cell: Any) -> str:
     return " ".join(text.replace("\t", " ").splitlines()) if text else ""
 
 
-def table_lines(table: "Table") -> list[str]:
+def table_lines(table: Table) -> list[str]:
     """``table`` as plain lines: ``# title`` (when it has one), the column headers, then one
     line per row; cells tab-separated, each on one line."""
     lines = [f"# {_plain(table.title)}"] if table.title else []
@@ -336,7 +364,7 @@ def table_lines(table: "Table") -> list[str]:
     return lines
 
 
-def print_table(out: "Console", table: "Table") -> None:
+def print_table(out: Console, table: Table) -> None:
     """``table`` on ``out``: drawn on a terminal, as :func:`table_lines` anywhere else."""
     if out.is_terminal:
         out.print(table)

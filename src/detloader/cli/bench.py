@@ -6,7 +6,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from detloader.cli._common import add_cache_arguments, add_dataset_arguments, dataset_kwargs, print_json
+from detloader.cli._common import (
+    add_cache_arguments,
+    add_dataset_arguments,
+    dataset_kwargs,
+    print_json,
+)
 
 __all__ = ["register", "run"]
 

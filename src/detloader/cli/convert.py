@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 import warnings
 
-from detloader.cli._common import add_read_arguments, console, problems_line, read_index, require_images
+from detloader.cli._common import (
+    add_read_arguments,
+    console,
+    problems_line,
+    read_index,
+    require_images,
+)
 
 __all__ = ["register", "run"]
 

@@ -2,9 +2,9 @@
 
 synthesise -> index (cold, then warm from the cache) -> validate -> summary -> balance (objects
 per epoch, raw vs balanced) -> pictures of the data (as stored, and augmented) -> tune the
-loader for this machine -> one epoch of the balanced loader -> a short balanced training run (which finds the tuned settings
-through ``num_workers="auto"``) -> the per-class evaluation table -> a picture of validation
-images with the predictions beside the truth. Everything goes under ``--out``.
+loader for this machine -> one epoch of the balanced loader -> a short balanced training run
+(which finds the tuned settings through ``num_workers="auto"``) -> the per-class evaluation
+table -> a picture of validation images with the predictions beside the truth. Everything goes under ``--out``.
 """
 
 from __future__ import annotations
@@ -14,14 +14,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from detloader.errors import DetloaderValueError
+
 __all__ = ["register", "run"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="seed to result on the synthetic dataset: index, stats, tune, train, evaluate, pictures")
+    p = sub.add_parser(
+        "demo", help="seed to result on the synthetic dataset: index, stats, tune, train, evaluate, pictures"
+    )
     p.add_argument("--out", default="demo", help="folder for the dataset, the run and the pictures (default: demo)")
     p.add_argument("--images", type=int, default=400, help="synthetic images (default: 400)")
-    p.add_argument("--epochs", type=int, default=12, help="training epochs (default: 12; about 3 minutes in all on 2 cores)")
+    p.add_argument(
+        "--epochs", type=int, default=12, help="training epochs (default: 12; about 3 minutes in all on 2 cores)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--balance", default="sqrt", help="balancing strategy of the sampler (default: sqrt)")
     p.add_argument("--batch-size", type=int, default=16)
@@ -37,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from detloader.synth import make_synthetic
 
     if args.images < 10:
-        raise ValueError(f"--images={args.images} must be >= 10 (a train and a val split)")
+        raise DetloaderValueError(f"--images={args.images} must be >= 10 (a train and a val split)")
     out = console()
     base = Path(args.out)
     root = base / "data"

@@ -6,7 +6,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from detloader.cli._common import add_read_arguments, console, dataset_kwargs, print_json, print_table, progress_bar
+from detloader.cli._common import (
+    add_read_arguments,
+    console,
+    dataset_kwargs,
+    print_json,
+    print_table,
+    progress_bar,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,9 +23,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", help="a split of the dataset, or 'all' (default: the checkpoint's validation split)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    p.add_argument("--score-threshold", type=float, default=0.3, help="operating point of precision / recall (default 0.3)")
+    p.add_argument(
+        "--score-threshold", type=float, default=0.3, help="operating point of precision / recall (default 0.3)"
+    )
     p.add_argument("--backend", default="auto", choices=("auto", "faster_coco_eval", "pycocotools"))
-    p.add_argument("--coco-json", metavar="PATH", help="also write the detections there (COCO results: image id = row + 1)")
+    p.add_argument(
+        "--coco-json", metavar="PATH", help="also write the detections there (COCO results: image id = row + 1)"
+    )
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     p.set_defaults(func=run)
 
@@ -49,18 +60,32 @@ def print_metrics(metrics: dict[str, Any]) -> None:
         if split:
             out.print(f"split {split['name']!r}: {split['images']} images ({split['source']})")
         if metrics.get("seen_in_training"):
-            out.print(f"[yellow]{metrics['seen_in_training']} of the {metrics['images']} images were trained on: "
-                      "not a held-out estimate[/yellow]")
-        out.print(f"box mAP@0.5 {_fmt(metrics['map50'])}, mAP@0.5:0.95 {_fmt(metrics['map50_95'])} ({metrics['images']} images, {metrics['backend']})")
+            out.print(
+                f"[yellow]{metrics['seen_in_training']} of the {metrics['images']} images were trained on: "
+                "not a held-out estimate[/yellow]"
+            )
+        out.print(
+            f"box mAP@0.5 {_fmt(metrics['map50'])}, mAP@0.5:0.95 {_fmt(metrics['map50_95'])} "
+            f"({metrics['images']} images, {metrics['backend']})"
+        )
         if metrics.get("nme") is not None:
-            out.print(f"landmark NME {_fmt(metrics['nme'])} (normalised by {metrics['nme_normaliser']}, {metrics['nme_objects']} matched objects)")
+            out.print(
+                f"landmark NME {_fmt(metrics['nme'])} (normalised by {metrics['nme_normaliser']}, "
+                f"{metrics['nme_objects']} matched objects)"
+            )
         if metrics.get("image_class_accuracy") is not None:
             recall = ", ".join(f"{k} {_fmt(v)}" for k, v in metrics["image_class_recall"].items())
             out.print(f"image class accuracy {_fmt(metrics['image_class_accuracy'])} (recall: {recall})")
     if "data_wait_fraction" in metrics:
-        out.print(f"data wait {_fmt(metrics['data_wait_fraction'], percent=True)} % of step time (num_workers={metrics.get('num_workers')})")
+        out.print(
+            f"data wait {_fmt(metrics['data_wait_fraction'], percent=True)} % of step time "
+            f"(num_workers={metrics.get('num_workers')})"
+        )
     if "samples_per_rank" in metrics and metrics.get("world_size", 1) > 1:
-        out.print("training samples per rank: " + ", ".join(f"rank {r}: {n}" for r, n in enumerate(metrics["samples_per_rank"])))
+        out.print(
+            "training samples per rank: "
+            + ", ".join(f"rank {r}: {n}" for r, n in enumerate(metrics["samples_per_rank"]))
+        )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,7 +6,15 @@ from __future__ import annotations
 import argparse
 import time
 
-from detloader.cli._common import add_read_arguments, console, print_attribute_counts, print_json, print_table, read_index, require_images
+from detloader.cli._common import (
+    add_read_arguments,
+    console,
+    print_attribute_counts,
+    print_json,
+    print_table,
+    read_index,
+    require_images,
+)
 
 __all__ = ["print_summary", "register", "run"]
 

@@ -8,14 +8,27 @@ import importlib
 import os
 import sys
 import warnings
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 from detloader import __version__
 
 __all__ = ["COMMANDS", "EXIT_CLOSED_PIPE", "build_parser", "main"]
 
 #: Sub-command modules, in the order ``--help`` lists them.
-COMMANDS = ("demo", "synth", "index", "validate", "split", "convert", "show", "tune", "stats", "train", "evaluate", "bench")
+COMMANDS = (
+    "demo",
+    "synth",
+    "index",
+    "validate",
+    "split",
+    "convert",
+    "show",
+    "tune",
+    "stats",
+    "train",
+    "evaluate",
+    "bench",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 EXIT_CLOSED_PIPE = 141
 
 
-_Main = Callable[[Optional[Sequence[str]]], int]
+_Main = Callable[[Sequence[str] | None], int]
 
 
 def _quiet_on_closed_pipe(main: _Main) -> _Main:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from detloader.cli._common import add_cache_arguments, add_read_arguments, console, read_index, require_images
+from detloader.cli._common import (
+    add_cache_arguments,
+    add_read_arguments,
+    console,
+    read_index,
+    require_images,
+)
+from detloader.errors import DetloaderValueError
 
 __all__ = ["register", "run"]
 
@@ -50,12 +57,14 @@ def run(args: argparse.Namespace) -> int:
         index = index.split(args.split)
     data = index
     if args.cache and not args.after_transform:
-        raise ValueError("--cache applies with --after-transform (the grid otherwise shows the files as they are)")
+        raise DetloaderValueError(
+            "--cache applies with --after-transform (the grid otherwise shows the files as they are)"
+        )
     if args.after_transform:
         from detloader.transforms import Compose, Mosaic, RandomAffine, RandomHorizontalFlip, Resize
 
         if args.size < 1:
-            raise ValueError(f"--size={args.size} must be >= 1")
+            raise DetloaderValueError(f"--size={args.size} must be >= 1")
         affine = [RandomAffine(10, scale=(0.75, 1.25), shear=2)] if args.affine else []
         transform = Compose([*affine, RandomHorizontalFlip(p=args.flip), Resize(args.size, mode="letterbox")])
         data = DetectionDataset(index, transform, seed=args.seed, cache=args.cache, cache_size=args.cache_size)

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import argparse
 
-from detloader.cli._common import add_read_arguments, console, print_json, print_table, read_index, require_images
+from detloader.cli._common import (
+    add_read_arguments,
+    console,
+    print_json,
+    print_table,
+    read_index,
+    require_images,
+)
 
 __all__ = ["register", "run"]
 

@@ -17,9 +17,17 @@ import sys
 from typing import Any
 
 from detloader.cli._common import (
-    add_read_arguments, check_choice, console, print_attribute_counts, print_json, print_table, problems_line, read_index,
+    add_read_arguments,
+    check_choice,
+    console,
+    print_attribute_counts,
+    print_json,
+    print_table,
+    problems_line,
+    read_index,
     require_images,
 )
+from detloader.errors import DetloaderValueError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -78,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     index = read_index(args, reports_problems=True, bar=not args.json)
     require_images(index, "describe")
     if "image_class" in by and not index.image_classes:
-        raise ValueError(f"--by image_class: {index.root} has no image classes (an image attribute 'class', "
+        raise DetloaderValueError(f"--by image_class: {index.root} has no image classes (an image attribute 'class', "
                          "a CVAT tag); --by class groups by object class")
     stats = dataset_stats(index)
     report = None
@@ -89,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     raw_report = report or _raw_only(index, by, args.unit)
     if args.plot:
         if report is None:
-            raise ValueError("--plot needs --balance STRATEGY (the plot is raw vs balanced)")
+            raise DetloaderValueError("--plot needs --balance STRATEGY (the plot is raw vs balanced)")
         try:
             plot_balance(report, args.plot, log=_log(args.log))
         except ImportError as err:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from detloader.cli._common import console, progress_bar
+from detloader.errors import DetloaderValueError
 
 __all__ = ["register", "run"]
 
@@ -27,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         w, h = (int(v) for v in args.size.lower().split("x"))
     except ValueError:
-        raise ValueError(f"--size={args.size!r} is not WIDTHxHEIGHT") from None
+        raise DetloaderValueError(f"--size={args.size!r} is not WIDTHxHEIGHT") from None
     with progress_bar("synthesising") as progress:
         out = make_synthetic(
             args.out,

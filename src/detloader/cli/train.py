@@ -50,7 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--affine", action="store_true", help="random scale and translation of training images")
     p.add_argument("--synthetic-images", type=int, help="images of the synthetic dataset (default 400)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="also save every N steps (default: epoch ends)")
-    p.add_argument("--max-steps", type=int, help="stop once the run has made N steps in all, with a checkpoint (as if killed)")
+    p.add_argument(
+        "--max-steps", type=int, help="stop once the run has made N steps in all, with a checkpoint (as if killed)"
+    )
     p.add_argument("--resume", metavar="CKPT", help="continue from this checkpoint (mid-epoch, exactly)")
     p.add_argument("--allow-data-change", action="store_true", help="resume even on data other than the checkpoint's")
     p.add_argument("--out", help="run folder: checkpoints, metrics.json, config.json, predictions.png "
@@ -113,7 +115,13 @@ class _Progress:
         self.task = None
         if enabled and sys.stderr.isatty():
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
 
             self.bar = Progress(
                 TextColumn("epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
@@ -122,7 +130,7 @@ class _Progress:
             )
         self.enabled = enabled
 
-    def __enter__(self) -> "_Progress":
+    def __enter__(self) -> _Progress:
         if self.bar is not None:
             self.bar.__enter__()
             self.task = self.bar.add_task("train", total=None, epoch=0, losses="")
@@ -136,7 +144,9 @@ class _Progress:
         if self.bar is None or info.rank != 0:
             return
         parts = " ".join(f"{k} {v:.3f}" for k, v in info.losses.items())
-        self.bar.update(self.task, completed=info.step_in_epoch, total=info.steps_in_epoch, epoch=info.epoch, losses=parts)
+        self.bar.update(
+            self.task, completed=info.step_in_epoch, total=info.steps_in_epoch, epoch=info.epoch, losses=parts
+        )
 
     def start(self, info: Any) -> None:
         if not self.enabled or info.rank != 0:

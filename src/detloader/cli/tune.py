@@ -5,7 +5,16 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from detloader.cli._common import add_read_arguments, console, print_json, print_table, progress_bar, read_index, require_images
+from detloader.cli._common import (
+    add_read_arguments,
+    console,
+    print_json,
+    print_table,
+    progress_bar,
+    read_index,
+    require_images,
+)
+from detloader.errors import DetloaderValueError
 
 if TYPE_CHECKING:
     from detloader.dataset import DetectionDataset
@@ -49,13 +58,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def build_dataset(args: argparse.Namespace) -> "DetectionDataset":
+def build_dataset(args: argparse.Namespace) -> DetectionDataset:
     """The dataset as training would see it: the index and a letterbox resize."""
     from detloader.dataset import DetectionDataset
     from detloader.transforms import Resize
 
     if args.size < 0:
-        raise ValueError(f"--size={args.size} must be >= 0")
+        raise DetloaderValueError(f"--size={args.size} must be >= 0")
     index = read_index(args, reports_problems=False, bar=False)
     require_images(index, "tune on")
     transform = Resize(args.size, mode="letterbox") if args.size else None
@@ -86,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_result(result: "TuneResult", plot: str | None = None, cached: bool = False) -> None:
+def print_result(result: TuneResult, plot: str | None = None, cached: bool = False) -> None:
     from rich.table import Table
     from rich.text import Text
 

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import argparse
 
-from detloader.cli._common import add_read_arguments, console, print_json, print_table, problems_line, progress_bar, read_index
+from detloader.cli._common import (
+    add_read_arguments,
+    console,
+    print_json,
+    print_table,
+    problems_line,
+    progress_bar,
+    read_index,
+)
 
 __all__ = ["register", "run"]
 
@@ -61,5 +69,9 @@ def run(args: argparse.Namespace) -> int:
     print_table(out, table)
     if len(shown) < len(rows):
         out.print(f"... {len(rows) - len(shown)} more (--limit 0 shows all)")
-    out.print(problems_line(report) if report.errors else f"[green]no errors[/green] ({len(report.repairs)} repaired): {report.summary_line()}")
+    out.print(
+        problems_line(report)
+        if report.errors
+        else f"[green]no errors[/green] ({len(report.repairs)} repaired): {report.summary_line()}"
+    )
     return 1 if report.errors else 0

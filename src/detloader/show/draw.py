@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import colorsys
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
+
+from detloader.errors import DetloaderValueError
 
 __all__ = [
     "BACKGROUND", "BOX_WIDTH", "caption_height", "font_size", "POINT_RADIUS", "TileAnnotations",
@@ -99,7 +102,7 @@ def placement(image_size: tuple[int, int], tile: int, origin: tuple[int, int] = 
     band (:func:`caption_height`), left-aligned."""
     w, h = image_size
     if w < 1 or h < 1:
-        raise ValueError(f"image_size={image_size}: width and height must be >= 1")
+        raise DetloaderValueError(f"image_size={image_size}: width and height must be >= 1")
     band = caption_height(tile)
     s = min(tile / w, (tile - band) / h)
     return TilePlacement((origin[0], origin[1] + band), s, (max(1, round(w * s)), max(1, round(h * s))))

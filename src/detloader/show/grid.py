@@ -11,16 +11,24 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from PIL import Image
 
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.dataset import DetectionDataset, Sample
-from detloader.show.draw import BACKGROUND, TileAnnotations, TilePlacement, draw_tile, landmark_colors
+from detloader.errors import DetloaderTypeError, DetloaderValueError
+from detloader.show.draw import (
+    BACKGROUND,
+    TileAnnotations,
+    TilePlacement,
+    draw_tile,
+    landmark_colors,
+)
 from detloader.transforms.mix import group_size, mix_choice
 
 __all__ = [
@@ -55,7 +63,7 @@ def pick_images(
     """Up to ``n`` rows of ``index`` (sorted), drawn without replacement with ``seed``;
     ``class_name``: only images holding an object of that class, or of that image class."""
     if n < 1:
-        raise ValueError(f"n={n} must be >= 1")
+        raise DetloaderValueError(f"n={n} must be >= 1")
     ids = np.arange(len(index))
     if class_name is not None:
         if class_name in index.classes:
@@ -64,12 +72,12 @@ def pick_images(
         elif class_name in index.image_classes:
             ids = np.flatnonzero(np.asarray(index.image_labels) == index.image_classes.index(class_name))
         else:
-            raise ValueError(
+            raise DetloaderValueError(
                 f"class={class_name!r} is neither an object class {list(index.classes)} "
                 f"nor an image class {list(index.image_classes)}"
             )
     if len(ids) == 0:
-        raise ValueError(f"no images to show (class={class_name!r}, {len(index)} images)")
+        raise DetloaderValueError(f"no images to show (class={class_name!r}, {len(index)} images)")
     if len(ids) > n:
         ids = np.sort(np.random.default_rng(seed).choice(ids, size=n, replace=False))
     return ids.astype(np.int64)
@@ -104,9 +112,9 @@ def render_tiles(
     """Draw ``(image, annotations)`` pairs into one grid image (class names, landmark schema
     and colours from ``index``)."""
     if not tiles:
-        raise ValueError("render_tiles: no tiles to draw")
+        raise DetloaderValueError("render_tiles: no tiles to draw")
     if tile < 32:
-        raise ValueError(f"tile={tile} must be >= 32 pixels")
+        raise DetloaderValueError(f"tile={tile} must be >= 32 pixels")
     cols = cols or math.ceil(math.sqrt(len(tiles)))
     canvas = Image.new("RGB", grid_size(len(tiles), tile, cols), BACKGROUND)
     schema = index.landmark_schema
@@ -156,10 +164,10 @@ def show_dataset(
     elif isinstance(data, AnnotationIndex):
         index, dataset = data, None
     else:
-        raise TypeError(f"data={type(data).__name__}: expected an AnnotationIndex or a DetectionDataset")
+        raise DetloaderTypeError(f"data={type(data).__name__}: expected an AnnotationIndex or a DetectionDataset")
     mixing = dataset is not None and (dataset.mosaic is not None or dataset.mixup is not None)
     if after_transform and (dataset is None or (dataset.transform is None and not mixing)):
-        raise ValueError("after_transform=True needs a DetectionDataset with a transform, mosaic or mixup")
+        raise DetloaderValueError("after_transform=True needs a DetectionDataset with a transform, mosaic or mixup")
     if not after_transform:
         dataset, mixing = DetectionDataset(index, None, seed=seed), False
     assert dataset is not None
@@ -178,7 +186,9 @@ def show_dataset(
     return Grid(image, _save(image, out), [int(i) for i in ids], places)
 
 
-def _prediction_tile(index: AnnotationIndex, pred: Any, image: np.ndarray, score_threshold: float) -> tuple[np.ndarray, TileAnnotations]:
+def _prediction_tile(
+    index: AnnotationIndex, pred: Any, image: np.ndarray, score_threshold: float
+) -> tuple[np.ndarray, TileAnnotations]:
     keep = np.asarray(pred.scores) >= score_threshold
     landmarks = np.asarray(pred.landmarks)[keep]
     caption = [f"#{int(pred.image_id)}", "prediction"]
@@ -209,7 +219,7 @@ def show_predictions(
     class). ``predictions``: :class:`~detloader.train.ImagePredictions` (annotation
     coordinates, ``image_id`` = row of ``index``), as :func:`detloader.train.predict` gives."""
     if not predictions:
-        raise ValueError("show_predictions: no predictions")
+        raise DetloaderValueError("show_predictions: no predictions")
     chosen = list(predictions)[: max(1, n)]
     raw = DetectionDataset(index, None, seed=0)
     tiles = []

@@ -12,8 +12,14 @@ from detloader.stats.chi_square import ChiSquare, chi_square_sf, chi_square_test
 from detloader.stats.describe import QUANTILES, dataset_stats, imbalance_ratio
 from detloader.stats.plot import LOG_AUTO_RATIO, plot_balance, use_log_scale
 from detloader.stats.report import (
-    REPEAT_WARNING, BalanceReport, EmptyIndexError, Unit, balance_report, default_unit,
-    group_totals, summary_rows,
+    REPEAT_WARNING,
+    BalanceReport,
+    EmptyIndexError,
+    Unit,
+    balance_report,
+    default_unit,
+    group_totals,
+    summary_rows,
 )
 
 __all__ = [

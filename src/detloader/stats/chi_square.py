@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from detloader.errors import DetloaderValueError
+
 __all__ = ["ChiSquare", "chi_square_sf", "chi_square_test"]
 
 
@@ -19,7 +21,7 @@ def chi_square_sf(statistic: float, dof: int) -> float:
     upper incomplete gamma ``Q(dof / 2, statistic / 2)`` (series below ``a + 1``, Lentz's
     continued fraction above; relative accuracy about 1e-12)."""
     if dof < 1:
-        raise ValueError(f"dof={dof!r} must be >= 1")
+        raise DetloaderValueError(f"dof={dof!r} must be >= 1")
     if statistic <= 0:
         return 1.0
     if not math.isfinite(statistic):
@@ -75,9 +77,9 @@ def chi_square_test(observed: Any, expected: Any, *, min_expected: float = 5.0) 
     obs = np.asarray(observed, dtype=np.float64).reshape(-1)
     exp = np.asarray(expected, dtype=np.float64).reshape(-1)
     if obs.shape != exp.shape:
-        raise ValueError(f"observed has {obs.shape[0]} cells, expected {exp.shape[0]}")
+        raise DetloaderValueError(f"observed has {obs.shape[0]} cells, expected {exp.shape[0]}")
     if (exp < 0).any() or (obs < 0).any():
-        raise ValueError("chi_square_test: counts must be >= 0")
+        raise DetloaderValueError("chi_square_test: counts must be >= 0")
     if ((exp == 0) & (obs > 0)).any():
         return ChiSquare(math.inf, max(len(obs) - 1, 1), 0.0, len(obs))
     big = exp >= min_expected
@@ -87,7 +89,7 @@ def chi_square_test(observed: Any, expected: Any, *, min_expected: float = 5.0) 
         o.append(float(obs[~big].sum()))
         e.append(float(exp[~big].sum()))
     if len(e) < 2:
-        raise ValueError("chi_square_test: fewer than 2 cells with enough expectation")
+        raise DetloaderValueError("chi_square_test: fewer than 2 cells with enough expectation")
     o_arr, e_arr = np.array(o), np.array(e)
     stat = float(((o_arr - e_arr) ** 2 / e_arr).sum())
     dof = len(e_arr) - 1

@@ -4,11 +4,12 @@ the ``plot`` extra)."""
 from __future__ import annotations
 
 import os
-from typing import Literal, Union
+from typing import Literal
 
 import numpy as np
 
 from detloader._plotting import new_figure
+from detloader.errors import DetloaderValueError
 from detloader.stats.describe import imbalance_ratio
 from detloader.stats.report import BalanceReport
 
@@ -18,7 +19,7 @@ __all__ = ["LOG_AUTO_RATIO", "LogScale", "plot_balance", "use_log_scale"]
 #: smallest non-zero one: on a linear axis such a rare group is a bar of a pixel or two.
 LOG_AUTO_RATIO = 20.0
 
-LogScale = Union[bool, Literal["auto"]]
+LogScale = bool | Literal["auto"]
 
 
 def use_log_scale(report: BalanceReport, log: LogScale = "auto") -> bool:
@@ -30,7 +31,7 @@ def use_log_scale(report: BalanceReport, log: LogScale = "auto") -> bool:
         return ratio is not None and ratio > LOG_AUTO_RATIO
     if isinstance(log, bool):
         return log
-    raise ValueError(f"log={log!r} is not one of True, False, 'auto'")
+    raise DetloaderValueError(f"log={log!r} is not one of True, False, 'auto'")
 
 
 def plot_balance(report: BalanceReport, path: str | os.PathLike[str], log: LogScale = "auto") -> None:

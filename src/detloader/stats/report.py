@@ -18,6 +18,7 @@ import numpy as np
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.balance.groups import ByKey, Groups, balance_groups, group_counts
 from detloader.balance.weights import DEFAULT_THRESHOLD, parse_strategy
+from detloader.errors import DetloaderValueError, EmptyIndexError
 from detloader.stats.describe import imbalance_ratio
 
 __all__ = [
@@ -29,10 +30,6 @@ Unit = Literal["objects", "images"]
 
 #: :func:`balance_report` warns when one image is expected more than this many times per epoch.
 REPEAT_WARNING = 10.0
-
-
-class EmptyIndexError(ValueError):
-    """The index holds no images: there is nothing to count or balance."""
 
 
 def _require_images(index: AnnotationIndex) -> None:
@@ -55,13 +52,13 @@ def group_totals(groups: Groups, per_image: np.ndarray, unit: Unit = "objects") 
     expectation). For image-level keys both units count images."""
     e = np.asarray(per_image, dtype=np.float64)
     if e.shape != (groups.num_images,):
-        raise ValueError(f"per_image has shape {e.shape}, expected ({groups.num_images},)")
+        raise DetloaderValueError(f"per_image has shape {e.shape}, expected ({groups.num_images},)")
     g = len(groups.names)
     if unit == "objects" or groups.level == "image":
         valid = groups.ids != MISSING
         return np.bincount(groups.ids[valid], weights=e[groups.image_of[valid]], minlength=g)
     if unit != "images":
-        raise ValueError(f"unit={unit!r} is not one of 'objects', 'images'")
+        raise DetloaderValueError(f"unit={unit!r} is not one of 'objects', 'images'")
     images, group, _ = groups.pairs()
     return np.bincount(group, weights=e[images], minlength=g)
 
@@ -170,12 +167,12 @@ def balance_report(
     if unit is None:
         unit = default_unit(groups)
     if unit not in ("objects", "images"):
-        raise ValueError(f"unit={unit!r} is not one of 'objects', 'images'")
+        raise DetloaderValueError(f"unit={unit!r} is not one of 'objects', 'images'")
     sampler = make_balanced_sampler(
         index, balance, by=by, seed=seed, num_samples=num_samples, rank=0, world_size=1
     )
     if not hasattr(sampler, "expected_counts"):
-        raise ValueError(
+        raise DetloaderValueError(
             f"balance={type(sampler).__name__}: the sampler has no expected_counts(), so the "
             "balanced distribution cannot be computed"
         )

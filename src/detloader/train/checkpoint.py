@@ -24,20 +24,19 @@ from __future__ import annotations
 import os
 import pickle
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
+
+from detloader.errors import CheckpointError, DetloaderFileNotFoundError, DetloaderValueError
 
 __all__ = ["CHECKPOINT_KEYS", "CheckpointError", "load_checkpoint", "save_checkpoint"]
 
 #: The checkpoint a save replaces, kept beside it.
 PREVIOUS = "previous.pt"
 
-
-class CheckpointError(ValueError):
-    """A checkpoint file that cannot be read: ``str(err)`` names the file, what is wrong, and
-    the previous checkpoint when one beside it loads."""
 
 CHECKPOINT_KEYS: tuple[str, ...] = (
     "model",
@@ -61,7 +60,7 @@ def save_checkpoint(path: str | os.PathLike[str], state: Mapping[str, Any]) -> P
     error."""
     missing = [k for k in CHECKPOINT_KEYS if k not in state]
     if missing:
-        raise ValueError(f"save_checkpoint: state lacks {missing}")
+        raise DetloaderValueError(f"save_checkpoint: state lacks {missing}")
     from detloader._files import atomic_write  # removes its temporary file; a full disk is named
 
     target = Path(path)
@@ -81,7 +80,7 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
     """Read a checkpoint written by :func:`save_checkpoint` (tensors on ``map_location``)."""
     source = Path(path)
     if not source.is_file():
-        raise FileNotFoundError(f"checkpoint={str(source)!r} does not exist")
+        raise DetloaderFileNotFoundError(f"checkpoint={str(source)!r} does not exist")
     try:
         return _read(source, map_location)
     except CheckpointError as err:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
+from detloader.errors import DetloaderValueError
 from detloader.train.losses import LANDMARK_LOSSES, LossWeights
 from detloader.train.model import INPUT_MULTIPLE
 
@@ -117,43 +119,51 @@ class TrainConfig:
             value = getattr(self, name)
             low = 0 if allow_zero else 1
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name}={value!r} must be an int >= {low}")
+                raise DetloaderValueError(f"{name}={value!r} must be an int >= {low}")
 
         for name in ("batch_size", "epochs", "synthetic_images", "width"):
             positive(name)
         if isinstance(self.mosaic, bool) or not isinstance(self.mosaic, (int, float)) or not 0 <= self.mosaic <= 1:
-            raise ValueError(f"mosaic={self.mosaic!r} must be a share in [0, 1]")
+            raise DetloaderValueError(f"mosaic={self.mosaic!r} must be a share in [0, 1]")
         for name in ("warmup_steps", "checkpoint_every", "close_mosaic"):
             positive(name, allow_zero=True)
-        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < INPUT_MULTIPLE or self.size % INPUT_MULTIPLE:
-            raise ValueError(f"size={self.size!r} must be a positive multiple of {INPUT_MULTIPLE}")
+        if (
+            isinstance(self.size, bool)
+            or not isinstance(self.size, int)
+            or self.size < INPUT_MULTIPLE
+            or self.size % INPUT_MULTIPLE
+        ):
+            raise DetloaderValueError(f"size={self.size!r} must be a positive multiple of {INPUT_MULTIPLE}")
         if self.max_steps is not None and (not isinstance(self.max_steps, int) or self.max_steps < 1):
-            raise ValueError(f"max_steps={self.max_steps!r} must be None or an int >= 1")
+            raise DetloaderValueError(f"max_steps={self.max_steps!r} must be None or an int >= 1")
         from detloader.dataset import DECODE_ERROR_CHOICES
 
         if self.on_decode_error not in DECODE_ERROR_CHOICES:
-            raise ValueError(f"on_decode_error={self.on_decode_error!r} is not one of {DECODE_ERROR_CHOICES}")
+            raise DetloaderValueError(f"on_decode_error={self.on_decode_error!r} is not one of {DECODE_ERROR_CHOICES}")
         if self.device not in DEVICES:
-            raise ValueError(f"device={self.device!r} is not one of {DEVICES}")
+            raise DetloaderValueError(f"device={self.device!r} is not one of {DEVICES}")
         if self.landmark_loss not in LANDMARK_LOSSES:
-            raise ValueError(f"landmark_loss={self.landmark_loss!r} is not one of {LANDMARK_LOSSES}")
-        if not (self.num_workers == "auto" or (isinstance(self.num_workers, int) and not isinstance(self.num_workers, bool) and self.num_workers >= 0)):
-            raise ValueError(f"num_workers={self.num_workers!r} must be an int >= 0 or 'auto'")
+            raise DetloaderValueError(f"landmark_loss={self.landmark_loss!r} is not one of {LANDMARK_LOSSES}")
+        if not (
+            self.num_workers == "auto"
+            or (isinstance(self.num_workers, int) and not isinstance(self.num_workers, bool) and self.num_workers >= 0)
+        ):
+            raise DetloaderValueError(f"num_workers={self.num_workers!r} must be an int >= 0 or 'auto'")
         if not (self.lr > 0 and self.weight_decay >= 0):
-            raise ValueError(f"lr={self.lr!r} must be > 0 and weight_decay={self.weight_decay!r} >= 0")
+            raise DetloaderValueError(f"lr={self.lr!r} must be > 0 and weight_decay={self.weight_decay!r} >= 0")
         if not 0.0 <= self.score_threshold <= 1.0:
-            raise ValueError(f"score_threshold={self.score_threshold!r} must be in [0, 1]")
+            raise DetloaderValueError(f"score_threshold={self.score_threshold!r} must be in [0, 1]")
         from detloader.train.evaluate import BACKENDS
 
         if self.eval_backend not in BACKENDS:
-            raise ValueError(f"eval_backend={self.eval_backend!r} is not one of {BACKENDS}")
+            raise DetloaderValueError(f"eval_backend={self.eval_backend!r} is not one of {BACKENDS}")
         if not isinstance(self.balance, str) or not self.balance:
-            raise ValueError(f"balance={self.balance!r} must be 'none' or a strategy name")
+            raise DetloaderValueError(f"balance={self.balance!r} must be 'none' or a strategy name")
         name = self.balance.partition(":")[0].strip()
         if name not in BALANCE_NAMES:
             from detloader.annotations.problems import did_you_mean
 
-            raise ValueError(
+            raise DetloaderValueError(
                 f"balance={self.balance!r} is not one of {BALANCE_NAMES} (with :PARAM where it takes one)"
                 + did_you_mean(name, BALANCE_NAMES)
             )
@@ -164,7 +174,7 @@ class TrainConfig:
     def out_dir(self) -> Path:
         return Path(self.out)
 
-    def replace(self, **changes: Any) -> "TrainConfig":
+    def replace(self, **changes: Any) -> TrainConfig:
         """A copy with ``changes`` (checked again)."""
         return replace(self, **changes)
 
@@ -178,12 +188,12 @@ class TrainConfig:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
         """Inverse of :meth:`to_dict`; unknown keys are an error naming them."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"TrainConfig: unknown keys {unknown}; known: {sorted(known)}")
+            raise DetloaderValueError(f"TrainConfig: unknown keys {unknown}; known: {sorted(known)}")
         values = dict(data)
         if isinstance(values.get("balance_by"), list):
             values["balance_by"] = tuple(values["balance_by"])

@@ -19,7 +19,18 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["DistEnv", "all_gather_objects", "barrier", "broadcast_object", "close_distributed", "init_distributed", "resolve_device", "running_distributed"]
+from detloader.errors import DetloaderValueError
+
+__all__ = [
+    "DistEnv",
+    "all_gather_objects",
+    "barrier",
+    "broadcast_object",
+    "close_distributed",
+    "init_distributed",
+    "resolve_device",
+    "running_distributed",
+]
 
 
 @dataclass(frozen=True)
@@ -46,11 +57,11 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     """``"auto"`` -> CUDA (``cuda:local_rank``) when available, else CPU; ``"cuda"`` without
     CUDA is an error naming the value."""
     if name not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"device={name!r} is not one of ('auto', 'cpu', 'cuda')")
+        raise DetloaderValueError(f"device={name!r} is not one of ('auto', 'cpu', 'cuda')")
     if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise ValueError("device='cuda' but torch.cuda.is_available() is False")
+        raise DetloaderValueError("device='cuda' but torch.cuda.is_available() is False")
     return torch.device("cuda", local_rank % torch.cuda.device_count())
 
 

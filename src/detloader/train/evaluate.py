@@ -26,11 +26,14 @@ import io
 import json
 import os
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
+
+from detloader.errors import DetloaderValueError, MissingExtraError
 
 __all__ = [
     "BACKENDS", "ImagePredictions", "as_predictions", "coco_ground_truth", "coco_evaluate", "compute_metrics",
@@ -78,10 +81,12 @@ def as_predictions(entry: Any, image_id: int | None = None) -> ImagePredictions:
         return entry
     if not isinstance(entry, Mapping) or not {"boxes", "scores", "labels"} <= set(entry):
         what = sorted(entry) if isinstance(entry, Mapping) else type(entry).__name__
-        raise ValueError(f"a prediction must be an ImagePredictions or a dict with boxes, scores, labels; got {what}")
+        raise DetloaderValueError(
+            f"a prediction must be an ImagePredictions or a dict with boxes, scores, labels; got {what}"
+        )
     image_id = entry.get("image_id", image_id)
     if image_id is None:
-        raise ValueError(f"a prediction without image_id (keys {sorted(entry)})")
+        raise DetloaderValueError(f"a prediction without image_id (keys {sorted(entry)})")
     boxes = _array(entry["boxes"], np.float32)
     boxes = boxes.reshape(0, 4) if boxes.size == 0 else boxes
     scores, labels = _array(entry["scores"], np.float32).reshape(-1), _array(entry["labels"], np.int64).reshape(-1)
@@ -90,8 +95,15 @@ def as_predictions(entry: Any, image_id: int | None = None) -> ImagePredictions:
     lms = np.zeros((n, 0, 2), np.float32) if raw is None else _array(raw, np.float32)
     lms = lms.reshape(n, 0, 2) if lms.size == 0 else lms
     probs = _array(entry.get("image_probs", ()), np.float32).reshape(-1)
-    if boxes.ndim != 2 or boxes.shape[1] != 4 or len(scores) != n or len(labels) != n or lms.ndim != 3 or lms.shape[::2] != (n, 2):
-        raise ValueError(
+    if (
+        boxes.ndim != 2
+        or boxes.shape[1] != 4
+        or len(scores) != n
+        or len(labels) != n
+        or lms.ndim != 3
+        or lms.shape[::2] != (n, 2)
+    ):
+        raise DetloaderValueError(
             f"image_id={image_id}: boxes {boxes.shape}, scores {scores.shape}, labels {labels.shape}, landmarks "
             f"{lms.shape}; expected [P, 4], [P], [P], [P, K, 2]"
         )
@@ -144,7 +156,7 @@ def _detections(predictions: Sequence[ImagePredictions], keypoints: bool = False
 
 def _backend(name: str) -> str:
     if name not in BACKENDS:
-        raise ValueError(f"backend={name!r} is not one of {BACKENDS}")
+        raise DetloaderValueError(f"backend={name!r} is not one of {BACKENDS}")
     order = ("faster_coco_eval", "pycocotools") if name == "auto" else (name,)
     for candidate in order:
         try:
@@ -152,7 +164,7 @@ def _backend(name: str) -> str:
             return candidate
         except ImportError:
             continue
-    raise ImportError(
+    raise MissingExtraError(
         f"backend={name!r}: {' or '.join(order)} is not installed; box mAP needs the 'eval' "
         "extra: pip install 'detloader[eval]'"
     )
@@ -257,7 +269,9 @@ def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return inter / np.maximum(area_a[:, None] + area_b[None] - inter, 1e-9)
 
 
-def _nme(index: Any, predictions: Sequence[ImagePredictions], iou_threshold: float = 0.5) -> tuple[float | None, str | None, int]:
+def _nme(
+    index: Any, predictions: Sequence[ImagePredictions], iou_threshold: float = 0.5
+) -> tuple[float | None, str | None, int]:
     names = index.landmark_schema.names
     if not names:
         return None, None, 0
@@ -329,10 +343,10 @@ def compute_metrics(
     ``index`` is the evaluated split; each prediction's ``image_id`` is a row of it; images
     without a prediction entry are left out of the evaluation."""
     if not 0.0 <= score_threshold <= 1.0:
-        raise ValueError(f"score_threshold={score_threshold!r} must be in [0, 1]")
+        raise DetloaderValueError(f"score_threshold={score_threshold!r} must be in [0, 1]")
     seen = sorted({p.image_id for p in predictions})
     if len(seen) != len(predictions):
-        raise ValueError("predictions: an image_id appears twice (a rank evaluated an image twice?)")
+        raise DetloaderValueError("predictions: an image_id appears twice (a rank evaluated an image twice?)")
     sub = index.subset(np.asarray(seen, dtype=np.int64)) if len(seen) != len(index) else index
     if sub is not index:  # renumber the predictions to the rows of the subset
         row = {old: new for new, old in enumerate(seen)}
@@ -383,7 +397,7 @@ def score_predictions(
     preds = [as_predictions(entry, image_id) for image_id, entry in entries]
     outside = [p.image_id for p in preds if not 0 <= p.image_id < len(index)]
     if outside:
-        raise ValueError(f"image_id={outside[0]} is not a row of the index ({len(index)} images)")
+        raise DetloaderValueError(f"image_id={outside[0]} is not a row of the index ({len(index)} images)")
     if coco_json is not None:
         Path(coco_json).write_text(json.dumps(_detections(preds, keypoints=True)), encoding="utf-8")
     return compute_metrics(index, preds, score_threshold=score_threshold, backend=backend)

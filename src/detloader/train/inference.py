@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
+from detloader.errors import DetloaderValueError
 from detloader.train.checkpoint import load_checkpoint
 from detloader.train.decode import decode_predictions
 from detloader.train.distributed import DistEnv, all_gather_objects, running_distributed
@@ -75,7 +77,9 @@ def predict(
                 outputs = model(x)
             entries = decode(outputs, batch)
             if len(entries) != len(batch):
-                raise ValueError(f"decode gave {len(entries)} entries for a batch of {len(batch)} images: one per image, in order")
+                raise DetloaderValueError(
+                    f"decode gave {len(entries)} entries for a batch of {len(batch)} images: one per image, in order"
+                )
             for image_id, entry in zip(batch.image_ids.tolist(), entries):
                 p = as_predictions(entry, image_id)
                 if image_class_map is not None and p.image_probs.size:
@@ -89,7 +93,9 @@ def predict(
     return out
 
 
-def draw_predictions(index: Any, predictions: Sequence[ImagePredictions], path: Path, score_threshold: float) -> Path | None:
+def draw_predictions(
+    index: Any, predictions: Sequence[ImagePredictions], path: Path, score_threshold: float
+) -> Path | None:
     """``path``: the first 8 predicted images, truth (left) beside prediction (right); None
     when there is nothing to draw."""
     if not predictions:
@@ -140,7 +146,7 @@ def evaluate_checkpoint(
         index, info = _part(index, state.get("data", {}).get("splits", {}), split, data)
         saved = state.get("task", REFERENCE)
         if task is None and saved != REFERENCE:
-            raise ValueError(
+            raise DetloaderValueError(
                 f"{checkpoint}: holds a {saved}, not the reference model: pass its Task, "
                 "evaluate_checkpoint(..., task=...), whose model the weights load into"
             )
@@ -169,7 +175,13 @@ def evaluate_checkpoint(
 def _require_known_classes(index: Any, classes: list[str], data: Any) -> None:
     if index.num_objects or not index.problems.counts().get("unknown_class"):
         return
-    found = sorted({m.group(1) for p in index.problems if p.kind == "unknown_class" and (m := re.search(r"name=(.+?) is not", p.message))})
+    found = sorted(
+        {
+            m.group(1)
+            for p in index.problems
+            if p.kind == "unknown_class" and (m := re.search(r"name=(.+?) is not", p.message))
+        }
+    )
     raise DataMismatchError(
         f"{data}: its classes ({', '.join(found)}) share none with the checkpoint's {classes}: nothing to evaluate"
     )
@@ -192,7 +204,11 @@ def _part(index: Any, recorded: Mapping[str, Any], split: str | None, data: Any)
         return index.subset(rows), {"name": rec["name"], "images": len(rows), "source": source}
     name = split or "val"
     part = index.split(name)
-    return part, {"name": name, "images": len(part), "source": index.meta.get("split_sources", {}).get(name, "split file")}
+    return part, {
+        "name": name,
+        "images": len(part),
+        "source": index.meta.get("split_sources", {}).get(name, "split file"),
+    }
 
 
 def _seen(index: Any, train: Mapping[str, Any] | None) -> int | None:

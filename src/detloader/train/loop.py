@@ -27,27 +27,47 @@ import signal
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from detloader.errors import DetloaderTypeError, DetloaderValueError
 from detloader.train.checkpoint import load_checkpoint, save_checkpoint
 from detloader.train.config import TrainConfig
 from detloader.train.distributed import (
-    DistEnv, all_gather_objects, broadcast_object, running_distributed,
+    DistEnv,
+    all_gather_objects,
+    broadcast_object,
+    running_distributed,
 )
 from detloader.train.evaluate import compute_metrics
 from detloader.train.inference import draw_predictions, predict, val_loader
 from detloader.train.model import CenterNet, ModelConfig
 from detloader.train.runs import (
-    DataMismatchError, RunData, RunDirError, RunLock, check_out_dir, data_changes, prepare_data,
+    DataMismatchError,
+    RunData,
+    RunDirError,
+    RunLock,
+    check_out_dir,
+    data_changes,
+    prepare_data,
 )
 from detloader.train.task import REFERENCE, Task, centernet_task
 
-__all__ = ["EpochInfo", "RunData", "StartInfo", "StepInfo", "balanced_loader", "prepare_data", "train", "train_transform"]
+__all__ = [
+    "EpochInfo",
+    "RunData",
+    "StartInfo",
+    "StepInfo",
+    "balanced_loader",
+    "prepare_data",
+    "train",
+    "train_transform",
+]
 
 
 @dataclass(frozen=True)
@@ -100,7 +120,13 @@ class EpochInfo:
 def train_transform(size: int, affine: bool = False) -> Any:
     """Training augmentation: horizontal flip (left/right landmarks swapped), colour jitter,
     with ``affine`` a random scale (0.5-1.5) and translation (10 %), letterbox to ``size``."""
-    from detloader.transforms import ColorJitter, Compose, RandomAffine, RandomHorizontalFlip, Resize
+    from detloader.transforms import (
+        ColorJitter,
+        Compose,
+        RandomAffine,
+        RandomHorizontalFlip,
+        Resize,
+    )
 
     geometric = [RandomHorizontalFlip(), *([RandomAffine(translate=0.1, scale=(0.5, 1.5))] if affine else [])]
     return Compose([*geometric, ColorJitter(), Resize(size, mode="letterbox")])
@@ -141,7 +167,10 @@ def _train_loader(config: TrainConfig, index: Any, env: DistEnv) -> Any:
     import detloader
 
     dataset = detloader.DetectionDataset(
-        index, train_transform(config.size, config.affine), seed=config.seed, on_decode_error=config.on_decode_error  # type: ignore[arg-type]
+        index,
+        train_transform(config.size, config.affine),
+        seed=config.seed,
+        on_decode_error=config.on_decode_error,  # type: ignore[arg-type]
     )
     mix: dict[str, Any] = {}
     if config.mosaic:  # partners from the sampler's own stream; off for the last close_mosaic epochs
@@ -149,8 +178,14 @@ def _train_loader(config: TrainConfig, index: Any, env: DistEnv) -> Any:
 
         mix["mosaic"] = Mosaic(config.mosaic, epochs=max(config.epochs - config.close_mosaic, 0))
     return balanced_loader(
-        dataset, balance=config.balance, balance_by=config.balance_by, seed=config.seed, batch_size=config.batch_size, **mix,
-        num_workers=config.num_workers, pin_memory=env.device.type == "cuda",
+        dataset,
+        balance=config.balance,
+        balance_by=config.balance_by,
+        seed=config.seed,
+        batch_size=config.batch_size,
+        **mix,
+        num_workers=config.num_workers,
+        pin_memory=env.device.type == "cuda",
         drop_last=True,  # equal, full steps on every rank
         worker_init_fn=_ignore_stop_signals,
     )
@@ -297,12 +332,12 @@ def _train(
         task = centernet_task(CenterNet(shape), config.loss_weights, config.landmark_loss)  # type: ignore[arg-type]
     task = task if isinstance(task, Task) else task(train_index)
     if not isinstance(task, Task):
-        raise TypeError(f"task={task!r}: a detloader.train.Task (or a function of the index returning one)")
+        raise DetloaderTypeError(f"task={task!r}: a detloader.train.Task (or a function of the index returning one)")
     model = task.model.to(env.device)
     loader = _train_loader(config, train_index, env)
     steps_per_epoch = len(loader)
     if steps_per_epoch == 0:
-        raise ValueError(
+        raise DetloaderValueError(
             f"batch_size={config.batch_size} exceeds the {len(train_index)} training images "
             f"of this rank's share (drop_last): lower batch_size"
         )
@@ -315,9 +350,12 @@ def _train(
     if config.resume:
         state = load_checkpoint(config.resume, map_location=env.device)
         if state.get("task", REFERENCE) != task.name:
-            raise ValueError(f"resume={config.resume!r}: the checkpoint holds a {state.get('task', REFERENCE)}, this run trains a {task.name}")
+            raise DetloaderValueError(
+                f"resume={config.resume!r}: the checkpoint holds a {state.get('task', REFERENCE)}, "
+                f"this run trains a {task.name}"
+            )
         if list(state["classes"]) != list(train_index.classes):
-            raise ValueError(
+            raise DetloaderValueError(
                 f"resume={config.resume!r}: checkpoint classes {list(state['classes'])} differ from "
                 f"the dataset's {list(train_index.classes)}"
             )
@@ -450,7 +488,9 @@ def _train(
         history.append(record)
         checkpoint(epoch + 1)
         if on_epoch is not None:
-            on_epoch(EpochInfo(epoch, config.epochs, n_steps, n_samples, record["losses"], fraction, wait, compute, env.rank))
+            on_epoch(
+                EpochInfo(epoch, config.epochs, n_steps, n_samples, record["losses"], fraction, wait, compute, env.rank)
+            )
     stop.close()  # signals act as usual again
     train_seconds = time.perf_counter() - began
 
@@ -462,7 +502,10 @@ def _train(
         if env.is_main:
             flat = [p for part in gathered for p in part]
             metrics = compute_metrics(
-                val_index, flat, score_threshold=config.score_threshold, backend=config.eval_backend,  # type: ignore[arg-type]
+                val_index,
+                flat,
+                score_threshold=config.score_threshold,
+                backend=config.eval_backend,  # type: ignore[arg-type]
             )
             draw_predictions(val_index, flat, out / "predictions.png", config.score_threshold)
     counts = all_gather_objects(env, samples_seen)

@@ -12,12 +12,14 @@ gradient, even 0, for every parameter).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 
+from detloader.errors import DetloaderValueError
 from detloader.train.targets import Targets
 
 __all__ = [
@@ -43,17 +45,19 @@ class LossWeights:
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
             if not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"loss weight {name}={value!r} must be a number >= 0")
+                raise DetloaderValueError(f"loss weight {name}={value!r} must be a number >= 0")
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "LossWeights":
+    def from_dict(cls, data: Mapping[str, Any]) -> LossWeights:
         return cls(**{k: float(v) for k, v in data.items()})
 
 
-def focal_heatmap_loss(logits: torch.Tensor, target: torch.Tensor, alpha: float = 2.0, beta: float = 4.0) -> torch.Tensor:
+def focal_heatmap_loss(
+    logits: torch.Tensor, target: torch.Tensor, alpha: float = 2.0, beta: float = 4.0
+) -> torch.Tensor:
     """CenterNet's penalty-reduced focal loss, summed and divided by the number of peaks.
 
     ``logits`` and ``target`` ``[B, C, h, w]``; ``target`` is 1 at centres, a Gaussian around
@@ -86,7 +90,9 @@ def giou_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     inter = (rb - lt).clamp(min=0).prod(dim=1)
     union = area_p + area_t - inter
     iou = inter / union.clamp(min=1e-6)
-    hull = (torch.maximum(pred[:, 2:], target[:, 2:]) - torch.minimum(pred[:, :2], target[:, :2])).clamp(min=0).prod(dim=1)
+    hull = (
+        (torch.maximum(pred[:, 2:], target[:, 2:]) - torch.minimum(pred[:, :2], target[:, :2])).clamp(min=0).prod(dim=1)
+    )
     return 1 - (iou - (hull - union) / hull.clamp(min=1e-6))
 
 
@@ -115,7 +121,7 @@ def multitask_loss(
     ``outputs`` as :class:`~detloader.train.model.CenterNet` returns them; terms of heads the
     model does not have are left out, and so is ``giou`` when its weight is 0."""
     if landmark_loss not in LANDMARK_LOSSES:
-        raise ValueError(f"landmark_loss={landmark_loss!r} is not one of {LANDMARK_LOSSES}")
+        raise DetloaderValueError(f"landmark_loss={landmark_loss!r} is not one of {LANDMARK_LOSSES}")
     parts: dict[str, torch.Tensor] = {}
     parts["heatmap"] = focal_heatmap_loss(outputs["heatmap"], targets.heatmap)
     v = targets.valid

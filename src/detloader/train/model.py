@@ -22,11 +22,14 @@ Shapes (input ``[B, 3, H, W]`` float, ``H`` and ``W`` multiples of :data:`INPUT_
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from torch import nn
+
+from detloader.errors import DetloaderValueError
 
 __all__ = ["INPUT_MULTIPLE", "STRIDE", "CenterNet", "ModelConfig"]
 
@@ -57,16 +60,22 @@ class ModelConfig:
     head_width: int = 64
 
     def __post_init__(self) -> None:
-        for name, low in (("num_classes", 1), ("num_landmarks", 0), ("num_image_classes", 0), ("width", 4), ("head_width", 4)):
+        for name, low in (
+            ("num_classes", 1),
+            ("num_landmarks", 0),
+            ("num_image_classes", 0),
+            ("width", 4),
+            ("head_width", 4),
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < low:
-                raise ValueError(f"{name}={value!r} must be an int >= {low}")
+                raise DetloaderValueError(f"{name}={value!r} must be an int >= {low}")
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "ModelConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelConfig:
         return cls(**{k: int(v) for k, v in data.items()})
 
 
@@ -156,7 +165,7 @@ class CenterNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         if x.shape[-1] % INPUT_MULTIPLE or x.shape[-2] % INPUT_MULTIPLE:
-            raise ValueError(
+            raise DetloaderValueError(
                 f"input size {tuple(x.shape[-2:])} (H, W): both must be multiples of {INPUT_MULTIPLE}"
             )
         feats, pooled = self.backbone(x)

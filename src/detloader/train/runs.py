@@ -24,13 +24,15 @@ import os
 import socket
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 from filelock import FileLock, Timeout
 
+from detloader.errors import DataMismatchError, DetloaderRuntimeWarning, RunDirError
 from detloader.train.config import TrainConfig
 from detloader.train.distributed import DistEnv, barrier, init_distributed
 
@@ -41,14 +43,6 @@ __all__ = [
 
 #: Files whose presence means a folder holds a run.
 RUN_FILES: tuple[str, ...] = ("last.pt", "config.json", "metrics.json")
-
-
-class RunDirError(ValueError):
-    """``out`` holds another run, or another training is writing it."""
-
-
-class DataMismatchError(ValueError):
-    """A checkpoint is resumed (or evaluated) on data other than its own."""
 
 
 def _next_free(out: Path) -> Path:
@@ -82,7 +76,7 @@ class RunLock:
         self.owner = out / ".train.owner.json"
         self._lock = FileLock(str(out / ".train.lock"), timeout=0)
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         self.out.mkdir(parents=True, exist_ok=True)
         try:
             self._lock.acquire()
@@ -94,7 +88,7 @@ class RunLock:
         if self.owner.exists():  # its process ended without releasing: it died
             warnings.warn(
                 f"{self.out}: took over the lock of a training that is no longer running ({self._holder()})",
-                RuntimeWarning, stacklevel=3,
+                DetloaderRuntimeWarning, stacklevel=3,
             )
         mine = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
         self.owner.write_text(json.dumps(mine), encoding="utf-8")
@@ -116,7 +110,11 @@ class RunLock:
 def _digest(*parts: Any) -> str:
     h = hashlib.blake2b(digest_size=8)
     for part in parts:
-        data = part.encode() if isinstance(part, str) else memoryview(np.ascontiguousarray(part).reshape(-1).view(np.uint8))
+        data = (
+            part.encode()
+            if isinstance(part, str)
+            else memoryview(np.ascontiguousarray(part).reshape(-1).view(np.uint8))
+        )
         h.update(data)
     return h.hexdigest()
 
@@ -225,7 +223,10 @@ def prepare_data(config: TrainConfig, env: DistEnv | None = None) -> RunData:
     t, v = config.train_split, config.val_split
     found = index.meta.get("split_sources", {})
     if t in index.splits and v in index.splits:
-        parts = {"train": (index.split(t), t, found.get(t, "split file")), "val": (index.split(v), v, found.get(v, "split file"))}
+        parts = {
+            "train": (index.split(t), t, found.get(t, "split file")),
+            "val": (index.split(v), v, found.get(v, "split file")),
+        }
         return RunData(parts["train"][0], parts["val"][0], data_record(index, parts))
     if t in index.splits:
         pool, what = index.split(t), f"split {t!r}"

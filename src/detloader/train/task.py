@@ -21,11 +21,13 @@ a gradient from the loss (even 0), as ``DistributedDataParallel`` requires.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 
+from detloader.errors import DetloaderTypeError
 from detloader.train.decode import decode_predictions
 from detloader.train.losses import LandmarkLoss, LossWeights, multitask_loss
 from detloader.train.model import STRIDE, CenterNet
@@ -65,16 +67,19 @@ class Task:
     def total(self, terms: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The loss to minimise from the terms ``loss`` returned."""
         if not isinstance(terms, Mapping) or not terms:
-            raise TypeError(f"loss returned {type(terms).__name__}: it must return a dict of named scalar tensors")
+            raise DetloaderTypeError(
+                f"loss returned {type(terms).__name__}: it must return a dict of named scalar tensors"
+            )
         if "total" in terms:
             return terms["total"]
         return sum(self.weights.get(name, 1.0) * value for name, value in terms.items())  # type: ignore[return-value]
 
 
-def centernet_task(model: CenterNet, weights: LossWeights = LossWeights(), landmark_loss: LandmarkLoss = "l1") -> Task:
+def centernet_task(model: CenterNet, weights: LossWeights | None = None, landmark_loss: LandmarkLoss = "l1") -> Task:
     """The reference model as a :class:`Task`: :func:`~detloader.train.targets.encode_targets`
-    + :func:`~detloader.train.losses.multitask_loss` (unweighted terms, ``weights``) and
-    :func:`~detloader.train.decode.decode_predictions`."""
+    + :func:`~detloader.train.losses.multitask_loss` (unweighted terms, ``weights``, default
+    :class:`LossWeights()`) and :func:`~detloader.train.decode.decode_predictions`."""
+    weights = LossWeights() if weights is None else weights
 
     def loss(outputs: Mapping[str, torch.Tensor], batch: Any) -> dict[str, torch.Tensor]:
         heat = outputs["heatmap"]

@@ -38,12 +38,33 @@ the number of DataLoader workers.
 from detloader.transforms.base import Annotated, Compose, Transform, min_input_size
 from detloader.transforms.colour import ColorJitter
 from detloader.transforms.functional import (
-    INTERPOLATIONS, Interpolation, adjust_colour, affine_boxes, affine_points, blend_images,
-    clip_boxes, clip_points, crop_boxes, crop_image, hflip_boxes, hflip_image, hflip_landmarks,
-    invalidate_outside, pad_image, resize_image, warp_boxes, warp_image, warp_points,
+    INTERPOLATIONS,
+    Interpolation,
+    adjust_colour,
+    affine_boxes,
+    affine_points,
+    blend_images,
+    clip_boxes,
+    clip_points,
+    crop_boxes,
+    crop_image,
+    hflip_boxes,
+    hflip_image,
+    hflip_landmarks,
+    invalidate_outside,
+    pad_image,
+    resize_image,
+    warp_boxes,
+    warp_image,
+    warp_points,
 )
 from detloader.transforms.geometric import (
-    RESIZE_MODES, RandomAffine, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, Resize,
+    RESIZE_MODES,
+    RandomAffine,
+    RandomCrop,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
     ResizeMode,
 )
 from detloader.transforms.mix import MixUp, Mosaic

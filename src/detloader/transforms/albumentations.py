@@ -32,11 +32,13 @@ such a map cannot be written as scale and offset.
 from __future__ import annotations
 
 import random
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from detloader.annotations.landmarks import LandmarkSchema
+from detloader.errors import DetloaderTypeError, DetloaderValueError, MissingExtraError
 from detloader.transforms.base import Annotated
 from detloader.transforms.functional import clip_boxes, compose_affine, invalidate_outside
 
@@ -58,12 +60,12 @@ def _params_format(params: Any) -> str | None:
 def _check_processor(compose: Any, key: str, fmt: str, field: str, extra: str) -> None:
     processors = getattr(compose, "processors", None)
     if not isinstance(processors, dict) or key not in processors:
-        raise ValueError(f"albumentations Compose has no {key} processor: build it with {extra}")
+        raise DetloaderValueError(f"albumentations Compose has no {key} processor: build it with {extra}")
     params = processors[key].params
     got = _params_format(params)
     fields = list(getattr(params, "label_fields", None) or [])
     if got != fmt or field not in fields:
-        raise ValueError(
+        raise DetloaderValueError(
             f"albumentations Compose: {key} format={got!r}, label_fields={fields}; "
             f"expected format={fmt!r} with {field!r} in label_fields ({extra})"
         )
@@ -82,7 +84,7 @@ class AlbumentationsTransform:
 
     def __init__(self, compose: Any, *, schema: LandmarkSchema | None = None) -> None:
         if not callable(compose):
-            raise TypeError(f"compose={compose!r} is not callable")
+            raise DetloaderTypeError(f"compose={compose!r} is not callable")
         _check_processor(
             compose, "bboxes", "pascal_voc", BOX_FIELD,
             f"A.BboxParams(format='pascal_voc', label_fields=[{BOX_FIELD!r}])",
@@ -93,7 +95,7 @@ class AlbumentationsTransform:
         )
         kp_params = compose.processors["keypoints"].params
         if getattr(kp_params, "remove_invisible", False):
-            raise ValueError(
+            raise DetloaderValueError(
                 "albumentations Compose: KeypointParams(remove_invisible=True) would drop "
                 "landmark slots; use remove_invisible=False (the adapter sets visibility 0)"
             )
@@ -109,13 +111,13 @@ class AlbumentationsTransform:
         min_area: float = 0.0,
         schema: LandmarkSchema | None = None,
         **compose_kwargs: Any,
-    ) -> "AlbumentationsTransform":
+    ) -> AlbumentationsTransform:
         """``A.Compose(transforms, bbox_params=..., keypoint_params=...)`` with the parameters
         this adapter needs, wrapped. Imports albumentations (ImportError names the extra)."""
         try:
             import albumentations as A
         except ImportError as err:
-            raise ImportError(
+            raise MissingExtraError(
                 "AlbumentationsTransform.build needs albumentations: "
                 "pip install 'detloader[albumentations]'"
             ) from err
@@ -159,7 +161,7 @@ class AlbumentationsTransform:
         )
         image = np.asarray(out["image"])
         if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
-            raise ValueError(
+            raise DetloaderValueError(
                 f"albumentations returned an image of dtype={image.dtype}, shape={image.shape}; "
                 "expected uint8 [H, W, 3] (leave normalisation to Batch.normalize)"
             )
@@ -180,7 +182,7 @@ class AlbumentationsTransform:
         if reflected and k:
             perm = self.permutation if self.permutation is not None else data.flip_permutation
             if perm is None:
-                raise ValueError(
+                raise DetloaderValueError(
                     "AlbumentationsTransform: the transform mirrored the image but no flip "
                     "permutation is known; pass schema="
                 )

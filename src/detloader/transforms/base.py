@@ -10,12 +10,14 @@ checks at the end are shared by the transform classes. Conventions: :mod:`detloa
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from detloader.annotations.landmarks import LandmarkSchema
+from detloader.errors import DetloaderTypeError, DetloaderValueError
 from detloader.transforms.functional import (
     INTERPOLATIONS,
     Interpolation,
@@ -77,12 +79,12 @@ class Annotated:
         visibility: np.ndarray | None = None,
         *,
         schema: LandmarkSchema | None = None,
-    ) -> "Annotated":
+    ) -> Annotated:
         """Build from loose arrays (copies them): the entry point when used without a
         :class:`~detloader.dataset.DetectionDataset`. Missing visibility means 2 (visible)."""
         image = np.asarray(image)
         if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
-            raise ValueError(
+            raise DetloaderValueError(
                 f"image: dtype={image.dtype}, shape={image.shape}; expected uint8 [H, W, 3]"
             )
         b = np.array(boxes if boxes is not None else np.zeros((0, 4)), dtype=np.float32)
@@ -95,16 +97,16 @@ class Annotated:
         else:
             lm = np.array(landmarks, dtype=np.float32)
             if lm.ndim != 3 or lm.shape[0] != n or lm.shape[2] != 2:
-                raise ValueError(f"landmarks: shape {lm.shape}, expected [N={n}, K, 2]")
+                raise DetloaderValueError(f"landmarks: shape {lm.shape}, expected [N={n}, K, 2]")
         k = lm.shape[1]
         if visibility is None:
             vis = np.full((n, k), 2, dtype=np.uint8)
         else:
             vis = np.array(visibility, dtype=np.uint8).reshape(n, k)
         if len(lab) != n:
-            raise ValueError(f"labels: {len(lab)} values for {n} boxes")
+            raise DetloaderValueError(f"labels: {len(lab)} values for {n} boxes")
         if schema is not None and len(schema) != k:
-            raise ValueError(f"landmarks: K={k} points but the schema has {len(schema)} names")
+            raise DetloaderValueError(f"landmarks: K={k} points but the schema has {len(schema)} names")
         lm[vis == 0] = 0.0
         perm = schema.flip_permutation() if schema is not None else None
         return cls(image, b, lab, lm, vis, np.arange(n, dtype=np.int64), flip_permutation=perm)
@@ -184,7 +186,7 @@ class Compose:
         self.transforms = tuple(transforms)
         for t in self.transforms:
             if not callable(t):
-                raise TypeError(f"transforms: {t!r} is not callable")
+                raise DetloaderTypeError(f"transforms: {t!r} is not callable")
 
     @property
     def preserves_size(self) -> bool:
@@ -226,17 +228,17 @@ def size_pair(name: str, size: int | Sequence[int]) -> tuple[int, int]:
         w = h = int(size)
     else:
         if len(size) != 2:
-            raise ValueError(f"{name}={size!r} must be an int or (width, height)")
+            raise DetloaderValueError(f"{name}={size!r} must be an int or (width, height)")
         w, h = int(size[0]), int(size[1])
     if w < 1 or h < 1:
-        raise ValueError(f"{name}={size!r} must be positive")
+        raise DetloaderValueError(f"{name}={size!r} must be positive")
     return w, h
 
 
 def check_interpolation(interpolation: str) -> None:
     """ValueError unless ``interpolation`` is one of :data:`INTERPOLATIONS`."""
     if interpolation not in INTERPOLATIONS:
-        raise ValueError(
+        raise DetloaderValueError(
             f"interpolation={interpolation!r} is not one of {', '.join(INTERPOLATIONS)}"
         )
 
@@ -244,4 +246,4 @@ def check_interpolation(interpolation: str) -> None:
 def check_fraction(name: str, value: float) -> None:
     """ValueError naming ``name`` unless ``value`` is in [0, 1]."""
     if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name}={value!r} must be in [0, 1]")
+        raise DetloaderValueError(f"{name}={value!r} must be in [0, 1]")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from detloader.errors import DetloaderValueError
 from detloader.transforms.base import Annotated, check_fraction
 from detloader.transforms.functional import adjust_colour
 
@@ -33,7 +34,7 @@ class ColorJitter:
             check_fraction(name, value)
         check_fraction("p", p)
         if not 0.0 <= hue <= 0.5:
-            raise ValueError(f"hue={hue!r} must be in [0, 0.5] (turns)")
+            raise DetloaderValueError(f"hue={hue!r} must be in [0, 0.5] (turns)")
         self.brightness, self.contrast, self.saturation = float(brightness), float(contrast), float(saturation)
         self.hue, self.p = float(hue), float(p)
 

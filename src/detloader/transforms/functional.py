@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from detloader.errors import DetloaderValueError
+
 if TYPE_CHECKING:  # torch is imported where a kernel needs it, not for `import transforms`
     import torch
 
@@ -30,7 +32,7 @@ INTERPOLATIONS: tuple[str, ...] = ("bilinear", "nearest")
 _ROUNDING = 1e-3
 
 
-def chw_tensor(image: np.ndarray) -> "torch.Tensor":
+def chw_tensor(image: np.ndarray) -> torch.Tensor:
     """uint8 ``[3, H, W]`` tensor over ``image``'s (``[H, W, 3]``) memory: no copy, except
     when strides are negative or the array is read-only, which torch cannot wrap (then a
     C-contiguous copy)."""
@@ -58,7 +60,7 @@ def resize_image(
     if (w, h) == (width, height):
         return image
     if width < 1 or height < 1:
-        raise ValueError(f"resize_image: width={width}, height={height} must be >= 1")
+        raise DetloaderValueError(f"resize_image: width={width}, height={height} must be >= 1")
     import torch.nn.functional as F  # torch: lazy, as chw_tensor
 
     x = chw_tensor(image).unsqueeze(0)
@@ -255,7 +257,7 @@ def pad_image(
     """A ``[height, width, 3]`` canvas of ``fill`` with ``image`` placed at ``(left, top)``."""
     h, w = image.shape[:2]
     if left < 0 or top < 0 or left + w > width or top + h > height:
-        raise ValueError(
+        raise DetloaderValueError(
             f"pad_image: a {w}x{h} image at left={left}, top={top} does not fit {width}x{height}"
         )
     if (w, h) == (width, height):

@@ -8,15 +8,27 @@ when axis-aligned). Conventions and guarantees: :mod:`detloader.transforms`.
 from __future__ import annotations
 
 import math
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
 from detloader.annotations.landmarks import LandmarkSchema
+from detloader.errors import DetloaderValueError
 from detloader.transforms.base import Annotated, check_fraction, check_interpolation, size_pair
 from detloader.transforms.functional import (
-    Interpolation, compose_affine, crop_boxes, hflip_boxes, hflip_image, hflip_landmarks,
-    invalidate_outside, pad_image, resize_image, warp_boxes, warp_image, warp_points,
+    Interpolation,
+    compose_affine,
+    crop_boxes,
+    hflip_boxes,
+    hflip_image,
+    hflip_landmarks,
+    invalidate_outside,
+    pad_image,
+    resize_image,
+    warp_boxes,
+    warp_image,
+    warp_points,
 )
 
 __all__ = [
@@ -54,20 +66,20 @@ class Resize:
         fill: int = 0,
     ) -> None:
         if mode not in RESIZE_MODES:
-            raise ValueError(f"mode={mode!r} is not one of {', '.join(RESIZE_MODES)}")
+            raise DetloaderValueError(f"mode={mode!r} is not one of {', '.join(RESIZE_MODES)}")
         check_interpolation(interpolation)
         if mode in ("shorter", "longer"):
             if not isinstance(size, (int, np.integer)) or size < 1:
-                raise ValueError(f"size={size!r}: mode={mode!r} needs one positive int")
+                raise DetloaderValueError(f"size={size!r}: mode={mode!r} needs one positive int")
             self.size: tuple[int, int] = (int(size), int(size))
         else:
             self.size = size_pair("size", size)
         if max_size is not None and (mode != "shorter" or max_size < self.size[0]):
-            raise ValueError(
+            raise DetloaderValueError(
                 f"max_size={max_size!r} applies to mode='shorter' only and must be >= size"
             )
         if not 0 <= fill <= 255:
-            raise ValueError(f"fill={fill!r} must be in 0..255")
+            raise DetloaderValueError(f"fill={fill!r} must be in 0..255")
         self.mode = mode
         self.max_size = max_size
         self.interpolation = interpolation
@@ -156,13 +168,13 @@ def _flip_permutation(transform: object, data: Annotated) -> np.ndarray:
     name = type(transform).__name__
     if perm is None:
         if k:
-            raise ValueError(
+            raise DetloaderValueError(
                 f"{name}: {k} landmarks but no flip permutation; pass schema= or build the "
                 "data with a LandmarkSchema"
             )
         perm = np.zeros(0, dtype=np.int64)
     if len(perm) != k:
-        raise ValueError(f"{name}: permutation of {len(perm)} for K={k} landmarks")
+        raise DetloaderValueError(f"{name}: permutation of {len(perm)} for K={k} landmarks")
     return perm
 
 
@@ -212,13 +224,13 @@ class RandomResizedCrop:
     ) -> None:
         self.size = size_pair("size", size)
         if not (0 < scale[0] <= scale[1] <= 1):
-            raise ValueError(f"scale={scale!r} must satisfy 0 < low <= high <= 1")
+            raise DetloaderValueError(f"scale={scale!r} must satisfy 0 < low <= high <= 1")
         if not (0 < ratio[0] <= ratio[1]):
-            raise ValueError(f"ratio={ratio!r} must satisfy 0 < low <= high")
+            raise DetloaderValueError(f"ratio={ratio!r} must satisfy 0 < low <= high")
         check_fraction("min_visibility", min_visibility)
         check_interpolation(interpolation)
         if attempts < 1:
-            raise ValueError(f"attempts={attempts!r} must be >= 1")
+            raise DetloaderValueError(f"attempts={attempts!r} must be >= 1")
         self.scale = (float(scale[0]), float(scale[1]))
         self.ratio = (float(ratio[0]), float(ratio[1]))
         self.min_visibility = float(min_visibility)
@@ -293,9 +305,9 @@ class RandomAffine:
         schema: LandmarkSchema | None = None,
     ) -> None:
         if not (0 < scale[0] <= scale[1]):
-            raise ValueError(f"scale={scale!r} must satisfy 0 < low <= high")
+            raise DetloaderValueError(f"scale={scale!r} must satisfy 0 < low <= high")
         if degrees < 0 or shear < 0 or not 0 <= translate <= 1:
-            raise ValueError(
+            raise DetloaderValueError(
                 f"degrees={degrees!r}, shear={shear!r} must be >= 0 and translate={translate!r} in [0, 1]"
             )
         check_fraction("mirror", mirror)

@@ -14,10 +14,11 @@ are the same for any ``num_workers`` and ``decode_threads``.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
+from detloader.errors import DetloaderValueError
 from detloader.transforms.base import Annotated, check_fraction
 from detloader.transforms.functional import affine_boxes, affine_points, blend_images
 
@@ -29,7 +30,7 @@ MIX_STREAM = 2
 
 def _check_epochs(epochs: int | None) -> int | None:
     if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0):
-        raise ValueError(f"epochs={epochs!r} must be an int >= 0 or None")
+        raise DetloaderValueError(f"epochs={epochs!r} must be an int >= 0 or None")
     return epochs
 
 
@@ -66,9 +67,9 @@ class Mosaic:
         check_fraction("p", p)
         check_fraction("min_visibility", min_visibility)
         if not 0 < center[0] <= center[1] < 1:
-            raise ValueError(f"center={center!r} must satisfy 0 < low <= high < 1")
+            raise DetloaderValueError(f"center={center!r} must satisfy 0 < low <= high < 1")
         if not 0 < scale[0] <= scale[1]:
-            raise ValueError(f"scale={scale!r} must satisfy 0 < low <= high")
+            raise DetloaderValueError(f"scale={scale!r} must satisfy 0 < low <= high")
         self.p, self.min_visibility, self.fill = float(p), float(min_visibility), int(fill)
         self.center = (float(center[0]), float(center[1]))
         self.scale = (float(scale[0]), float(scale[1]))
@@ -112,7 +113,7 @@ class MixUp:
     def __init__(self, p: float = 1.0, *, alpha: float = 32.0, epochs: int | None = None) -> None:
         check_fraction("p", p)
         if not alpha > 0:
-            raise ValueError(f"alpha={alpha!r} must be > 0")
+            raise DetloaderValueError(f"alpha={alpha!r} must be > 0")
         self.p, self.alpha, self.epochs = float(p), float(alpha), _check_epochs(epochs)
 
     def __call__(self, data: Annotated, other: Annotated, rng: np.random.Generator) -> Annotated:

@@ -4,7 +4,8 @@ Read in this order: ``probe`` (what the machine and the dataset can do), ``measu
 setting, timed on a real loader), ``search`` (which settings to measure), ``explain`` (the
 reasons in plain language), ``result`` (TuneResult, JSON), ``store`` (the per machine x
 dataset x transform x batch size cache), ``heuristic`` (settings without measuring),
-``freshness`` (is a cached result still about this load?), ``tuner`` (``tune_loader``: all of it), ``plot``; ``records`` holds their dict round trip.
+``freshness`` (is a cached result still about this load?), ``tuner`` (``tune_loader``: all of it),
+``plot``; ``records`` holds their dict round trip.
 The search's pieces (``choose``, ``worker_ladder``, ``search_settings``, ``measure_setting``...)
 are imported from their modules.
 """

@@ -29,6 +29,7 @@ import warnings
 from typing import Any
 
 from detloader import _system
+from detloader.errors import DetloaderValueError, StaleTuneWarning, TuneWarning
 from detloader.tune.freshness import check_load, current_free_cpus, fit_to_load
 from detloader.tune.measure import loader_kwargs
 from detloader.tune.store import cache_key, load_result
@@ -42,15 +43,6 @@ __all__ = [
 MAX_HEURISTIC_WORKERS = 8
 #: Memory assumed per worker process when nothing was measured (bytes).
 WORKER_MEMORY_GUESS = 512 * 2**20
-
-
-class TuneWarning(UserWarning):
-    """Loader settings come from the heuristic, not from a measurement."""
-
-
-class StaleTuneWarning(TuneWarning):
-    """The cached tuning result was measured under another load than the machine has now
-    (see :mod:`detloader.tune.freshness`)."""
 
 
 def heuristic_loader_kwargs(
@@ -69,7 +61,7 @@ def heuristic_loader_kwargs(
     CPUs this process may use, whatever the load (default: ``free``, rounded).
     """
     if processes < 1:
-        raise ValueError(f"processes={processes} must be >= 1")
+        raise DetloaderValueError(f"processes={processes} must be >= 1")
     cpus = int(free / processes + 0.5)
     mem_workers = int(0.5 * max(0, memory_available) // WORKER_MEMORY_GUESS)
     workers = max(0, min(cpus - 1, MAX_HEURISTIC_WORKERS, mem_workers)) if cpus >= 3 else 0
@@ -105,7 +97,7 @@ def auto_loader_kwargs(
     is not a DataLoader argument. Never waits: only files and instant figures are read.
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size={batch_size} must be >= 1")
+        raise DetloaderValueError(f"batch_size={batch_size} must be >= 1")
     result = load_result(cache_key(dataset, batch_size), cache_dir)
     if result is not None:
         threads = {"decode_threads": result.decode_threads} if decode_threads else {}

@@ -13,12 +13,14 @@ from __future__ import annotations
 import gc
 import math
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
 from detloader import _system
+from detloader.errors import DetloaderValueError
 from detloader.tune.probe import device_synchronizer
 from detloader.tune.records import Record
 
@@ -89,12 +91,12 @@ def loader_kwargs(
     """The four DataLoader keyword arguments the tuner sets, made valid together: with
     ``num_workers=0`` DataLoader refuses a ``prefetch_factor`` and ``persistent_workers``."""
     if num_workers < 0:
-        raise ValueError(f"num_workers={num_workers} must be >= 0")
+        raise DetloaderValueError(f"num_workers={num_workers} must be >= 0")
     if num_workers == 0:
         return {"num_workers": 0, "pin_memory": bool(pin_memory), "prefetch_factor": None,
                 "persistent_workers": False}
     if prefetch_factor is None or prefetch_factor < 1:
-        raise ValueError(f"prefetch_factor={prefetch_factor} must be >= 1 when num_workers > 0")
+        raise DetloaderValueError(f"prefetch_factor={prefetch_factor} must be >= 1 when num_workers > 0")
     return {"num_workers": int(num_workers), "pin_memory": bool(pin_memory),
             "prefetch_factor": int(prefetch_factor), "persistent_workers": bool(persistent_workers)}
 
@@ -146,10 +148,8 @@ def make_consumer(
     if step_time is not None and not callable(step_time):
         seconds = float(step_time)
         if not math.isfinite(seconds) or seconds < 0:
-            raise ValueError(f"step_time={step_time!r} must be a number of seconds >= 0 or a callable")
-    sync: Callable[[], None] = lambda: None
-    if device is not None:
-        sync = device_synchronizer(device)
+            raise DetloaderValueError(f"step_time={step_time!r} must be a number of seconds >= 0 or a callable")
+    sync = device_synchronizer(device) if device is not None else (lambda: None)
 
     def consume(batch: Any) -> None:
         if device is not None:
@@ -184,7 +184,7 @@ class _Cycle:
                 return next(self.iterator)
             except StopIteration:
                 self.iterator = None
-        raise ValueError("the loader yields no batch (empty dataset, or drop_last with too few samples)")
+        raise DetloaderValueError("the loader yields no batch (empty dataset, or drop_last with too few samples)")
 
 
 def _cpu_s(proc: Any) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 from detloader._plotting import new_figure
 from detloader.tune.measure import Trial
@@ -17,7 +17,7 @@ def plot_trials(trials: Sequence[Trial], chosen: Trial, title: str, path: str | 
     (prefetch_factor x pin_memory; the line joins each setting's best window, dots are all
     windows, ``chosen`` is circled) and the memory all workers hold (USS per worker x
     workers). Saved to ``path`` with the Agg backend; returns the path.
-    Raises :class:`~detloader._plotting.PlotExtraMissing` when matplotlib is missing."""
+    Raises :class:`~detloader._plotting.MissingExtraError` when matplotlib is missing."""
     # per family (prefetch x pinning): every window as a faint dot, each setting's best window
     # (how the tuner ranks) as the line, its workers' memory below
     windows: dict[str, list[tuple[int, float]]] = defaultdict(list)

@@ -18,20 +18,21 @@ import os
 import platform
 import socket
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from detloader import _system
+from detloader.errors import DetloaderValueError
 from detloader.tune.records import Record
 
 __all__ = [
     "DatasetProbe", "MachineProbe", "batch_nbytes", "device_synchronizer", "free_cpus",
     "host_to_device_gbps", "image_paths", "probe_dataset", "probe_machine", "read_speed",
 ]
-
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ def host_to_device_gbps(
     pinned = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
     target = torch.empty(nbytes, dtype=torch.uint8, device=device)
 
-    def best(src: "torch.Tensor", non_blocking: bool) -> float:
+    def best(src: torch.Tensor, non_blocking: bool) -> float:
         times = []
         for _ in range(repeats + 1):  # the first copy warms up the driver
             sync()
@@ -263,9 +264,9 @@ def probe_dataset(
 
     n = len(dataset)
     if n == 0:
-        raise ValueError("probe_dataset: the dataset is empty (len(dataset)=0)")
+        raise DetloaderValueError("probe_dataset: the dataset is empty (len(dataset)=0)")
     if batch_size < 1:
-        raise ValueError(f"probe_dataset: batch_size={batch_size} must be >= 1")
+        raise DetloaderValueError(f"probe_dataset: batch_size={batch_size} must be >= 1")
     collate = collate_fn if collate_fn is not None else default_collate
     ids = np.unique(np.linspace(0, n - 1, num=min(n, max_images + 1)).round().astype(np.int64))
     read = None

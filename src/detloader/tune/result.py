@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from detloader.errors import DetloaderTypeError, DetloaderValueError
 from detloader.tune.measure import Trial
 from detloader.tune.plot import plot_trials
 from detloader.tune.probe import DatasetProbe, MachineProbe
@@ -95,37 +96,37 @@ class TuneResult:
                           default=_json_default)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TuneResult":
+    def from_dict(cls, data: dict[str, Any]) -> TuneResult:
         """Inverse of :meth:`to_dict`. Raises ValueError naming the missing field or a version
         this detloader does not read."""
         version = data.get("version")
         if version != RESULT_VERSION:
-            raise ValueError(f"TuneResult: version={version!r}, this detloader reads {RESULT_VERSION}")
+            raise DetloaderValueError(f"TuneResult: version={version!r}, this detloader reads {RESULT_VERSION}")
         names = {f.name for f in dataclasses.fields(cls)} - {"from_cache"}
         required = {f.name for f in dataclasses.fields(cls)
                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
         missing = sorted(required - set(data))
         if missing:
-            raise ValueError(f"TuneResult: missing field(s) {missing}")
+            raise DetloaderValueError(f"TuneResult: missing field(s) {missing}")
         values = {k: v for k, v in data.items() if k in names}
         values["machine"] = MachineProbe.from_dict(data["machine"])
         values["data"] = DatasetProbe.from_dict(data["data"]) if data["data"] is not None else None
         values["trials"] = [Trial.from_dict(t) for t in data["trials"]]
         result = cls(**values)
         if not 0 <= result.chosen < len(result.trials):
-            raise ValueError(
+            raise DetloaderValueError(
                 f"TuneResult: chosen={result.chosen} is not a trial index (0..{len(result.trials) - 1})"
             )
         return result
 
     @classmethod
-    def from_json(cls, text: str) -> "TuneResult":
+    def from_json(cls, text: str) -> TuneResult:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
-            raise ValueError(f"TuneResult: not JSON ({err})") from None
+            raise DetloaderValueError(f"TuneResult: not JSON ({err})") from None
         if not isinstance(data, dict):
-            raise ValueError(f"TuneResult: expected a JSON object, got {type(data).__name__}")
+            raise DetloaderValueError(f"TuneResult: expected a JSON object, got {type(data).__name__}")
         return cls.from_dict(data)
 
     def plot(self, path: str) -> str:
@@ -143,4 +144,4 @@ def _json_default(value: Any) -> Any:
     # numpy scalars that slipped into settings or figures
     if hasattr(value, "item"):
         return value.item()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+    raise DetloaderTypeError(f"not JSON serialisable: {type(value).__name__}")

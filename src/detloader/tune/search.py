@@ -40,9 +40,11 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
+from detloader.errors import DetloaderValueError
 from detloader.tune.measure import Consumer, LoaderFactory, Trial, loader_kwargs, measure_setting
 
 __all__ = [
@@ -84,7 +86,7 @@ class SearchOutcome:
 def worker_ladder(cap: int) -> list[int]:
     """``0, 1, 2, 4, 8, ...`` below ``cap``, then ``cap`` itself: the climb's rungs."""
     if cap < 0:
-        raise ValueError(f"cap={cap} must be >= 0")
+        raise DetloaderValueError(f"cap={cap} must be >= 0")
     rungs = [0]
     w = 1
     while w < cap:
@@ -155,7 +157,7 @@ def choose(trials: Sequence[Trial], tolerance: float, default_pin: bool = False)
     rates = setting_rates(trials)
     if not rates:
         errors = "; ".join(sorted({t.error or "no batch" for t in trials})) or "nothing measured"
-        raise ValueError(f"no loader setting could be measured: {errors}")
+        raise DetloaderValueError(f"no loader setting could be measured: {errors}")
     best = max(rates.values())
     near = [i for i, t in enumerate(trials)
             if t.ok and rates[settings_key(t.settings)] * (1.0 + tolerance) >= best]
@@ -268,11 +270,11 @@ def search_settings(
     such key.
     """
     if budget_s <= 0:
-        raise ValueError(f"budget_s={budget_s} must be > 0")
+        raise DetloaderValueError(f"budget_s={budget_s} must be > 0")
     if not 0 <= tolerance < 1:
-        raise ValueError(f"tolerance={tolerance} must be in [0, 1)")
+        raise DetloaderValueError(f"tolerance={tolerance} must be in [0, 1)")
     if cap < 0:
-        raise ValueError(f"cap={cap} must be >= 0")
+        raise DetloaderValueError(f"cap={cap} must be >= 0")
     planned = len(candidates) if candidates is not None else expected_trials(cap, can_pin, threads_cap)
     window = window_s if window_s is not None else window_for(budget_s, planned)
     runner = _Runner(

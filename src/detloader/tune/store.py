@@ -32,6 +32,7 @@ from typing import Any
 from detloader import _system
 from detloader._files import atomic_write
 from detloader.annotations.cache import CACHE_DIR_ENV, user_cache_dir
+from detloader.errors import DetloaderValueError
 from detloader.tune.result import TuneResult
 
 __all__ = [
@@ -186,7 +187,7 @@ def cache_file(key: dict[str, Any], folder: str | os.PathLike[str] | None = None
 def save_result(result: TuneResult, folder: str | os.PathLike[str] | None = None) -> Path:
     """Write ``result`` under its ``key`` atomically; returns the file."""
     if not result.key:
-        raise ValueError("save_result: the result has no key (it was not built by tune_loader)")
+        raise DetloaderValueError("save_result: the result has no key (it was not built by tune_loader)")
     path = cache_file(result.key, folder)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path, "w") as fh:

@@ -6,8 +6,10 @@ import datetime as _dt
 import functools
 import math
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
+from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError
 from detloader.tune.explain import explain, summary
 from detloader.tune.measure import Consumer, LoaderFactory, loader_kwargs, make_consumer
 from detloader.tune.probe import DatasetProbe, MachineProbe, probe_dataset, probe_machine
@@ -48,7 +50,7 @@ def normalise_candidate(candidate: Mapping[str, Any]) -> dict[str, Any]:
     ``make_loader`` takes it); unknown keys are refused."""
     unknown = sorted(set(candidate) - set(_SETTING_NAMES))
     if unknown:
-        raise ValueError(
+        raise DetloaderValueError(
             f"candidate={dict(candidate)}: unknown key(s) {unknown}; valid: {list(_SETTING_NAMES)}"
         )
     w = int(candidate.get("num_workers", 0))
@@ -84,8 +86,8 @@ def default_collate_for(dataset: Any) -> Callable[[list[Any]], Any] | None:
     ``collate_detection`` for a ``DetectionDataset`` or a dataset (a user's wrapper) whose
     items are ``Sample``s."""
     try:
-        from detloader.dataset import DetectionDataset, Sample
         from detloader.collate import collate_detection
+        from detloader.dataset import DetectionDataset, Sample
     except ImportError:
         return None
     if isinstance(dataset, DetectionDataset):
@@ -111,7 +113,7 @@ def worker_cap(machine: MachineProbe, max_workers: int | None, respect_busy: boo
     """
     if max_workers is not None:
         if max_workers < 0:
-            raise ValueError(f"max_workers={max_workers} must be >= 0")
+            raise DetloaderValueError(f"max_workers={max_workers} must be >= 0")
         return int(max_workers), "max_workers"
     cap, reason = machine.usable_cpus, "usable"
     if respect_busy:
@@ -165,18 +167,18 @@ def tune_loader(
     finds the result (see :mod:`detloader.tune.store`).
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size={batch_size} must be >= 1")
+        raise DetloaderValueError(f"batch_size={batch_size} must be >= 1")
     if budget_s <= 0 or not math.isfinite(budget_s):
-        raise ValueError(f"budget_s={budget_s} must be a positive number of seconds")
+        raise DetloaderValueError(f"budget_s={budget_s} must be a positive number of seconds")
     if cache not in CACHE_CHOICES:
-        raise ValueError(f"cache={cache!r}; valid: {list(CACHE_CHOICES)}")
+        raise DetloaderValueError(f"cache={cache!r}; valid: {list(CACHE_CHOICES)}")
     if on_load_change not in LOAD_CHANGE_CHOICES:
-        raise ValueError(f"on_load_change={on_load_change!r}; valid: {list(LOAD_CHANGE_CHOICES)}")
+        raise DetloaderValueError(f"on_load_change={on_load_change!r}; valid: {list(LOAD_CHANGE_CHOICES)}")
     if len(dataset) == 0:
-        raise ValueError("tune_loader: the dataset is empty (len(dataset)=0)")
+        raise DetloaderValueError("tune_loader: the dataset is empty (len(dataset)=0)")
     grid = [normalise_candidate(c) for c in candidates] if candidates is not None else None
     if grid is not None and not grid:
-        raise ValueError("candidates=[]: give at least one setting, or None to search")
+        raise DetloaderValueError("candidates=[]: give at least one setting, or None to search")
     step_label = _step_label(step_time)
 
     from detloader.tune.store import cache_key, load_result, save_result
@@ -275,5 +277,7 @@ def tune_loader(
         except OSError as err:  # a full disk costs the cache, never the measured result
             import warnings
 
-            warnings.warn(f"tuning result not saved, measured again next time: {err}", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"tuning result not saved, measured again next time: {err}", DetloaderRuntimeWarning, stacklevel=2
+            )
     return result

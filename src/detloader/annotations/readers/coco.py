@@ -41,22 +41,32 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from detloader.annotations.builder import ChunkBuilder
-from detloader.annotations.options import ReadOptions
 from detloader.annotations.checks import Finding, parse_number
-from detloader.annotations.readers.common import (
-    FileTooLargeError, Source, candidate_dirs, check_options, file_source, find_child_dir, parse_each,
-    parse_flag, read_capped, read_head,
-)
-from detloader.annotations.readers.locate import ImageLocator, locate_image
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
+from detloader.annotations.options import ReadOptions
+from detloader.annotations.readers.common import (
+    FileTooLargeError,
+    Source,
+    candidate_dirs,
+    check_options,
+    file_source,
+    find_child_dir,
+    parse_each,
+    parse_flag,
+    read_capped,
+    read_head,
+)
+from detloader.annotations.readers.locate import ImageLocator, locate_image
 from detloader.annotations.splits import files_as_splits, split_role
+from detloader.errors import DetloaderValueError
 
 __all__ = ["MAX_JSON_BYTES", "NAME", "OPTIONS", "PARALLEL", "default_landmarks", "discover", "parse", "sniff", "splits"]
 
@@ -111,7 +121,7 @@ def discover(path: Path, options: ReadOptions) -> Source:
     roles = [split_role(name) for name in splits.values()]
     if len(found) != 1 and (not found or None in roles or len(set(roles)) < len(roles)):
         names = ", ".join(p.name for p in found) or "none"
-        raise ValueError(f"path={str(path)!r} holds {len(found)} COCO files ({names}); pass one of them")
+        raise DetloaderValueError(f"path={str(path)!r} holds {len(found)} COCO files ({names}); pass one of them")
     js = found[0]
     root = js.parent.parent if js.parent.name.lower() == "annotations" else js.parent
     root = path if _in_split_folder(js, path) else root
@@ -273,7 +283,12 @@ def _parse_file(root: str, rel: str, source: Source, b: ChunkBuilder) -> None:
                 _bad_id(b, f"images[{i}]", "id", img["id"], "image skipped")
                 continue
             if iid in image_ids:
-                b.problem("duplicate_image", f"images[{i}]/id", f"id={img['id']!r} repeats images[{image_ids[iid]}]", "image skipped")
+                b.problem(
+                    "duplicate_image",
+                    f"images[{i}]/id",
+                    f"id={img['id']!r} repeats images[{image_ids[iid]}]",
+                    "image skipped",
+                )
                 continue
             image_ids[iid] = i
     per_image: dict[int, list[int]] = {}
@@ -336,7 +351,9 @@ def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> Non
         text = attrs.pop(flag, None)
         value = parse_flag(text) if text is not None else False
         if value is None:
-            b.problem("bad_value", f"{where}/attributes/{flag}", f"{flag}={text!r} is not a boolean", "treated as false")
+            b.problem(
+                "bad_value", f"{where}/attributes/{flag}", f"{flag}={text!r} is not a boolean", "treated as false"
+            )
             value = False
         flags[flag] = value
     crowd = ann.get("iscrowd", 0)

@@ -18,17 +18,19 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from detloader._files import FileTooLargeError, file_kind, open_regular, read_capped
-from detloader.annotations.cache import CACHE_SUBDIR
 from detloader.annotations.builder import ChunkBuilder
-from detloader.annotations.options import ReadOptions
+from detloader.annotations.cache import CACHE_SUBDIR
 from detloader.annotations.checks import MAX_SIDE
+from detloader.annotations.options import ReadOptions
 from detloader.annotations.problems import Problem
+from detloader.errors import DetloaderValueError
 
 __all__ = [
     "FileTooLargeError", "Source", "Stamp", "candidate_dirs", "check_options", "dir_identity",
@@ -107,7 +109,9 @@ def scan_files(
                         if folder_id in seen:
                             target = os.path.relpath(os.path.realpath(entry.path), root)
                             message = f"links to {target}, a folder already read"
-                            found.append(Problem("symlink_loop", prefix + name, "", message, "not followed", "repaired"))
+                            found.append(
+                                Problem("symlink_loop", prefix + name, "", message, "not followed", "repaired")
+                            )
                         else:
                             seen.add(folder_id)
                             stack.append(entry.path)
@@ -120,8 +124,16 @@ def scan_files(
                         found.append(Problem("not_a_regular_file", prefix + name, "", message, "skipped"))
             except OSError as err:  # a link loop the kernel refuses (ELOOP), a dangling link
                 loop = err.errno == errno.ELOOP
-                found.append(Problem("symlink_loop" if loop else "unreadable_file", prefix + name, "",
-                                     f"cannot be followed: {err.strerror or err}", "skipped", "repaired" if loop else "error"))
+                found.append(
+                    Problem(
+                        "symlink_loop" if loop else "unreadable_file",
+                        prefix + name,
+                        "",
+                        f"cannot be followed: {err.strerror or err}",
+                        "skipped",
+                        "repaired" if loop else "error",
+                    )
+                )
     out.sort(key=itemgetter(0))  # names are unique; comparing them alone is twice as fast
     return out
 
@@ -245,7 +257,9 @@ def check_options(options: ReadOptions, reader: str, allowed: Sequence[str]) -> 
     unknown = sorted(k for k, _ in options.extra if k not in allowed)
     if unknown:
         valid = ", ".join(allowed) or "none"
-        raise ValueError(f"format option(s) {', '.join(unknown)} not known to the {reader} reader; valid: {valid}")
+        raise DetloaderValueError(
+            f"format option(s) {', '.join(unknown)} not known to the {reader} reader; valid: {valid}"
+        )
 
 
 def candidate_dirs(root: Path, names: Sequence[str], image_dir: str | None) -> list[str]:
@@ -263,7 +277,10 @@ def candidate_dirs(root: Path, names: Sequence[str], image_dir: str | None) -> l
 
 
 def parse_each(
-    source: Source, files: Sequence[str], builder: ChunkBuilder, parse_file: Callable[[str, str, Source, ChunkBuilder], None]
+    source: Source,
+    files: Sequence[str],
+    builder: ChunkBuilder,
+    parse_file: Callable[[str, str, Source, ChunkBuilder], None],
 ) -> None:
     """The ``parse`` of a reader that reads its files one by one: begin each of ``files``
     in ``builder``, then ``parse_file(root, rel, source, builder)``."""

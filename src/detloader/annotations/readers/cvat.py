@@ -58,27 +58,42 @@ is the third ``<box>`` of image 12; the record of an image is its ``name``.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from contextlib import closing
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from lxml import etree
 
 from detloader.annotations.builder import ChunkBuilder
-from detloader.annotations.options import ReadOptions
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
+from detloader.annotations.options import ReadOptions
 from detloader.annotations.problems import check_choice
 from detloader.annotations.readers.common import (
-    Source, candidate_dirs, check_options, file_source, int_or_none, parse_each,
+    Source,
+    candidate_dirs,
+    check_options,
+    file_source,
+    int_or_none,
+    parse_each,
+)
+from detloader.annotations.readers.cvat_shapes import (
+    BoxShape,
+    PointsShape,
+    link_points,
+    parse_attributes,
+    parse_box,
+    parse_points,
+    parse_skeleton,
 )
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, ImageLocator, locate_image
-from detloader.annotations.readers.cvat_shapes import (
-    BoxShape, PointsShape, link_points, parse_attributes, parse_box, parse_points, parse_skeleton,
-)
 from detloader.annotations.readers.safe_xml import (
-    STREAM_ERRORS, annotation_xml, iterparse_safe, sniff_xml, stream_records,
+    STREAM_ERRORS,
+    annotation_xml,
+    iterparse_safe,
+    sniff_xml,
+    stream_records,
 )
 
 __all__ = [
@@ -149,7 +164,7 @@ def _point_labels(xml: Path) -> list[str]:
         return []  # parse() reports the problem
     skeletons = {name for name, kind, _ in labels if kind == "skeleton"}
     names: list[str] = []
-    for name, kind, parent in labels:
+    for name, _kind, parent in labels:
         if parent in skeletons and name and name not in names:
             names.append(name)
     for name, kind, parent in labels:
@@ -319,4 +334,6 @@ def _image(
             landmark_field="landmarks",
         )
     for pts in extra_objects:
-        b.add_object(None, pts.label, element=pts.element, box_field="", landmarks=pts.points, landmark_field="landmarks")
+        b.add_object(
+            None, pts.label, element=pts.element, box_field="", landmarks=pts.points, landmark_field="landmarks"
+        )

@@ -92,7 +92,9 @@ def parse_box(child: etree._Element, where: str, b: ChunkBuilder) -> BoxShape | 
         if degrees is None:
             return None
         if not math.isfinite(degrees):
-            b.problem("non_finite", f"{where}/rotation", f"rotation={rotation.strip()!r} is not finite", "object skipped")
+            b.problem(
+                "non_finite", f"{where}/rotation", f"rotation={rotation.strip()!r} is not finite", "object skipped"
+            )
             return None
         if degrees % 360 != 0:
             box = _rotated_bounds(box, degrees)

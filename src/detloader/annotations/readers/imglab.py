@@ -39,16 +39,21 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from lxml import etree
 
 from detloader.annotations.builder import ChunkBuilder
-from detloader.annotations.options import ReadOptions
 from detloader.annotations.landmarks import IBUG68, LandmarkSchema, preset_schema
+from detloader.annotations.options import ReadOptions
 from detloader.annotations.readers.common import (
-    Source, candidate_dirs, check_options, file_source, flag_value, parse_each,
+    Source,
+    candidate_dirs,
+    check_options,
+    file_source,
+    flag_value,
+    parse_each,
 )
 from detloader.annotations.readers.locate import ImageLocator, locate_image
 from detloader.annotations.readers.safe_xml import annotation_xml, sniff_xml, stream_records

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import ntpath
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from detloader._files import file_kind, open_regular
 from detloader.annotations.builder import ChunkBuilder
@@ -132,7 +133,9 @@ class ImageLocator:
             self.escaped = self.escaped or name
             if self.followed is None:
                 self.followed = self._first([n for n in names if n not in kept])
-            names = kept + [os.path.basename(n) for n in names if n not in kept and os.path.basename(n) not in ("", "..")]
+            names = kept + [
+                os.path.basename(n) for n in names if n not in kept and os.path.basename(n) not in ("", "..")
+            ]
         if not names:
             return None
         if not self.check:
@@ -163,7 +166,9 @@ class ImageLocator:
         return None
 
 
-def find_image(locator: ImageLocator, b: ChunkBuilder, name: str, where: str, shown: str, alternatives: Sequence[str] = ()) -> str | None:
+def find_image(
+    locator: ImageLocator, b: ChunkBuilder, name: str, where: str, shown: str, alternatives: Sequence[str] = ()
+) -> str | None:
     """:meth:`ImageLocator.find` with its problems: ``outside_dataset`` when the name leaves
     the dataset (repaired when its base name is found inside), ``missing_image`` when nothing
     is found; ``shown`` is how the messages name the value (``file_name='a.jpg'``). With
@@ -175,7 +180,13 @@ def find_image(locator: ImageLocator, b: ChunkBuilder, name: str, where: str, sh
         if rel is None:
             b.problem("outside_dataset", where, f"{shown} leaves the dataset; not followed", "image skipped")
             return None
-        b.problem("outside_dataset", where, f"{shown} leaves the dataset; not followed", f"found {rel!r} inside it", "repaired")
+        b.problem(
+            "outside_dataset",
+            where,
+            f"{shown} leaves the dataset; not followed",
+            f"found {rel!r} inside it",
+            "repaired",
+        )
         return rel
     if rel is None and locator.special is not None:
         rel_special, kind = locator.special

@@ -17,14 +17,15 @@ line and the value.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from lxml import etree
 
 from detloader._files import open_regular
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.readers.common import FileTooLargeError, read_head
+from detloader.errors import DetloaderTypeError, DetloaderValueError, UnsafeXMLError
 
 #: Default cap on one annotation file (VOC, imglab); large single-file formats set their own.
 MAX_XML_BYTES = 16 * 1024 * 1024
@@ -38,10 +39,6 @@ __all__ = [
     "iter_xml", "iterparse_safe", "parse_xml_bytes", "prolog_end", "report_xml_error", "root_tag",
     "sniff_xml", "stream_records", "syntax_message", "xml_files_with_root",
 ]
-
-
-class UnsafeXMLError(ValueError):
-    """The document declares entities or references external resources."""
 
 
 def check_prolog(head: bytes) -> None:
@@ -203,7 +200,7 @@ def annotation_xml(path: Path, tag: str, kind: str, preferred: str | None = None
         found = [p for p in found if p.name == preferred] or found
     if len(found) != 1:
         names = ", ".join(p.name for p in found) or "none"
-        raise ValueError(f"path={str(path)!r} holds {len(found)} {kind} files ({names}); pass one of them")
+        raise DetloaderValueError(f"path={str(path)!r} holds {len(found)} {kind} files ({names}); pass one of them")
     return found[0]
 
 
@@ -253,7 +250,7 @@ def report_xml_error(b: ChunkBuilder, err: Exception, *, streamed: bool) -> None
     elif isinstance(err, OSError):
         b.problem("unreadable_file", "", f"{err.strerror or err}", "file skipped")
     else:
-        raise TypeError(f"err={err!r} is not an XML file error")
+        raise DetloaderTypeError(f"err={err!r} is not an XML file error")
 
 
 def stream_records(

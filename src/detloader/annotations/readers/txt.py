@@ -31,22 +31,30 @@ its path as written.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
 from detloader.annotations.builder import ChunkBuilder
+from detloader.annotations.index import AnnotationIndex
+from detloader.annotations.landmarks import FACE5
 from detloader.annotations.options import ReadOptions
+from detloader.annotations.problems import check_choice
 from detloader.annotations.readers.common import (
-    Source, Stamp, candidate_dirs, check_options, dir_identity, read_head, stat_entry,
+    Source,
+    Stamp,
+    candidate_dirs,
+    check_options,
+    dir_identity,
+    read_head,
+    stat_entry,
 )
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, ImageLocator, add_listed_image
 from detloader.annotations.readers.txt_faces import INTEGER, parse_retinaface, parse_wider
-from detloader.annotations.index import AnnotationIndex
-from detloader.annotations.landmarks import FACE5
-from detloader.annotations.problems import check_choice
 from detloader.annotations.splits import files_as_splits
+from detloader.errors import DetloaderValueError
 
 __all__ = [
     "DEFAULT_LANDMARKS", "KINDS", "LIST_NAMES", "NAME", "NAMES_FILES", "OPTIONS", "PARALLEL",
@@ -131,7 +139,7 @@ def _names(value: Any, root: Path, stamp: list[Stamp]) -> list[str]:
         return [str(v) for v in value]
     path = Path(value) if os.path.isabs(str(value)) else root / str(value)
     if not path.is_file():
-        raise ValueError(f"names={str(value)!r} is neither a list nor an existing file")
+        raise DetloaderValueError(f"names={str(value)!r} is neither a list nor an existing file")
     stamp.append(stat_entry(path, root))
     return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
@@ -145,7 +153,7 @@ def discover(path: Path, options: ReadOptions) -> Source:
     else:
         lists = _list_files(path)
         if not lists:
-            raise ValueError(
+            raise DetloaderValueError(
                 f"path={str(path)!r} holds no list file ({', '.join(n + '.txt' for n in LIST_NAMES)})"
             )
         if any(p.stem in ("label", "labels") for p in lists) and len(lists) > 1:
@@ -158,7 +166,7 @@ def discover(path: Path, options: ReadOptions) -> Source:
     for p in lists:
         kind = kind_option or detect_kind(p)
         if kind is None:
-            raise ValueError(f"{p.name}: not a 'path label' list, RetinaFace label.txt or WIDER FACE file")
+            raise DetloaderValueError(f"{p.name}: not a 'path label' list, RetinaFace label.txt or WIDER FACE file")
         kinds[p.name] = kind
     stamp = [stat_entry(p, root) for p in lists]
     names = _names(options.option("names"), root, stamp)

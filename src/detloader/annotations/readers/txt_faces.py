@@ -8,7 +8,7 @@ docstring. ``lines`` are ``(line number, stripped text)`` of the non-empty lines
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.landmarks import FACE5
@@ -55,7 +55,12 @@ def parse_retinaface(lines: Iterator[tuple[int, str]], locator: ImageLocator, b:
         if values is None:
             continue
         if len(values) not in (4, 5, 19, 20):
-            b.problem("bad_value", where, f"{len(values)} values: expected x y w h [+ 5 x (x y flag) + score]", "object skipped")
+            b.problem(
+                "bad_value",
+                where,
+                f"{len(values)} values: expected x y w h [+ 5 x (x y flag) + score]",
+                "object skipped",
+            )
             continue
         x, y, w, h = values[:4]
         points = None
@@ -67,7 +72,9 @@ def parse_retinaface(lines: Iterator[tuple[int, str]], locator: ImageLocator, b:
                     points.append((name, 0.0, 0.0, 0))
                 else:
                     points.append((name, px, py, 1 if flag == 1.0 else 2))
-        b.add_object((x, y, x + w, y + h), FACE_CLASS, element=where, box_field="", landmarks=points, landmark_field="landmarks")
+        b.add_object(
+            (x, y, x + w, y + h), FACE_CLASS, element=where, box_field="", landmarks=points, landmark_field="landmarks"
+        )
 
 
 def parse_wider(lines: Iterator[tuple[int, str]], locator: ImageLocator, b: ChunkBuilder) -> None:
@@ -81,7 +88,12 @@ def parse_wider(lines: Iterator[tuple[int, str]], locator: ImageLocator, b: Chun
             b.problem("missing_field", where, f"{path!r}: the face count line is missing", "image skipped")
             return
         if not INTEGER.match(count_text):
-            b.problem("unparseable", f"line {n_count}", f"face count {count_text!r} is not an integer", "rest of the file skipped")
+            b.problem(
+                "unparseable",
+                f"line {n_count}",
+                f"face count {count_text!r} is not an integer",
+                "rest of the file skipped",
+            )
             return
         count = int(count_text)
         rows: list[tuple[int, str]] = []
@@ -91,7 +103,12 @@ def parse_wider(lines: Iterator[tuple[int, str]], locator: ImageLocator, b: Chun
             except StopIteration:
                 break
         if count == 0 and rows and set(rows[0][1].split()) != {"0"}:
-            b.problem("unparseable", f"line {rows[0][0]}", "expected a line of zeros after a count of 0", "rest of the file skipped")
+            b.problem(
+                "unparseable",
+                f"line {rows[0][0]}",
+                "expected a line of zeros after a count of 0",
+                "rest of the file skipped",
+            )
             return
         if len(rows) < count:
             b.problem("missing_field", where, f"{path!r}: {count} faces announced, {len(rows)} given", "image skipped")
@@ -115,7 +132,12 @@ def _wider_face(text: str, where: str, b: ChunkBuilder) -> None:
     for (name, words), value in zip(WIDER_ATTRIBUTES, values[4:]):
         code = int(value) if value.is_integer() else -1
         if not 0 <= code < len(words):
-            b.problem("bad_value", f"{where}/{name}", f"{name}={value:g} is not one of 0..{len(words) - 1}", "attribute skipped")
+            b.problem(
+                "bad_value",
+                f"{where}/{name}",
+                f"{name}={value:g} is not one of 0..{len(words) - 1}",
+                "attribute skipped",
+            )
             continue
         codes[name] = code
         attrs[name] = words[code]

@@ -41,25 +41,43 @@ import math
 import ntpath
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from lxml import etree
 
 from detloader.annotations.builder import ChunkBuilder
-from detloader.annotations.options import ReadOptions
 from detloader.annotations.checks import MAX_SIDE
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import FACE5, LandmarkSchema
+from detloader.annotations.options import ReadOptions
 from detloader.annotations.problems import Problem, capped
 from detloader.annotations.readers.common import (
-    FileTooLargeError, Source, Stamp, dir_identity, find_child_dir, read_capped, scan_files, stat_entry,
+    FileTooLargeError,
+    Source,
+    Stamp,
+    dir_identity,
+    find_child_dir,
+    read_capped,
+    scan_files,
+    stat_entry,
 )
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, header_size, stays_inside
-from detloader.annotations.readers.voc_objects import child_text, first_children, parse_attributes, parse_object
-from detloader.annotations.readers.safe_xml import UnsafeXMLError, parse_xml_bytes, report_xml_error, root_tag
+from detloader.annotations.readers.safe_xml import (
+    UnsafeXMLError,
+    parse_xml_bytes,
+    report_xml_error,
+    root_tag,
+)
+from detloader.annotations.readers.voc_objects import (
+    child_text,
+    first_children,
+    parse_attributes,
+    parse_object,
+)
 from detloader.annotations.splits import match_entries, report
+from detloader.errors import DetloaderValueError
 
 __all__ = [
     "ANNOTATION_DIRS", "IMAGE_DIRS", "NAME", "default_landmarks", "discover", "parse", "sniff", "splits", "unannotated",
@@ -111,7 +129,7 @@ def _single_year_folder(path: Path) -> Path | None:
     years = [p for top in tops for p in sorted(top.glob("VOC*")) if p.is_dir() and find_child_dir(p, ("Annotations",))]
     if len(years) > 1:
         names = ", ".join(p.name for p in years)
-        raise ValueError(f"path={str(path)!r} holds several VOC datasets ({names}); pass one of them")
+        raise DetloaderValueError(f"path={str(path)!r} holds several VOC datasets ({names}); pass one of them")
     return years[0] if years else None
 
 
@@ -190,13 +208,25 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
     stem = os.path.splitext(os.path.basename(rel))[0]
     if filename and not opts.allow_outside_images and not stays_inside(os.path.join(image_dir, sub), filename):
         base = ntpath.basename(filename)
-        b.problem("outside_dataset", "filename", f"filename={filename!r} leaves the dataset; not followed", f"looked for {base!r} inside it", "repaired")
+        b.problem(
+            "outside_dataset",
+            "filename",
+            f"filename={filename!r} leaves the dataset; not followed",
+            f"looked for {base!r} inside it",
+            "repaired",
+        )
         filename = base
-    literal = written if "/" not in written and filename == written.strip() else ""  # " a .jpg", "a\\b.jpg": a name as written
-    image_rel = _resolve_image(root, image_dir, sub, filename, stem, child_text(top, "path"), opts.check_images, literal)
+    literal = (
+        written if "/" not in written and filename == written.strip() else ""
+    )  # " a .jpg", "a\\b.jpg": a name as written
+    image_rel = _resolve_image(
+        root, image_dir, sub, filename, stem, child_text(top, "path"), opts.check_images, literal
+    )
     if image_rel is None:
         shown = filename or f"{stem}.*"
-        b.missing_image("filename", f"filename={shown!r} not found in {os.path.join(image_dir, sub) or '.'}", filename or stem)
+        b.missing_image(
+            "filename", f"filename={shown!r} not found in {os.path.join(image_dir, sub) or '.'}", filename or stem
+        )
         return
 
     size_el = top.get("size")

@@ -37,26 +37,41 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from detloader._files import NotRegularFileError
 from detloader.annotations.builder import ChunkBuilder
-from detloader.annotations.options import ReadOptions
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
-from detloader.annotations.readers.common import (
-    Source, Stamp, check_options, find_child_dir, parse_floats, read_capped, read_head, stat_entry,
-)
+from detloader.annotations.options import ReadOptions
 from detloader.annotations.problems import Problem, capped
-from detloader.annotations.readers.locate import image_size
-from detloader.annotations.splits import match_entries
-from detloader.annotations.readers.yolo_config import (
-    IMAGE_SUFFIXES, YoloConfigError, class_names, find_yaml, images_under, kpt_config, load_yaml,
-    find_names_file, split_images,
+from detloader.annotations.readers.common import (
+    Source,
+    Stamp,
+    check_options,
+    find_child_dir,
+    parse_floats,
+    read_capped,
+    read_head,
+    stat_entry,
 )
+from detloader.annotations.readers.locate import image_size
+from detloader.annotations.readers.yolo_config import (
+    IMAGE_SUFFIXES,
+    YoloConfigError,
+    class_names,
+    find_names_file,
+    find_yaml,
+    images_under,
+    kpt_config,
+    load_yaml,
+    split_images,
+)
+from detloader.annotations.splits import match_entries
 
 __all__ = [
     "NAME", "OPTIONS", "PARALLEL", "SNAP", "SPLIT_KEYS", "YoloConfigError", "default_landmarks",
@@ -321,7 +336,9 @@ def _keypoints(
         if d == 3:
             v = values[i * d + 2]
             if v not in (0.0, 1.0, 2.0):
-                b.problem("bad_value", f"{where}/keypoints[{i + 1}]", f"{name}: v={v:g} is not 0, 1 or 2", "point skipped")
+                b.problem(
+                    "bad_value", f"{where}/keypoints[{i + 1}]", f"{name}: v={v:g} is not 0, 1 or 2", "point skipped"
+                )
                 continue
             vis = int(v)
         else:

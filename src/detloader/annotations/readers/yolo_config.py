@@ -14,6 +14,7 @@ import yaml
 from detloader.annotations.problems import Problem
 from detloader.annotations.readers.common import Stamp, scan_files, stat_entry
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS
+from detloader.errors import YoloConfigError
 
 __all__ = [
     "IMAGE_SUFFIXES", "NAMES_FILES", "YAML_NAMES", "YoloConfigError", "class_names", "find_yaml",
@@ -24,10 +25,6 @@ YAML_NAMES = ("data.yaml", "dataset.yaml", "data.yml", "dataset.yml")
 NAMES_FILES = ("classes.txt", "obj.names", "names.txt", "classes.names")
 #: Image file name endings, lower case.
 IMAGE_SUFFIXES = tuple(sorted({e.lower() for e in IMAGE_EXTENSIONS}))
-
-
-class YoloConfigError(ValueError):
-    """A ``data.yaml`` that cannot be used; names the file, the key and the value."""
 
 
 def find_yaml(folder: Path) -> Path | None:

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
 from detloader._files import atomic_write
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.annotations.problems import check_choice
+from detloader.errors import DetloaderValueError
 
 __all__ = ["IMAGE_MODES", "ImagePlacer", "attribute_rows", "check_choice", "image_attributes", "prepare_out"]
 
@@ -24,9 +25,9 @@ def prepare_out(out: str | os.PathLike[str], overwrite: bool) -> Path:
     """The output folder, created; refused when it is a file, or not empty without ``overwrite``."""
     path = Path(out)
     if path.exists() and not path.is_dir():
-        raise ValueError(f"out={str(out)!r} is a file, not a folder")
+        raise DetloaderValueError(f"out={str(out)!r} is a file, not a folder")
     if path.is_dir() and any(path.iterdir()) and not overwrite:
-        raise ValueError(f"out={str(out)!r} is not empty; pass overwrite=True (--overwrite) to write into it")
+        raise DetloaderValueError(f"out={str(out)!r} is not empty; pass overwrite=True (--overwrite) to write into it")
     path.mkdir(parents=True, exist_ok=True)
     return path
 

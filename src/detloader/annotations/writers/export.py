@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.writers.coco import write_coco
 from detloader.annotations.writers.common import IMAGE_MODES, check_choice
 from detloader.annotations.writers.voc import write_voc
 from detloader.annotations.writers.yolo import write_yolo
+from detloader.errors import DetloaderValueError
 
 __all__ = ["EXPORT_FORMATS", "write_annotations"]
 
@@ -37,7 +38,7 @@ def write_annotations(
     check_choice("format", format, EXPORT_FORMATS)
     check_choice("images", images, IMAGE_MODES)
     if val_fraction is not None and format != "yolo":
-        raise ValueError(f"val_fraction={val_fraction!r} is for format='yolo', not {format!r}")
+        raise DetloaderValueError(f"val_fraction={val_fraction!r} is for format='yolo', not {format!r}")
     if split is not None:
         index = index.split(split)
     options = {"val_fraction": val_fraction, "seed": seed} if format == "yolo" else {}

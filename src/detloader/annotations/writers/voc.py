@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 from xml.sax.saxutils import escape, quoteattr
 
 import numpy as np
 
-from detloader.annotations.index import AnnotationIndex
 from detloader._files import write_file
-from detloader.annotations.writers.common import ImagePlacer, attribute_rows, image_attributes, prepare_out
+from detloader.annotations.index import AnnotationIndex
+from detloader.annotations.writers.common import (
+    ImagePlacer,
+    attribute_rows,
+    image_attributes,
+    prepare_out,
+)
 
 __all__ = ["shortest_float32", "unique_stems", "write_voc"]
 
@@ -118,7 +123,8 @@ def _voc_object(index: AnnotationIndex, j: int, attrs: dict[str, str], names: Se
         lines.append("    <keypoints>")
         for name, (x, y), v in zip(names, index.landmarks[j], vis):
             lines.append(
-                f"      <keypoint name={quoteattr(name)} x=\"{shortest_float32(x)}\" y=\"{shortest_float32(y)}\" visible=\"{int(v)}\"/>"
+                f'      <keypoint name={quoteattr(name)} x="{shortest_float32(x)}" '
+                f'y="{shortest_float32(y)}" visible="{int(v)}"/>'
             )
         lines.append("    </keypoints>")
     lines += _voc_attributes(attrs, "    ")

@@ -10,15 +10,13 @@ from typing import Any
 import numpy as np
 import yaml
 
-from detloader.annotations.index import AnnotationIndex
 from detloader._files import write_file
+from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.writers.common import ImagePlacer, prepare_out
+from detloader.errors import DetloaderValueError, YoloExportWarning
 
 __all__ = ["YOLO_SPLIT_KEYS", "YoloExportWarning", "write_yolo"]
 
-
-class YoloExportWarning(UserWarning):
-    """data.yaml's ``val`` names the training images (the index has no val split)."""
 
 #: Index split names that map to Ultralytics' data.yaml keys.
 YOLO_SPLIT_KEYS = {
@@ -55,15 +53,15 @@ def write_yolo(
 
     Ultralytics requires a ``val`` key. ``val_fraction`` holds out that fraction of the
     training images (the train split, or every image) at random, seeded by ``seed``, as
-    ``train.txt`` and ``val.txt`` (refused when the index has a val split already). Without it and without a val split, ``val`` names the training
-    images and a :class:`YoloExportWarning` says so (validation scores would be on training
+    ``train.txt`` and ``val.txt`` (refused when the index has a val split already). Without it and without a val split,
+    ``val`` names the training images and a :class:`YoloExportWarning` says so (validation scores would be on training
     data).
     """
     if images == "none":
-        raise ValueError("images='none' is not possible for YOLO (labels are found from image paths); "
+        raise DetloaderValueError("images='none' is not possible for YOLO (labels are found from image paths); "
                          "choose one of link, copy, symlink")
     if val_fraction is not None and not (isinstance(val_fraction, (int, float)) and 0 < val_fraction < 1):
-        raise ValueError(f"val_fraction={val_fraction!r} must be a number between 0 and 1 (exclusive)")
+        raise DetloaderValueError(f"val_fraction={val_fraction!r} must be a number between 0 and 1 (exclusive)")
     placer = ImagePlacer(index, images)
     root = prepare_out(out, overwrite)
     img_dir, lbl_dir = root / "images", root / "labels"
@@ -102,7 +100,7 @@ def write_yolo(
                 train = members
     if val_fraction is not None:
         if "val" in config:
-            raise ValueError(
+            raise DetloaderValueError(
                 f"val_fraction={val_fraction}: the index has a val split already ({config['val']}); "
                 "pass val_fraction only for a dataset without one"
             )

@@ -1,0 +1,211 @@
+"""Every error and warning detloader raises, in one family.
+
+``except detloader.DetloaderError`` catches anything the library raises on purpose; each error
+also keeps the builtin base callers caught before (``ValueError``, ``KeyError``, ``OSError``, ...),
+so ``except ValueError`` still works. Warnings derive from :class:`DetloaderWarning`, so one
+``warnings.filterwarnings("ignore", category=DetloaderWarning)`` silences them all.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from detloader.annotations.problems import Problem, ProblemReport
+
+__all__ = [
+    "DetloaderError", "DetloaderWarning", "DetloaderRuntimeWarning", "DetloaderValueError",
+    "DetloaderTypeError", "DetloaderIndexError", "DetloaderKeyError",
+    "DetloaderFileNotFoundError", "MissingExtraError", "AnnotationError", "ClassMapError",
+    "UnsafeXMLError", "YoloConfigError", "CacheError", "SplitNotFoundError", "SplitsExistError",
+    "EmptyIndexError", "AnnotationWarning", "ImageFolderWarning", "FlipPairWarning",
+    "YoloExportWarning", "NotRegularFileError", "FileTooLargeError", "DiskFullError",
+    "ImageDecodeError", "StoreTooLargeError", "TuneWarning", "StaleTuneWarning", "RunDirError",
+    "DataMismatchError", "CheckpointError",
+]
+
+
+class DetloaderError(Exception):
+    """The base of every error detloader raises."""
+
+
+class DetloaderWarning(UserWarning):
+    """The base of every warning detloader gives."""
+
+
+class DetloaderRuntimeWarning(DetloaderWarning, RuntimeWarning):
+    """Something at run time went a slower or weaker way (a cache rebuilt or not written, a
+    damaged image decoded anyway, a store rebuilt); the work goes on."""
+
+
+class DetloaderValueError(DetloaderError, ValueError):
+    """An argument or a value read from a file that detloader cannot use; the message names it."""
+
+
+class DetloaderTypeError(DetloaderError, TypeError):
+    """An argument of the wrong type; the message names it and the type given."""
+
+
+class DetloaderIndexError(DetloaderError, IndexError):
+    """An image or object index out of range."""
+
+
+class DetloaderKeyError(DetloaderError, KeyError):
+    """A name (split, attribute) the dataset lacks. Its text is the sentence itself, not
+    KeyError's quoted repr."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class DetloaderFileNotFoundError(DetloaderError, FileNotFoundError):
+    """A path given to detloader that does not exist."""
+
+
+class MissingExtraError(DetloaderError, ImportError):
+    """An optional dependency is not installed; the message names the extra that brings it."""
+
+
+# -- annotations ----------------------------------------------------------------------------
+
+
+class AnnotationError(DetloaderValueError):
+    """Bad annotation input. ``str(err)`` names the file, the element or field and the value.
+
+    ``err.problem`` is the problem that raised, ``err.report`` all problems found in the read
+    (when the error comes from a whole read, otherwise ``None``).
+    """
+
+    def __init__(self, problem: Problem, report: ProblemReport | None = None) -> None:
+        message = str(problem)
+        if report is not None and len(report.errors) > 1:
+            message += f" (and {len(report.errors) - 1} more errors: {report.summary_line()})"
+        if report is not None and problem.kind in report.hints():
+            message += f"; hint: {report.hints()[problem.kind]}"
+        super().__init__(message)
+        self.problem = problem
+        self.report = report
+
+    def __reduce__(self) -> tuple[Any, ...]:  # keep it picklable across worker processes
+        return (AnnotationError, (self.problem, self.report))
+
+
+class ClassMapError(DetloaderValueError):
+    """``class_map`` keys that match no class found in the files (a typo would rename or drop
+    nothing). ``str(err)`` names each key, a close match when there is one, and the classes
+    found; ``err.keys`` holds the keys, ``err.classes`` the classes found."""
+
+    #: classes named in the message at most (the count of the rest follows)
+    SHOWN = 40
+
+    def __init__(self, keys: Iterable[str], classes: Iterable[str]) -> None:
+        self.keys = tuple(keys)
+        self.classes = tuple(classes)
+        parts = []
+        for key in self.keys:
+            close = difflib.get_close_matches(key, self.classes, n=1)
+            parts.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
+        shown = ", ".join(repr(c) for c in self.classes[: self.SHOWN]) or "none"
+        if len(self.classes) > self.SHOWN:
+            shown += f", ... ({len(self.classes)} in all)"
+        super().__init__(
+            f"class_map: {', '.join(parts)} matches no class in the files; classes found: {shown}"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ClassMapError, (self.keys, self.classes))
+
+
+class UnsafeXMLError(DetloaderValueError):
+    """The document declares entities or references external resources."""
+
+
+class YoloConfigError(DetloaderValueError):
+    """A ``data.yaml`` that cannot be used; names the file, the key and the value."""
+
+
+class CacheError(DetloaderValueError):
+    """A cache file that cannot be used (wrong magic, version, checksum, or truncated)."""
+
+
+class SplitNotFoundError(DetloaderKeyError):
+    """A split the dataset lacks (still a KeyError: callers that catch one still do)."""
+
+
+class SplitsExistError(DetloaderValueError):
+    """:func:`make_splits` refused: the dataset has train / val / test splits already."""
+
+
+class EmptyIndexError(DetloaderValueError):
+    """The index holds no images: there is nothing to count or balance."""
+
+
+class AnnotationWarning(DetloaderWarning):
+    """Problems in the annotations that were skipped or repaired (``on_error="warn"``)."""
+
+
+class ImageFolderWarning(AnnotationWarning):
+    """The images were not where the layout says; they were read from the folder found."""
+
+
+class FlipPairWarning(DetloaderWarning):
+    """A doubtful left/right flip pair; ``kind`` is a key of ``landmarks.FLIP_PROBLEMS``."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{message} [{kind}]")
+        self.kind = kind
+
+
+class YoloExportWarning(DetloaderWarning):
+    """data.yaml's ``val`` names the training images (the index has no val split)."""
+
+
+# -- files and images -----------------------------------------------------------------------
+
+
+class NotRegularFileError(DetloaderError, OSError):
+    """A path that is a FIFO, socket, device or folder where a file was expected."""
+
+
+class FileTooLargeError(DetloaderValueError):
+    """A file over its size cap; the message names its size and the cap."""
+
+
+class DiskFullError(DetloaderError, OSError):
+    """A write that failed for want of space (``ENOSPC``) or quota (``EDQUOT``); the message
+    names the file and the space left. ``errno`` is the original one."""
+
+
+class ImageDecodeError(DetloaderValueError):
+    """An image file that cannot be decoded; the message names the file and the reason."""
+
+
+class StoreTooLargeError(DetloaderValueError):
+    """The store would not fit in the free disk space or memory; names both figures."""
+
+
+# -- tuning and training --------------------------------------------------------------------
+
+
+class TuneWarning(DetloaderWarning):
+    """Loader settings come from the heuristic, not from a measurement."""
+
+
+class StaleTuneWarning(TuneWarning):
+    """The cached tuning result was measured under another load than the machine has now
+    (see :mod:`detloader.tune.freshness`)."""
+
+
+class RunDirError(DetloaderValueError):
+    """``out`` holds another run, or another training is writing it."""
+
+
+class DataMismatchError(DetloaderValueError):
+    """A checkpoint is resumed (or evaluated) on data other than its own."""
+
+
+class CheckpointError(DetloaderValueError):
+    """A checkpoint file that cannot be read: ``str(err)`` names the file, what is wrong, and
+    the previous checkpoint when one beside it loads."""
