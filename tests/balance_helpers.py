@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from detloader.annotations.index import MISSING, AnnotationIndex, Vocabulary, pack_strings
+from detloader.annotations.fields import pack_strings
+from detloader.annotations.index import MISSING, AnnotationIndex, Vocabulary
 from detloader.annotations.landmarks import LandmarkSchema
 
 #: Significance threshold of every frequency test: a correct sampler fails one of them

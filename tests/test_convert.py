@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from detloader import AnnotationError, LandmarkSchema, read_annotations
-from detloader.annotations.readers.imglab import IBUG68
+from detloader.annotations.landmarks import IBUG68
 from detloader.annotations.writers import write_annotations, write_coco, write_voc, write_yolo
 from detloader.cli import main
 

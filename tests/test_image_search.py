@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 import detloader.annotations.read as read_module
 from detloader import AnnotationError, read_annotations
-from detloader.annotations.image_search import ImageFolderWarning, find_image_folder, should_search
+from detloader.annotations.image_search import find_image_folder, should_search
+from detloader.errors import ImageFolderWarning
 
 
 def _coco(root: Path, names: list[str], json_name: str = "annotations/my_export.json") -> Path:

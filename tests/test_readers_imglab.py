@@ -10,7 +10,7 @@ import pytest
 from helpers import write_image
 
 from detloader import AnnotationError, detect_format, read_annotations
-from detloader.annotations.readers.imglab import IBUG68
+from detloader.annotations.landmarks import IBUG68
 from detloader.cli import main
 
 # streamed like CVAT: the XML file is closed however the stream ends

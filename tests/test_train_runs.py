@@ -19,10 +19,11 @@ from helpers import free_port
 
 import detloader
 from detloader.cli import main
+from detloader.errors import DataMismatchError
 from detloader.synth import make_synthetic
 from detloader.train import TrainConfig, load_checkpoint, train
 from detloader.train.checkpoint import CheckpointError
-from detloader.train.runs import DataMismatchError, RunDirError, RunLock
+from detloader.train.runs import RunDirError, RunLock
 
 pytest.importorskip("faster_coco_eval")
 

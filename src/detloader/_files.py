@@ -23,11 +23,6 @@ from typing import IO, Any, BinaryIO
 
 from detloader.errors import DiskFullError, FileTooLargeError, NotRegularFileError
 
-__all__ = [
-    "DiskFullError", "FileTooLargeError", "NotRegularFileError", "atomic_write", "file_kind",
-    "open_regular", "read_capped", "write_file",
-]
-
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"))
 

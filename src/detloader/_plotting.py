@@ -10,8 +10,6 @@ from typing import Any
 
 from detloader.errors import MissingExtraError
 
-__all__ = ["MissingExtraError", "new_figure"]
-
 
 def new_figure(**kwargs: Any) -> Any:
     """A ``matplotlib.figure.Figure`` (``figsize``, ``dpi``, ``layout``... as matplotlib takes

@@ -25,8 +25,6 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["run_in_processes", "start_method", "worker_context"]
-
 
 def start_method() -> str:
     """``"fork"`` when forking is safe here, else the start method in force."""

@@ -28,8 +28,6 @@ from detloader.dataset import Sample
 from detloader.errors import DetloaderTypeError, DetloaderValueError
 from detloader.transforms.functional import chw_tensor
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "TARGET_FORMATS", "Batch", "collate_detection"]
-
 #: ImageNet statistics in 0..1 units, the usual default for pretrained backbones.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

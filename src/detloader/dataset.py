@@ -67,8 +67,6 @@ from detloader.transforms.base import Annotated, min_input_size
 from detloader.transforms.functional import affine_boxes, affine_points, chw_tensor
 from detloader.transforms.mix import MIX_STREAM, MixUp, Mosaic, group_size, mix_choice
 
-__all__ = ["DECODE_ERROR_CHOICES", "DetectionDataset", "OnDecodeError", "Sample"]
-
 OnDecodeError = Literal["raise", "skip"]
 DECODE_ERROR_CHOICES: tuple[str, ...] = ("raise", "skip")
 #: Images tried as substitutes of one undecodable image before giving up.

@@ -36,13 +36,6 @@ from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError, Image
 if TYPE_CHECKING:
     from PIL import Image
 
-__all__ = [
-    "EXIF_CHOICES", "Decoded", "ExifPolicy", "ImageDecodeError", "MAX_IMAGE_BYTES", "MAX_IMAGE_BYTES_ENV",
-    "MAX_PIXELS", "MAX_PIXELS_ENV", "MinSize", "check_pixels", "header_size", "apply_orientation",
-    "check_exif_policy", "decode_image", "image_bytes", "jpeg_exif_orientation", "oriented_size",
-    "read_image", "should_apply_orientation",
-]
-
 ExifPolicy = Literal["auto", "apply", "ignore"]
 EXIF_CHOICES: tuple[str, ...] = ("auto", "apply", "ignore")
 

@@ -45,8 +45,6 @@ from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError
 from detloader.transforms.mix import MixUp, Mosaic, group_size
 from detloader.tune.heuristic import auto_loader_kwargs
 
-__all__ = ["LoaderOptions", "make_loader", "set_epoch"]
-
 
 class WorkerInit:
     """``worker_init_fn`` of loaders made here (a picklable class, for ``spawn``).

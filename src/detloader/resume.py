@@ -35,8 +35,6 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 from detloader.errors import DetloaderValueError
 from detloader.loader import set_epoch
 
-__all__ = ["ResumableLoader"]
-
 
 class ResumableLoader:
     """Wraps a DataLoader; counts consumed batches; saves and restores the epoch position.

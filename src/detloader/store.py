@@ -45,11 +45,6 @@ from detloader.annotations.index import AnnotationIndex
 from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError, StoreTooLargeError
 from detloader.images import ExifPolicy, ImageDecodeError, read_image
 
-__all__ = [
-    "CACHE_CHOICES", "STORE_VERSION", "CacheKind", "ImageStore", "StoreTooLargeError", "cache_size_from",
-    "decode_to_size", "store_sizes",
-]
-
 CacheKind = Literal["disk", "ram"]
 CACHE_CHOICES: tuple[str, ...] = ("disk", "ram")
 MAGIC = b"DLSTORE\n"

@@ -227,4 +227,3 @@ def make_synthetic(
     (sets_dir / "val.txt").write_text("".join(s + "\n" for s in val))
     return root
 
-__all__ = ["DEFAULT_CLASSES", "DEFAULT_CLASS_FREQUENCIES", "IMAGE_CLASSES", "IMAGE_CLASS_FREQUENCIES", "make_synthetic"]

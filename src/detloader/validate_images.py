@@ -21,8 +21,6 @@ from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.problems import Problem
 from detloader.images import ImageDecodeError, check_pixels, decode_image, image_bytes
 
-__all__ = ["check_image", "check_images"]
-
 _READ_ERRORS = {
     FileNotFoundError: "missing_image",
     NotRegularFileError: "not_a_regular_file",

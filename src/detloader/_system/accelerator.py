@@ -7,8 +7,6 @@ Nothing here creates a CUDA context (safe before DataLoader workers fork) except
 
 from __future__ import annotations
 
-__all__ = ["PINNABLE", "accelerator_available", "accelerator_info", "accelerator_kind"]
-
 #: Accelerator types whose host-to-device copies benefit from page-locked (pinned) memory.
 PINNABLE = ("cuda", "xpu")
 

@@ -13,12 +13,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = [
-    "CgroupMount", "cgroup_chain", "cgroup_cpu_limit", "cgroup_memory_limit", "cgroup_memory_usage",
-    "parse_cfs", "parse_cpu_max", "parse_memory_limit", "parse_mountinfo", "parse_proc_cgroup",
-    "proc_chain", "read_text",
-]
-
 #: Memory limits at or above this are cgroup v1's way of saying "unlimited" (2**63 - page size).
 _UNLIMITED_BYTES = 1 << 60
 

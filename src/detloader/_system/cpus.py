@@ -13,11 +13,6 @@ from collections.abc import Iterable
 
 from detloader._system.cgroups import cgroup_cpu_limit, read_text
 
-__all__ = [
-    "affinity_cpus", "affinity_set", "busy_cpus", "busy_from_samples", "busy_now", "cpu_sample",
-    "load_figures", "local_world_size", "logical_cores", "parse_proc_stat", "physical_cores", "usable_cpus",
-]
-
 
 def affinity_cpus() -> int:
     """CPUs this process may run on (its affinity mask), at least 1."""

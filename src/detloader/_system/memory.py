@@ -6,8 +6,6 @@ from dataclasses import dataclass
 
 from detloader._system.cgroups import cgroup_memory_limit, cgroup_memory_usage
 
-__all__ = ["MemoryFacts", "memory_facts"]
-
 
 @dataclass(frozen=True)
 class MemoryFacts:

@@ -10,15 +10,10 @@ into VOC, COCO or YOLO.
 
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.annotations.landmarks import FACE5, LandmarkSchema
-from detloader.annotations.problems import (
-    AnnotationError,
-    AnnotationWarning,
-    ClassMapError,
-    Problem,
-    ProblemReport,
-)
+from detloader.annotations.problems import AnnotationError, AnnotationWarning, Problem, ProblemReport
 from detloader.annotations.read import available_formats, detect_format, read_annotations
 from detloader.annotations.view import ImageView
+from detloader.errors import ClassMapError
 
 __all__ = [
     "FACE5", "MISSING", "AnnotationError", "AnnotationIndex", "AnnotationWarning", "ClassMapError",

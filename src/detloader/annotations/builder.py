@@ -30,8 +30,6 @@ from detloader.annotations.options import ReadOptions
 from detloader.annotations.problems import Problem, Severity
 from detloader.errors import DetloaderError
 
-__all__ = ["ChunkBuilder"]
-
 #: Names of missing images a chunk keeps for the image-folder search (``image_search``).
 MISSING_NAMES_KEPT = 256
 

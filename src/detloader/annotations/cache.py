@@ -45,11 +45,6 @@ from detloader.annotations.problems import ProblemReport
 from detloader.annotations.vocabulary import Vocabulary
 from detloader.errors import CacheError, DetloaderValueError
 
-__all__ = [
-    "CACHE_DIR_ENV", "CACHE_SUBDIR", "CACHE_VERSION", "MAGIC", "CacheError", "MappedIndex", "cache_dir_for",
-    "load_index_file", "read_key", "save_index", "user_cache_dir",
-]
-
 MAGIC = b"DLINDEX\n"
 CACHE_VERSION = 2
 _ALIGN = 64

@@ -17,11 +17,6 @@ from typing import Any, NamedTuple
 from detloader.annotations.problems import Severity
 from detloader.errors import DetloaderValueError
 
-__all__ = [
-    "BOXES_FROM_POINTS", "Box", "Finding", "POINTS_BOX_MIN_SIDE", "Point", "box_from_points",
-    "check_box", "check_point", "check_size", "fmt", "MAX_SIDE", "parse_number",
-]
-
 #: The largest image side stored (the index keeps sizes as int32).
 MAX_SIDE = 2**31 - 1
 

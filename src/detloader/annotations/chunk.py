@@ -14,8 +14,6 @@ import numpy as np
 from detloader.annotations.fields import MISSING
 from detloader.annotations.problems import Problem
 
-__all__ = ["AttributeCells", "LocalVocab", "Partial"]
-
 
 @dataclass
 class Partial:

@@ -24,11 +24,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-__all__ = [
-    "FIELDS", "MISSING", "OFFSETS", "Field", "Level", "array_names", "fields_at", "pack_strings",
-    "unpack_string",
-]
-
 #: Id used in categorical arrays for "no value" (no image class, attribute not set).
 MISSING = -1
 

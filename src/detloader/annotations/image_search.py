@@ -24,12 +24,6 @@ from typing import Any
 
 from detloader.annotations.cache import CACHE_SUBDIR
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS
-from detloader.errors import ImageFolderWarning
-
-__all__ = [
-    "FEW_FOUND", "SEARCH_DEPTH", "SEARCH_MAX_FOLDERS", "FolderHit", "ImageFolderWarning",
-    "find_image_folder", "search_message", "should_search",
-]
 
 #: Levels of folders below the dataset root that are looked at (the root is level 0).
 SEARCH_DEPTH = 4

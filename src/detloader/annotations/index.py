@@ -36,7 +36,6 @@ from detloader.annotations.fields import (
     MISSING,
     OFFSETS,
     fields_at,
-    pack_strings,
     unpack_string,
     unpack_strings,
 )
@@ -51,8 +50,6 @@ from detloader.errors import (
     DetloaderValueError,
     SplitNotFoundError,
 )
-
-__all__ = ["MISSING", "AnnotationIndex", "ImageView", "SplitNotFoundError", "Vocabulary", "pack_strings"]
 
 
 class AnnotationIndex:

@@ -17,11 +17,6 @@ import numpy as np
 
 from detloader.errors import DetloaderValueError, FlipPairWarning
 
-__all__ = [
-    "COCO17", "COCO17_NAMES", "COCO17_SKELETON", "FACE5", "FLIP_PROBLEMS", "FlipPairWarning",
-    "IBUG68", "PRESETS", "LandmarkSchema", "infer_flip_pairs", "preset_schema", "skeleton_for",
-]
-
 #: A side in a landmark name: the word left/right (any case, not inside a longer lower-case
 #: word: ``cleft`` is no side) or a lone l/r (``l_ear``, ``eye-r``, ``eyeL``, ``LEye``).
 _SIDE = re.compile(

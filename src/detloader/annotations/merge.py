@@ -18,10 +18,9 @@ from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Field, pack_s
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, infer_flip_pairs
 from detloader.annotations.options import ReadOptions
-from detloader.annotations.problems import ClassMapError, Problem, ProblemReport
+from detloader.annotations.problems import Problem, ProblemReport
 from detloader.annotations.vocabulary import Vocabulary
-
-__all__ = ["check_class_map", "merge", "natural_key"]
+from detloader.errors import ClassMapError
 
 AttributeVocab = tuple[tuple[str, tuple[str, ...]], ...]
 

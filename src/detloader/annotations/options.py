@@ -11,8 +11,6 @@ from detloader.annotations.checks import BOXES_FROM_POINTS
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.annotations.problems import check_choice
 
-__all__ = ["MAX_FILE_BYTES", "ReadOptions"]
-
 #: Size cap of one annotation file (``max_file_bytes``), against files made to exhaust memory.
 MAX_FILE_BYTES = 16 * 1024 * 1024
 

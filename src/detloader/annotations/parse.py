@@ -112,4 +112,3 @@ def build_index(
     settle_splits(index, found, source.files[0] if len(source.files) == 1 else reader.NAME)
     return index
 
-__all__ = ["PARALLEL_MIN_FILES", "ProgressFn", "build_index"]

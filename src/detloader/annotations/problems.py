@@ -28,13 +28,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from detloader.errors import AnnotationError, AnnotationWarning, ClassMapError, DetloaderValueError
-
-__all__ = [
-    "ON_ERROR_CHOICES", "AnnotationError", "AnnotationWarning", "ClassMapError", "HINTS",
-    "HINT_MIN", "OnError", "Problem", "ProblemReport", "SHOWN", "Severity", "apply_policy", "capped",
-    "check_choice", "check_on_error", "did_you_mean",
-]
+from detloader.errors import AnnotationError, AnnotationWarning, DetloaderValueError
 
 OnError = Literal["raise", "skip", "warn"]
 ON_ERROR_CHOICES: tuple[str, ...] = ("raise", "skip", "warn")

@@ -17,12 +17,7 @@ from typing import Any
 
 from detloader._files import file_kind, open_regular
 from detloader.annotations import cache as _cache
-from detloader.annotations.image_search import (
-    ImageFolderWarning,
-    find_image_folder,
-    search_message,
-    should_search,
-)
+from detloader.annotations.image_search import find_image_folder, search_message, should_search
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.annotations.options import ReadOptions
@@ -43,6 +38,7 @@ from detloader.errors import (
     DetloaderRuntimeWarning,
     DetloaderTypeError,
     DetloaderValueError,
+    ImageFolderWarning,
 )
 
 #: Bumped when what a reader produces changes, so that old caches are rebuilt (4: the key
@@ -392,4 +388,3 @@ def _content_key(name: str, options_json: str, source: Source, verify: str = "st
             h.update(b"-")
     return h.hexdigest()
 
-__all__ = ["READER_VERSION", "VERIFY_CHOICES", "available_formats", "detect_format", "find_dataset", "read_annotations"]

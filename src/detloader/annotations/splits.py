@@ -24,28 +24,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from detloader.annotations.fields import MISSING
-from detloader.annotations.problems import SHOWN, Problem, ProblemReport, capped
+from detloader.annotations.problems import Problem, ProblemReport, capped
 from detloader.errors import DetloaderValueError, SplitsExistError
 
 if TYPE_CHECKING:
     from detloader.annotations.index import AnnotationIndex
-
-__all__ = [
-    "ROLES",
-    "SHOWN",
-    "SPLITS_JSON",
-    "SplitsExistError",
-    "check_fractions",
-    "class_groups",
-    "files_as_splits",
-    "make_splits",
-    "match_entries",
-    "rarest_class_per_image",
-    "report",
-    "settle_splits",
-    "split_role",
-    "stratified_split",
-]
 
 SPLITS_JSON = "splits.json"
 ROLES = ("train", "val", "test")

@@ -14,8 +14,6 @@ import numpy as np
 from detloader.annotations.fields import MISSING
 from detloader.annotations.vocabulary import Vocabulary
 
-__all__ = ["ImageView", "IndexLike"]
-
 
 class IndexLike(Protocol):
     """What a view reads from its index (an ``AnnotationIndex``; named here so that this module

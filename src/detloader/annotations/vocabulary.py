@@ -9,8 +9,6 @@ from typing import Any
 
 from detloader.annotations.landmarks import LandmarkSchema
 
-__all__ = ["Vocabulary"]
-
 
 @dataclass(frozen=True)
 class Vocabulary:

@@ -18,11 +18,6 @@ import numpy as np
 
 from detloader._system import local_world_size, usable_cpus
 
-__all__ = [
-    "MAX_WEIGHTS", "alias_draw", "alias_probabilities", "alias_table", "default_threads",
-    "thread_map",
-]
-
 #: Most weights a table takes: n * 2**32 must fit the int64 running sums.
 MAX_WEIGHTS = (1 << 31) - 1
 _MASK32 = np.uint64(0xFFFFFFFF)

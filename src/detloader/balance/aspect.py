@@ -18,8 +18,6 @@ from detloader.balance.checks import check_int
 from detloader.balance.groups import positions_by_group
 from detloader.errors import DetloaderValueError
 
-__all__ = ["AspectRatioBatchSampler"]
-
 
 class AspectRatioBatchSampler(EpochSampler):
     """A batch sampler: the wrapped sampler's order of the epoch, put into buckets by aspect

@@ -33,12 +33,6 @@ from detloader.balance.checks import check_int
 from detloader.balance.distributed import distributed_defaults, shard
 from detloader.errors import DetloaderValueError, DetloaderWarning
 
-__all__ = [
-    "CHUNK", "STREAM_BATCH", "STREAM_CLASS_AWARE", "STREAM_NO_REPLACEMENT", "STREAM_REPEAT",
-    "STREAM_WEIGHTED", "STREAM_WRAPPER", "EpochSampler", "epoch_generator", "epoch_items",
-    "index_dtype", "sampler_config",
-]
-
 #: Draws per chunk: bounds temporary memory (and keeps it in cache), and fixes the random
 #: streams: chunk k of an epoch always comes from the generator seeded (seed, epoch, stream, k).
 CHUNK = 1 << 16

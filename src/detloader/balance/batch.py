@@ -18,8 +18,6 @@ from detloader.balance.class_aware import ClassSampler
 from detloader.balance.groups import ByKey, class_members
 from detloader.errors import DetloaderValueError
 
-__all__ = ["BalancedBatchSampler"]
-
 
 class BalancedBatchSampler(ClassSampler):
     """A batch sampler: each batch holds ``classes_per_batch`` (P) distinct classes drawn

@@ -10,8 +10,6 @@ import torch
 from detloader.balance.alias import MAX_WEIGHTS
 from detloader.errors import DetloaderValueError
 
-__all__ = ["as_weights", "check_int"]
-
 
 def check_int(name: str, value: Any, minimum: int, hint: str = "") -> int:
     """``int(value)``; raises ValueError ``"{name}={value!r} must be an int >= {minimum}"``

@@ -19,8 +19,6 @@ from detloader.balance.checks import check_int
 from detloader.balance.groups import ByKey, class_members, positions_by_group
 from detloader.errors import DetloaderValueError
 
-__all__ = ["ClassAwareSampler", "ClassSampler", "members_from_labels"]
-
 
 def _as_members(class_members: Sequence[Any]) -> list[np.ndarray]:
     members = [np.unique(np.asarray(m, dtype=np.int64).reshape(-1)) for m in class_members]

@@ -15,8 +15,6 @@ import torch
 from detloader.balance.checks import check_int
 from detloader.errors import DetloaderValueError
 
-__all__ = ["distributed_defaults", "interleave", "shard"]
-
 
 def distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """``(rank, world_size)``: the given values, else ``torch.distributed``'s when it is

@@ -18,8 +18,6 @@ from detloader.balance.weighted import WeightedSampler
 from detloader.balance.weights import DEFAULT_THRESHOLD, STRATEGIES, parse_strategy, sample_weights
 from detloader.errors import DetloaderValueError
 
-__all__ = ["BALANCE_CHOICES", "make_balanced_sampler"]
-
 #: Names make_balanced_sampler understands (the strategies of weights.py plus class_aware).
 BALANCE_CHOICES: tuple[str, ...] = (*STRATEGIES, "class_aware")
 

@@ -27,11 +27,6 @@ import numpy as np
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.errors import DetloaderValueError
 
-__all__ = [
-    "COUNTS", "PRODUCT_SEPARATOR", "ByKey", "Count", "Groups", "balance_groups", "class_members",
-    "group_counts", "normalize_by", "positions_by_group",
-]
-
 Count = Literal["objects", "images"]
 COUNTS: tuple[str, ...] = ("objects", "images")
 

@@ -15,8 +15,6 @@ from detloader.balance.base import EpochSampler, epoch_items, sampler_config
 from detloader.balance.checks import check_int
 from detloader.errors import DetloaderValueError
 
-__all__ = ["PARTNER_EPOCHS", "PartnerSampler"]
-
 #: Partner ``j`` of epoch ``e`` is the wrapped sampler's draw of epoch ``e + j * PARTNER_EPOCHS``:
 #: epochs no training reaches, so a partner stream never repeats an epoch's own draw.
 PARTNER_EPOCHS = 1 << 32

@@ -16,8 +16,6 @@ from detloader.balance.checks import as_weights
 from detloader.balance.groups import ByKey
 from detloader.balance.weights import DEFAULT_THRESHOLD, repeat_factors
 
-__all__ = ["RepeatFactorSampler"]
-
 
 class RepeatFactorSampler(EpochSampler):
     """Each image ``i`` appears ``floor(r_i)`` or ``ceil(r_i)`` times per epoch (stochastic

@@ -27,8 +27,6 @@ from detloader.balance.checks import as_weights, check_int
 from detloader.balance.distributed import interleave
 from detloader.errors import DetloaderValueError
 
-__all__ = ["WeightedSampler"]
-
 
 class WeightedSampler(EpochSampler):
     """Indices drawn with probability proportional to ``weights``, per epoch, seeded.

@@ -42,11 +42,6 @@ from detloader.balance.groups import (
 )
 from detloader.errors import DetloaderValueError
 
-__all__ = [
-    "AGGREGATES", "DEFAULT_BETA", "DEFAULT_THRESHOLD", "STRATEGIES", "Aggregate", "Strategy",
-    "image_weights", "parse_strategy", "repeat_factors", "sample_weights", "strategy_weights",
-]
-
 Strategy = Literal["inverse", "sqrt", "power", "effective", "repeat_factor", "explicit"]
 STRATEGIES: tuple[str, ...] = ("inverse", "sqrt", "power", "effective", "repeat_factor", "explicit")
 Aggregate = Literal["max", "mean", "sum"]

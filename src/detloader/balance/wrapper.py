@@ -15,8 +15,6 @@ from detloader.balance.base import STREAM_WRAPPER, EpochSampler
 from detloader.balance.distributed import shard
 from detloader.errors import DetloaderValueError
 
-__all__ = ["DistributedSamplerWrapper"]
-
 
 class DistributedSamplerWrapper(EpochSampler):
     """Makes a user's sampler distributed: every rank runs the wrapped sampler for the epoch,

@@ -22,8 +22,6 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
-__all__ = ["TutorialDataset", "to_tensor", "torchvision_voc", "tutorial_collate", "voc_layout"]
-
 
 def voc_layout(root: str | os.PathLike[str]) -> bool:
     """Whether ``root`` holds ``Annotations/*.xml`` and ``JPEGImages/`` (what the baselines read)."""

@@ -17,8 +17,6 @@ from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.read import read_annotations
 from detloader.bench.report import BenchReport
 
-__all__ = ["baseline_parse", "bench_index", "cold_build", "warm_page_cache", "warm_reload"]
-
 SECTION = "index"
 
 

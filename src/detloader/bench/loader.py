@@ -24,8 +24,6 @@ from detloader.dataset import DetectionDataset
 from detloader.loader import make_loader
 from detloader.transforms import Resize
 
-__all__ = ["bench_loader", "best_of"]
-
 SECTION = "loader"
 
 

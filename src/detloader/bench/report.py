@@ -11,8 +11,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["BenchReport", "Ratio"]
-
 
 @dataclass(frozen=True)
 class Ratio:

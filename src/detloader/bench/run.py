@@ -30,8 +30,6 @@ from detloader.bench.samplers import bench_samplers
 from detloader.errors import DetloaderValueError
 from detloader.synth import make_synthetic
 
-__all__ = ["SECTIONS", "BenchSettings", "machine_description", "run_bench"]
-
 #: The sections, in the order they run.
 SECTIONS = ("loader", "index", "sampler")
 

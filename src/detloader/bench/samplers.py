@@ -23,8 +23,6 @@ import torch
 from detloader.balance import WeightedSampler
 from detloader.bench.report import BenchReport
 
-__all__ = ["PeakRSS", "bench_samplers", "sampler_case"]
-
 SECTION = "sampler"
 TORCH_MAX_CATEGORIES = 1 << 24
 

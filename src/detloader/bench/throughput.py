@@ -21,8 +21,6 @@ from detloader.transforms import Resize
 from detloader.transforms.base import min_input_size
 from detloader.transforms.functional import resize_image
 
-__all__ = ["decode_rate", "loader_rate"]
-
 
 def loader_rate(loader: Iterable[Any], count: Callable[[Any], int], batches: int) -> float:
     """Images per second of ``loader`` over up to ``batches`` batches after the first."""

@@ -27,26 +27,6 @@ if TYPE_CHECKING:
 
     from detloader.annotations.index import AnnotationIndex
 
-__all__ = [
-    "ON_ERROR_DEFAULT",
-    "add_cache_arguments",
-    "add_dataset_arguments",
-    "add_read_arguments",
-    "check_choice",
-    "console",
-    "dataset_kwargs",
-    "parse_class_map",
-    "print_attribute_counts",
-    "print_json",
-    "print_table",
-    "problems_line",
-    "progress_bar",
-    "read_index",
-    "read_kwargs",
-    "require_images",
-    "table_lines",
-]
-
 #: ``--on-error`` of every command that reads a dataset (README.md: "Exit status and problems").
 ON_ERROR_DEFAULT = "warn"
 
@@ -219,7 +199,7 @@ def read_index(
     ``reports_problems`` itself, ``--on-error warn`` sums them up in one line on stderr. When the
     images were found in another folder than the layout's, one line on stderr says which."""
     from detloader import read_annotations  # lazy: keeps `detloader --help` fast
-    from detloader.annotations.image_search import ImageFolderWarning
+    from detloader.errors import ImageFolderWarning
 
     kwargs = read_kwargs(args)
     if on_error is not None:

@@ -13,8 +13,6 @@ from detloader.cli._common import (
     require_images,
 )
 
-__all__ = ["register", "run"]
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     from detloader.annotations.writers import EXPORT_FORMATS, IMAGE_MODES

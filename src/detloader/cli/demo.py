@@ -16,8 +16,6 @@ from typing import Any
 
 from detloader.errors import DetloaderValueError
 
-__all__ = ["register", "run"]
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(

@@ -119,4 +119,3 @@ def run(args: argparse.Namespace) -> int:
             console().print(f"{args.coco_json}: the detections as COCO results")
     return 0
 
-__all__ = ["print_metrics", "register", "run"]

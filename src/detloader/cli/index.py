@@ -16,8 +16,6 @@ from detloader.cli._common import (
     require_images,
 )
 
-__all__ = ["print_summary", "register", "run"]
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("index", help="build or load the cached index of a dataset; print a summary")

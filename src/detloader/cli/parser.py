@@ -12,8 +12,6 @@ from collections.abc import Callable, Sequence
 
 from detloader import __version__
 
-__all__ = ["COMMANDS", "EXIT_CLOSED_PIPE", "build_parser", "main"]
-
 #: Sub-command modules, in the order ``--help`` lists them.
 COMMANDS = (
     "demo",

@@ -13,8 +13,6 @@ from detloader.cli._common import (
 )
 from detloader.errors import DetloaderValueError
 
-__all__ = ["register", "run"]
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(

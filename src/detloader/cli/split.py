@@ -15,8 +15,6 @@ from detloader.cli._common import (
     require_images,
 )
 
-__all__ = ["register", "run"]
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(

@@ -244,4 +244,3 @@ def print_balance(report: Any) -> None:
     for warning in report.warnings:
         out.print(f"[bold yellow]warning:[/bold yellow] {escape(warning)}")
 
-__all__ = ["print_balance", "print_stats", "register", "run"]

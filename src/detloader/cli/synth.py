@@ -7,8 +7,6 @@ import argparse
 from detloader.cli._common import console, progress_bar
 from detloader.errors import DetloaderValueError
 
-__all__ = ["register", "run"]
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("synth", help="write the deterministic synthetic VOC dataset")

@@ -201,4 +201,3 @@ def run(args: argparse.Namespace) -> int:
     out.print(f"{config.out}/: last.pt, metrics.json, config.json ({metrics['train_seconds']:.0f} s of training)")
     return status
 
-__all__ = ["register", "run"]

@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from detloader.dataset import DetectionDataset
     from detloader.tune import TuneResult
 
-__all__ = ["build_dataset", "print_result", "register", "run"]
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(

@@ -18,8 +18,6 @@ from detloader.cli._common import (
     read_index,
 )
 
-__all__ = ["register", "run"]
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="report every problem in a dataset's annotations")

@@ -29,11 +29,6 @@ from PIL import Image, ImageDraw, ImageFont
 
 from detloader.errors import DetloaderValueError
 
-__all__ = [
-    "BACKGROUND", "BOX_WIDTH", "caption_height", "font_size", "POINT_RADIUS", "TileAnnotations",
-    "TilePlacement", "class_color", "dim", "draw_tile", "landmark_colors", "placement",
-]
-
 #: Grey behind images that do not fill their tile, and between tiles.
 BACKGROUND = (40, 40, 40)
 #: Box outline width and landmark marker radius, pixels of the tile.

@@ -31,10 +31,6 @@ from detloader.show.draw import (
 )
 from detloader.transforms.mix import group_size, mix_choice
 
-__all__ = [
-    "GAP", "Grid", "grid_size", "pick_images", "render_tiles", "show_dataset", "show_predictions",
-]
-
 #: Pixels around and between tiles.
 GAP = 4
 

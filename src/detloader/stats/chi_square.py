@@ -13,8 +13,6 @@ import numpy as np
 
 from detloader.errors import DetloaderValueError
 
-__all__ = ["ChiSquare", "chi_square_sf", "chi_square_test"]
-
 
 def chi_square_sf(statistic: float, dof: int) -> float:
     """``P(X >= statistic)`` for X chi-square with ``dof`` degrees of freedom: the regularised

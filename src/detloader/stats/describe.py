@@ -9,8 +9,6 @@ import numpy as np
 
 from detloader.annotations.index import MISSING, AnnotationIndex
 
-__all__ = ["QUANTILES", "dataset_stats", "imbalance_ratio"]
-
 #: Quantiles reported for box sizes.
 QUANTILES: tuple[float, ...] = (0.0, 0.05, 0.25, 0.5, 0.75, 0.95, 1.0)
 

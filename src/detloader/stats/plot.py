@@ -13,8 +13,6 @@ from detloader.errors import DetloaderValueError
 from detloader.stats.describe import imbalance_ratio
 from detloader.stats.report import BalanceReport
 
-__all__ = ["LOG_AUTO_RATIO", "LogScale", "plot_balance", "use_log_scale"]
-
 #: ``log="auto"`` draws a log axis when the largest bar is more than this many times the
 #: smallest non-zero one: on a linear axis such a rare group is a bar of a pixel or two.
 LOG_AUTO_RATIO = 20.0

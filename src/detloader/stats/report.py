@@ -21,11 +21,6 @@ from detloader.balance.weights import DEFAULT_THRESHOLD, parse_strategy
 from detloader.errors import DetloaderValueError, EmptyIndexError
 from detloader.stats.describe import imbalance_ratio
 
-__all__ = [
-    "REPEAT_WARNING", "BalanceReport", "EmptyIndexError", "Unit", "balance_report", "default_unit",
-    "group_totals", "summary_rows",
-]
-
 Unit = Literal["objects", "images"]
 
 #: :func:`balance_report` warns when one image is expected more than this many times per epoch.

@@ -19,6 +19,7 @@ predictions scored), ``inference``, ``checkpoint``, ``distributed`` (torchrun), 
 
 from __future__ import annotations
 
+from detloader.errors import DataMismatchError
 from detloader.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from detloader.train.config import TrainConfig
 from detloader.train.evaluate import ImagePredictions, compute_metrics, score_predictions
@@ -26,7 +27,7 @@ from detloader.train.inference import evaluate_checkpoint, predict
 from detloader.train.loop import EpochInfo, StartInfo, StepInfo, train
 from detloader.train.losses import LossWeights
 from detloader.train.model import CenterNet, ModelConfig
-from detloader.train.runs import DataMismatchError, RunDirError
+from detloader.train.runs import RunDirError
 from detloader.train.task import Task, centernet_task
 
 __all__ = [

@@ -32,8 +32,6 @@ import torch
 
 from detloader.errors import CheckpointError, DetloaderFileNotFoundError, DetloaderValueError
 
-__all__ = ["CHECKPOINT_KEYS", "CheckpointError", "load_checkpoint", "save_checkpoint"]
-
 #: The checkpoint a save replaces, kept beside it.
 PREVIOUS = "previous.pt"
 

@@ -18,8 +18,6 @@ from detloader.errors import DetloaderValueError
 from detloader.train.losses import LANDMARK_LOSSES, LossWeights
 from detloader.train.model import INPUT_MULTIPLE
 
-__all__ = ["BALANCE_NAMES", "DEVICES", "TrainConfig"]
-
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 #: ``balance`` values: no balancing, or the strategies ``make_loader(balance=)`` knows.
 BALANCE_NAMES: tuple[str, ...] = ("none", "inverse", "sqrt", "power", "effective", "repeat_factor", "class_aware")

@@ -17,8 +17,6 @@ import torch.nn.functional as F
 from detloader.train.evaluate import ImagePredictions
 from detloader.train.model import STRIDE
 
-__all__ = ["Detections", "decode", "decode_predictions"]
-
 
 @dataclass(frozen=True)
 class Detections:

@@ -21,17 +21,6 @@ import torch.distributed as dist
 
 from detloader.errors import DetloaderValueError
 
-__all__ = [
-    "DistEnv",
-    "all_gather_objects",
-    "barrier",
-    "broadcast_object",
-    "close_distributed",
-    "init_distributed",
-    "resolve_device",
-    "running_distributed",
-]
-
 
 @dataclass(frozen=True)
 class DistEnv:

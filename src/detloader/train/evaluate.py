@@ -35,11 +35,6 @@ import numpy as np
 
 from detloader.errors import DetloaderValueError, MissingExtraError
 
-__all__ = [
-    "BACKENDS", "ImagePredictions", "as_predictions", "coco_ground_truth", "coco_evaluate", "compute_metrics",
-    "landmark_normaliser", "score_predictions",
-]
-
 Backend = Literal["auto", "faster_coco_eval", "pycocotools"]
 BACKENDS: tuple[str, ...] = ("auto", "faster_coco_eval", "pycocotools")
 

@@ -14,16 +14,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from detloader.errors import DetloaderValueError
+from detloader.errors import DataMismatchError, DetloaderValueError
 from detloader.train.checkpoint import load_checkpoint
 from detloader.train.decode import decode_predictions
 from detloader.train.distributed import DistEnv, all_gather_objects, running_distributed
 from detloader.train.evaluate import ImagePredictions, as_predictions, score_predictions
 from detloader.train.model import CenterNet, ModelConfig
-from detloader.train.runs import DataMismatchError, recorded_rows
+from detloader.train.runs import recorded_rows
 from detloader.train.task import REFERENCE, Task, centernet_task
-
-__all__ = ["draw_predictions", "eval_transform", "evaluate_checkpoint", "predict", "val_loader"]
 
 
 def eval_transform(size: int) -> Any:

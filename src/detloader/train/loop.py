@@ -35,7 +35,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from detloader.errors import DetloaderTypeError, DetloaderValueError
+from detloader.errors import DataMismatchError, DetloaderTypeError, DetloaderValueError
 from detloader.train.checkpoint import load_checkpoint, save_checkpoint
 from detloader.train.config import TrainConfig
 from detloader.train.distributed import (
@@ -47,27 +47,8 @@ from detloader.train.distributed import (
 from detloader.train.evaluate import compute_metrics
 from detloader.train.inference import draw_predictions, predict, val_loader
 from detloader.train.model import CenterNet, ModelConfig
-from detloader.train.runs import (
-    DataMismatchError,
-    RunData,
-    RunDirError,
-    RunLock,
-    check_out_dir,
-    data_changes,
-    prepare_data,
-)
+from detloader.train.runs import RunDirError, RunLock, check_out_dir, data_changes, prepare_data
 from detloader.train.task import REFERENCE, Task, centernet_task
-
-__all__ = [
-    "EpochInfo",
-    "RunData",
-    "StartInfo",
-    "StepInfo",
-    "balanced_loader",
-    "prepare_data",
-    "train",
-    "train_transform",
-]
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,6 @@ import torch.nn.functional as F
 from detloader.errors import DetloaderValueError
 from detloader.train.targets import Targets
 
-__all__ = [
-    "LANDMARK_LOSSES", "LossWeights", "focal_heatmap_loss", "giou_loss", "multitask_loss",
-    "wing_loss",
-]
-
 LandmarkLoss = Literal["l1", "wing"]
 LANDMARK_LOSSES: tuple[str, ...] = ("l1", "wing")
 

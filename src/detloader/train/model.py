@@ -31,8 +31,6 @@ from torch import nn
 
 from detloader.errors import DetloaderValueError
 
-__all__ = ["INPUT_MULTIPLE", "STRIDE", "CenterNet", "ModelConfig"]
-
 #: Output stride of the dense head (pixels of the input per output cell).
 STRIDE = 4
 #: Input height and width must be multiples of this (the deepest stage has stride 32).

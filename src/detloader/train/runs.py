@@ -32,14 +32,9 @@ from typing import Any
 import numpy as np
 from filelock import FileLock, Timeout
 
-from detloader.errors import DataMismatchError, DetloaderRuntimeWarning, RunDirError
+from detloader.errors import DetloaderRuntimeWarning, RunDirError
 from detloader.train.config import TrainConfig
 from detloader.train.distributed import DistEnv, barrier, init_distributed
-
-__all__ = [
-    "DataMismatchError", "RunData", "RunDirError", "RunLock", "check_out_dir", "data_changes", "data_record",
-    "prepare_data", "recorded_rows",
-]
 
 #: Files whose presence means a folder holds a run.
 RUN_FILES: tuple[str, ...] = ("last.pt", "config.json", "metrics.json")

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Targets", "encode_targets", "gaussian_radius"]
-
 
 @dataclass(frozen=True)
 class Targets:

@@ -33,8 +33,6 @@ from detloader.train.losses import LandmarkLoss, LossWeights, multitask_loss
 from detloader.train.model import STRIDE, CenterNet
 from detloader.train.targets import encode_targets
 
-__all__ = ["REFERENCE", "Task", "centernet_task"]
-
 #: :attr:`Task.name` of the reference model (checkpoints without a ``task`` key hold it).
 REFERENCE = "detloader.train.model.CenterNet"
 

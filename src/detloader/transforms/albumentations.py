@@ -42,8 +42,6 @@ from detloader.errors import DetloaderTypeError, DetloaderValueError, MissingExt
 from detloader.transforms.base import Annotated
 from detloader.transforms.functional import clip_boxes, compose_affine, invalidate_outside
 
-__all__ = ["BOX_FIELD", "POINT_FIELD", "AlbumentationsTransform"]
-
 BOX_FIELD = "object_index"
 POINT_FIELD = "point_index"
 _N_PROBES = 3

@@ -32,16 +32,6 @@ from detloader.transforms.functional import (
     resize_image,
 )
 
-__all__ = [
-    "Annotated",
-    "Compose",
-    "Transform",
-    "check_fraction",
-    "check_interpolation",
-    "min_input_size",
-    "size_pair",
-]
-
 
 @dataclass(eq=False)
 class Annotated:

@@ -9,8 +9,6 @@ from detloader.errors import DetloaderValueError
 from detloader.transforms.base import Annotated, check_fraction
 from detloader.transforms.functional import adjust_colour
 
-__all__ = ["ColorJitter"]
-
 
 class ColorJitter:
     """With probability ``p``, brightness, contrast and saturation factors drawn uniformly from

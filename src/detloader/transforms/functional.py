@@ -19,13 +19,6 @@ from detloader.errors import DetloaderValueError
 if TYPE_CHECKING:  # torch is imported where a kernel needs it, not for `import transforms`
     import torch
 
-__all__ = [
-    "INTERPOLATIONS", "Interpolation", "adjust_colour", "affine_boxes", "affine_points",
-    "blend_images", "chw_tensor", "clip_boxes", "clip_points", "compose_affine", "crop_boxes",
-    "crop_image", "hflip_boxes", "hflip_image", "hflip_landmarks", "invalidate_outside",
-    "pad_image", "resize_image", "warp_boxes", "warp_image", "warp_points",
-]
-
 Interpolation = Literal["bilinear", "nearest"]
 INTERPOLATIONS: tuple[str, ...] = ("bilinear", "nearest")
 #: Landmarks may sit this far (pixels) outside the image after a scale: float rounding.

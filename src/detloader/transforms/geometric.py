@@ -31,11 +31,6 @@ from detloader.transforms.functional import (
     warp_points,
 )
 
-__all__ = [
-    "RESIZE_MODES", "RandomAffine", "RandomCrop", "RandomHorizontalFlip", "RandomResizedCrop",
-    "Resize", "ResizeMode",
-]
-
 ResizeMode = Literal["fixed", "shorter", "longer", "letterbox"]
 RESIZE_MODES: tuple[str, ...] = ("fixed", "shorter", "longer", "letterbox")
 

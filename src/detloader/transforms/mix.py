@@ -22,8 +22,6 @@ from detloader.errors import DetloaderValueError
 from detloader.transforms.base import Annotated, check_fraction
 from detloader.transforms.functional import affine_boxes, affine_points, blend_images
 
-__all__ = ["MIX_STREAM", "MixUp", "Mosaic", "group_size", "mix_choice"]
-
 #: Third seed word of the mix draws, ``(seed, epoch, first, MIX_STREAM)`` (1: decode substitutes).
 MIX_STREAM = 2
 

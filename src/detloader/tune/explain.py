@@ -13,8 +13,6 @@ from typing import Any
 from detloader.tune.result import TuneResult
 from detloader.tune.search import setting_rates, settings_key
 
-__all__ = ["describe_settings", "explain", "summary"]
-
 _CAPS = {
     "usable": "the usable CPUs",
     "busy": "the free CPUs: more workers would take CPU time from the other processes",

@@ -25,8 +25,6 @@ from detloader import _system
 from detloader.tune.measure import loader_kwargs
 from detloader.tune.probe import free_cpus
 
-__all__ = ["LoadCheck", "check_load", "current_free_cpus", "fit_to_load", "load_tolerance"]
-
 
 def load_tolerance(usable_cpus: int) -> float:
     """How many free CPUs more or fewer count as a changed load: 1, or a quarter of the usable

@@ -34,11 +34,6 @@ from detloader.tune.freshness import check_load, current_free_cpus, fit_to_load
 from detloader.tune.measure import loader_kwargs
 from detloader.tune.store import cache_key, load_result
 
-__all__ = [
-    "MAX_HEURISTIC_WORKERS", "WORKER_MEMORY_GUESS", "StaleTuneWarning", "TuneWarning",
-    "auto_loader_kwargs", "heuristic_loader_kwargs",
-]
-
 #: Most workers the heuristic gives; tune_loader measures beyond it.
 MAX_HEURISTIC_WORKERS = 8
 #: Memory assumed per worker process when nothing was measured (bytes).

@@ -24,11 +24,6 @@ from detloader.errors import DetloaderValueError
 from detloader.tune.probe import device_synchronizer
 from detloader.tune.records import Record
 
-__all__ = [
-    "Consumer", "LoaderFactory", "Trial", "failed_trial", "images_in", "loader_kwargs",
-    "make_consumer", "measure_setting", "steady_rate", "to_device",
-]
-
 LoaderFactory = Callable[..., Iterable[Any]]
 #: A consumer gets each batch, as a training step would; it runs in the main process.
 Consumer = Callable[[Any], None]

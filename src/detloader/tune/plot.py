@@ -9,8 +9,6 @@ from collections.abc import Sequence
 from detloader._plotting import new_figure
 from detloader.tune.measure import Trial
 
-__all__ = ["plot_trials"]
-
 
 def plot_trials(trials: Sequence[Trial], chosen: Trial, title: str, path: str | os.PathLike[str]) -> str:
     """Two panels sharing the x axis (``num_workers``): images/s per setting family

@@ -29,11 +29,6 @@ from detloader import _system
 from detloader.errors import DetloaderValueError
 from detloader.tune.records import Record
 
-__all__ = [
-    "DatasetProbe", "MachineProbe", "batch_nbytes", "device_synchronizer", "free_cpus",
-    "host_to_device_gbps", "image_paths", "probe_dataset", "probe_machine", "read_speed",
-]
-
 
 @dataclass(frozen=True)
 class MachineProbe(Record):

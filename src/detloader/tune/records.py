@@ -6,8 +6,6 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-__all__ = ["Record"]
-
 R = TypeVar("R", bound="Record")
 
 

@@ -12,8 +12,6 @@ from detloader.tune.measure import Trial
 from detloader.tune.plot import plot_trials
 from detloader.tune.probe import DatasetProbe, MachineProbe
 
-__all__ = ["CAP_REASONS", "RESULT_VERSION", "TuneResult"]
-
 #: Bumped when the JSON layout changes; older cached results are then measured again.
 RESULT_VERSION = 1
 

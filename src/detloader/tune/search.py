@@ -47,12 +47,6 @@ from typing import Any
 from detloader.errors import DetloaderValueError
 from detloader.tune.measure import Consumer, LoaderFactory, Trial, loader_kwargs, measure_setting
 
-__all__ = [
-    "MAX_WINDOW_S", "MEMORY_SHARE", "MIN_WINDOW_S", "WINDOW_SHARE", "Progress", "SearchOutcome",
-    "choose", "cost_key", "expected_trials", "search_settings", "setting_rates", "settings_key",
-    "thread_ladder", "window_for", "worker_ladder",
-]
-
 #: Shortest and longest measuring window per setting, seconds.
 MIN_WINDOW_S = 0.25
 MAX_WINDOW_S = 5.0

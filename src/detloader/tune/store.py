@@ -35,12 +35,6 @@ from detloader.annotations.cache import CACHE_DIR_ENV, user_cache_dir
 from detloader.errors import DetloaderValueError
 from detloader.tune.result import TuneResult
 
-__all__ = [
-    "cache_file", "cache_key", "dataset_fingerprint", "describe", "load_result",
-    "machine_fingerprint", "save_result", "strip_addresses", "transform_fingerprint",
-    "tune_cache_dir",
-]
-
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _TRANSFORM_ATTRIBUTES = ("transform", "transforms", "target_transform")
 _SIMPLE = (str, int, float, bool, type(None), Path)

@@ -16,11 +16,6 @@ from detloader.tune.probe import DatasetProbe, MachineProbe, probe_dataset, prob
 from detloader.tune.result import TuneResult
 from detloader.tune.search import Progress, search_settings
 
-__all__ = [
-    "BUSY_WINDOW_S", "CACHE_CHOICES", "LOAD_CHANGE_CHOICES", "default_collate_for",
-    "default_loader_factory", "grid_candidates", "normalise_candidate", "tune_loader", "worker_cap",
-]
-
 #: Seconds the probe watches the CPUs to count those busy with other processes.
 BUSY_WINDOW_S = 1.0
 CACHE_CHOICES = (True, False, "refresh")

@@ -47,13 +47,13 @@ from typing import Any
 
 import numpy as np
 
+from detloader._files import FileTooLargeError, read_capped
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.checks import Finding, parse_number
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
 from detloader.annotations.options import ReadOptions
 from detloader.annotations.readers.common import (
-    FileTooLargeError,
     Source,
     candidate_dirs,
     check_options,
@@ -61,14 +61,11 @@ from detloader.annotations.readers.common import (
     find_child_dir,
     parse_each,
     parse_flag,
-    read_capped,
     read_head,
 )
 from detloader.annotations.readers.locate import ImageLocator, locate_image
 from detloader.annotations.splits import files_as_splits, split_role
 from detloader.errors import DetloaderValueError
-
-__all__ = ["MAX_JSON_BYTES", "NAME", "OPTIONS", "PARALLEL", "default_landmarks", "discover", "parse", "sniff", "splits"]
 
 NAME = "coco"
 #: Format options this reader accepts (``read_annotations(path, **options)``).

@@ -24,19 +24,13 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from detloader._files import FileTooLargeError, file_kind, open_regular, read_capped
+from detloader._files import file_kind, open_regular
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.cache import CACHE_SUBDIR
 from detloader.annotations.checks import MAX_SIDE
 from detloader.annotations.options import ReadOptions
 from detloader.annotations.problems import Problem
 from detloader.errors import DetloaderValueError
-
-__all__ = [
-    "FileTooLargeError", "Source", "Stamp", "candidate_dirs", "check_options", "dir_identity",
-    "file_source", "find_child_dir", "flag_value", "int_or_none", "is_number", "parse_each", "parse_flag",
-    "parse_floats", "read_capped", "read_head", "scan_files", "stat_entry",
-]
 
 #: ``(path relative to the root, mtime_ns, size, ctime_ns, inode)`` of a file: an edit that
 #: keeps the size and puts the mtime back (``touch -r``) still changes the ctime, and a copy

@@ -96,11 +96,6 @@ from detloader.annotations.readers.safe_xml import (
     stream_records,
 )
 
-__all__ = [
-    "IMAGES_BY", "LINK_POINTS", "NAME", "OPTIONS", "PARALLEL", "ROOT_TAG", "SUBSET_ATTRIBUTE",
-    "UNSUPPORTED_SHAPES", "default_landmarks", "discover", "parse", "sniff", "splits",
-]
-
 NAME = "cvat"
 #: Format options this reader accepts (``read_annotations(path, **options)``).
 OPTIONS: tuple[str, ...] = ("images_by", "link_points")

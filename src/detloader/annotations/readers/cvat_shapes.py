@@ -16,11 +16,6 @@ from lxml import etree
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.readers.common import flag_value
 
-__all__ = [
-    "BoxShape", "PointsShape", "link_points", "parse_attributes", "parse_box", "parse_points",
-    "parse_skeleton",
-]
-
 #: Box attributes that are index flags.
 _FLAG_ATTRIBUTES = ("difficult", "truncated")
 

@@ -45,7 +45,7 @@ from pathlib import Path
 from lxml import etree
 
 from detloader.annotations.builder import ChunkBuilder
-from detloader.annotations.landmarks import IBUG68, LandmarkSchema, preset_schema
+from detloader.annotations.landmarks import LandmarkSchema, preset_schema
 from detloader.annotations.options import ReadOptions
 from detloader.annotations.readers.common import (
     Source,
@@ -68,8 +68,6 @@ _FLAGS = ("difficult", "truncated", "occluded", "ignore")
 _BOX_FIELDS = ("top", "left", "width", "height")
 #: dlib's OBJECT_PART_NOT_PRESENT coordinates.
 _NOT_PRESENT = (2**31 - 1, -(2**31))
-
-__all__ = ["IBUG68", "NAME", "OPTIONS", "PARALLEL", "ROOT_TAG", "default_landmarks", "discover", "parse", "sniff"]
 
 
 def sniff(path: Path) -> bool:

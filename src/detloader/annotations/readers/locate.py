@@ -18,11 +18,6 @@ from detloader._files import file_kind, open_regular
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.readers.common import int_or_none
 
-__all__ = [
-    "IMAGE_EXTENSIONS", "ImageLocator", "add_listed_image", "declared_size", "find_image",
-    "header_size", "image_header_size", "image_size", "inside", "locate_image", "stays_inside",
-]
-
 #: Image file extensions tried when an annotation names an image without one (or wrongly).
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".JPG", ".JPEG", ".PNG")
 

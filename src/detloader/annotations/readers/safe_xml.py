@@ -22,9 +22,9 @@ from pathlib import Path
 
 from lxml import etree
 
-from detloader._files import open_regular
+from detloader._files import FileTooLargeError, open_regular
 from detloader.annotations.builder import ChunkBuilder
-from detloader.annotations.readers.common import FileTooLargeError, read_head
+from detloader.annotations.readers.common import read_head
 from detloader.errors import DetloaderTypeError, DetloaderValueError, UnsafeXMLError
 
 #: Default cap on one annotation file (VOC, imglab); large single-file formats set their own.
@@ -33,12 +33,6 @@ MAX_XML_BYTES = 16 * 1024 * 1024
 _DOCTYPE = re.compile(rb"<!DOCTYPE\b([^>\[]*)(\[)?", re.IGNORECASE)
 _EXTERNAL = re.compile(rb"\b(SYSTEM|PUBLIC)\b")
 
-
-__all__ = [
-    "MAX_XML_BYTES", "STREAM_ERRORS", "UnsafeXMLError", "annotation_xml", "check_prolog",
-    "iter_xml", "iterparse_safe", "parse_xml_bytes", "prolog_end", "report_xml_error", "root_tag",
-    "sniff_xml", "stream_records", "syntax_message", "xml_files_with_root",
-]
 
 
 def check_prolog(head: bytes) -> None:

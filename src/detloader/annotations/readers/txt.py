@@ -56,11 +56,6 @@ from detloader.annotations.readers.txt_faces import INTEGER, parse_retinaface, p
 from detloader.annotations.splits import files_as_splits
 from detloader.errors import DetloaderValueError
 
-__all__ = [
-    "DEFAULT_LANDMARKS", "KINDS", "LIST_NAMES", "NAME", "NAMES_FILES", "OPTIONS", "PARALLEL",
-    "detect_kind", "discover", "parse", "sniff", "splits",
-]
-
 NAME = "txt"
 #: Format options this reader accepts (``read_annotations(path, **options)``).
 OPTIONS: tuple[str, ...] = ("kind", "names")

@@ -15,8 +15,6 @@ from detloader.annotations.landmarks import FACE5
 from detloader.annotations.readers.common import parse_floats
 from detloader.annotations.readers.locate import ImageLocator, add_listed_image
 
-__all__ = ["FACE_CLASS", "INTEGER", "WIDER_ATTRIBUTES", "parse_retinaface", "parse_wider"]
-
 FACE_CLASS = "face"
 #: A whole number, as the face count and size fields hold it.
 INTEGER = re.compile(r"^[+-]?\d+$")

@@ -47,22 +47,14 @@ from pathlib import Path
 import numpy as np
 from lxml import etree
 
+from detloader._files import FileTooLargeError, read_capped
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.checks import MAX_SIDE
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import FACE5, LandmarkSchema
 from detloader.annotations.options import ReadOptions
 from detloader.annotations.problems import Problem, capped
-from detloader.annotations.readers.common import (
-    FileTooLargeError,
-    Source,
-    Stamp,
-    dir_identity,
-    find_child_dir,
-    read_capped,
-    scan_files,
-    stat_entry,
-)
+from detloader.annotations.readers.common import Source, Stamp, dir_identity, find_child_dir, scan_files, stat_entry
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, header_size, stays_inside
 from detloader.annotations.readers.safe_xml import (
     UnsafeXMLError,
@@ -78,10 +70,6 @@ from detloader.annotations.readers.voc_objects import (
 )
 from detloader.annotations.splits import match_entries, report
 from detloader.errors import DetloaderValueError
-
-__all__ = [
-    "ANNOTATION_DIRS", "IMAGE_DIRS", "NAME", "default_landmarks", "discover", "parse", "sniff", "splits", "unannotated",
-]
 
 NAME = "voc"
 ANNOTATION_DIRS = ("Annotations", "annotations", "xml", "xmls", "labels_xml")

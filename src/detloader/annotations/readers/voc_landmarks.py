@@ -17,8 +17,6 @@ from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.landmarks import FACE5
 from detloader.annotations.readers.common import parse_flag, parse_floats
 
-__all__ = ["parse_landmarks"]
-
 _LM_TAG = re.compile(r"^([xy])(\d+)$")
 _NUMBERS = re.compile(r"[,\s;]+")
 

@@ -12,8 +12,6 @@ from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.readers.common import flag_value
 from detloader.annotations.readers.voc_landmarks import parse_landmarks
 
-__all__ = ["child_text", "first_children", "parse_attributes", "parse_object"]
-
 
 def first_children(el: etree._Element) -> dict[str, etree._Element]:
     """Child elements by tag, the first of each tag (one pass: much cheaper than find())."""

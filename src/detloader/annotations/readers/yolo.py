@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from detloader._files import NotRegularFileError
+from detloader._files import NotRegularFileError, read_capped
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
@@ -55,7 +55,6 @@ from detloader.annotations.readers.common import (
     check_options,
     find_child_dir,
     parse_floats,
-    read_capped,
     read_head,
     stat_entry,
 )
@@ -72,11 +71,6 @@ from detloader.annotations.readers.yolo_config import (
     split_images,
 )
 from detloader.annotations.splits import match_entries
-
-__all__ = [
-    "NAME", "OPTIONS", "PARALLEL", "SNAP", "SPLIT_KEYS", "YoloConfigError", "default_landmarks",
-    "discover", "label_path", "parse", "sniff", "splits",
-]
 
 NAME = "yolo"
 #: Format options this reader accepts (``read_annotations(path, **options)``).

@@ -16,11 +16,6 @@ from detloader.annotations.readers.common import Stamp, scan_files, stat_entry
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS
 from detloader.errors import YoloConfigError
 
-__all__ = [
-    "IMAGE_SUFFIXES", "NAMES_FILES", "YAML_NAMES", "YoloConfigError", "class_names", "find_yaml",
-    "images_under", "kpt_config", "load_yaml", "find_names_file", "split_images",
-]
-
 YAML_NAMES = ("data.yaml", "dataset.yaml", "data.yml", "dataset.yml")
 NAMES_FILES = ("classes.txt", "obj.names", "names.txt", "classes.names")
 #: Image file name endings, lower case.

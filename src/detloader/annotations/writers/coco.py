@@ -19,8 +19,6 @@ from detloader.annotations.writers.common import (
     prepare_out,
 )
 
-__all__ = ["write_coco"]
-
 
 def write_coco(
     index: AnnotationIndex,

@@ -16,8 +16,6 @@ from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.annotations.problems import check_choice
 from detloader.errors import DetloaderValueError
 
-__all__ = ["IMAGE_MODES", "ImagePlacer", "attribute_rows", "check_choice", "image_attributes", "prepare_out"]
-
 IMAGE_MODES = ("link", "copy", "symlink", "none")
 
 

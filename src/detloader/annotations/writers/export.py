@@ -13,8 +13,6 @@ from detloader.annotations.writers.voc import write_voc
 from detloader.annotations.writers.yolo import write_yolo
 from detloader.errors import DetloaderValueError
 
-__all__ = ["EXPORT_FORMATS", "write_annotations"]
-
 EXPORT_FORMATS = ("voc", "coco", "yolo")
 
 _WRITERS: dict[str, Callable[..., Path]] = {"voc": write_voc, "coco": write_coco, "yolo": write_yolo}

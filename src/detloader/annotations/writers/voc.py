@@ -18,8 +18,6 @@ from detloader.annotations.writers.common import (
     prepare_out,
 )
 
-__all__ = ["shortest_float32", "unique_stems", "write_voc"]
-
 
 def shortest_float32(value: float) -> str:
     """Shortest text that reads back as the same float32 (``10``, ``10.5``, ``0.1``)."""

@@ -15,9 +15,6 @@ from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.writers.common import ImagePlacer, prepare_out
 from detloader.errors import DetloaderValueError, YoloExportWarning
 
-__all__ = ["YOLO_SPLIT_KEYS", "YoloExportWarning", "write_yolo"]
-
-
 #: Index split names that map to Ultralytics' data.yaml keys.
 YOLO_SPLIT_KEYS = {
     "train": "train",
