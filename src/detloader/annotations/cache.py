@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import platformdirs
 
 from detloader._files import atomic_write
 from detloader.annotations.fields import array_names
@@ -58,8 +59,9 @@ def _align(n: int) -> int:
 
 
 def user_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "detloader"
+    """The user cache folder of detloader (``$XDG_CACHE_HOME/detloader``, ``~/.cache/detloader``
+    on Linux; each system's own place elsewhere)."""
+    return Path(platformdirs.user_cache_dir("detloader", appauthor=False))
 
 
 def cache_dir_for(root: str | os.PathLike[str]) -> Path:

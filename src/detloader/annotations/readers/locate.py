@@ -2,8 +2,8 @@
 
 * :class:`ImageLocator` finds the image among candidate folders (name as written, base
   name, same stem with the usual :data:`IMAGE_EXTENSIONS`);
-* :func:`declared_size` / :func:`header_size` / :func:`image_size` take ``(width, height)``
-  in pixels from the annotation or the image header (PIL, header only), as a problem of the
+* :func:`declared_size` / :func:`size_from_header` take ``(width, height)`` in pixels from the
+  annotation or the image header (:func:`detloader.images.header_size`), as a problem of the
   current file when neither gives one.
 """
 
@@ -17,17 +17,28 @@ from typing import Any
 from detloader._files import file_kind, open_regular
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.readers.common import int_or_none
+from detloader.errors import DetloaderValueError
+from detloader.images import header_size as _header_bytes_size
 
 #: Image file extensions tried when an annotation names an image without one (or wrongly).
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".JPG", ".JPEG", ".PNG")
 
 
-def image_header_size(path: str) -> tuple[int, int]:
-    """(width, height) as stored in the image file, read from its header only."""
-    from PIL import Image  # PIL: lazy, only readers that need a header pay for the import
+#: Bytes read for an image header; a file whose header lies further (a large EXIF block) is read whole.
+_HEAD_BYTES = 64 * 1024
 
-    with open_regular(path) as fh, Image.open(fh) as im:  # never a FIFO: Image.open would block
-        return int(im.width), int(im.height)
+
+def image_header_size(path: str) -> tuple[int, int]:
+    """(width, height) as stored in the image file (:func:`detloader.images.header_size` of its
+    first bytes); ValueError when it holds no readable header."""
+    with open_regular(path) as fh:  # never a FIFO: it would block
+        data = fh.read(_HEAD_BYTES)
+        size = _header_bytes_size(data)
+        if size is None and len(data) == _HEAD_BYTES:
+            size = _header_bytes_size(data + fh.read())
+    if size is None:
+        raise DetloaderValueError("not an image (no readable header)")
+    return size
 
 
 def _normalise(name: str) -> str:
@@ -191,15 +202,23 @@ def find_image(
     return rel
 
 
-def header_size(b: ChunkBuilder, root: str, rel: str, element: str, raw: str) -> tuple[int, int] | None:
-    """Size from the image header when the annotation lacks it (a ``missing_size`` repair);
-    None (and a ``missing_size`` error) when the image cannot be read."""
+def size_from_header(
+    b: ChunkBuilder, root: str, rel: str, element: str, raw: str | None = None
+) -> tuple[int, int] | None:
+    """Size from the image header: where the annotation lacks it (``raw``, what it holds: a
+    ``missing_size`` repair), or where the format stores none (``raw=None``). None, with a
+    ``missing_image`` / ``missing_size`` error, when the image is missing or unreadable."""
     try:
         width, height = image_header_size(os.path.join(root, rel))
     except (OSError, ValueError) as err:
-        b.problem("missing_size", element, f"{raw}; image unreadable: {err}", "image skipped")
+        if raw is None and isinstance(err, FileNotFoundError):
+            b.missing_image(element, f"image {rel!r} not found", rel)
+        else:
+            shown = f"image {rel!r} unreadable: {err}" if raw is None else f"{raw}; image unreadable: {err}"
+            b.problem("missing_size", element, shown, "image skipped")
         return None
-    b.problem("missing_size", element, raw, f"read {width}x{height} from the image header", "repaired")
+    if raw is not None:
+        b.problem("missing_size", element, raw, f"read {width}x{height} from the image header", "repaired")
     return width, height
 
 
@@ -207,12 +226,12 @@ def declared_size(
     b: ChunkBuilder, root: str, rel: str, element: str, width: str | None, height: str | None, raw: str | None = None
 ) -> tuple[int, int] | None:
     """``(width, height)`` as the annotation declares them (text such as ``"640"``), else (absent,
-    zero or not an integer) from the image header: :func:`header_size`, whose problem shows
-    ``raw`` (default ``width='..' height='..'``)."""
+    zero or not an integer) from the image header: :func:`size_from_header`, whose problem
+    shows ``raw`` (default ``width='..' height='..'``)."""
     w, h = int_or_none(width), int_or_none(height)
     if w and h and w > 0 and h > 0:
         return w, h
-    return header_size(b, root, rel, element, raw if raw is not None else f"width={width!r} height={height!r}")
+    return size_from_header(b, root, rel, element, raw if raw is not None else f"width={width!r} height={height!r}")
 
 
 def locate_image(
@@ -229,19 +248,6 @@ def locate_image(
     return None if size is None else (rel, *size)
 
 
-def image_size(b: ChunkBuilder, root: str, rel: str, element: str) -> tuple[int, int] | None:
-    """Size of an image whose format stores none in its annotations (YOLO, txt lists); None
-    and a problem when the image is missing or unreadable."""
-    full = os.path.join(root, rel)
-    try:
-        return image_header_size(full)
-    except FileNotFoundError:
-        b.missing_image(element, f"image {rel!r} not found", rel)
-    except (OSError, ValueError) as err:
-        b.problem("missing_size", element, f"image {rel!r} unreadable: {err}", "image skipped")
-    return None
-
-
 def add_listed_image(
     locator: ImageLocator, name: str, where: str, b: ChunkBuilder, size: tuple[int, int] | None = None, **kwargs: Any
 ) -> bool:
@@ -251,7 +257,7 @@ def add_listed_image(
     if rel is None:
         return False
     if size is None:
-        size = image_size(b, locator.root, rel, where)
+        size = size_from_header(b, locator.root, rel, where)
         if size is None:
             return False
     return b.add_image(rel, size[0], size[1], record=name, **kwargs)

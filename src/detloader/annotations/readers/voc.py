@@ -55,7 +55,7 @@ from detloader.annotations.landmarks import FACE5, LandmarkSchema
 from detloader.annotations.options import ReadOptions
 from detloader.annotations.problems import Problem, capped
 from detloader.annotations.readers.common import Source, Stamp, dir_identity, find_child_dir, scan_files, stat_entry
-from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, header_size, stays_inside
+from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, size_from_header, stays_inside
 from detloader.annotations.readers.safe_xml import (
     UnsafeXMLError,
     parse_xml_bytes,
@@ -224,7 +224,7 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
         raw = f"width={child_text(size, 'width')!r} height={child_text(size, 'height')!r}"
         if size_el is None:
             raw = "<size> is missing"
-        size_read = header_size(b, root, image_rel, "size", raw)
+        size_read = size_from_header(b, root, image_rel, "size", raw)
         if size_read is None:
             return
         width, height = size_read

@@ -58,7 +58,7 @@ from detloader.annotations.readers.common import (
     read_head,
     stat_entry,
 )
-from detloader.annotations.readers.locate import image_size
+from detloader.annotations.readers.locate import size_from_header
 from detloader.annotations.readers.yolo_config import (
     IMAGE_SUFFIXES,
     YoloConfigError,
@@ -237,7 +237,7 @@ def _snap(value: float) -> float:
 def _parse_image(
     root: str, rel: str, label: str, names: list[str], kpt: dict[str, Any] | None, b: ChunkBuilder
 ) -> None:
-    size = image_size(b, root, rel, "image")
+    size = size_from_header(b, root, rel, "image")
     if size is None:
         return
     width, height = size
