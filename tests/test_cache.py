@@ -258,3 +258,49 @@ def test_a_worker_loading_a_file_with_another_checksum_fails_once_clearly(tmp_pa
     func, args = warm.__reduce__()
     with pytest.raises(cache_mod.CacheError, match=r"\.dlindex: the cache was rebuilt by another process.*CRC"):
         func(args[0], args[1], args[2], args[3] ^ 1)
+
+
+_RANK = r"""
+import os, sys, time
+from pathlib import Path
+import detloader.annotations.read as read_module
+from detloader import read_annotations
+
+root, marks, rank = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+real = read_module.build_index
+
+
+def counted(*args, **kwargs):
+    with open(marks / "builds", "a") as fh:
+        fh.write(rank + "\n")
+    time.sleep(1.0)  # the other process reaches the lock while this one builds
+    return real(*args, **kwargs)
+
+
+read_module.build_index = counted
+(marks / f"ready-{rank}").touch()
+while len(list(marks.glob("ready-*"))) < 2:
+    time.sleep(0.01)
+index = read_annotations(root)
+print(len(index), index.num_objects, index.source_file)
+"""
+
+
+def test_two_processes_build_the_index_once_and_both_map_it(tmp_path):
+    """Under torchrun every rank calls read_annotations at once: one builds (under the lock
+    beside the cache file), the other waits and maps the same file."""
+    import subprocess
+    import sys
+
+    root = _root(tmp_path, n=5)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = tmp_path / "rank.py"
+    script.write_text(_RANK)
+    command = [sys.executable, str(script), str(root), str(marks)]
+    procs = [subprocess.Popen([*command, str(rank)], stdout=subprocess.PIPE, text=True) for rank in range(2)]
+    outputs = [proc.communicate(timeout=120)[0].split() for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0]
+    assert len((marks / "builds").read_text().split()) == 1  # one build, not two
+    assert outputs[0] == outputs[1] and outputs[0][:2] == ["5", "5"]
+    assert outputs[0][2].endswith(".dlindex") and os.path.exists(outputs[0][2] + ".lock")

@@ -27,17 +27,20 @@ cache"): a different key means the dataset changed and the index is rebuilt.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import mmap
 import os
 import struct
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import platformdirs
+from filelock import FileLock
 
 from detloader._files import atomic_write
 from detloader.annotations.fields import array_names
@@ -85,6 +88,23 @@ def cache_dir_for(root: str | os.PathLike[str]) -> Path:
     target = user_cache_dir() / f"{root.name}-{tag}"
     target.mkdir(parents=True, exist_ok=True)
     return target
+
+
+@contextlib.contextmanager
+def build_lock(cache_file: Path) -> Iterator[None]:
+    """Hold the lock beside ``cache_file`` (``NAME.lock``) while its index is built, so that one
+    process per node builds it and the others wait, then map the file. Where no lock file can
+    be made (a read-only folder) nothing is locked."""
+    lock = FileLock(f"{cache_file}.lock")
+    try:
+        lock.acquire()
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _writable(folder: Path) -> bool:

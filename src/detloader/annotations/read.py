@@ -221,30 +221,44 @@ def read_annotations(
             warnings.warn(
                 f"{source.root}: reading without an index cache ({err})", DetloaderRuntimeWarning, stacklevel=2
             )
-        if cache_file is not None and cache != "rebuild" and cache_file.exists():
-            index = None
-            try:
-                if _key_matches(_cache.read_key(cache_file, strict=True), key, source.root):
-                    index = _cache.load_index_file(cache_file, root=source.root)
-            except (OSError, _cache.CacheError) as err:  # damaged: never used, rebuilt
-                warnings.warn(f"{err}; rebuilding the index cache", DetloaderRuntimeWarning, stacklevel=2)
-            if index is not None:
-                _finish(index, on_error, source.root)
-                return index
 
-    missing: list[str] = []
-    index = build_index(reader, source, options, workers=workers, progress=progress, missing_names=missing)
-    found = _search_images(reader, p, source, options, index, missing, workers)
-    index = found if found is not None else index
-    key = _folders_key(key, source.root, {os.path.dirname(p) for p in index.image_paths()})
-    if cache_file is not None:
-        try:
-            _cache.save_index(index, cache_file, key)
-            index = _cache.load_index_file(cache_file, root=source.root)
-        except OSError as err:
-            warnings.warn(f"index cache not written to {cache_file}: {err}", DetloaderRuntimeWarning, stacklevel=2)
+    def build() -> AnnotationIndex:
+        missing: list[str] = []
+        index = build_index(reader, source, options, workers=workers, progress=progress, missing_names=missing)
+        found = _search_images(reader, p, source, options, index, missing, workers)
+        return found if found is not None else index
+
+    if cache_file is None:
+        index = build()
+    else:
+        # one process per node builds (torchrun ranks, DataLoader workers): the others wait here, then map its file
+        with _cache.build_lock(cache_file):
+            index = _cached(cache_file, key, source.root) if cache != "rebuild" else None
+            if index is None:
+                index = build()
+                full_key = _folders_key(key, source.root, {os.path.dirname(p) for p in index.image_paths()})
+                try:
+                    _cache.save_index(index, cache_file, full_key)
+                    index = _cache.load_index_file(cache_file, root=source.root)
+                except OSError as err:
+                    warnings.warn(
+                        f"index cache not written to {cache_file}: {err}", DetloaderRuntimeWarning, stacklevel=2
+                    )
     _finish(index, on_error, source.root)
     return index
+
+
+def _cached(cache_file: Path, key: str, root: Path) -> AnnotationIndex | None:
+    """The index in ``cache_file`` when its key is ``key`` (the dataset is unchanged), else None;
+    a damaged file is never used (a warning, and the caller rebuilds it)."""
+    if not cache_file.exists():
+        return None
+    try:
+        if _key_matches(_cache.read_key(cache_file, strict=True), key, root):
+            return _cache.load_index_file(cache_file, root=root)
+    except (OSError, _cache.CacheError) as err:
+        warnings.warn(f"{err}; rebuilding the index cache", DetloaderRuntimeWarning, stacklevel=3)
+    return None
 
 
 def _finish(index: AnnotationIndex, on_error: OnError, root: Path) -> None:
