@@ -1,7 +1,9 @@
-"""The ``detloader`` command: one sub-command per module in this package.
-
-Each sub-command module defines ``register(subparsers)``, which adds its parser and sets
-``func`` (``func(args) -> int`` exit status). Library code stays quiet; the CLI prints.
+"""The ``detloader`` command. ``parser`` holds the entry point; the sub-commands live by
+concern: ``data`` (synth, index, validate, split, convert, show), ``stats``, ``measure`` (tune,
+bench), ``train`` (train, evaluate), ``demo``; ``_common`` is what they share (dataset options,
+progress bars, tables on a terminal or in a pipe, JSON). Each ``add_<command>(subparsers)``
+adds its parser with ``func(args) -> int`` (the exit status). Library code stays quiet; the
+CLI prints.
 """
 
 from detloader.cli.parser import COMMANDS, build_parser, main

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -250,38 +250,49 @@ def require_images(index: AnnotationIndex, what: str) -> None:
 
 
 @contextmanager
-def progress_bar(description: str, enabled: bool = True) -> Iterator[Callable[[int, int], None] | None]:
-    """A rich progress bar on stderr, as a ``progress(done, total)`` callback."""
+def progress_bar(
+    description: str, enabled: bool = True, *, detail: bool = False
+) -> Iterator[Callable[..., None] | None]:
+    """A rich progress bar on stderr (interactive terminals only), as a ``progress(done, total)``
+    callback; it also takes ``description=`` and, with ``detail``, the text after the bar (``detail=``)."""
     if not enabled or not sys.stderr.isatty():
         yield None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    columns = ["[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
     with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        transient=True,
-        console=_stderr_console(),
+        *columns, *([TextColumn("{task.fields[detail]}")] if detail else []),
+        transient=True, console=Console(stderr=True),
     ) as bar:
-        task = bar.add_task(description, total=None)
+        task = bar.add_task(description, total=None, detail="")
 
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+        def update(done: int, total: int, **fields: Any) -> None:
+            bar.update(task, completed=done, total=total, **fields)
 
         yield update
-
-
-def _stderr_console() -> Console:
-    from rich.console import Console
-
-    return Console(stderr=True)
 
 
 def print_json(data: Any) -> None:
     json.dump(data, sys.stdout, indent=2, ensure_ascii=False)
     sys.stdout.write("\n")
+
+
+def count_table(
+    title: str, header: Sequence[str], rows: Iterable[Sequence[Any]], justify: str = "left"
+) -> Table:
+    """A table of rows that start with a name (never read as markup); the other cells as
+    ``str`` gives them, aligned by ``justify``."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title)
+    for i, column in enumerate(header):
+        table.add_column(column, justify="left" if i == 0 else justify)  # type: ignore[arg-type]
+    for name, *cells in rows:
+        table.add_row(Text(str(name)), *(str(cell) for cell in cells))
+    return table
 
 
 def print_attribute_counts(out: Any, summary: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from detloader.errors import DetloaderValueError
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def add_demo(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demo", help="seed to result on the synthetic dataset: index, stats, tune, train, evaluate, pictures"
     )
@@ -31,13 +31,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--size", type=int, default=128, help="letterbox side of the network input (default: 128)")
     p.add_argument("--tune-budget", type=float, default=12.0, help="seconds for tuning (0: skip)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=_demo)
 
 
-def run(args: argparse.Namespace) -> int:
+def _demo(args: argparse.Namespace) -> int:
     from detloader import read_annotations
     from detloader.cli._common import console
-    from detloader.cli.index import print_summary
+    from detloader.cli.data import print_summary
     from detloader.synth import make_synthetic
 
     if args.images < 10:
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     if args.tune_budget > 0:
         out.rule(f"7. tune the loader for this machine (budget {args.tune_budget:g} s)")
         from detloader import tune_loader
-        from detloader.cli.tune import print_result
+        from detloader.cli.measure import print_result
 
         # the training run's own dataset, transform and batch size: its num_workers="auto" finds this
         result = tune_loader(dataset, batch_size=args.batch_size, budget_s=args.tune_budget)
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
               f"num_workers={metrics.get('num_workers')})")
 
     out.rule("10. evaluate on the validation split")
-    from detloader.cli.evaluate import print_metrics
+    from detloader.cli.train import print_metrics
 
     print_metrics(metrics)
     out.print(f"{config.out}/predictions.png: {min(8, len(val_index))} validation images, "

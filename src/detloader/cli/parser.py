@@ -4,29 +4,21 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib
 import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
 
 from detloader import __version__
+from detloader.cli import data, demo, measure, stats, train
 
-#: Sub-command modules, in the order ``--help`` lists them.
-COMMANDS = (
-    "demo",
-    "synth",
-    "index",
-    "validate",
-    "split",
-    "convert",
-    "show",
-    "tune",
-    "stats",
-    "train",
-    "evaluate",
-    "bench",
+#: Sub-commands in the order ``--help`` lists them, each added to the parser by its module's
+#: ``add_<command>``.
+_ADDERS = (
+    demo.add_demo, data.add_synth, data.add_index, data.add_validate, data.add_split, data.add_convert,
+    data.add_show, measure.add_tune, stats.add_stats, train.add_train, train.add_evaluate, measure.add_bench,
 )
+COMMANDS = tuple(add.__name__.removeprefix("add_") for add in _ADDERS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,8 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"detloader {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
-        importlib.import_module(f"detloader.cli.{name}").register(sub)
+    for add in _ADDERS:
+        add(sub)
     return parser
 
 

@@ -16,10 +16,11 @@ import argparse
 import sys
 from typing import Any
 
+from detloader.annotations.problems import check_choice
 from detloader.cli._common import (
     add_read_arguments,
-    check_choice,
     console,
+    count_table,
     print_attribute_counts,
     print_json,
     print_table,
@@ -30,41 +31,31 @@ from detloader.cli._common import (
 from detloader.errors import DetloaderValueError
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "stats", help="class distributions and imbalance, raw and after a balancing strategy"
-    )
+def add_stats(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("stats", help="class distributions and imbalance, raw and after a balancing strategy")
     add_read_arguments(p)
     p.add_argument(
-        "--by",
-        default="class",
+        "--by", default="class",
         help="group by: class (default), image_class (or image), attribute:NAME, "
         "image_attribute:NAME, or a comma-separated product (class,image_class)",
     )
     p.add_argument(
-        "--unit",
-        choices=("objects", "images"),
+        "--unit", choices=("objects", "images"),
         help="count objects (default for object keys) or images containing the group",
     )
     p.add_argument(
-        "--balance",
-        metavar="STRATEGY",
-        help="inverse, sqrt, power:P, effective[:BETA], repeat_factor[:T], class_aware",
+        "--balance", metavar="STRATEGY", help="inverse, sqrt, power:P, effective[:BETA], repeat_factor[:T], class_aware"
     )
     p.add_argument("--num-samples", type=int, help="draws per epoch (default: number of images)")
     p.add_argument("--seed", type=int, default=0, help="seed of the checking draw (default 0)")
     p.add_argument("--plot", metavar="OUT.png", help="write raw vs balanced bars to this PNG")
     p.add_argument(
-        "--log",
-        nargs="?",
-        const="on",
-        default="auto",
-        choices=("auto", "on", "off"),
+        "--log", nargs="?", const="on", default="auto", choices=("auto", "on", "off"),
         help="log y axis of --plot: on (bare --log), off, or auto (default: when the largest "
         "bar is over 20 times the smallest)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run)
+    p.set_defaults(func=_stats)
 
 
 def _by(value: str) -> tuple[str, ...]:
@@ -76,7 +67,7 @@ def _by(value: str) -> tuple[str, ...]:
     return parts
 
 
-def run(args: argparse.Namespace) -> int:
+def _stats(args: argparse.Namespace) -> int:
     from detloader.balance import BALANCE_CHOICES
     from detloader.stats import balance_report, dataset_stats, plot_balance
 
@@ -148,9 +139,8 @@ def _ratio(value: float | None) -> str:
 
 
 def print_stats(index: Any, stats: dict[str, Any]) -> None:
+    """What ``detloader stats`` prints of :func:`detloader.stats.dataset_stats`."""
     from rich.markup import escape
-    from rich.table import Table
-    from rich.text import Text
 
     out = console()
     out.print(
@@ -158,18 +148,14 @@ def print_stats(index: Any, stats: dict[str, Any]) -> None:
         f"({stats['objects_per_image']['mean']:.2f} per image, max {stats['objects_per_image']['max']}), "
         f"{stats['empty_images']} without objects"
     )
-    table = Table("class", "objects", "share", "images", "median box (px)", title="object classes")
     total = max(1, stats["objects"])
-    for name, c in stats["classes"].items():
-        median = stats["box_sqrt_area_median"][name]
-        table.add_row(
-            Text(name),
-            str(c["objects"]),
-            f"{100 * c['objects'] / total:.1f} %",
-            str(c["images"]),
-            "-" if median is None else f"{median:.0f}",
-        )
-    print_table(out, table)
+    medians = stats["box_sqrt_area_median"]
+    rows = [
+        (name, c["objects"], f"{100 * c['objects'] / total:.1f} %", c["images"],
+         "-" if medians[name] is None else f"{medians[name]:.0f}")
+        for name, c in stats["classes"].items()
+    ]
+    print_table(out, count_table("object classes", ("class", "objects", "share", "images", "median box (px)"), rows))
     ratio = stats["imbalance_ratio"]
     out.print(
         f"imbalance ratio (largest / smallest class): objects {_ratio(ratio['objects'])}, "
@@ -177,60 +163,43 @@ def print_stats(index: Any, stats: dict[str, Any]) -> None:
         + (f"; classes without objects: {', '.join(stats['empty_classes'])}" if stats["empty_classes"] else "")
     )
     if stats["image_classes"]:
-        t = Table("image class", "images", title="image classes")
-        for name, count in stats["image_classes"].items():
-            t.add_row(Text(name), str(count))
-        print_table(out, t)
+        print_table(out, count_table("image classes", ("image class", "images"), stats["image_classes"].items()))
         out.print(
             f"image-class imbalance ratio {_ratio(stats['image_class_imbalance_ratio'])}; "
             f"{stats['images_without_image_class']} images without an image class"
         )
     print_attribute_counts(out, stats)
     if stats["landmarks"]:
-        t = Table("landmark", "visible", "hidden", "absent", title="landmark visibility")
-        for name, v in stats["landmarks"].items():
-            t.add_row(Text(name), str(v["visible"]), str(v["hidden"]), str(v["absent"]))
-        print_table(out, t)
+        rows = [(name, v["visible"], v["hidden"], v["absent"]) for name, v in stats["landmarks"].items()]
+        print_table(out, count_table("landmark visibility", ("landmark", "visible", "hidden", "absent"), rows))
     box = stats["box_size"]
     if box["width"]:
-        t = Table("box size", *[f"q{q:g}" for q in box["quantiles"]], title="box sizes (pixels)")
-        for key in ("width", "height", "sqrt_area"):
-            t.add_row(key, *[f"{v:.0f}" for v in box[key]])
-        t.add_row("sqrt_area / image", *[f"{v:.3f}" for v in box["relative_sqrt_area"]])
-        print_table(out, t)
+        rows = [(key, *(f"{v:.0f}" for v in box[key])) for key in ("width", "height", "sqrt_area")]
+        rows.append(("sqrt_area / image", *(f"{v:.3f}" for v in box["relative_sqrt_area"])))
+        header = ("box size", *(f"q{q:g}" for q in box["quantiles"]))
+        print_table(out, count_table("box sizes (pixels)", header, rows))
 
 
 def print_balance(report: Any) -> None:
+    """What ``detloader stats --balance`` prints of a :class:`detloader.stats.BalanceReport`."""
     from rich.markup import escape
-    from rich.table import Table
-    from rich.text import Text
 
     from detloader.stats import summary_rows
 
     out = console()
     data = report.to_dict()
-    table = Table(
-        "group",
-        "raw / epoch",
-        "raw %",
-        "balanced / epoch",
-        "balanced %",
-        f"drawn (seed {report.seed})",
-        "x",
-        title=f"balance {report.strategy} by {','.join(report.by)}: {report.unit} per epoch "
-        f"(expected from the weights; one real draw beside)",
+    rows = [
+        (row["name"], f"{row['raw']:.0f}", f"{100 * row['raw_share']:.1f}", f"{row['expected']:.1f}",
+         f"{100 * row['expected_share']:.1f}", "-" if row["drawn"] is None else f"{row['drawn']:.0f}",
+         "-" if row["factor"] is None else f"{row['factor']:.2f}")
+        for row in summary_rows(report)
+    ]
+    title = (
+        f"balance {report.strategy} by {','.join(report.by)}: {report.unit} per epoch "
+        "(expected from the weights; one real draw beside)"
     )
-    for row in summary_rows(report):
-        table.add_row(
-            Text(row["name"]),
-            f"{row['raw']:.0f}",
-            f"{100 * row['raw_share']:.1f}",
-            f"{row['expected']:.1f}",
-            f"{100 * row['expected_share']:.1f}",
-            "-" if row["drawn"] is None else f"{row['drawn']:.0f}",
-            "-" if row["factor"] is None else f"{row['factor']:.2f}",
-        )
-    print_table(out, table)
+    header = ("group", "raw / epoch", "raw %", "balanced / epoch", "balanced %", f"drawn (seed {report.seed})", "x")
+    print_table(out, count_table(title, header, rows))
     length = data["epoch_length"]
     ratio = data["imbalance_ratio"]
     dev = data["max_drawn_deviation"]
@@ -243,4 +212,3 @@ def print_balance(report: Any) -> None:
         out.print(f"[yellow]note:[/yellow] {escape(note)}")
     for warning in report.warnings:
         out.print(f"[bold yellow]warning:[/bold yellow] {escape(warning)}")
-

@@ -1,19 +1,29 @@
 """``detloader train [PATH]``: the reference multi-task model on any dataset detloader reads
 (no PATH: the embedded synthetic dataset), with class balancing, a tuned loader, checkpoints,
-exact ``--resume``, the data-wait share of step time, and a final evaluation.
+exact ``--resume``, the data-wait share of step time, and a final evaluation; under
+``torchrun --nproc_per_node=N`` it runs distributed (docs/training.md).
 
-The same command runs distributed under ``torchrun --nproc_per_node=N`` (see
-docs/training.md).
+``detloader evaluate CKPT PATH``: box mAP, per-class precision / recall / AP, landmark NME and
+image-class accuracy of a training checkpoint on a dataset split.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
+import signal
+import warnings
 from typing import Any
 
-from detloader.cli._common import add_read_arguments, console, dataset_kwargs, print_json
+from detloader.cli._common import (
+    add_read_arguments,
+    console,
+    count_table,
+    dataset_kwargs,
+    print_json,
+    print_table,
+    progress_bar,
+)
 
 
 def _workers(value: str) -> int | str:
@@ -25,7 +35,7 @@ def _workers(value: str) -> int | str:
         raise argparse.ArgumentTypeError(f"num-workers={value!r} must be an int >= 0 or 'auto'") from None
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train the reference detection + landmark + image-class model")
     add_read_arguments(
         p, path_nargs="?", path_help="dataset folder or annotation file (default: the synthetic dataset)", build=False
@@ -60,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--exist-ok", action="store_true", help="write into an --out that holds another run, overwriting it")
     p.add_argument("--no-eval", action="store_true", help="skip the final evaluation")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
-    p.set_defaults(func=run)
+    p.set_defaults(func=_train)
 
 
 def _config(args: argparse.Namespace) -> Any:
@@ -80,17 +90,9 @@ def _config(args: argparse.Namespace) -> Any:
         read_options.update(dataset_kwargs(args))
     changes["read_options"] = read_options
     explicit = {
-        "balance": args.balance,
-        "epochs": args.epochs,
-        "size": args.size,
-        "batch_size": args.batch_size,
-        "lr": args.lr,
-        "width": args.width,
-        "synthetic_images": args.synthetic_images,
-        "max_steps": args.max_steps,
-        "mosaic": args.mosaic,
-        "close_mosaic": args.close_mosaic,
-        "affine": args.affine or None,
+        "balance": args.balance, "epochs": args.epochs, "size": args.size, "batch_size": args.batch_size,
+        "lr": args.lr, "width": args.width, "synthetic_images": args.synthetic_images, "max_steps": args.max_steps,
+        "mosaic": args.mosaic, "close_mosaic": args.close_mosaic, "affine": args.affine or None,
     }
     changes.update({k: v for k, v in explicit.items() if v is not None})
     if not args.resume:
@@ -105,99 +107,143 @@ def _config(args: argparse.Namespace) -> Any:
     return TrainConfig.from_dict(changes)
 
 
-class _Progress:
-    """A rich progress bar with the loss parts (stderr, interactive terminals only) and one
-    line per epoch with the data-wait share, on rank 0."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.out = console()
-        self.bar = None
-        self.task = None
-        if enabled and sys.stderr.isatty():
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-
-            self.bar = Progress(
-                TextColumn("epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
-                TimeElapsedColumn(), TextColumn("{task.fields[losses]}"),
-                console=Console(stderr=True), transient=True,
-            )
-        self.enabled = enabled
-
-    def __enter__(self) -> _Progress:
-        if self.bar is not None:
-            self.bar.__enter__()
-            self.task = self.bar.add_task("train", total=None, epoch=0, losses="")
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
-
-    def step(self, info: Any) -> None:
-        if self.bar is None or info.rank != 0:
-            return
-        parts = " ".join(f"{k} {v:.3f}" for k, v in info.losses.items())
-        self.bar.update(
-            self.task, completed=info.step_in_epoch, total=info.steps_in_epoch, epoch=info.epoch, losses=parts
-        )
-
-    def start(self, info: Any) -> None:
-        if not self.enabled or info.rank != 0:
-            return
-        t, v = info.train, info.val
-        self.out.print(f"training on split {t['name']!r}: {t['images']} images ({t['source']})")
-        self.out.print(f"validating on split {v['name']!r}: {v['images']} images ({v['source']})")
-        if v["source"].startswith("random"):
-            self.out.print("recorded in the checkpoint, which evaluate uses; `detloader split PATH --val 0.2` "
-                           "writes splits beside the data for every command and script")
-        if info.start_step:
-            self.out.print(f"resuming at step {info.start_step} of {info.total_steps}")
-
-    def epoch(self, info: Any) -> None:
-        if not self.enabled or info.rank != 0:
-            return
-        parts = ", ".join(f"{k} {v:.3f}" for k, v in info.losses.items() if k != "total")
-        self.out.print(
-            f"epoch {info.epoch + 1}/{info.epochs}: loss {info.losses.get('total', 0):.3f} ({parts}); "
-            f"data wait {100 * info.data_wait_fraction:.1f} % of step time"
-        )
-
-
-def run(args: argparse.Namespace) -> int:
-    import warnings
-
+def _train(args: argparse.Namespace) -> int:
     from detloader.train import train
 
     config = _config(args)
     rank0 = int(os.environ.get("RANK", "0")) == 0
-    show = rank0 and not args.json
-    with warnings.catch_warnings():
+    show = rank0 and not args.json  # rank 0 prints its split lines, a progress bar and a line per epoch
+    out = console()
+
+    def start(info: Any) -> None:
+        t, v = info.train, info.val
+        out.print(f"training on split {t['name']!r}: {t['images']} images ({t['source']})")
+        out.print(f"validating on split {v['name']!r}: {v['images']} images ({v['source']})")
+        if v["source"].startswith("random"):
+            out.print("recorded in the checkpoint, which evaluate uses; `detloader split PATH --val 0.2` "
+                      "writes splits beside the data for every command and script")
+        if info.start_step:
+            out.print(f"resuming at step {info.start_step} of {info.total_steps}")
+
+    def epoch(info: Any) -> None:
+        parts = ", ".join(f"{k} {v:.3f}" for k, v in info.losses.items() if k != "total")
+        out.print(
+            f"epoch {info.epoch + 1}/{info.epochs}: loss {info.losses.get('total', 0):.3f} ({parts}); "
+            f"data wait {100 * info.data_wait_fraction:.1f} % of step time"
+        )
+
+    with warnings.catch_warnings(), progress_bar("epoch 0", enabled=show, detail=True) as bar:
         if not show:
             warnings.simplefilter("ignore")
-        with _Progress(show) as progress:
-            metrics = train(config, on_step=progress.step, on_epoch=progress.epoch, on_start=progress.start)
-    import signal
 
+        def step(info: Any) -> None:
+            losses = " ".join(f"{k} {v:.3f}" for k, v in info.losses.items())
+            bar(info.step_in_epoch, info.steps_in_epoch, description=f"epoch {info.epoch}", detail=losses)
+
+        metrics = train(
+            config, on_step=step if bar else None, on_epoch=epoch if show else None, on_start=start if show else None
+        )
     status = 128 + signal.Signals[metrics["stopped_by"]] if metrics.get("stopped_by") else 0
     if not rank0:
         return status
     if args.json:
         print_json(metrics)
         return status
-    from detloader.cli.evaluate import print_metrics
-
     print_metrics(metrics)
-    out = console()
     if metrics.get("stopped_early"):
         why = metrics["stopped_by"] or "--max-steps"
         out.print(f"stopped by {why} after step {metrics['steps']}; continue with --resume {config.out}/last.pt")
     out.print(f"{config.out}/: last.pt, metrics.json, config.json ({metrics['train_seconds']:.0f} s of training)")
     return status
 
+
+def add_evaluate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("evaluate", help="metrics of a training checkpoint on a dataset (mAP, NME, image class)")
+    p.add_argument("checkpoint", help="a *.pt file written by detloader train")
+    add_read_arguments(p, path_help="dataset folder or annotation file (any format detloader reads)", build=False)
+    p.add_argument("--split", help="a split of the dataset, or 'all' (default: the checkpoint's validation split)")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument(
+        "--score-threshold", type=float, default=0.3, help="operating point of precision / recall (default 0.3)"
+    )
+    p.add_argument("--backend", default="auto", choices=("auto", "faster_coco_eval", "pycocotools"))
+    p.add_argument(
+        "--coco-json", metavar="PATH", help="also write the detections there (COCO results: image id = row + 1)"
+    )
+    p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
+    p.set_defaults(func=_evaluate)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from detloader.train import evaluate_checkpoint
+
+    name = "predictions.png" if args.split is None else f"predictions-{args.split}.png"
+    picture = os.path.join(os.path.dirname(args.checkpoint), name)
+    with progress_bar("evaluate", enabled=not args.json) as progress:
+        metrics = evaluate_checkpoint(
+            args.checkpoint, args.path, split=args.split, picture=picture, read_options=dataset_kwargs(args),
+            batch_size=args.batch_size, device=args.device, score_threshold=args.score_threshold,
+            backend=args.backend, progress=progress, coco_json=args.coco_json,
+        )
+    if args.json:
+        print_json(metrics)
+        return 0
+    print_metrics(metrics)
+    if os.path.isfile(picture):
+        console().print(f"{picture}: truth (left) beside predictions (right)")
+    if args.coco_json:
+        console().print(f"{args.coco_json}: the detections as COCO results")
+    return 0
+
+
+def _fmt(value: Any, percent: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{100 * value:.1f}" if percent else f"{value:.3f}"
+
+
+def print_metrics(metrics: dict[str, Any]) -> None:
+    """The per-class table and one line per summary figure."""
+    out = console()
+    if "per_class" in metrics:
+        table = count_table(
+            f"boxes (precision / recall at score >= {metrics['score_threshold']:g}, IoU 0.5)",
+            ("class", "objects", "precision", "recall", "AP@0.5", "AP@0.5:0.95"),
+            [
+                (name, row["objects"], *(_fmt(row[k]) for k in ("precision", "recall", "ap50", "ap50_95")))
+                for name, row in metrics["per_class"].items()
+            ],
+            justify="right",
+        )
+        print_table(out, table)
+        split = metrics.get("split") or {}
+        if split:
+            out.print(f"split {split['name']!r}: {split['images']} images ({split['source']})")
+        if metrics.get("seen_in_training"):
+            out.print(
+                f"[yellow]{metrics['seen_in_training']} of the {metrics['images']} images were trained on: "
+                "not a held-out estimate[/yellow]"
+            )
+        out.print(
+            f"box mAP@0.5 {_fmt(metrics['map50'])}, mAP@0.5:0.95 {_fmt(metrics['map50_95'])} "
+            f"({metrics['images']} images, {metrics['backend']})"
+        )
+        if metrics.get("nme") is not None:
+            out.print(
+                f"landmark NME {_fmt(metrics['nme'])} (normalised by {metrics['nme_normaliser']}, "
+                f"{metrics['nme_objects']} matched objects)"
+            )
+        if metrics.get("image_class_accuracy") is not None:
+            recall = ", ".join(f"{k} {_fmt(v)}" for k, v in metrics["image_class_recall"].items())
+            out.print(f"image class accuracy {_fmt(metrics['image_class_accuracy'])} (recall: {recall})")
+    if "data_wait_fraction" in metrics:
+        out.print(
+            f"data wait {_fmt(metrics['data_wait_fraction'], percent=True)} % of step time "
+            f"(num_workers={metrics.get('num_workers')})"
+        )
+    if "samples_per_rank" in metrics and metrics.get("world_size", 1) > 1:
+        out.print(
+            "training samples per rank: "
+            + ", ".join(f"rank {r}: {n}" for r, n in enumerate(metrics["samples_per_rank"]))
+        )
