@@ -9,7 +9,7 @@ import pytest
 import detloader
 from detloader.synth import make_synthetic
 from detloader.train import ImagePredictions, compute_metrics
-from detloader.train.evaluate import landmark_normaliser
+from detloader.train.metrics import landmark_normaliser
 
 pytest.importorskip("faster_coco_eval")
 pytest.importorskip("pycocotools")

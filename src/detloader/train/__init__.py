@@ -22,10 +22,10 @@ from __future__ import annotations
 from detloader.errors import DataMismatchError
 from detloader.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from detloader.train.config import TrainConfig
-from detloader.train.evaluate import ImagePredictions, compute_metrics, score_predictions
 from detloader.train.inference import evaluate_checkpoint, predict
 from detloader.train.loop import EpochInfo, StartInfo, StepInfo, train
 from detloader.train.losses import LossWeights
+from detloader.train.metrics import ImagePredictions, compute_metrics, score_predictions
 from detloader.train.model import CenterNet, ModelConfig
 from detloader.train.runs import RunDirError
 from detloader.train.task import Task, centernet_task

@@ -151,7 +151,7 @@ class TrainConfig:
             raise DetloaderValueError(f"lr={self.lr!r} must be > 0 and weight_decay={self.weight_decay!r} >= 0")
         if not 0.0 <= self.score_threshold <= 1.0:
             raise DetloaderValueError(f"score_threshold={self.score_threshold!r} must be in [0, 1]")
-        from detloader.train.evaluate import BACKENDS
+        from detloader.train.metrics import BACKENDS
 
         if self.eval_backend not in BACKENDS:
             raise DetloaderValueError(f"eval_backend={self.eval_backend!r} is not one of {BACKENDS}")

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from detloader.train.evaluate import ImagePredictions
+from detloader.train.metrics import ImagePredictions
 from detloader.train.model import STRIDE
 
 

@@ -18,7 +18,7 @@ from detloader.errors import DataMismatchError, DetloaderValueError
 from detloader.train.checkpoint import load_checkpoint
 from detloader.train.decode import decode_predictions
 from detloader.train.distributed import DistEnv, all_gather_objects, running_distributed
-from detloader.train.evaluate import ImagePredictions, as_predictions, score_predictions
+from detloader.train.metrics import ImagePredictions, as_predictions, score_predictions
 from detloader.train.model import CenterNet, ModelConfig
 from detloader.train.runs import recorded_rows
 from detloader.train.task import REFERENCE, Task, centernet_task
@@ -119,7 +119,7 @@ def evaluate_checkpoint(
     coco_json: str | os.PathLike[str] | None = None,
     task: Task | Callable[[Any], Task] | None = None,
 ) -> dict[str, Any]:
-    """Metrics (:func:`~detloader.train.evaluate.score_predictions`) of ``checkpoint`` on a
+    """Metrics (:func:`~detloader.train.metrics.score_predictions`) of ``checkpoint`` on a
     part of the dataset at ``data``, with ``split`` (``{"name", "images", "source"}``) and
     ``seen_in_training`` (images scored that the checkpoint was trained on).
 

@@ -44,8 +44,8 @@ from detloader.train.distributed import (
     broadcast_object,
     running_distributed,
 )
-from detloader.train.evaluate import compute_metrics
 from detloader.train.inference import draw_predictions, predict, val_loader
+from detloader.train.metrics import compute_metrics
 from detloader.train.model import CenterNet, ModelConfig
 from detloader.train.runs import RunDirError, RunLock, check_out_dir, data_changes, prepare_data
 from detloader.train.task import REFERENCE, Task, centernet_task
@@ -254,7 +254,7 @@ def train(
     checkpoint's is refused with what differs (:class:`~detloader.train.runs.DataMismatchError`)
     unless ``config.allow_data_change``.
 
-    The metrics are those of :func:`~detloader.train.evaluate.compute_metrics` plus
+    The metrics are those of :func:`~detloader.train.metrics.compute_metrics` plus
     ``data_wait_fraction`` (all steps of this run, rank 0), ``epochs`` (per-epoch history),
     ``samples_per_rank`` (training samples each rank processed in this run), ``world_size``,
     ``device``, ``train_seconds``, ``stopped_early`` (``max_steps`` reached or a signal),

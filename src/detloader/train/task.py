@@ -12,9 +12,9 @@ A :class:`Task` is a model and two functions::
 the layout a model family takes). The loss the loop minimises is
 ``sum(weights.get(name, 1.0) * term)``, or ``terms["total"]`` when the loss returns one (the
 other terms are then only reported). ``decode`` returns one entry per image:
-:class:`~detloader.train.evaluate.ImagePredictions` or a dict with ``boxes``, ``scores``,
+:class:`~detloader.train.metrics.ImagePredictions` or a dict with ``boxes``, ``scores``,
 ``labels`` and optionally ``landmarks``, ``image_probs``
-(:func:`~detloader.train.evaluate.as_predictions`), mapped back with
+(:func:`~detloader.train.metrics.as_predictions`), mapped back with
 ``batch.boxes_to_original`` / ``landmarks_to_original``. Under DDP every parameter must get
 a gradient from the loss (even 0), as ``DistributedDataParallel`` requires.
 """
