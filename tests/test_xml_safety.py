@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from detloader import AnnotationError, read_annotations
 from detloader.annotations.builder import ChunkBuilder
-from detloader.annotations.options import ReadOptions
+from detloader.annotations.checks import ReadOptions
 from detloader.annotations.readers import voc
 from detloader.annotations.readers.common import Source
 

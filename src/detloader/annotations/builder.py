@@ -4,29 +4,29 @@ A reader walks its files and calls :class:`ChunkBuilder` once per image and once
 the builder applies the rules of :mod:`detloader.annotations.checks` (boxes, landmarks, sizes)
 and the class options, records problems, then ``finish()`` turns the chunk into a
 :class:`Partial` of numpy arrays (one per field of :data:`~detloader.annotations.fields.FIELDS`)
-with chunk-local vocabularies. Chunks are built in worker processes and merged in file order by
-:func:`detloader.annotations.merge.merge`.
+with chunk-local vocabularies. Chunks are built in worker processes and travel by pickle to
+:func:`detloader.annotations.parse.merge`, which merges them in file order.
 """
 
 from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from detloader.annotations.checks import (
     Finding,
+    ReadOptions,
     box_from_points,
     check_box,
     check_point,
     check_size,
     parse_number,
 )
-from detloader.annotations.chunk import AttributeCells, LocalVocab, Partial
-from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Field
-from detloader.annotations.options import ReadOptions
+from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, AttributeCells, Field, LocalVocab
 from detloader.annotations.problems import Problem, Severity
 from detloader.errors import DetloaderError
 
@@ -48,6 +48,40 @@ def _column_array(col: array, f: Field, rows: int) -> np.ndarray:
     dtype = np.dtype(f.dtype)
     raw = np.frombuffer(col, dtype=np.int8 if dtype == np.bool_ else dtype)
     return raw.astype(dtype).reshape(f.shape(rows, {}))
+
+
+@dataclass
+class Partial:
+    """One chunk of a dataset as arrays, with chunk-local vocabularies (see ``merge``).
+
+    ``arrays``: every image/object field of ``FIELDS`` plus ``object_offsets``, ids local to
+    the chunk; ``strings``: the string fields as lists; ``vocabs``: for each vocabulary a
+    field refers to (``Field.vocab``), the local names in id order (for attribute tables, a
+    list of ``(attribute, values)``); ``missing_names``: the first images not found, as named.
+    Fields read as attributes: ``part.boxes``.
+    """
+
+    arrays: dict[str, np.ndarray]
+    strings: dict[str, list[str]]
+    vocabs: dict[str, Any]
+    problems: list[Problem]
+    stats: dict[str, int] = field(default_factory=dict)
+    declared_classes: list[str] = field(default_factory=list)
+    missing_names: list[str] = field(default_factory=list)
+    #: class names in the files before ``class_map`` (only collected when there is one)
+    file_classes: list[str] = field(default_factory=list)
+
+    def __getattr__(self, name: str) -> Any:
+        arrays = self.__dict__.get("arrays")
+        if arrays is not None and name in arrays:
+            return arrays[name]
+        raise AttributeError(name)
+
+    @property
+    def landmark_names(self) -> list[str]:
+        """Landmark names found in the chunk, in local slot order."""
+        names: list[str] = self.vocabs["landmarks"]
+        return names
 
 
 class ChunkBuilder:

@@ -43,10 +43,9 @@ import platformdirs
 from filelock import FileLock
 
 from detloader._files import atomic_write
-from detloader.annotations.fields import array_names
+from detloader.annotations.fields import Vocabulary, array_names
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.problems import ProblemReport
-from detloader.annotations.vocabulary import Vocabulary
 from detloader.errors import CacheError, DetloaderValueError
 
 MAGIC = b"DLINDEX\n"

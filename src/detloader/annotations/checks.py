@@ -1,4 +1,5 @@
-"""The rules every format shares, as pure functions: a value in, a repaired value or a finding out.
+"""The rules every format shares, as pure functions: a value in, a repaired value or a finding
+out; and :class:`ReadOptions`, the options of ``read_annotations`` that tune them.
 
 :class:`~detloader.annotations.builder.ChunkBuilder` applies them to each record and turns a
 :class:`Finding` into a :class:`~detloader.annotations.problems.Problem` by adding the file and
@@ -8,13 +9,16 @@ visibility is 0 absent, 1 hidden, 2 visible.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from array import array
 from collections.abc import Sequence
+from dataclasses import dataclass
 from numbers import Integral
 from typing import Any, NamedTuple
 
-from detloader.annotations.problems import Severity
+from detloader.annotations.landmarks import LandmarkSchema
+from detloader.annotations.problems import Severity, check_choice
 from detloader.errors import DetloaderValueError
 
 #: The largest image side stored (the index keeps sizes as int32).
@@ -160,3 +164,59 @@ def box_from_points(points: Sequence[tuple[float, float]], width: int, height: i
     x1, x2 = _span(min(xs), max(xs), float(width))
     y1, y2 = _span(min(ys), max(ys), float(height))
     return (x1, y1, x2, y2)
+
+
+#: Size cap of one annotation file (``max_file_bytes``), against files made to exhaust memory.
+MAX_FILE_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How annotations are read. Every field takes part in the cache key.
+
+    Attributes:
+        classes: the class list, in id order; objects of other classes are ``unknown_class``
+            errors. ``None``: every class found, sorted by name.
+        class_map: rename / merge / drop classes before anything else, as pairs
+            ``(name_in_file, new_name)``; ``new_name=None`` drops the objects.
+        landmark_schema: landmark names (ordered) and flip pairs; ``None``: names found in the
+            data, in order of first appearance, flip pairs inferred from left/right spelling.
+        one_based: subtract 1 from xmin and ymin (VOC's 1-based pixel indices).
+        clip_boxes: clip boxes that are partly outside the image (reported as ``box_clipped``);
+            when False such boxes are ``box_outside_image`` errors.
+        check_images: check that each image file exists (``missing_image`` otherwise).
+        image_class_attribute: name of the image attribute that holds the image-level class.
+        max_file_bytes: size cap of one annotation file.
+        image_dir: image folder, overriding the one found from the layout.
+        allow_outside_images: follow image names that leave the dataset (absolute, ``../``),
+            as ``convert --images none`` writes them; otherwise they are ``outside_dataset``
+            problems and only their base name is looked for inside.
+        boxes_from_points: what an object with landmarks but no box becomes: ``"enclose"``
+            (its labelled points' enclosing box), ``"image"`` (the whole image) or ``"skip"``;
+            reported once per file (``box_from_points``, repaired), see
+            :func:`~detloader.annotations.checks.box_from_points`.
+    """
+
+    classes: tuple[str, ...] | None = None
+    class_map: tuple[tuple[str, str | None], ...] = ()
+    landmark_schema: LandmarkSchema | None = None
+    one_based: bool = False
+    clip_boxes: bool = True
+    check_images: bool = True
+    image_class_attribute: str = "class"
+    max_file_bytes: int = MAX_FILE_BYTES
+    image_dir: str | None = None
+    allow_outside_images: bool = False
+    boxes_from_points: str = "enclose"
+    extra: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        check_choice("boxes_from_points", self.boxes_from_points, BOXES_FROM_POINTS)
+
+    def option(self, name: str, default: Any = None) -> Any:
+        """A format-specific option passed through ``read_annotations(..., **format_options)``."""
+        return dict(self.extra).get(name, default)
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field as JSON (the cache key holds it); format options by their ``repr``."""
+        return {**dataclasses.asdict(self), "extra": [[k, repr(v)] for k, v in self.extra]}

@@ -13,16 +13,21 @@ table: it is what relates the two levels.
 A trailing dimension is a number or the name of the vocabulary that sizes it
 (``"landmarks"``: K points of the landmark schema; ``"image_attributes"`` /
 ``"object_attributes"``: one column per attribute). ``vocab`` names the vocabulary a field's
-values or columns refer to, which is how :func:`~detloader.annotations.merge.merge` remaps it.
+values or columns refer to, which is how :func:`~detloader.annotations.parse.merge` remaps it.
+
+The names behind the ids: :class:`Vocabulary` (an index's), :class:`LocalVocab` and
+:class:`AttributeCells` (a chunk's, while the builder fills it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
+
+from detloader.annotations.landmarks import LandmarkSchema
 
 #: Id used in categorical arrays for "no value" (no image class, attribute not set).
 MISSING = -1
@@ -101,3 +106,82 @@ def unpack_strings(blob: np.ndarray, offsets: np.ndarray) -> list[str]:
     """Every string of a blob made by :func:`pack_strings`, in order (one copy of the blob)."""
     data = blob.tobytes()
     return [data[a:b].decode("utf-8") for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """Names behind the integer ids of an index."""
+
+    classes: tuple[str, ...] = ()
+    image_classes: tuple[str, ...] = ()
+    object_attributes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    image_attributes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    landmarks: LandmarkSchema = field(default_factory=LandmarkSchema)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "classes": list(self.classes),
+            "image_classes": list(self.image_classes),
+            "object_attributes": [[n, list(v)] for n, v in self.object_attributes],
+            "image_attributes": [[n, list(v)] for n, v in self.image_attributes],
+            "landmarks": self.landmarks.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Vocabulary:
+        return cls(
+            classes=tuple(data["classes"]),
+            image_classes=tuple(data["image_classes"]),
+            object_attributes=tuple((n, tuple(v)) for n, v in data["object_attributes"]),
+            image_attributes=tuple((n, tuple(v)) for n, v in data["image_attributes"]),
+            landmarks=LandmarkSchema.from_dict(data["landmarks"]),
+        )
+
+    def sizes(self) -> dict[str, int]:
+        """Size of each named trailing dimension of :data:`~detloader.annotations.fields.FIELDS`:
+        K landmarks, one column per image / object attribute."""
+        return {
+            "landmarks": len(self.landmarks),
+            "image_attributes": len(self.image_attributes),
+            "object_attributes": len(self.object_attributes),
+        }
+
+
+class LocalVocab:
+    """Strings to local ids in order of first appearance."""
+
+    __slots__ = ("ids", "names")
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def id(self, name: str) -> int:
+        i = self.ids.get(name)
+        if i is None:
+            i = self.ids[name] = len(self.names)
+            self.names.append(name)
+        return i
+
+
+class AttributeCells:
+    """Rows of name -> value dicts, kept as (row, name id, value id) triples."""
+
+    def __init__(self) -> None:
+        self.names = LocalVocab()
+        self.values: list[LocalVocab] = []
+        self.cells: list[tuple[int, int, int]] = []
+
+    def add(self, row: int, attrs: Mapping[str, str]) -> None:
+        for name, value in attrs.items():
+            a = self.names.id(name)
+            if a == len(self.values):
+                self.values.append(LocalVocab())
+            self.cells.append((row, a, self.values[a].id(value)))
+
+    def finish(self, n_rows: int) -> tuple[np.ndarray, list[tuple[str, list[str]]]]:
+        table = np.full((n_rows, len(self.names.names)), MISSING, dtype=np.int32)
+        if self.cells:
+            cells = np.asarray(self.cells, dtype=np.int64)
+            table[cells[:, 0], cells[:, 1]] = cells[:, 2]
+        return table, [(n, v.names) for n, v in zip(self.names.names, self.values)]

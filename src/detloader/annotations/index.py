@@ -35,6 +35,7 @@ from detloader.annotations.fields import (
     FIELDS,
     MISSING,
     OFFSETS,
+    Vocabulary,
     fields_at,
     unpack_string,
     unpack_strings,
@@ -43,7 +44,6 @@ from detloader.annotations.landmarks import LandmarkSchema
 from detloader.annotations.problems import ProblemReport
 from detloader.annotations.splits import check_fractions, class_groups, stratified_split
 from detloader.annotations.view import ImageView
-from detloader.annotations.vocabulary import Vocabulary
 from detloader.errors import (
     DetloaderIndexError,
     DetloaderKeyError,

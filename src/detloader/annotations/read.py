@@ -17,10 +17,10 @@ from typing import Any
 
 from detloader._files import file_kind, open_regular
 from detloader.annotations import cache as _cache
+from detloader.annotations.checks import ReadOptions
 from detloader.annotations.image_search import find_image_folder, search_message, should_search
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema
-from detloader.annotations.options import ReadOptions
 from detloader.annotations.parse import ProgressFn, build_index
 from detloader.annotations.problems import (
     OnError,

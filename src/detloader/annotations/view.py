@@ -7,35 +7,14 @@ of the per-object arrays); nothing is copied or kept per image.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from detloader.annotations.fields import MISSING
-from detloader.annotations.vocabulary import Vocabulary
 
-
-class IndexLike(Protocol):
-    """What a view reads from its index (an ``AnnotationIndex``; named here so that this module
-    does not import the index, which imports it)."""
-
-    object_offsets: np.ndarray
-    width: np.ndarray
-    height: np.ndarray
-    image_labels: np.ndarray
-    image_attributes: np.ndarray
-    object_attributes: np.ndarray
-    vocab: Vocabulary
-
-    @property
-    def classes(self) -> tuple[str, ...]: ...
-
-    @property
-    def image_classes(self) -> tuple[str, ...]: ...
-
-    def image_path(self, i: int) -> Path: ...
-
-    def annotation_path(self, i: int) -> str: ...
+if TYPE_CHECKING:
+    from detloader.annotations.index import AnnotationIndex
 
 
 class _ObjectRows:
@@ -54,7 +33,7 @@ class ImageView:
 
     __slots__ = ("_index", "id")
 
-    def __init__(self, index: IndexLike, i: int) -> None:
+    def __init__(self, index: AnnotationIndex, i: int) -> None:
         self._index = index
         self.id = int(i)
 

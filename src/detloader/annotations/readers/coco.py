@@ -49,10 +49,9 @@ import numpy as np
 
 from detloader._files import FileTooLargeError, read_capped
 from detloader.annotations.builder import ChunkBuilder
-from detloader.annotations.checks import Finding, parse_number
+from detloader.annotations.checks import Finding, ReadOptions, parse_number
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
-from detloader.annotations.options import ReadOptions
 from detloader.annotations.readers.common import (
     Source,
     candidate_dirs,

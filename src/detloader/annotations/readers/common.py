@@ -27,8 +27,7 @@ from typing import Any
 from detloader._files import file_kind, open_regular
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.cache import CACHE_SUBDIR
-from detloader.annotations.checks import MAX_SIDE
-from detloader.annotations.options import ReadOptions
+from detloader.annotations.checks import MAX_SIDE, ReadOptions
 from detloader.annotations.problems import Problem
 from detloader.errors import DetloaderValueError
 

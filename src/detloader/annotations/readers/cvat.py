@@ -66,9 +66,9 @@ import numpy as np
 from lxml import etree
 
 from detloader.annotations.builder import ChunkBuilder
+from detloader.annotations.checks import ReadOptions
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
-from detloader.annotations.options import ReadOptions
 from detloader.annotations.problems import check_choice
 from detloader.annotations.readers.common import (
     Source,

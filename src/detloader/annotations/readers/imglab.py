@@ -45,8 +45,8 @@ from pathlib import Path
 from lxml import etree
 
 from detloader.annotations.builder import ChunkBuilder
+from detloader.annotations.checks import ReadOptions
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
-from detloader.annotations.options import ReadOptions
 from detloader.annotations.readers.common import (
     Source,
     candidate_dirs,

@@ -49,10 +49,9 @@ from lxml import etree
 
 from detloader._files import FileTooLargeError, read_capped
 from detloader.annotations.builder import ChunkBuilder
-from detloader.annotations.checks import MAX_SIDE
+from detloader.annotations.checks import MAX_SIDE, ReadOptions
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import FACE5, LandmarkSchema
-from detloader.annotations.options import ReadOptions
 from detloader.annotations.problems import Problem, capped
 from detloader.annotations.readers.common import Source, Stamp, dir_identity, find_child_dir, scan_files, stat_entry
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, size_from_header, stays_inside

@@ -45,9 +45,9 @@ import numpy as np
 
 from detloader._files import NotRegularFileError, read_capped
 from detloader.annotations.builder import ChunkBuilder
+from detloader.annotations.checks import ReadOptions
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
-from detloader.annotations.options import ReadOptions
 from detloader.annotations.problems import Problem, capped
 from detloader.annotations.readers.common import (
     Source,
