@@ -6,10 +6,8 @@ import pytest
 import torch
 
 from detloader.train import CenterNet, LossWeights, ModelConfig
-from detloader.train.decode import decode
-from detloader.train.losses import focal_heatmap_loss, giou_loss, multitask_loss, wing_loss
-from detloader.train.model import STRIDE
-from detloader.train.targets import encode_targets
+from detloader.train.losses import encode_targets, focal_heatmap_loss, giou_loss, multitask_loss, wing_loss
+from detloader.train.model import STRIDE, decode
 
 
 def _targets(k: int = 2, vis=None):

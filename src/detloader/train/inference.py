@@ -16,10 +16,9 @@ import torch
 
 from detloader.errors import DataMismatchError, DetloaderValueError
 from detloader.train.checkpoint import load_checkpoint
-from detloader.train.decode import decode_predictions
 from detloader.train.distributed import DistEnv, all_gather_objects, running_distributed
 from detloader.train.metrics import ImagePredictions, as_predictions, score_predictions
-from detloader.train.model import CenterNet, ModelConfig
+from detloader.train.model import CenterNet, ModelConfig, decode_predictions
 from detloader.train.runs import recorded_rows
 from detloader.train.task import REFERENCE, Task, centernet_task
 

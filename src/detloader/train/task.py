@@ -28,10 +28,8 @@ from typing import Any
 import torch
 
 from detloader.errors import DetloaderTypeError
-from detloader.train.decode import decode_predictions
-from detloader.train.losses import LandmarkLoss, LossWeights, multitask_loss
-from detloader.train.model import STRIDE, CenterNet
-from detloader.train.targets import encode_targets
+from detloader.train.losses import LandmarkLoss, LossWeights, encode_targets, multitask_loss
+from detloader.train.model import STRIDE, CenterNet, decode_predictions
 
 #: :attr:`Task.name` of the reference model (checkpoints without a ``task`` key hold it).
 REFERENCE = "detloader.train.model.CenterNet"
@@ -74,9 +72,9 @@ class Task:
 
 
 def centernet_task(model: CenterNet, weights: LossWeights | None = None, landmark_loss: LandmarkLoss = "l1") -> Task:
-    """The reference model as a :class:`Task`: :func:`~detloader.train.targets.encode_targets`
+    """The reference model as a :class:`Task`: :func:`~detloader.train.losses.encode_targets`
     + :func:`~detloader.train.losses.multitask_loss` (unweighted terms, ``weights``, default
-    :class:`LossWeights()`) and :func:`~detloader.train.decode.decode_predictions`."""
+    :class:`LossWeights()`) and :func:`~detloader.train.model.decode_predictions`."""
     weights = LossWeights() if weights is None else weights
 
     def loss(outputs: Mapping[str, torch.Tensor], batch: Any) -> dict[str, torch.Tensor]:
