@@ -162,13 +162,19 @@ def test_workers_run_single_threaded_and_seeded() -> None:
     assert [i[2:4] for i in items] != [i[2:4] for i in run(6)]
 
 
-def test_make_loader_signature_matches_loader_options() -> None:
-    # LoaderOptions is the one list of names and defaults; make_loader's signature repeats it
+def test_loader_options_are_make_loaders_keywords() -> None:
+    # LoaderOptions is derived from make_loader's signature: the same names and defaults, less
+    # the keywords that build the order (balance, mosaic...); the DataLoader keywords among them
     import dataclasses
     import inspect
 
-    params = inspect.signature(make_loader).parameters
-    for f in dataclasses.fields(LoaderOptions):
-        assert f.name in params, f.name
-        assert params[f.name].default == f.default, f.name
+    from detloader.loader import _DATALOADER_OPTIONS
 
+    params = inspect.signature(make_loader).parameters
+    options = {f.name: f.default for f in dataclasses.fields(LoaderOptions)}
+    assert options == {name: p.default for name, p in params.items() if p.kind is p.KEYWORD_ONLY
+                       and name not in ("balance", "balance_by", "mosaic", "mixup", "group_by_aspect")}
+    assert set(options) - set(_DATALOADER_OPTIONS) == {"seed", "decode_threads"}
+    assert set(_DATALOADER_OPTIONS) <= set(inspect.signature(DataLoader).parameters)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        LoaderOptions().num_workers = 2  # type: ignore[misc]

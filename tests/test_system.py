@@ -1,4 +1,4 @@
-"""Machine facts: cgroup v1/v2 discovery and limits from fixture trees, /proc/stat arithmetic."""
+"""Machine facts: cgroup v1/v2 discovery and limits from fixture trees, busy-CPU arithmetic."""
 
 from __future__ import annotations
 
@@ -155,28 +155,25 @@ def test_parse_proc_cgroup_splits_controllers() -> None:
     assert paths == {"cpu": "/a", "cpuacct": "/a", "": "/b"}
 
 
-STAT_BEFORE = """cpu  200 0 100 1000 0 0 0 0 0 0
-cpu0 100 0 50 500 0 0 0 0 0 0
-cpu1 100 0 50 500 0 0 0 0 0 0
-intr 12345
-"""
-# over the window: cpu0 fully busy (100 ticks), cpu1 busy 25 of 100 ticks (one tick of iowait idle)
-STAT_AFTER = """cpu  325 0 100 1075 0 0 0 0 0 0
-cpu0 180 0 70 500 0 0 0 0 0 0
-cpu1 120 0 55 574 1 0 0 0 0 0
-"""
+# per-CPU (busy, total) seconds: over the window cpu0 is fully busy, cpu1 busy 25 of 100
+BEFORE = {0: (150.0, 650.0), 1: (150.0, 650.0)}
+AFTER = {0: (250.0, 750.0), 1: (175.0, 750.0)}
 
 
-def test_busy_from_proc_stat_samples() -> None:
-    before, after = _system.parse_proc_stat(STAT_BEFORE), _system.parse_proc_stat(STAT_AFTER)
-    assert set(before) == {0, 1}
-    assert _system.busy_from_samples(before, after, own_cpu_s=0.0, wall_s=1.0) == pytest.approx(1.25)
+def test_busy_from_cpu_samples() -> None:
+    assert _system.busy_from_samples(BEFORE, AFTER, own_cpu_s=0.0, wall_s=1.0) == pytest.approx(1.25)
     # our own process took 0.5 CPU: the others kept 0.75 busy
-    assert _system.busy_from_samples(before, after, own_cpu_s=0.5, wall_s=1.0) == pytest.approx(0.75)
+    assert _system.busy_from_samples(BEFORE, AFTER, own_cpu_s=0.5, wall_s=1.0) == pytest.approx(0.75)
     # only CPU 1 is in our affinity set
-    assert _system.busy_from_samples(before, after, 0.0, 1.0, cpus=[1]) == pytest.approx(0.25)
+    assert _system.busy_from_samples(BEFORE, AFTER, 0.0, 1.0, cpus=[1]) == pytest.approx(0.25)
     # never negative
-    assert _system.busy_from_samples(before, after, own_cpu_s=5.0, wall_s=1.0) == 0.0
+    assert _system.busy_from_samples(BEFORE, AFTER, own_cpu_s=5.0, wall_s=1.0) == 0.0
+
+
+def test_cpu_sample_counts_every_cpu() -> None:
+    sample = _system.cpu_sample()
+    assert len(sample) == _system.logical_cores()
+    assert all(0.0 <= busy <= total for busy, total in sample.values())
 
 
 @given(

@@ -38,12 +38,9 @@ from detloader.tune import (
     tuner,
 )
 from detloader.tune import search as search_module
-from detloader.tune.heuristic import (
-    WORKER_MEMORY_GUESS,
-    heuristic_loader_kwargs,
-)
 from detloader.tune.measure import loader_kwargs, measure_setting
 from detloader.tune.search import choose, search_settings, worker_ladder
+from detloader.tune.store import WORKER_MEMORY_GUESS, heuristic_loader_kwargs
 from detloader.tune.tuner import grid_candidates, normalise_candidate, worker_cap
 
 GIB = 2**30
@@ -529,26 +526,26 @@ def test_cache_round_trip_and_damage(monkeypatch: pytest.MonkeyPatch, tmp_path) 
         store.save_result(r)
 
 
-def test_fingerprints_ignore_memory_addresses() -> None:
+def test_keys_ignore_memory_addresses() -> None:
     class WithTransform(SpinDataset):
         def __init__(self, transform: Any) -> None:
             super().__init__(8)
             self.transform = transform
 
-    f1 = store.transform_fingerprint(WithTransform(lambda x: x))
-    assert " at 0x" not in f1
-    assert store.dataset_fingerprint(SpinDataset(8)) == store.dataset_fingerprint(SpinDataset(8))
-    assert store.dataset_fingerprint(SpinDataset(8)) != store.dataset_fingerprint(SpinDataset(9))
-    assert store.machine_fingerprint() == store.machine_fingerprint()
+    key = store.cache_key(WithTransform(lambda x: x), 4)
+    assert " at 0x" not in key["transform"] and "lambda" in key["transform"]
+    assert store.cache_key(SpinDataset(8), 4) == store.cache_key(SpinDataset(8), 4)
+    assert store.cache_key(SpinDataset(8), 4)["dataset"] != store.cache_key(SpinDataset(9), 4)["dataset"]
+    assert store.cache_key(SpinDataset(8), 4)["transform"] == "None"
 
 
-def test_index_fingerprint_follows_the_annotations(small_synth_root) -> None:
+def test_index_key_follows_the_annotations(small_synth_root) -> None:
     from detloader import read_annotations
 
     index = read_annotations(small_synth_root)
-    fp = store.dataset_fingerprint(FileDataset(index))
-    assert fp == store.dataset_fingerprint(FileDataset(read_annotations(small_synth_root)))
-    assert fp != store.dataset_fingerprint(FileDataset(index.subset(np.arange(5))))
+    key = store.cache_key(FileDataset(index), 4)["dataset"]
+    assert key == store.cache_key(FileDataset(read_annotations(small_synth_root)), 4)["dataset"]
+    assert key != store.cache_key(FileDataset(index.subset(np.arange(5))), 4)["dataset"]
 
 
 # -- heuristic ----------------------------------------------------------------------------------

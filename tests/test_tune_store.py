@@ -17,9 +17,8 @@ from detloader.dataset import DetectionDataset, Sample
 from detloader.loader import make_loader
 from detloader.transforms import Compose, RandomHorizontalFlip, Resize
 from detloader.tune import TuneWarning, auto_loader_kwargs, store, tune_loader, tuner
-from detloader.tune.freshness import LoadCheck, check_load, fit_to_load, load_tolerance
-from detloader.tune.heuristic import StaleTuneWarning
 from detloader.tune.measure import loader_kwargs
+from detloader.tune.store import LoadCheck, StaleTuneWarning, check_load, fit_to_load, load_tolerance
 
 
 class Load:

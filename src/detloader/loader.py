@@ -26,7 +26,8 @@ import random
 import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, make_dataclass, replace
+from inspect import signature
 from typing import Any, Literal
 
 import numpy as np
@@ -43,7 +44,7 @@ from detloader.collate import collate_detection
 from detloader.dataset import check_decode_threads
 from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError
 from detloader.transforms.mix import MixUp, Mosaic, group_size
-from detloader.tune.heuristic import auto_loader_kwargs
+from detloader.tune.store import auto_loader_kwargs
 
 
 class WorkerInit:
@@ -68,30 +69,6 @@ class WorkerInit:
         np.random.seed(seed % 2**32)
         if self.user_fn is not None:
             self.user_fn(worker_id)
-
-
-@dataclass(frozen=True)
-class LoaderOptions:
-    """The resolved options of :func:`make_loader`: the one list of their names and defaults
-    (``make_loader``'s signature repeats them for readers; a test holds the two equal). Every
-    field but ``seed`` and ``decode_threads`` is a ``DataLoader`` keyword argument of the same
-    name."""
-
-    batch_size: int | None = 1
-    shuffle: bool = False
-    sampler: Sampler[Any] | Sequence[int] | None = None
-    batch_sampler: Sampler[list[int]] | Sequence[Sequence[int]] | None = None
-    num_workers: int = 0
-    collate_fn: Callable[[list[Any]], Any] | None = collate_detection
-    pin_memory: bool = False
-    drop_last: bool = False
-    timeout: float = 0
-    worker_init_fn: Callable[[int], None] | None = None
-    multiprocessing_context: Any = None
-    prefetch_factor: int | None = None
-    persistent_workers: bool = False
-    seed: int | None = field(default=None, metadata={"dataloader": False})
-    decode_threads: int | None = field(default=None, metadata={"dataloader": False})
 
 
 #: What ``make_loader(balance=...)`` takes: a strategy name, ``{group: weight}`` or a sampler.
@@ -312,7 +289,7 @@ def dataloader_kwargs(dataset: Dataset[Any], o: LoaderOptions) -> dict[str, Any]
             stacklevel=3,
         )
         pin = False
-    kwargs = {f.name: getattr(o, f.name) for f in fields(o) if f.metadata.get("dataloader", True)}
+    kwargs = {name: getattr(o, name) for name in _DATALOADER_OPTIONS}
     kwargs["pin_memory"] = pin
     if o.num_workers > 0:
         kwargs["worker_init_fn"] = WorkerInit(o.worker_init_fn)
@@ -431,3 +408,19 @@ def make_loader(
         options = resolve_auto_workers(dataset, options, int(size or 1))
     kwargs = dataloader_kwargs(dataset, options)
     return DataLoader(with_decode_threads(dataset, options.decode_threads), **kwargs)
+
+
+#: make_loader's parameters that decide the order and the dataset (resolved first); every other
+#: keyword is an option of the loader itself.
+_ORDER_PARAMETERS = ("balance", "balance_by", "mosaic", "mixup", "group_by_aspect")
+#: The resolved options of :func:`make_loader`, one field per keyword of its signature (same
+#: name, annotation and default) but those of the order. All but ``seed`` and
+#: ``decode_threads`` are ``DataLoader`` keyword arguments of the same name.
+LoaderOptions = make_dataclass(
+    "LoaderOptions",
+    [(p.name, p.annotation, field(default=p.default)) for p in signature(make_loader).parameters.values()
+     if p.kind is p.KEYWORD_ONLY and p.name not in _ORDER_PARAMETERS],
+    frozen=True,
+)
+LoaderOptions.__module__ = __name__
+_DATALOADER_OPTIONS = tuple(f.name for f in fields(LoaderOptions) if f.name in signature(DataLoader).parameters)

@@ -30,7 +30,6 @@ from detloader._system.cpus import (
     cpu_sample,
     local_world_size,
     logical_cores,
-    parse_proc_stat,
     physical_cores,
     usable_cpus,
 )
@@ -42,6 +41,6 @@ __all__ = [
     "busy_now", "cgroup_chain", "cgroup_cpu_limit", "cgroup_memory_limit", "cgroup_memory_usage",
     "cpu_sample",
     "local_world_size", "logical_cores", "memory_facts", "parse_cfs", "parse_cpu_max",
-    "parse_memory_limit", "parse_mountinfo", "parse_proc_cgroup", "parse_proc_stat",
+    "parse_memory_limit", "parse_mountinfo", "parse_proc_cgroup",
     "physical_cores", "usable_cpus",
 ]

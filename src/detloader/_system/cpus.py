@@ -1,6 +1,6 @@
 """CPUs: how many this process may use (affinity, cgroup quota), and how many others keep busy.
 
-Everything here is cheap (a few small files under ``/proc`` and ``/sys/fs/cgroup``, or the
+Everything here is cheap (a few small files under ``/proc`` and ``/sys/fs/cgroup``, psutil, the
 kernel's load average), except :func:`busy_cpus`, which watches the machine for a short window
 on purpose (``detloader tune`` uses it; ``make_loader`` never does).
 """
@@ -37,13 +37,9 @@ def logical_cores() -> int:
 
 def physical_cores() -> int | None:
     """Physical cores of the machine (hyper-threads counted once), or None when unknown."""
-    try:
-        import psutil
+    import psutil
 
-        n = psutil.cpu_count(logical=False)
-    except Exception:  # psutil missing or the platform does not say
-        return None
-    return int(n) if n else None
+    return psutil.cpu_count(logical=False) or None
 
 
 def usable_cpus() -> int:
@@ -64,26 +60,16 @@ def local_world_size() -> int:
 
 
 # -- CPUs taken by others -----------------------------------------------------------------------
-def parse_proc_stat(text: str) -> dict[int, tuple[float, float]]:
-    """Per-CPU ``(busy, total)`` ticks from a ``/proc/stat`` text.
+def cpu_sample() -> dict[int, tuple[float, float]]:
+    """Per-CPU ``(busy, total)`` seconds since boot (psutil). Busy is everything but idle and
+    iowait (a CPU waiting for a disk can run our workers); guest time is already in user."""
+    import psutil
 
-    busy = user + nice + system + irq + softirq + steal (guest time is already inside user);
-    idle and iowait are not busy: a CPU waiting for a disk can run our workers.
-    """
-    out: dict[int, tuple[float, float]] = {}
-    for line in text.splitlines():
-        if not line.startswith("cpu") or line.startswith("cpu "):
-            continue
-        fields = line.split()
-        try:
-            cpu = int(fields[0][3:])
-            values = [float(v) for v in fields[1:9]]
-        except (ValueError, IndexError):
-            continue
-        values += [0.0] * (8 - len(values))
-        user, nice, system, idle, iowait, irq, softirq, steal = values
-        busy = user + nice + system + irq + softirq + steal
-        out[cpu] = (busy, busy + idle + iowait)
+    out = {}
+    for cpu, times in enumerate(psutil.cpu_times(percpu=True)):
+        t = times._asdict()
+        total = sum(v for k, v in t.items() if k not in ("guest", "guest_nice"))
+        out[cpu] = (total - t["idle"] - t.get("iowait", 0.0), total)
     return out
 
 
@@ -94,51 +80,30 @@ def busy_from_samples(
     wall_s: float,
     cpus: Iterable[int] | None = None,
 ) -> float:
-    """CPUs' worth of work done by other processes between two ``parse_proc_stat`` samples.
-
-    Sums, over ``cpus`` (default all), the busy share of each CPU in the window, then takes
-    away ``own_cpu_s / wall_s`` (this process's own CPU time). Clamped to ``[0, len(cpus)]``.
-    """
-    ids = sorted(set(before) & set(after) if cpus is None else set(cpus) & set(before) & set(after))
+    """CPUs' worth of work done by other processes between two :func:`cpu_sample` samples:
+    the busy share of each CPU in ``cpus`` (default all) summed, less this process's own
+    ``own_cpu_s / wall_s``, clamped to ``[0, len(cpus)]``."""
+    ids = set(before) & set(after) & (set(cpus) if cpus is not None else set(before))
     busy = 0.0
     for c in ids:
-        db = after[c][0] - before[c][0]
         dt = after[c][1] - before[c][1]
         if dt > 0:
-            busy += min(1.0, max(0.0, db / dt))
+            busy += min(1.0, max(0.0, (after[c][0] - before[c][0]) / dt))
     own = own_cpu_s / wall_s if wall_s > 0 else 0.0
     return float(min(len(ids), max(0.0, busy - own)))
 
 
-def cpu_sample() -> dict[int, tuple[float, float]] | None:
-    """Per-CPU ``(busy, total)`` ticks now (``/proc/stat``), or None where there is none."""
-    text = read_text("/proc/stat")
-    return parse_proc_stat(text) if text is not None else None
-
-
 def busy_cpus(window_s: float = 0.5) -> float:
-    """CPUs kept busy by other processes, measured over ``window_s`` seconds (this call sleeps).
-
-    Counts only the CPUs this process may run on; this process's own CPU time is taken out
-    (its child processes are not: a background job started by us competes like any other).
-    Linux reads ``/proc/stat``; elsewhere psutil's system-wide CPU percentage is used.
-    """
+    """CPUs of our affinity set kept busy by other processes over ``window_s`` seconds (this
+    call sleeps). This process's own CPU time is taken out; its child processes' is not (a
+    background job started by us competes like any other)."""
     import psutil
 
     me = psutil.Process()
-    cpus = affinity_set()
-    text = read_text("/proc/stat")
-    if text is None:
-        t0, own0 = time.perf_counter(), sum(me.cpu_times()[:2])
-        percent = psutil.cpu_percent(interval=window_s)
-        wall, own = time.perf_counter() - t0, sum(me.cpu_times()[:2]) - own0
-        total = percent / 100.0 * logical_cores()
-        return float(min(len(cpus), max(0.0, total - own / max(wall, 1e-9))))
-    before, own0, t0 = parse_proc_stat(text), sum(me.cpu_times()[:2]), time.perf_counter()
+    before, own0, t0 = cpu_sample(), sum(me.cpu_times()[:2]), time.perf_counter()
     time.sleep(window_s)
-    after_text = read_text("/proc/stat") or text
-    own, wall = sum(me.cpu_times()[:2]) - own0, time.perf_counter() - t0
-    return busy_from_samples(before, parse_proc_stat(after_text), own, wall, cpus)
+    after, own, wall = cpu_sample(), sum(me.cpu_times()[:2]) - own0, time.perf_counter() - t0
+    return busy_from_samples(before, after, own, wall, affinity_set())
 
 
 def load_figures() -> tuple[float, int | None]:

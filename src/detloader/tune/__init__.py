@@ -1,19 +1,17 @@
-"""Tune the loader for the machine: how many workers, pinned memory, prefetch, and why.
+"""Tune the loader for the machine: how many workers, decode threads, pinned memory, prefetch, and why.
 
 Read in this order: ``probe`` (what the machine and the dataset can do), ``measure`` (one
 setting, timed on a real loader), ``search`` (which settings to measure), ``explain`` (the
-reasons in plain language), ``result`` (TuneResult, JSON), ``store`` (the per machine x
-dataset x transform x batch size cache), ``heuristic`` (settings without measuring),
-``freshness`` (is a cached result still about this load?), ``tuner`` (``tune_loader``: all of it),
-``plot``; ``records`` holds their dict round trip.
-The search's pieces (``choose``, ``worker_ladder``, ``search_settings``, ``measure_setting``...)
-are imported from their modules.
+reasons in words, the plot), ``result`` (TuneResult, JSON), ``store`` (stored results per
+machine x dataset x transform x batch size, the load re-check and the untuned default: all
+that ``make_loader(num_workers="auto")`` reads), ``tuner`` (``tune_loader``: all of it).
 """
 
-from detloader.tune.heuristic import StaleTuneWarning, TuneWarning, auto_loader_kwargs
+from detloader.errors import StaleTuneWarning, TuneWarning
 from detloader.tune.measure import Trial
 from detloader.tune.probe import DatasetProbe, MachineProbe, probe_dataset, probe_machine
 from detloader.tune.result import TuneResult
+from detloader.tune.store import auto_loader_kwargs
 from detloader.tune.tuner import tune_loader
 
 __all__ = [

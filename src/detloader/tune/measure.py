@@ -3,9 +3,6 @@
 A *loader factory* is any callable that takes DataLoader keyword arguments (``num_workers``,
 ``pin_memory``, ``prefetch_factor``, ``persistent_workers``) and returns an iterable of
 batches, e.g. ``functools.partial(torch.utils.data.DataLoader, dataset, batch_size=32)``.
-:func:`measure` builds one loader from it, drains the start-up burst, then times a window and
-reports what a training loop would see: images per second, how long it waited for each batch,
-the CPU the main process and the workers used, and the memory of each worker process.
 """
 
 from __future__ import annotations
@@ -14,15 +11,14 @@ import gc
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from detloader import _system
 from detloader.errors import DetloaderValueError
-from detloader.tune.probe import device_synchronizer
-from detloader.tune.records import Record
+from detloader.tune.probe import Record, device_synchronizer
 
 LoaderFactory = Callable[..., Iterable[Any]]
 #: A consumer gets each batch, as a training step would; it runs in the main process.
@@ -31,21 +27,17 @@ Consumer = Callable[[Any], None]
 
 @dataclass
 class Trial(Record):
-    """What one setting measured. Rates are per second of wall time, CPU in cores (1.0 = one
-    core fully busy), memory in MiB, latencies in milliseconds.
+    """What one setting measured: rates per second of wall time, CPU in cores, memory in MiB,
+    latencies in milliseconds.
 
-    ``latency_*_ms``: time the consumer waited inside ``next(iterator)`` for each batch (the
-    time an accelerator would stand idle); ``startup_s``: from ``iter(loader)`` to the first
-    batch (worker start-up, paid every epoch unless ``persistent_workers``);
-    ``worker_uss_mib`` / ``worker_pss_mib``: mean per worker process of its unique and
-    proportional set size (memory only it holds / its fair share of shared pages);
+    ``latency_*_ms``: the wait inside ``next(iterator)`` per batch (an accelerator's idle
+    time); ``startup_s``: ``iter(loader)`` to the first batch; ``worker_uss_mib`` /
+    ``worker_pss_mib``: mean per worker of its unique / proportional set size;
     ``wait_fraction``: with a consumer, the share of the window spent waiting for data;
-    ``others_cpu``: CPUs kept busy by other processes during the window (all CPU time on our
-    CPUs minus ours and our workers'; None where ``/proc/stat`` is missing): when it changes
-    from one setting to the next, the machine's load changed under the measurement;
-    ``error``: why the setting could not be measured (the other figures are then 0).
-    ``images`` / ``batches`` / ``seconds``: the span the rate is counted over (see
-    :func:`steady_rate`); CPU figures cover the whole window.
+    ``others_cpu``: CPUs other processes kept busy during the window (a change from one
+    setting to the next means the load moved under the measurement); ``error``: why the
+    setting could not be measured. ``images`` / ``batches`` / ``seconds``: the span the rate
+    is counted over (:func:`steady_rate`); CPU figures cover the whole window.
     """
 
     settings: dict[str, Any]
@@ -78,13 +70,10 @@ class Trial(Record):
 
 
 def loader_kwargs(
-    num_workers: int,
-    pin_memory: bool = False,
-    prefetch_factor: int | None = 2,
-    persistent_workers: bool = True,
+    num_workers: int, pin_memory: bool = False, prefetch_factor: int | None = 2, persistent_workers: bool = True
 ) -> dict[str, Any]:
-    """The four DataLoader keyword arguments the tuner sets, made valid together: with
-    ``num_workers=0`` DataLoader refuses a ``prefetch_factor`` and ``persistent_workers``."""
+    """The four DataLoader keyword arguments the tuner sets, valid together (with
+    ``num_workers=0`` DataLoader refuses a ``prefetch_factor`` and ``persistent_workers``)."""
     if num_workers < 0:
         raise DetloaderValueError(f"num_workers={num_workers} must be >= 0")
     if num_workers == 0:
@@ -100,19 +89,17 @@ def images_in(batch: Any, default: int) -> int:
     """Images in a batch: the first dimension of its images (an ``images`` attribute or key, a
     tensor, or the first element of a tuple/list), else ``default``."""
     keyed = batch.get("images") if isinstance(batch, dict) else None
-    for candidate in (getattr(batch, "images", None), keyed):
-        if candidate is not None and hasattr(candidate, "shape") and len(candidate.shape) > 0:
+    for candidate in (getattr(batch, "images", None), keyed, batch):
+        if candidate is not None and len(getattr(candidate, "shape", ())) > 0:
             return int(candidate.shape[0])
-    if hasattr(batch, "shape") and len(batch.shape) > 0:
-        return int(batch.shape[0])
     if isinstance(batch, (list, tuple)) and batch:
         return images_in(batch[0], default)
     return default
 
 
 def to_device(batch: Any, device: str, non_blocking: bool) -> Any:
-    """Move every tensor in ``batch`` to ``device`` (nested tuples, lists, dicts, objects with a
-    ``to`` method), as a training step's first line does."""
+    """Every tensor in ``batch`` moved to ``device`` (nested tuples, lists, dicts, objects with
+    a ``to`` method), as a training step's first line does."""
     import torch
 
     if isinstance(batch, torch.Tensor):
@@ -132,12 +119,10 @@ def to_device(batch: Any, device: str, non_blocking: bool) -> Any:
     return batch
 
 
-def make_consumer(
-    step_time: float | Consumer | None, device: str | None, pin_memory: bool
-) -> Consumer | None:
-    """The per-batch work of the measured loop: copy to ``device`` (if any, non-blocking when
-    the batch is pinned, then wait for the copy), then the user's step: ``step_time`` seconds
-    of sleep (a step that waits on the accelerator) or a callable. None: the loader alone."""
+def make_consumer(step_time: float | Consumer | None, device: str | None, pin_memory: bool) -> Consumer | None:
+    """The per-batch work of the measured loop: the copy to ``device`` (non-blocking when
+    pinned, then waited for), then the step: ``step_time`` seconds of sleep (a step waiting on
+    the accelerator) or a callable. None: the loader alone."""
     if step_time is None and device is None:
         return None
     if step_time is not None and not callable(step_time):
@@ -150,46 +135,58 @@ def make_consumer(
         if device is not None:
             batch = to_device(batch, device, non_blocking=pin_memory)
             sync()
-        if step_time is None:
-            return
         if callable(step_time):
             step_time(batch)
-        else:
+        elif step_time is not None:
             time.sleep(seconds)
 
     return consume
 
 
-@dataclass
 class _Cycle:
-    """Batches from a loader, epoch after epoch (a small dataset must not end the window)."""
+    """Batches from a loader, epoch after epoch (a small dataset must not end the window); it
+    keeps its iterators so that their workers can be stopped."""
 
-    loader: Iterable[Any]
-    iterator: Iterator[Any] | None = None
-    epochs: int = 0
-    iterators: list[Iterator[Any]] = field(default_factory=list)
+    def __init__(self, loader: Iterable[Any]) -> None:
+        self.loader = loader
+        self.iterators: list[Iterator[Any]] = []
+        self.current: Iterator[Any] | None = None
 
     def next(self) -> Any:
         for _ in range(2):
-            if self.iterator is None:
-                self.iterator = iter(self.loader)
-                self.iterators.append(self.iterator)
-                self.epochs += 1
+            if self.current is None:
+                self.current = iter(self.loader)
+                self.iterators.append(self.current)
             try:
-                return next(self.iterator)
+                return next(self.current)
             except StopIteration:
-                self.iterator = None
+                self.current = None
         raise DetloaderValueError("the loader yields no batch (empty dataset, or drop_last with too few samples)")
 
+    def close(self) -> None:
+        """Stop the workers now, not when the collector gets to them, so that the next setting
+        starts on idle CPUs (``_shutdown_workers`` is what DataLoader's iterator runs in
+        ``__del__``; a custom iterable without it is left to the collector)."""
+        for it in self.iterators:
+            try:
+                getattr(it, "_shutdown_workers", lambda: None)()
+            except Exception:  # noqa: BLE001 - already stopped, or a worker died: nothing left to clean
+                pass
+        self.iterators.clear()
+        self.current = None
+        if hasattr(self.loader, "_iterator"):
+            self.loader._iterator = None  # a persistent_workers loader keeps its iterator
 
-def _cpu_s(proc: Any) -> float:
-    t = proc.cpu_times()
-    return float(t.user + t.system)
 
+def _cpu_s(proc: Any, children: bool = False) -> float | None:
+    """CPU seconds of ``proc`` (of its reaped children with ``children``); None once gone."""
+    import psutil
 
-def _reaped_children_cpu_s(proc: Any) -> float:
-    t = proc.cpu_times()
-    return float(getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0))
+    try:
+        t = proc.cpu_times()
+    except (psutil.Error, OSError):
+        return None
+    return float(t.children_user + t.children_system) if children else float(t.user + t.system)
 
 
 def _workers(me: Any, before: set[int]) -> list[Any]:
@@ -213,41 +210,31 @@ def measure_setting(
     phase: str = "",
 ) -> Trial:
     """Build ``factory(**settings)``, warm it up, and time a window of at least ``window_s``
-    seconds and ``min_batches`` batches (default: two rounds of workers, ``2 * num_workers +
-    1``, at least 4), ending early, after 2 batches, past ``deadline`` (a
-    ``time.perf_counter()`` value).
+    seconds and ``min_batches`` batches (default: two rounds of workers, at least 4), ending
+    after 2 batches past ``deadline`` (a ``time.perf_counter()`` value).
 
-    Warm-up: the first batch (its time is ``startup_s``), then ``num_workers *
-    prefetch_factor`` batches, the burst the workers prepared while starting; throughput
-    measured during that burst would be too high. Throughput is counted between batches the
-    consumer had to wait for (:func:`steady_rate`). Workers are stopped before returning, so the
-    next setting starts on idle CPUs. A setting that raises is returned with ``error`` set.
+    Warm-up: the first batch (``startup_s``), then the ``num_workers * prefetch_factor``
+    batches the workers prepared while starting (a rate over that burst would be too high).
+    Workers are stopped before returning. A setting that raises comes back with ``error``.
     """
     import psutil
 
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
     workers_n = int(settings.get("num_workers", 0))
-    prefetch = settings.get("prefetch_factor") or 2
     if min_batches is None:
         min_batches = max(4, 2 * workers_n + 1)
+    consume = consumer or (lambda batch: None)
     cycle: _Cycle | None = None
     try:
-        loader = factory(**settings)
-        cycle = _Cycle(loader)
+        cycle = _Cycle(factory(**settings))
         t0 = time.perf_counter()
-        batch = cycle.next()
+        consume(cycle.next())
         startup = time.perf_counter() - t0
-        if consumer is not None:
-            consumer(batch)
-        for _ in range(workers_n * int(prefetch)):
-            batch = cycle.next()
-            if consumer is not None:
-                consumer(batch)
-        procs = _workers(me, before)
-        start_cpu = {p.pid: _safe(lambda p=p: _cpu_s(p)) for p in procs}
-        main0, reaped0 = _cpu_s(me), _reaped_children_cpu_s(me)
-        stat0 = _system.cpu_sample()
+        for _ in range(workers_n * int(settings.get("prefetch_factor") or 2)):
+            consume(cycle.next())
+        start_cpu = {p.pid: _cpu_s(p) for p in _workers(me, before)}
+        main0, reaped0, stat0 = _cpu_s(me), _cpu_s(me, children=True), _system.cpu_sample()
         waits: list[float] = []
         steps: list[float] = []
         counts: list[int] = []
@@ -259,85 +246,67 @@ def measure_setting(
             arrivals.append(time.perf_counter())
             waits.append(arrivals[-1] - t)
             counts.append(images_in(batch, batch_size))
-            if consumer is not None:
-                s = time.perf_counter()
-                consumer(batch)
-                steps.append(time.perf_counter() - s)
+            consume(batch)
             now = time.perf_counter()
+            steps.append(now - arrivals[-1])
             if len(waits) >= min_batches and now - t_start >= window_s:
                 break
             if deadline is not None and now > deadline and len(waits) >= 2:
                 break
         wall = time.perf_counter() - t_start
         stat1 = _system.cpu_sample()
-        main_cpu = (_cpu_s(me) - main0) / wall
+        main_cpu = ((_cpu_s(me) or 0.0) - (main0 or 0.0)) / wall
         images, batches, seconds = steady_rate(arrivals, waits, counts, wall)
         procs = _workers(me, before)
-        workers_cpu_s = _reaped_children_cpu_s(me) - reaped0
+        workers_cpu_s = (_cpu_s(me, children=True) or 0.0) - (reaped0 or 0.0)
         uss, pss = [], []
         for p in procs:
-            cpu = _safe(lambda p=p: _cpu_s(p))
+            cpu = _cpu_s(p)
             if cpu is not None:
                 workers_cpu_s += cpu - (start_cpu.get(p.pid) or 0.0)
-            info = _safe(p.memory_full_info)
-            if info is not None:
-                uss.append(info.uss / 2**20)
-                if getattr(info, "pss", None) is not None:
-                    pss.append(info.pss / 2**20)
+            try:
+                info = p.memory_full_info()
+            except (psutil.Error, OSError):
+                continue
+            uss.append(info.uss / 2**20)
+            if getattr(info, "pss", None) is not None:
+                pss.append(info.pss / 2**20)
         workers_cpu = max(0.0, workers_cpu_s / wall)
-        others = None
-        if stat0 is not None and stat1 is not None:
-            total = _system.busy_from_samples(stat0, stat1, 0.0, wall, _system.affinity_set())
-            others = max(0.0, total - main_cpu - workers_cpu)
+        total = _system.busy_from_samples(stat0, stat1, 0.0, wall, _system.affinity_set())
         w = np.asarray(waits) * 1000.0
         return Trial(
-            settings=dict(settings),
-            images_per_s=images / seconds,
-            images=images,
-            batches=batches,
-            seconds=seconds,
-            startup_s=startup,
-            latency_p50_ms=float(np.percentile(w, 50)),
-            latency_p95_ms=float(np.percentile(w, 95)),
-            main_cpu=main_cpu,
-            workers_cpu=workers_cpu,
-            workers=len(procs),
-            worker_uss_mib=float(np.mean(uss)) if uss else None,
-            worker_pss_mib=float(np.mean(pss)) if pss else None,
-            main_rss_mib=me.memory_info().rss / 2**20,
+            settings=dict(settings), images_per_s=images / seconds, images=images, batches=batches,
+            seconds=seconds, startup_s=startup, latency_p50_ms=float(np.percentile(w, 50)),
+            latency_p95_ms=float(np.percentile(w, 95)), main_cpu=main_cpu, workers_cpu=workers_cpu,
+            workers=len(procs), worker_uss_mib=float(np.mean(uss)) if uss else None,
+            worker_pss_mib=float(np.mean(pss)) if pss else None, main_rss_mib=me.memory_info().rss / 2**20,
             wait_fraction=float(sum(waits) / wall) if consumer is not None else None,
-            step_ms=float(np.mean(steps) * 1000.0) if steps else None,
-            others_cpu=others,
-            phase=phase,
+            step_ms=float(np.mean(steps) * 1000.0) if consumer is not None else None,
+            others_cpu=max(0.0, total - main_cpu - workers_cpu), phase=phase,
         )
     except (RuntimeError, OSError, ValueError, TypeError) as err:
         # a crashed worker, a refused combination, an exhausted loader: record, do not abort
         return failed_trial(settings, f"{type(err).__name__}: {err}", phase)
     finally:
         if cycle is not None:
-            _shutdown(cycle)
+            cycle.close()
         gc.collect()
 
 
-def steady_rate(
-    arrivals: list[float], waits: list[float], counts: list[int], wall: float
-) -> tuple[int, int, float]:
+def steady_rate(arrivals: list[float], waits: list[float], counts: list[int], wall: float) -> tuple[int, int, float]:
     """``(images, batches, seconds)`` to count the rate over, from one window's batches.
 
-    Batch ``i`` arrived at ``arrivals[i]`` after the consumer waited ``waits[i]`` for it, and
-    holds ``counts[i]`` images. Workers that start together stay in step, so their batches
-    arrive in bursts; counting every batch of a window that starts or ends inside a burst is
-    off by up to a burst (tens of per cent with many workers and short windows). A batch the
-    consumer *waited* for found the queue empty; between two such batches the loader delivered
-    exactly what it produced, so the rate from the first waited-for batch to the last one is
-    exact whatever the bursts. It is used when that span covers a third of the window or more;
-    else (a consumer slower than the loader never waits) every batch over the whole window.
+    Batch ``i`` arrived at ``arrivals[i]`` after a wait of ``waits[i]`` and holds
+    ``counts[i]`` images. Workers that start together deliver in bursts, and a window that
+    cuts a burst miscounts it; but between two batches the consumer *waited* for (the queue
+    was empty) the loader delivered exactly what it produced. So the rate runs from the first
+    waited-for batch to the last one when that span covers a third of the window or more;
+    else (a consumer slower than the loader never waits) over every batch of the window.
     """
     n = len(arrivals)
     if n < 2:
         return sum(counts), n, wall
-    typical = (arrivals[-1] - arrivals[0]) / (n - 1)
-    threshold = max(0.002, 0.25 * typical)
+    threshold = max(0.002, 0.25 * (arrivals[-1] - arrivals[0]) / (n - 1))
     waited = [i for i in range(n) if waits[i] >= threshold]
     if len(waited) >= 2:
         first, last = waited[0], waited[-1]
@@ -351,30 +320,3 @@ def failed_trial(settings: Mapping[str, Any], error: str, phase: str = "") -> Tr
     """A trial that produced nothing, with the reason."""
     return Trial(dict(settings), 0.0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, None, None, 0.0,
                  phase=phase, error=error)
-
-
-def _safe(fn: Callable[[], Any]) -> Any:
-    import psutil
-
-    try:
-        return fn()
-    except (psutil.Error, OSError):
-        return None
-
-
-def _shutdown(cycle: _Cycle) -> None:
-    # Stop worker processes now instead of whenever the garbage collector gets to them, so that
-    # the next setting is measured on idle CPUs. _shutdown_workers is how DataLoader's own
-    # iterator cleans up in __del__; a custom iterable without it is left to the collector.
-    for it in cycle.iterators:
-        stop = getattr(it, "_shutdown_workers", None)
-        if callable(stop):
-            try:
-                stop()
-            except Exception:  # already stopped, or a worker died: nothing left to clean
-                pass
-    cycle.iterators.clear()
-    cycle.iterator = None
-    loader = cycle.loader
-    if hasattr(loader, "_iterator"):
-        loader._iterator = None  # a persistent_workers loader keeps its iterator

@@ -8,15 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detloader.errors import DetloaderTypeError, DetloaderValueError
+from detloader.tune.explain import plot_trials
 from detloader.tune.measure import Trial
-from detloader.tune.plot import plot_trials
 from detloader.tune.probe import DatasetProbe, MachineProbe
 
-#: Bumped when the JSON layout changes; older cached results are then measured again.
+#: Bumped when the JSON layout changes; older stored results are then measured again.
 RESULT_VERSION = 1
-
-#: Why the search did not go beyond ``worker_cap`` workers.
-CAP_REASONS = ("usable", "busy", "max_workers", "candidates")
 
 
 @dataclass
@@ -25,17 +22,15 @@ class TuneResult:
 
     ``recommended``: DataLoader keyword arguments ``num_workers``, ``pin_memory``,
     ``prefetch_factor`` (None with 0 workers), ``persistent_workers``, ready for
-    ``DataLoader(dataset, **result.recommended)``. ``decode_threads``: the
-    :class:`~detloader.dataset.DetectionDataset` setting measured with it (threads loading a
-    batch in each loading process; ``make_loader(num_workers="auto")`` applies it).
-    ``explanation``: the reasons in plain
-    language, with the numbers. ``trials``: every measured setting in the order measured;
-    ``chosen`` indexes the one recommended. ``stop``: why the search ended (``converged``,
-    ``cap``, ``budget``, ``memory``, ``grid``). ``worker_cap`` / ``cap_reason``: the most
-    workers the search would try and why (``usable`` CPUs, ``busy``: only the free CPUs,
-    ``max_workers`` given, ``candidates`` given). ``key``: the fingerprints the cache uses
-    (machine, dataset, transform, batch size); ``from_cache``: read from the cache, not
-    measured by this call.
+    ``DataLoader(dataset, **result.recommended)``; ``decode_threads``: the
+    :class:`~detloader.dataset.DetectionDataset` setting measured with them
+    (``make_loader(num_workers="auto")`` applies it). ``explanation``: the reasons with the
+    numbers. ``trials``: every measured setting in order; ``chosen`` indexes the recommended
+    one. ``stop``: why the search ended (``converged``, ``cap``, ``budget``, ``memory``,
+    ``grid``). ``worker_cap`` / ``cap_reason``: the most workers tried and why (``usable``
+    CPUs, ``busy``: only the free ones, ``max_workers``, ``candidates``). ``key``: what the
+    store files it under (machine, dataset, transform, batch size); ``from_cache``: read from
+    the store, not measured by this call.
     """
 
     recommended: dict[str, Any]
@@ -60,7 +55,7 @@ class TuneResult:
     key: dict[str, Any] = field(default_factory=dict)
     created: str = ""
     version: int = RESULT_VERSION
-    #: True when this object was read from the tuning cache (not part of the JSON).
+    #: True when this object was read from the store (not part of the JSON).
     from_cache: bool = field(default=False, repr=False, compare=False)
 
     @property
@@ -72,49 +67,39 @@ class TuneResult:
         """CPU facts: ``usable`` (affinity and quota), ``busy`` (by other processes during the
         probe), ``free``, ``logical``, ``physical``."""
         m = self.machine
-        return {
-            "usable": m.usable_cpus,
-            "busy": m.busy_cpus,
-            "free": m.free_cpus,
-            "logical": m.logical_cpus,
-            "physical": m.physical_cpus,
-        }
+        return {"usable": m.usable_cpus, "busy": m.busy_cpus, "free": m.free_cpus, "logical": m.logical_cpus,
+                "physical": m.physical_cpus}
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready dict; ``cpus`` is included for readers of the JSON."""
+        """Plain JSON-ready dict, with ``cpus`` for readers of the JSON."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "from_cache"}
-        out["machine"] = self.machine.to_dict()
-        out["data"] = self.data.to_dict() if self.data is not None else None
-        out["trials"] = [t.to_dict() for t in self.trials]
-        out["cpus"] = self.cpus
+        out.update(machine=self.machine.to_dict(), data=self.data.to_dict() if self.data is not None else None,
+                   trials=[t.to_dict() for t in self.trials], cpus=self.cpus)
         return out
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False,
-                          default=_json_default)
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False, default=_json_default)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TuneResult:
-        """Inverse of :meth:`to_dict`. Raises ValueError naming the missing field or a version
-        this detloader does not read."""
-        version = data.get("version")
-        if version != RESULT_VERSION:
-            raise DetloaderValueError(f"TuneResult: version={version!r}, this detloader reads {RESULT_VERSION}")
-        names = {f.name for f in dataclasses.fields(cls)} - {"from_cache"}
-        required = {f.name for f in dataclasses.fields(cls)
-                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
-        missing = sorted(required - set(data))
+        """Inverse of :meth:`to_dict`; ValueError naming a missing field or a version this
+        detloader does not read."""
+        if data.get("version") != RESULT_VERSION:
+            raise DetloaderValueError(f"TuneResult: version={data.get('version')!r}, this detloader reads "
+                                      f"{RESULT_VERSION}")
+        fields = [f for f in dataclasses.fields(cls) if f.name != "from_cache"]
+        missing = sorted(f.name for f in fields if f.name not in data and f.default is dataclasses.MISSING
+                         and f.default_factory is dataclasses.MISSING)
         if missing:
             raise DetloaderValueError(f"TuneResult: missing field(s) {missing}")
-        values = {k: v for k, v in data.items() if k in names}
-        values["machine"] = MachineProbe.from_dict(data["machine"])
-        values["data"] = DatasetProbe.from_dict(data["data"]) if data["data"] is not None else None
-        values["trials"] = [Trial.from_dict(t) for t in data["trials"]]
+        values = {f.name: data[f.name] for f in fields if f.name in data}
+        values.update(machine=MachineProbe.from_dict(data["machine"]),
+                      trials=[Trial.from_dict(t) for t in data["trials"]],
+                      data=DatasetProbe.from_dict(data["data"]) if data["data"] is not None else None)
         result = cls(**values)
         if not 0 <= result.chosen < len(result.trials):
             raise DetloaderValueError(
-                f"TuneResult: chosen={result.chosen} is not a trial index (0..{len(result.trials) - 1})"
-            )
+                f"TuneResult: chosen={result.chosen} is not a trial index (0..{len(result.trials) - 1})")
         return result
 
     @classmethod
@@ -130,16 +115,12 @@ class TuneResult:
     def plot(self, path: str) -> str:
         """Save images/s and worker memory against ``num_workers`` to ``path`` (needs
         matplotlib); returns the path."""
-        cpus = self.cpus
-        title = (
-            f"batch {self.batch_size}: {cpus['usable']} usable CPUs, "
-            f"{cpus['busy']:.1f} busy -> {cpus['free']:.1f} free"
-        )
+        c = self.cpus
+        title = f"batch {self.batch_size}: {c['usable']} usable CPUs, {c['busy']:.1f} busy -> {c['free']:.1f} free"
         return plot_trials(self.trials, self.chosen_trial, title, path)
 
 
 def _json_default(value: Any) -> Any:
-    # numpy scalars that slipped into settings or figures
-    if hasattr(value, "item"):
+    if hasattr(value, "item"):  # numpy scalars that slipped into settings or figures
         return value.item()
     raise DetloaderTypeError(f"not JSON serialisable: {type(value).__name__}")

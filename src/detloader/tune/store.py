@@ -1,22 +1,39 @@
-"""The tuning cache: one JSON file per (machine, dataset, transform, batch size).
+"""Loader settings without measuring: the stored tuning results, else a documented default.
 
-Files live in ``<user cache folder>/tune/`` (``$XDG_CACHE_HOME/detloader/tune`` or
-``~/.cache/detloader/tune``), or ``$DETLOADER_CACHE_DIR/tune`` when that variable is set. The
-file name is a hash of the four fingerprints; the file holds the :class:`TuneResult` JSON.
+This is what ``make_loader(num_workers="auto")`` reads; it never waits (files and instant
+figures only, nothing watched).
 
-* **machine**: host name, logical and physical CPUs, the affinity set, the cgroup CPU quota,
-  total RAM (GiB) and the cgroup memory limit, the accelerator and its count, the torch
-  version. Not the momentary load: that is stored *in* the result (``machine.busy_cpus`` /
-  ``free_cpus``) and re-checked on every reuse (:mod:`detloader.tune.freshness`).
-* **dataset**: the index's cache key (a hash of its annotation files) and size when the
-  dataset has one; a dataset that wraps others (``dataset`` / ``datasets`` attributes, as
-  ``torch.utils.data.Subset`` and ``ConcatDataset`` have, or the user's own wrapper) adds their
-  fingerprints, its type, length and ``indices``; any other dataset its type, length and
-  :func:`describe` (its ``repr``, or for the default ``<X object>`` repr, its attributes).
-* **transform**: the ``transform``, ``transforms`` and ``target_transform`` attributes of the
-  dataset and of the datasets it wraps, by :func:`describe` (memory addresses removed): a
-  transform chain of the user's own classes counts with its parameters.
-* **batch size**.
+**The store**: one JSON file per (machine, dataset, transform, batch size) in
+``<user cache folder>/tune/`` (``$DETLOADER_CACHE_DIR/tune`` when set), named by a hash of
+the key :func:`cache_key` gives:
+
+* *machine*: host name, CPU counts and affinity set, cgroup CPU quota and memory limit, total
+  RAM, accelerator, torch version (not the load: that is stored *in* the result);
+* *dataset*: an index's identity (annotation cache key, image list) when the dataset has one;
+  else its type, length and repr, or its attributes where the repr is Python's default; the
+  datasets it wraps (a ``dataset`` / ``datasets`` attribute, or attributes that are torch
+  datasets) count with theirs, and its ``indices``;
+* *transform*: the ``transform``, ``transforms`` and ``target_transform`` attributes of the
+  dataset and of those it wraps, written without memory addresses (a user's transform class
+  with the default repr by its attributes: ``Brighten(10)`` and ``Brighten(20)`` differ).
+
+**The load**: a result is measured under some load (``result.machine.free_cpus``). Every
+reuse compares it with the free CPUs now, from the kernel's load figures
+(:func:`detloader._system.busy_now`); a change of at least 1 CPU, or a quarter of the usable
+CPUs when that is more, counts (:func:`check_load`). ``tune_loader`` then measures again (or
+warns); ``make_loader`` warns and, on a busier machine, caps the workers at the CPUs free now.
+
+**The default** without a stored result (docs/tuning.md has the measurements): CPUs per loader
+= free CPUs / training processes on this machine (``LOCAL_WORLD_SIZE``), rounded;
+
+* 3 or more: ``num_workers`` = CPUs - 1 (one stays with training), at most
+  :data:`MAX_HEURISTIC_WORKERS`, and no more than fit in half the available memory at
+  :data:`WORKER_MEMORY_GUESS` each; no decode threads;
+* fewer: ``num_workers=0`` with ``decode_threads=2`` (the batch decoded on 2 threads in the
+  training process) when the loader has 2 usable CPUs, however busy: on 2 CPUs the fastest
+  setting idle and near the best busy, and threads cost no process; else no threads;
+* ``pin_memory`` when a CUDA or XPU device exists; ``prefetch_factor=2`` and
+  ``persistent_workers=True`` with workers.
 """
 
 from __future__ import annotations
@@ -26,83 +43,71 @@ import json
 import os
 import re
 import socket
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from detloader import _system
 from detloader._files import atomic_write
 from detloader.annotations.cache import CACHE_DIR_ENV, user_cache_dir
-from detloader.errors import DetloaderValueError
+from detloader.errors import DetloaderValueError, StaleTuneWarning, TuneWarning
+from detloader.tune.measure import loader_kwargs
+from detloader.tune.probe import free_cpus
 from detloader.tune.result import TuneResult
+
+#: Most workers the default gives; tune_loader measures beyond it.
+MAX_HEURISTIC_WORKERS = 8
+#: Memory assumed per worker process when nothing was measured (bytes).
+WORKER_MEMORY_GUESS = 512 * 2**20
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _TRANSFORM_ATTRIBUTES = ("transform", "transforms", "target_transform")
-_SIMPLE = (str, int, float, bool, type(None), Path)
+_SIMPLE = (str, int, float, bool, type(None), Path, list, tuple, dict)
 
 
-def tune_cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
-    """Folder of the tuning results (not created here)."""
-    if override is not None:
-        return Path(override)
-    env = os.environ.get(CACHE_DIR_ENV)
-    return (Path(env) if env else user_cache_dir()) / "tune"
-
-
+# -- the key ------------------------------------------------------------------------------------
 def _hash(data: Any) -> str:
-    blob = json.dumps(data, sort_keys=True, default=str).encode("utf-8")
-    return hashlib.blake2b(blob, digest_size=10).hexdigest()
+    return hashlib.blake2b(json.dumps(data, sort_keys=True, default=str).encode(), digest_size=10).hexdigest()
 
 
 def machine_fingerprint() -> str:
     """Hash of what makes one machine's best loader setting differ from another's (cheap: no
     measurement, no CUDA context)."""
-    import torch  # torch: lazy, keeps the CLI fast
+    import torch  # lazy, keeps the CLI fast
 
-    kind, name, count = _system.accelerator_info()
     mem = _system.memory_facts()
-    facts = {
-        "host": socket.gethostname(),
-        "logical": _system.logical_cores(),
-        "physical": _system.physical_cores(),
-        "affinity": sorted(_system.affinity_set()),
-        "quota": _system.cgroup_cpu_limit(),
-        "ram_gib": round(mem.total / 2**30),
-        "mem_limit": mem.cgroup_limit,
-        "accelerator": [kind, name, count],
-        "torch": torch.__version__,
-    }
-    return _hash(facts)
-
-
-def strip_addresses(text: str) -> str:
-    """``<function f at 0x7f..>`` -> ``<function f>``: a repr that is the same in every run."""
-    return _ADDRESS.sub("", text)
+    return _hash({
+        "host": socket.gethostname(), "logical": _system.logical_cores(), "physical": _system.physical_cores(),
+        "affinity": sorted(_system.affinity_set()), "quota": _system.cgroup_cpu_limit(),
+        "ram_gib": round(mem.total / 2**30), "mem_limit": mem.cgroup_limit,
+        "accelerator": list(_system.accelerator_info()), "torch": torch.__version__,
+    })
 
 
 def describe(value: Any, depth: int = 4) -> str:
-    """A repr that is the same in every run and tells parameters apart: ``repr`` without
-    memory addresses; an object whose repr holds a default ``<X object>`` repr (its own, or a
-    part's: a chain of the user's transforms) is written
-    ``X(name=value, ...)`` from its attributes, and lists, tuples and dicts element by
-    element (``depth`` levels down)."""
+    """A repr that is the same in every run and tells parameters apart: without memory
+    addresses; an object whose repr holds a default ``<X object>`` (its own or a part's) is
+    written ``X(name=value, ...)`` from its public attributes; lists, tuples and dicts element
+    by element (``depth`` levels down)."""
     if depth > 0 and isinstance(value, (list, tuple)):
         inner = ", ".join(describe(v, depth - 1) for v in value)
         return f"[{inner}]" if isinstance(value, list) else f"({inner})"
     if depth > 0 and isinstance(value, dict):
         return "{" + ", ".join(f"{k!r}: {describe(v, depth - 1)}" for k, v in value.items()) + "}"
-    text = strip_addresses(repr(value))
-    if depth > 0 and " object>" in text and hasattr(value, "__dict__"):  # a default repr, maybe nested
+    text = _ADDRESS.sub("", repr(value))
+    if depth > 0 and " object>" in text and hasattr(value, "__dict__"):
         cls = type(value)
         fields = ", ".join(f"{k}={describe(v, depth - 1)}" for k, v in sorted(vars(value).items())
-                           if not k.startswith("_") and (isinstance(v, _SIMPLE + (list, tuple, dict)) or callable(v)))
+                           if not k.startswith("_") and (isinstance(v, _SIMPLE) or callable(v)))
         return f"{cls.__module__}.{cls.__qualname__}({fields})"
     return text
 
 
 def _wrapped(dataset: Any) -> list[Any]:
-    """The datasets ``dataset`` wraps: its ``dataset`` attribute, or its ``datasets``, or else
-    its attributes that are torch datasets (a user's wrapper: ``self.base = ...``)."""
-    from torch.utils.data import Dataset  # torch: lazy, keeps the CLI fast
+    """The datasets ``dataset`` wraps: its ``dataset``, or its ``datasets``, or else its
+    attributes that are torch datasets (a user's wrapper: ``self.base = ...``)."""
+    from torch.utils.data import Dataset  # lazy, keeps the CLI fast
 
     inner = getattr(dataset, "dataset", None)
     if inner is not None and inner is not dataset and hasattr(inner, "__getitem__") and hasattr(inner, "__len__"):
@@ -110,68 +115,52 @@ def _wrapped(dataset: Any) -> list[Any]:
     many = getattr(dataset, "datasets", None)
     if isinstance(many, (list, tuple)) and all(hasattr(d, "__getitem__") for d in many):
         return list(many)
-    return [v for _, v in sorted(getattr(dataset, "__dict__", {}).items())
-            if isinstance(v, Dataset) and v is not dataset]
+    return [v for _, v in sorted(vars(dataset).items()) if isinstance(v, Dataset) and v is not dataset] \
+        if hasattr(dataset, "__dict__") else []
 
 
-def dataset_fingerprint(dataset: Any, _depth: int = 0) -> str:
-    """Hash identifying the dataset's content (not its transform)."""
-    index = getattr(dataset, "index", None)
-    if index is None and hasattr(dataset, "object_offsets"):
-        index = dataset  # an AnnotationIndex itself
+def _identity(dataset: Any, depth: int = 0) -> tuple[dict[str, Any], list[str]]:
+    """``(content facts, transform descriptions)`` of ``dataset`` and the datasets it wraps."""
+    transforms = [f"{name}={describe(getattr(dataset, name))}" for name in _TRANSFORM_ATTRIBUTES
+                  if getattr(dataset, name, None) is not None]
+    index = dataset if hasattr(dataset, "object_offsets") else getattr(dataset, "index", None)
     if index is not None and hasattr(index, "meta"):
-        meta = getattr(index, "meta", {}) or {}
-        facts: dict[str, Any] = {
-            "root": str(getattr(index, "root", "")),
-            "images": len(index),
-            "objects": int(getattr(index, "num_objects", 0)),
-            "key": meta.get("cache_key"),
-        }
-        if hasattr(index, "paths_digest"):  # which images: two subsets of one size differ
-            facts["paths"] = index.paths_digest()
-        return _hash(facts)
-    kind = f"{type(dataset).__module__}.{type(dataset).__qualname__}"
-    inner = _wrapped(dataset) if _depth < 4 else []
-    if inner:
-        indices = getattr(dataset, "indices", None)
-        return _hash({
-            "type": kind,
-            "len": len(dataset),
-            "wraps": [dataset_fingerprint(d, _depth + 1) for d in inner],
-            "indices": _hash([int(i) for i in indices]) if indices is not None else None,
-        })
-    return _hash({"type": kind, "len": len(dataset), "repr": describe(dataset)})
+        return {"root": str(getattr(index, "root", "")), "images": len(index),
+                "objects": int(getattr(index, "num_objects", 0)), "key": (index.meta or {}).get("cache_key"),
+                "paths": index.paths_digest() if hasattr(index, "paths_digest") else None}, transforms
+    facts: dict[str, Any] = {"type": f"{type(dataset).__module__}.{type(dataset).__qualname__}", "len": len(dataset)}
+    inner = _wrapped(dataset) if depth < 4 else []
+    if not inner:
+        return {**facts, "repr": describe(dataset)}, transforms
+    indices = getattr(dataset, "indices", None)
+    facts["indices"] = _hash([int(i) for i in indices]) if indices is not None else None
+    facts["wraps"] = []
+    for d in inner:
+        content, more = _identity(d, depth + 1)
+        facts["wraps"].append(_hash(content))
+        transforms += [f"wrapped: {t}" for t in more]
+    return facts, transforms
 
 
-def _transforms(dataset: Any, depth: int = 0) -> list[str]:
-    found = [f"{name}={describe(getattr(dataset, name))}" for name in _TRANSFORM_ATTRIBUTES
-             if getattr(dataset, name, None) is not None]
-    if depth < 4:
-        for inner in _wrapped(dataset):
-            found += [f"wrapped: {t}" for t in _transforms(inner, depth + 1)]
-    return found
+def cache_key(dataset: Any, batch_size: int) -> dict[str, Any]:
+    """What a tuning result is stored under: ``machine`` and ``dataset`` hashes, the
+    ``transform`` text (``repr`` of a lone ``transform``; ``"None"`` without any) and
+    ``batch_size``."""
+    content, transforms = _identity(dataset)
+    transform = "; ".join(transforms) if transforms else "None"
+    if len(transforms) == 1 and transform.startswith("transform="):
+        transform = transform[len("transform="):]
+    return {"machine": machine_fingerprint(), "dataset": _hash(content), "transform": transform,
+            "batch_size": int(batch_size)}
 
 
-def transform_fingerprint(dataset: Any) -> str:
-    """The dataset's transform chain as text (see the module docstring): ``repr`` of its
-    ``transform`` alone when that is all it has (a :class:`~detloader.DetectionDataset`), else
-    every transform attribute of it and of the datasets it wraps; ``"None"`` without any."""
-    found = _transforms(dataset)
-    if not found:
-        return "None"
-    if len(found) == 1 and found[0].startswith("transform="):
-        return found[0][len("transform="):]
-    return "; ".join(found)
-
-
-def cache_key(dataset: Any, batch_size: int, machine: str | None = None) -> dict[str, Any]:
-    """The four fingerprints of a tuning result."""
-    return {
-        "machine": machine if machine is not None else machine_fingerprint(),
-        "dataset": dataset_fingerprint(dataset),
-        "transform": transform_fingerprint(dataset),
-        "batch_size": int(batch_size),
-    }
+# -- the files ----------------------------------------------------------------------------------
+def tune_cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    """Folder of the stored results (not created here)."""
+    if override is not None:
+        return Path(override)
+    env = os.environ.get(CACHE_DIR_ENV)
+    return (Path(env) if env else user_cache_dir()) / "tune"
 
 
 def cache_file(key: dict[str, Any], folder: str | os.PathLike[str] | None = None) -> Path:
@@ -190,18 +179,139 @@ def save_result(result: TuneResult, folder: str | os.PathLike[str] | None = None
 
 
 def load_result(key: dict[str, Any], folder: str | os.PathLike[str] | None = None) -> TuneResult | None:
-    """The cached result for ``key``, or None when there is none or it cannot be read (an
-    older layout, a damaged file: both are measured again)."""
-    path = cache_file(key, folder)
+    """The stored result for ``key``; None when there is none or it cannot be read (an older
+    layout, a damaged file: both are measured again)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        return None
-    try:
-        result = TuneResult.from_json(text)
-    except (ValueError, TypeError, KeyError):
+        result = TuneResult.from_json(cache_file(key, folder).read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError, KeyError):
         return None
     if result.key != key:
         return None
     result.from_cache = True
     return result
+
+
+# -- the load -----------------------------------------------------------------------------------
+def load_tolerance(usable_cpus: int) -> float:
+    """Free CPUs more or fewer that count as a changed load: 1, or a quarter of the usable CPUs
+    when that is more."""
+    return max(1.0, 0.25 * usable_cpus)
+
+
+def current_free_cpus() -> tuple[float, int]:
+    """``(free CPUs now, usable CPUs)`` from the instant load figure (no waiting)."""
+    usable = _system.usable_cpus()
+    return free_cpus(usable, _system.affinity_cpus(), _system.busy_now()), usable
+
+
+@dataclass(frozen=True)
+class LoadCheck:
+    """Free CPUs when the result was measured (``then``) and now."""
+
+    then: float
+    now: float
+    usable: int
+    tolerance: float
+
+    @property
+    def changed(self) -> bool:
+        return abs(self.now - self.then) >= self.tolerance
+
+    @property
+    def busier(self) -> bool:
+        return self.then - self.now >= self.tolerance
+
+    def describe(self) -> str:
+        way = "busier" if self.busier else "quieter" if self.changed else "as busy"
+        return (f"the machine is {way} than when it was tuned: {self.now:.1f} of {self.usable} CPUs free now, "
+                f"{self.then:.1f} then")
+
+
+def check_load(result: Any) -> LoadCheck:
+    """The free CPUs stored in ``result`` (a :class:`TuneResult`) against the free CPUs now."""
+    now, usable = current_free_cpus()
+    return LoadCheck(float(result.machine.free_cpus), now, usable, load_tolerance(usable))
+
+
+def fit_to_load(recommended: dict[str, Any], check: LoadCheck) -> dict[str, Any]:
+    """``recommended`` with at most ``max(1, round(free now))`` workers on a busier machine
+    (the tuner's own cap on a busy machine); unchanged otherwise."""
+    cap = max(1, int(check.now + 0.5))
+    if not check.busier or recommended.get("num_workers", 0) <= cap:
+        return dict(recommended)
+    return loader_kwargs(cap, pin_memory=bool(recommended.get("pin_memory")),
+                         prefetch_factor=recommended.get("prefetch_factor") or 2,
+                         persistent_workers=bool(recommended.get("persistent_workers", True)))
+
+
+# -- the default and the lookup -----------------------------------------------------------------
+def heuristic_loader_kwargs(
+    *, free: float, memory_available: int, can_pin: bool, processes: int = 1, usable: int | None = None
+) -> tuple[dict[str, Any], str]:
+    """The default of the module docstring (``decode_threads`` included) and its reason.
+
+    ``free``: CPUs free for this machine's training processes; ``processes``: how many share
+    it (each with its own loader); ``memory_available``: bytes; ``usable``: CPUs this process
+    may use, whatever the load (default: ``free``, rounded)."""
+    if processes < 1:
+        raise DetloaderValueError(f"processes={processes} must be >= 1")
+    cpus = int(free / processes + 0.5)
+    mem_workers = int(0.5 * max(0, memory_available) // WORKER_MEMORY_GUESS)
+    workers = max(0, min(cpus - 1, MAX_HEURISTIC_WORKERS, mem_workers)) if cpus >= 3 else 0
+    usable_cpus = usable if usable is not None else cpus * processes
+    threads = 2 if workers == 0 and usable_cpus / processes >= 2 else 0
+    kwargs = {**loader_kwargs(workers, pin_memory=can_pin), "decode_threads": threads}
+    per = f" / {processes} processes" if processes > 1 else ""
+    return kwargs, (f"heuristic: {free:.1f} of {usable_cpus} CPUs free{per} -> num_workers={workers}, "
+                    f"decode_threads={threads}, pin_memory={can_pin}")
+
+
+def auto_loader_kwargs(
+    dataset: Any,
+    batch_size: int,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    warn: bool = True,
+    stacklevel: int = 2,
+    decode_threads: bool = False,
+) -> tuple[dict[str, Any], str]:
+    """DataLoader keyword arguments ``num_workers``, ``pin_memory``, ``prefetch_factor``,
+    ``persistent_workers`` for ``dataset`` at ``batch_size``, and a one-line reason.
+
+    The stored :func:`detloader.tune_loader` result when there is one, its load re-checked (a
+    change: a :class:`StaleTuneWarning`, and on a busier machine no more workers than are free
+    now); else the default of this module and, with ``warn``, a :class:`TuneWarning` (once per
+    process by Python's default filter) pointing ``stacklevel`` frames up. With
+    ``decode_threads`` the dict also holds ``decode_threads`` (the
+    :class:`~detloader.dataset.DetectionDataset` setting, not a DataLoader argument). Never
+    waits: only files and instant figures are read.
+    """
+    if batch_size < 1:
+        raise DetloaderValueError(f"batch_size={batch_size} must be >= 1")
+    result = load_result(cache_key(dataset, batch_size), cache_dir)
+    if result is not None:
+        threads = {"decode_threads": result.decode_threads} if decode_threads else {}
+        check = check_load(result)
+        if not check.changed:
+            return {**result.recommended, **threads}, f"tuned: {result.summary}"
+        kwargs = fit_to_load(result.recommended, check)
+        if warn:
+            tuned = result.recommended["num_workers"]
+            capped = (f"num_workers={kwargs['num_workers']} instead of the tuned {tuned}"
+                      if kwargs != result.recommended else f"the tuned num_workers={tuned} is kept")
+            warnings.warn(f"{check.describe()}: {capped}. Run detloader.tune_loader(dataset, batch_size=...) or "
+                          "`detloader tune PATH` again to measure under this load.", StaleTuneWarning,
+                          stacklevel=stacklevel)
+        return {**kwargs, **threads}, f"tuned, load changed: {result.summary}; {check.describe()}"
+    free, usable = current_free_cpus()
+    kwargs, reason = heuristic_loader_kwargs(
+        free=free, usable=usable, memory_available=_system.memory_facts().available,
+        can_pin=_system.accelerator_info()[0] in _system.PINNABLE, processes=_system.local_world_size(),
+    )
+    if warn:
+        warnings.warn("no tuning result for this machine, dataset, transform and batch size: loader settings "
+                      "come from a heuristic. Run detloader.tune_loader(dataset, batch_size=...) or "
+                      "`detloader tune PATH` once to measure them.", TuneWarning, stacklevel=stacklevel)
+    if not decode_threads:
+        del kwargs["decode_threads"]
+    return kwargs, reason

@@ -6,55 +6,45 @@ import datetime as _dt
 import functools
 import math
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError
+from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError, StaleTuneWarning
 from detloader.tune.explain import explain, summary
 from detloader.tune.measure import Consumer, LoaderFactory, loader_kwargs, make_consumer
-from detloader.tune.probe import DatasetProbe, MachineProbe, probe_dataset, probe_machine
+from detloader.tune.probe import MachineProbe, probe_dataset, probe_machine
 from detloader.tune.result import TuneResult
 from detloader.tune.search import Progress, search_settings
+from detloader.tune.store import cache_key, check_load, load_result, save_result
 
 #: Seconds the probe watches the CPUs to count those busy with other processes.
 BUSY_WINDOW_S = 1.0
 CACHE_CHOICES = (True, False, "refresh")
-#: What a cached result measured under another load does (see :mod:`detloader.tune.freshness`).
+#: What a stored result measured under another load does (see :mod:`detloader.tune.store`).
 LOAD_CHANGE_CHOICES = ("retune", "warn", "ignore")
 _SETTING_NAMES = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "decode_threads")
 
 
-def grid_candidates(
-    max_workers: int, can_pin: bool = False, prefetch: Sequence[int] = (2, 4)
-) -> list[dict[str, Any]]:
-    """Every setting the search chooses from: ``num_workers`` 0..``max_workers`` x
-    ``prefetch_factor`` (for workers > 0) x ``pin_memory`` (False, and True when ``can_pin``),
-    with persistent workers. What an exhaustive grid measures."""
-    pins = (False, True) if can_pin else (False,)
-    out: list[dict[str, Any]] = []
-    for w in range(max_workers + 1):
-        for pf in (prefetch if w > 0 else (None,)):
-            for pin in pins:
-                out.append(loader_kwargs(w, pin_memory=pin, prefetch_factor=pf, persistent_workers=True))
-    return out
+def grid_candidates(max_workers: int, can_pin: bool = False, prefetch: Sequence[int] = (2, 4)) -> list[dict[str, Any]]:
+    """What an exhaustive grid measures: ``num_workers`` 0..``max_workers`` x ``prefetch_factor``
+    (with workers) x ``pin_memory`` (False, and True when ``can_pin``), persistent workers."""
+    return [loader_kwargs(w, pin_memory=pin, prefetch_factor=pf) for w in range(max_workers + 1)
+            for pf in (prefetch if w > 0 else (None,)) for pin in ((False, True) if can_pin else (False,))]
 
 
 def normalise_candidate(candidate: Mapping[str, Any]) -> dict[str, Any]:
-    """Fill a partial setting (``{"num_workers": 4}``) with the tuner's defaults and make it
-    valid for DataLoader (``decode_threads``, when given, is passed to the loader factory:
+    """A partial setting (``{"num_workers": 4}``) completed with the tuner's defaults and made
+    valid for DataLoader (``decode_threads``, when given, goes to the loader factory, as
     ``make_loader`` takes it); unknown keys are refused."""
     unknown = sorted(set(candidate) - set(_SETTING_NAMES))
     if unknown:
-        raise DetloaderValueError(
-            f"candidate={dict(candidate)}: unknown key(s) {unknown}; valid: {list(_SETTING_NAMES)}"
-        )
+        raise DetloaderValueError(f"candidate={dict(candidate)}: unknown key(s) {unknown}; "
+                                  f"valid: {list(_SETTING_NAMES)}")
     w = int(candidate.get("num_workers", 0))
-    out = loader_kwargs(
-        w,
-        pin_memory=bool(candidate.get("pin_memory", False)),
-        prefetch_factor=candidate.get("prefetch_factor", 2) if w > 0 else None,
-        persistent_workers=bool(candidate.get("persistent_workers", True)),
-    )
+    out = loader_kwargs(w, pin_memory=bool(candidate.get("pin_memory", False)),
+                        prefetch_factor=candidate.get("prefetch_factor", 2) if w > 0 else None,
+                        persistent_workers=bool(candidate.get("persistent_workers", True)))
     threads = candidate.get("decode_threads", 0)
     if threads:  # like the search's settings: the key only where threads are used
         from detloader.dataset import check_decode_threads  # lazy: torch
@@ -64,31 +54,24 @@ def normalise_candidate(candidate: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def default_loader_factory(
-    dataset: Any, batch_size: int, collate_fn: Callable[[list[Any]], Any] | None, seed: int = 0
-) -> LoaderFactory:
+def default_loader_factory(dataset: Any, batch_size: int, collate_fn: Callable[[list[Any]], Any] | None,
+                           seed: int = 0) -> LoaderFactory:
     """``make_loader(dataset, batch_size=..., shuffle=True, collate_fn=..., seed=...)`` awaiting
-    the four settings: the loader the user will train with."""
+    the settings: the loader the user will train with."""
     from detloader.loader import make_loader  # lazy: loader imports tune (num_workers="auto")
 
-    return functools.partial(
-        make_loader, dataset, batch_size=batch_size, shuffle=True, collate_fn=collate_fn, seed=seed
-    )
+    return functools.partial(make_loader, dataset, batch_size=batch_size, shuffle=True, collate_fn=collate_fn,
+                             seed=seed)
 
 
 def default_collate_for(dataset: Any) -> Callable[[list[Any]], Any] | None:
-    """The collate function make_loader would use for ``dataset`` (None: torch's default):
-    ``collate_detection`` for a ``DetectionDataset`` or a dataset (a user's wrapper) whose
-    items are ``Sample``s."""
+    """The collate function make_loader would use (None: torch's default): ``collate_detection``
+    for a ``DetectionDataset`` or a dataset (a user's wrapper) whose items are ``Sample``s."""
+    from detloader.collate import collate_detection
+    from detloader.dataset import DetectionDataset, Sample
+
     try:
-        from detloader.collate import collate_detection
-        from detloader.dataset import DetectionDataset, Sample
-    except ImportError:
-        return None
-    if isinstance(dataset, DetectionDataset):
-        return collate_detection
-    try:
-        return collate_detection if len(dataset) and isinstance(dataset[0], Sample) else None
+        return collate_detection if isinstance(dataset, DetectionDataset) or isinstance(dataset[0], Sample) else None
     except Exception:  # noqa: BLE001 - the user's dataset: its error shows when it is measured
         return None
 
@@ -100,22 +83,18 @@ def _step_label(step_time: float | Consumer | None) -> float | str | None:
 
 
 def worker_cap(machine: MachineProbe, max_workers: int | None, respect_busy: bool) -> tuple[int, str]:
-    """Most workers worth trying, and why (a :data:`~detloader.tune.result.CAP_REASONS` value).
-
-    The usable CPUs; with ``respect_busy``, only the free ones (rounded, at least 1): more
-    workers than free CPUs take time slices from the other processes, which a greedy
-    measurement would even reward. ``max_workers`` replaces both.
-    """
+    """Most workers worth trying, and why (``usable``, ``busy`` or ``max_workers``): the usable
+    CPUs; with ``respect_busy`` only the free ones (rounded, at least 1), since more workers
+    than free CPUs take time slices from the other processes, which a greedy measurement
+    would even reward. ``max_workers`` replaces both."""
     if max_workers is not None:
         if max_workers < 0:
             raise DetloaderValueError(f"max_workers={max_workers} must be >= 0")
         return int(max_workers), "max_workers"
-    cap, reason = machine.usable_cpus, "usable"
-    if respect_busy:
-        free = max(1, int(machine.free_cpus + 0.5))
-        if free < cap:
-            cap, reason = free, "busy"
-    return cap, reason
+    free = max(1, int(machine.free_cpus + 0.5))
+    if respect_busy and free < machine.usable_cpus:
+        return free, "busy"
+    return machine.usable_cpus, "usable"
 
 
 def tune_loader(
@@ -136,30 +115,26 @@ def tune_loader(
     progress: Progress | None = None,
 ) -> TuneResult:
     """Measure the loader on this machine and recommend ``num_workers``, ``pin_memory``,
-    ``prefetch_factor`` and ``persistent_workers``, with the reasons.
+    ``prefetch_factor``, ``persistent_workers`` (and ``decode_threads``), with the reasons.
 
     Probes the machine (usable, busy and free CPUs, memory, accelerator copy speed) and the
-    dataset (single-core cost per image, batch bytes, file read speed), then searches real
-    loaders within ``budget_s`` seconds (see :mod:`detloader.tune.search`).
+    dataset (cost per image, batch bytes, file read speed), then searches real loaders within
+    ``budget_s`` seconds (:mod:`detloader.tune.search`).
 
-    ``loader_factory``: a callable taking the four settings as keyword arguments and returning
-    an iterable of batches (default: ``make_loader(dataset, batch_size=..., shuffle=True,
-    collate_fn=...)``); ``collate_fn`` defaults to ``collate_detection`` for a
-    ``DetectionDataset``. ``step_time``: the training step, as seconds per batch (slept) or a
-    callable run on each batch, to answer "is the loader the bottleneck?". ``device``: copy
-    each batch there as a training loop would ("auto": the CUDA/XPU device if any; None: no
-    copy). ``candidates``: measure exactly these settings (partial dicts are completed).
-    ``respect_busy``: try no more workers than free CPUs. ``tolerance``: fewer workers win
-    when within this fraction of the best throughput. ``cache``: True reads and writes the
-    tuning cache, "refresh" measures again and writes, False neither. A cached result is
-    reused only after a cheap re-check of the load (:mod:`detloader.tune.freshness`): when
-    the free CPUs changed, ``on_load_change="retune"`` measures again and replaces it,
-    ``"warn"`` returns it with a ``StaleTuneWarning``, ``"ignore"`` returns it.
-
-    ``dataset`` is any map-style dataset, the user's own included: the cache key is its
-    content and its transform chain (``transform``/``transforms`` attributes, also of the
-    datasets it wraps), so ``make_loader(dataset, num_workers="auto")`` on the same dataset
-    finds the result (see :mod:`detloader.tune.store`).
+    ``loader_factory``: a callable taking the settings as keyword arguments and returning an
+    iterable of batches (default: ``make_loader(dataset, batch_size=..., shuffle=True,
+    collate_fn=...)``, which also takes ``decode_threads``); ``collate_fn`` defaults to
+    ``collate_detection`` for a ``DetectionDataset`` or items that are ``Sample``s.
+    ``step_time``: the training step, as seconds per batch (slept) or a callable run on each
+    batch: is the loader the bottleneck? ``device``: copy each batch there ("auto": the
+    CUDA/XPU device if any; None: no copy). ``candidates``: measure exactly these settings
+    (partial dicts are completed). ``respect_busy``: no more workers than free CPUs.
+    ``tolerance``: fewer workers win within this fraction of the best throughput. ``cache``:
+    True reads and writes the store, "refresh" measures again and writes, False neither. A
+    stored result measured under another load (:mod:`detloader.tune.store`) is measured again
+    (``on_load_change="retune"``), returned with a ``StaleTuneWarning`` (``"warn"``) or as it
+    is (``"ignore"``). ``dataset`` is any map-style dataset: the store's key is its content
+    and transform chain, so ``make_loader(dataset, num_workers="auto")`` finds the result.
     """
     if batch_size < 1:
         raise DetloaderValueError(f"batch_size={batch_size} must be >= 1")
@@ -175,104 +150,64 @@ def tune_loader(
     if grid is not None and not grid:
         raise DetloaderValueError("candidates=[]: give at least one setting, or None to search")
     step_label = _step_label(step_time)
-
-    from detloader.tune.store import cache_key, load_result, save_result
-
     key = cache_key(dataset, batch_size) if cache else {}
-    if cache is True and grid is None:
-        cached = load_result(key)
-        if cached is not None and cached.step_time == step_label:
-            from detloader.tune.freshness import check_load
-
-            check = check_load(cached) if on_load_change != "ignore" else None
-            if check is None or not check.changed:
-                return cached
-            if on_load_change == "warn":
-                import warnings
-
-                from detloader.tune.heuristic import StaleTuneWarning
-
-                warnings.warn(f"cached tuning result of {cached.created}: {check.describe()}; "
-                              "tune_loader(..., cache='refresh') measures again", StaleTuneWarning, stacklevel=2)
-                return cached
+    stored = load_result(key) if cache is True and grid is None else None
+    if stored is not None and stored.step_time == step_label:
+        check = check_load(stored) if on_load_change != "ignore" else None
+        if check is None or not check.changed:
+            return stored
+        if on_load_change == "warn":
+            warnings.warn(f"stored tuning result of {stored.created}: {check.describe()}; "
+                          "tune_loader(..., cache='refresh') measures again", StaleTuneWarning, stacklevel=2)
+            return stored
 
     start = time.perf_counter()
 
-    def report(done: int, total: int) -> None:
+    def report(done: int = 0, total: int = 0) -> None:
         if progress is not None:
             progress(min(int(time.perf_counter() - start), int(budget_s)), int(budget_s))
 
     machine = probe_machine(busy_window_s=BUSY_WINDOW_S)
-    report(0, 0)
+    report()
     if collate_fn is None:
         collate_fn = default_collate_for(dataset)
-    data: DatasetProbe | None = probe_dataset(dataset, batch_size, collate_fn)
-    report(0, 0)
+    data = probe_dataset(dataset, batch_size, collate_fn)
+    report()
     if grid is not None:
         cap, cap_reason = max(c["num_workers"] for c in grid), "candidates"
     else:
         cap, cap_reason = worker_cap(machine, max_workers, respect_busy)
     if device == "auto":
         device = machine.accelerator if machine.can_pin else None
-    factory = loader_factory
-    threads_cap = 0
+    factory, threads_cap = loader_factory, 0
     if factory is None:
         factory = default_loader_factory(dataset, batch_size, collate_fn)
         if grid is None and hasattr(dataset, "with_decode_threads"):
-            # make_loader passes decode_threads to the dataset; 2 threads are tried even when
-            # busy CPUs cap the workers (threads cost no process: the untuned default's rule)
+            # 2 threads are tried even when busy CPUs cap the workers (threads cost no process)
             threads_cap = max(cap, 2) if machine.usable_cpus >= 2 else cap
     outcome = search_settings(
-        factory,
-        batch_size=batch_size,
-        cap=cap,
-        can_pin=machine.can_pin,
-        budget_s=max(0.5, budget_s - (time.perf_counter() - start)),
-        tolerance=tolerance,
-        consumer_for=lambda pin: make_consumer(step_time, device, pin),
-        memory_available=machine.memory_available,
-        candidates=grid,
-        progress=report,
-        threads_cap=threads_cap,
+        factory, batch_size=batch_size, cap=cap, can_pin=machine.can_pin,
+        budget_s=max(0.5, budget_s - (time.perf_counter() - start)), tolerance=tolerance,
+        consumer_for=lambda pin: make_consumer(step_time, device, pin), memory_available=machine.memory_available,
+        candidates=grid, progress=report, threads_cap=threads_cap,
     )
-    chosen = outcome.chosen_trial
+    s = outcome.chosen_trial.settings
     result = TuneResult(
-        recommended=loader_kwargs(
-            chosen.num_workers,
-            pin_memory=bool(chosen.settings.get("pin_memory", False)),
-            prefetch_factor=chosen.settings.get("prefetch_factor") or 2,
-            persistent_workers=bool(chosen.settings.get("persistent_workers", True)),
-        ),
-        explanation="",
-        summary="",
-        machine=machine,
-        data=data,
-        trials=outcome.trials,
-        chosen=outcome.chosen,
-        batch_size=batch_size,
-        dataset_size=len(dataset),
-        budget_s=float(budget_s),
-        spent_s=time.perf_counter() - start,
-        window_s=outcome.window_s,
-        stop=outcome.stop,
-        worker_cap=cap,
-        cap_reason=cap_reason,
-        tolerance=tolerance,
-        step_time=step_label,
-        device=device,
-        decode_threads=int(chosen.settings.get("decode_threads", 0)),
-        key=key,
+        recommended=loader_kwargs(s["num_workers"], pin_memory=bool(s.get("pin_memory")),
+                                  prefetch_factor=s.get("prefetch_factor") or 2,
+                                  persistent_workers=bool(s.get("persistent_workers", True))),
+        explanation="", summary="", machine=machine, data=data, trials=outcome.trials, chosen=outcome.chosen,
+        batch_size=batch_size, dataset_size=len(dataset), budget_s=float(budget_s),
+        spent_s=time.perf_counter() - start, window_s=outcome.window_s, stop=outcome.stop, worker_cap=cap,
+        cap_reason=cap_reason, tolerance=tolerance, step_time=step_label, device=device,
+        decode_threads=int(s.get("decode_threads", 0)), key=key,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     )
-    result.explanation = explain(result)
-    result.summary = summary(result)
+    result.explanation, result.summary = explain(result), summary(result)
     if cache and grid is None:
         try:
             save_result(result)
-        except OSError as err:  # a full disk costs the cache, never the measured result
-            import warnings
-
-            warnings.warn(
-                f"tuning result not saved, measured again next time: {err}", DetloaderRuntimeWarning, stacklevel=2
-            )
+        except OSError as err:  # a full disk costs the store, never the measured result
+            warnings.warn(f"tuning result not saved, measured again next time: {err}", DetloaderRuntimeWarning,
+                          stacklevel=2)
     return result
