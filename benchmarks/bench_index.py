@@ -29,8 +29,8 @@ import numpy as np
 
 from detloader import read_annotations
 from detloader._system import usable_cpus
-from detloader.bench import index as bench_index
-from detloader.bench.index import baseline_parse, warm_page_cache, warm_reload
+from detloader.bench import index_speed as bench_index
+from detloader.bench.index_speed import baseline_parse, warm_page_cache, warm_reload
 from detloader.synth import make_synthetic
 
 
@@ -82,7 +82,7 @@ class ProcessTreeCPU:
         while not self._stop.wait(self._interval):
             self._sample()
 
-    def __enter__(self) -> "ProcessTreeCPU":
+    def __enter__(self) -> ProcessTreeCPU:
         self._sample()
         self._start = dict(self._seen)
         self._thread.start()

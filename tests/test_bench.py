@@ -89,12 +89,12 @@ def test_decode_threads_are_measured(small_synth_root, tmp_path):
     assert all(r > 0 for r in report.figures["loader"]["detloader_decode_threads"].values())
 
 
-def test_best_of_takes_the_best_of_each_measure_round_robin():
+def test_median_of_takes_the_median_of_each_measure_round_robin():
     calls = []
-    values = {"a": iter([1.0, 3.0]), "b": iter([5.0, 2.0])}
+    values = {"a": iter([1.0, 3.0, 9.0]), "b": iter([5.0, 2.0, 4.0])}
     measures = {k: (lambda k=k: calls.append(k) or next(values[k])) for k in values}
-    assert bench_loader_module.best_of(measures, 2) == {"a": 3.0, "b": 5.0}
-    assert calls == ["a", "b", "a", "b"]
+    assert bench_loader_module.median_of(measures, 3) == {"a": 3.0, "b": 4.0}
+    assert calls == ["a", "b", "a", "b", "a", "b"]
 
 
 def test_settings_and_report_refuse_what_they_cannot_compare():

@@ -18,7 +18,7 @@ from detloader import read_annotations
 from detloader.dataset import DetectionDataset
 from detloader.images import ImageDecodeError
 from detloader.loader import make_loader
-from detloader.store import ImageStore, StoreTooLargeError, cache_size_from
+from detloader.store import ImageStore, StoreTooLargeError, cache_size_from, store_sizes
 from detloader.synth import make_synthetic
 from detloader.transforms import Compose, RandomHorizontalFlip, Resize
 
@@ -50,9 +50,15 @@ def test_samples_match_decoding_for_any_num_workers(index):
 
 
 def test_cache_size_from_the_transform_or_required(index):
-    assert cache_size_from(LETTERBOX) == 48
-    assert cache_size_from(Resize(30, mode="shorter", max_size=40)) == 40
-    assert cache_size_from(RandomHorizontalFlip()) is None
+    # the transform's first resize sizes each stored image: what it gives the image (never more pixels)
+    assert cache_size_from(LETTERBOX) is LETTERBOX.transforms[1]
+    shorter = Resize(30, mode="shorter", max_size=40)
+    assert cache_size_from(shorter) is shorter and cache_size_from(RandomHorizontalFlip()) is None
+    assert [np.unique(s).tolist() for s in store_sizes(index, LETTERBOX.transforms[1])] == [[48], [36]]
+    assert [np.unique(s).tolist() for s in store_sizes(index, shorter)] == [[40], [30]]
+    assert [np.unique(s).tolist() for s in store_sizes(index, Resize((200, 20)))] == [[200], [20]]
+    assert [np.unique(s).tolist() for s in store_sizes(index, Resize((200, 200)))] == [[96], [72]]  # not enlarged
+    assert [np.unique(s).tolist() for s in store_sizes(index, 40)] == [[40], [30]]
     with pytest.raises(ValueError, match="cache_size="):
         DetectionDataset(index, RandomHorizontalFlip(), cache="disk")
     with pytest.raises(ValueError, match="cache='nvme'"):
@@ -77,7 +83,7 @@ def test_a_changed_image_is_never_served_stale(index):
 @pytest.mark.parametrize("damage", ["truncate", "table", "magic"])
 def test_a_damaged_store_is_rebuilt(index, damage):
     first = DetectionDataset(index, None, cache="disk", cache_size=48)
-    want = [first[i].image.numpy() for i in range(len(index))]
+    want = [first[i].image.numpy().copy() for i in range(len(index))]  # samples share the map: damaged below
     path = first.store.path
     data = bytearray(path.read_bytes())
     if damage == "truncate":

@@ -65,6 +65,7 @@ from detloader.images import ExifPolicy, ImageDecodeError, MinSize, check_exif_p
 from detloader.store import CacheKind, ImageStore, cache_size_from, decode_to_size
 from detloader.transforms.base import Annotated, min_input_size
 from detloader.transforms.functional import affine_boxes, affine_points, chw_tensor
+from detloader.transforms.geometric import Resize
 from detloader.transforms.mix import MIX_STREAM, MixUp, Mosaic, group_size, mix_choice
 
 OnDecodeError = Literal["raise", "skip"]
@@ -157,9 +158,12 @@ class DetectionDataset(torch.utils.data.Dataset):
             image once into a memory-mapped store (:mod:`detloader.store`) that later reads,
             in every worker and rank of the node, take instead of decoding; built now, under
             a file lock, unless a valid one exists. None (default): decode every time.
-        cache_size: longer side of the stored images (never enlarged); default: the output
-            size of the transform's first :class:`~detloader.transforms.Resize`
-            (:func:`~detloader.store.cache_size_from`), required when it has none.
+        cache_size: longer side of the stored images (never enlarged); default: the
+            transform's first :class:`~detloader.transforms.Resize`
+            (:func:`~detloader.store.cache_size_from`): each image is stored at the size it
+            gives that image, so a stored epoch skips the resize; required when it has none.
+            The transform gets the stored pixels as a read-only view of the map (detloader's
+            transforms never write into their input).
 
     When the decoded image's size differs from the size the annotation states, annotations
     are scaled to the image (per axis) and a warning is given once per process.
@@ -180,7 +184,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         on_decode_error: OnDecodeError = "raise",
         decode_threads: int = 0,
         cache: CacheKind | None = None,
-        cache_size: int | None = None,
+        cache_size: int | Resize | None = None,
     ) -> None:
         if not isinstance(index, AnnotationIndex):
             raise DetloaderTypeError(f"index={type(index).__name__}: expected an AnnotationIndex")
@@ -304,10 +308,8 @@ class DetectionDataset(torch.utils.data.Dataset):
         is decoded from the file to the stored size (never served stale)."""
         assert self.store is not None
         path = self.index.image_path(i)
-        image = self.store.get(i, path)  # a read-only view of the map: copied for the transforms
-        if image is not None:
-            image = np.array(image)
-        else:
+        image = self.store.get(i, path)  # a read-only view of the map: no copy
+        if image is None:
             self._warn_once(
                 "stale", f"{os.fspath(path)}: changed since the image store was built; decoded from the file"
             )
@@ -436,7 +438,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         a = data.affine
         idx = self.index
         return Sample(
-            image=chw_tensor(data.image),
+            image=_stored_tensor(data.image) if not data.image.flags.writeable else chw_tensor(data.image),
             boxes=data.boxes,
             labels=data.labels,
             landmarks=data.landmarks,
@@ -494,6 +496,20 @@ class DetectionDataset(torch.utils.data.Dataset):
         state["_warned"] = set()  # each process warns for itself
         state["_rarest"] = None
         return state
+
+
+def _stored_tensor(image: np.ndarray) -> torch.Tensor:
+    """``[3, H, W]`` over a read-only image: the store's copy-on-write planes as they are (no
+    copy: the batch is the one copy), anything else copied."""
+    planes = image.transpose(2, 0, 1)
+    if planes.flags.c_contiguous and isinstance(planes.base, np.ndarray):
+        try:
+            planes = planes.view()
+            planes.flags.writeable = True  # allowed only where the memory is (the store's map)
+            return torch.from_numpy(planes)
+        except ValueError:
+            pass
+    return torch.from_numpy(planes.copy())
 
 
 def check_decode_threads(decode_threads: int) -> None:

@@ -1,6 +1,7 @@
-"""The store of decoded images: every image decoded once, shrunk so that its longer side is
-at most ``cache_size``, kept as uint8 in one memory-mapped file that later epochs read instead
-of decoding (``DetectionDataset(..., cache="disk" | "ram")``).
+"""The store of decoded images: every image decoded once, at the size the transform's resize
+gives it (or shrunk so that its longer side is at most an int ``cache_size``), kept as uint8
+in one memory-mapped file that later epochs read instead of decoding
+(``DetectionDataset(..., cache="disk" | "ram")``).
 
 Layout of a ``.dlstore`` file (little-endian)::
 
@@ -9,10 +10,10 @@ Layout of a ``.dlstore`` file (little-endian)::
     4 bytes   uint32 CRC-32 of the table
     8 bytes   uint64 number of images n
     8 bytes   uint64 byte offset of the pixels
-    16 bytes  the key (blake2b of the image paths, annotated sizes, cache_size, EXIF policy)
+    16 bytes  the key (blake2b of the image paths, annotated and stored sizes, EXIF policy)
     table     n rows of TABLE_DTYPE: pixel offset, stored width and height, whether the image
               decoded, and the source file's identity (size, mtime_ns, ctime_ns, inode)
-    pixels    each image uint8 [h, w, 3], C order, at its offset
+    pixels    each image uint8 [3, h, w] (channel planes, the layout of a batch), at its offset
 
 Slots are sized from the annotated width and height (known before decoding), so the file's
 size is known first: it is checked against the free space, and a file of another size is
@@ -48,7 +49,7 @@ from detloader.images import ExifPolicy, ImageDecodeError, read_image
 CacheKind = Literal["disk", "ram"]
 CACHE_CHOICES: tuple[str, ...] = ("disk", "ram")
 MAGIC = b"DLSTORE\n"
-STORE_VERSION = 1
+STORE_VERSION = 2
 _PREFIX = struct.Struct("<8sIIQQ16s")
 _ALIGN = 64
 TABLE_DTYPE = np.dtype([
@@ -58,28 +59,30 @@ TABLE_DTYPE = np.dtype([
 _IDENTITY = ("size", "mtime_ns", "ctime_ns", "inode")
 
 
-def cache_size_from(transform: Any) -> int | None:
-    """The longer side a store needs for ``transform``: the first size-changing transform's
-    (past flips and colour) when it is a :class:`~detloader.transforms.Resize` with a fixed
-    output (``fixed``, ``letterbox``, ``longer``, or ``shorter`` with ``max_size``); else None."""
+def cache_size_from(transform: Any) -> Any:
+    """The first size-changing transform of ``transform`` (past flips and colour) when it is a
+    :class:`~detloader.transforms.Resize`, else None: the store then keeps each image at the
+    size that resize gives it, so that a stored epoch skips the resize."""
     from detloader.transforms import Resize
 
     for t in getattr(transform, "transforms", [transform]):
-        if getattr(t, "preserves_size", False):
-            continue
-        if isinstance(t, Resize):
-            if t.mode == "shorter":
-                return t.max_size
-            return max(t.size)
-        return None
+        if not getattr(t, "preserves_size", False):
+            return t if isinstance(t, Resize) else None
     return None
 
 
-def store_sizes(index: AnnotationIndex, cache_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Stored (width, height) per image: the annotated size shrunk (never enlarged) so that
-    the longer side is at most ``cache_size``."""
+def store_sizes(index: AnnotationIndex, cache_size: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Stored (width, height) per image. An int: the annotated size shrunk (never enlarged)
+    so that the longer side is at most ``cache_size``. A :class:`~detloader.transforms.Resize`:
+    its content size for the annotated size, where that has no more pixels (else the
+    annotated size)."""
     w = np.asarray(index.width, dtype=np.int64)
     h = np.asarray(index.height, dtype=np.int64)
+    if hasattr(cache_size, "content_size"):
+        sizes = [cache_size.content_size(a, b) for a, b in zip(w.tolist(), h.tolist())]
+        cw, ch = np.array(sizes, np.int64).reshape(-1, 2).T
+        fits = cw * ch <= w * h
+        return np.where(fits, cw, w), np.where(fits, ch, h)
     s = np.minimum(1.0, cache_size / np.maximum(np.maximum(w, h), 1))
     return np.maximum(1, np.round(w * s)).astype(np.int64), np.maximum(1, np.round(h * s)).astype(np.int64)
 
@@ -111,7 +114,7 @@ def _free_bytes(kind: str, folder: Path) -> int:
 
 
 class ImageStore:
-    """The decoded images of ``index`` at longer side <= ``cache_size``, memory-mapped.
+    """The decoded images of ``index`` at their stored sizes (:func:`store_sizes`), memory-mapped.
 
     :meth:`open` builds or maps it; :meth:`get` answers an image's stored pixels and the
     (sx, sy) map from annotation coordinates to them. Pickles as its path (each process maps
@@ -130,7 +133,7 @@ class ImageStore:
         cls,
         index: AnnotationIndex,
         kind: CacheKind,
-        cache_size: int,
+        cache_size: Any,
         *,
         exif: ExifPolicy = "auto",
         on_decode_error: str = "raise",
@@ -147,13 +150,15 @@ class ImageStore:
 
         if kind not in CACHE_CHOICES:
             raise DetloaderValueError(f"cache={kind!r} is not one of {', '.join(CACHE_CHOICES)} or None")
-        if isinstance(cache_size, bool) or not isinstance(cache_size, (int, np.integer)) or cache_size < 1:
-            raise DetloaderValueError(f"cache_size={cache_size!r} must be an int >= 1")
-        widths, heights = store_sizes(index, int(cache_size))
+        if not hasattr(cache_size, "content_size") and (
+            isinstance(cache_size, bool) or not isinstance(cache_size, (int, np.integer)) or cache_size < 1
+        ):
+            raise DetloaderValueError(f"cache_size={cache_size!r} must be an int >= 1 or a Resize")
+        widths, heights = store_sizes(index, cache_size)
         digest = hashlib.blake2b(digest_size=16)
-        for part in (index.paths_digest(), str(int(cache_size)), exif, str(STORE_VERSION)):
+        for part in (index.paths_digest(), exif, str(STORE_VERSION)):
             digest.update(part.encode() + b"\0")
-        for sizes in (index.width, index.height):
+        for sizes in (index.width, index.height, widths, heights):
             digest.update(np.ascontiguousarray(sizes, "<i8").tobytes())
         key = digest.digest()
         folder = _store_dir(kind, index.root)
@@ -192,7 +197,9 @@ class ImageStore:
         if size != end:
             raise DetloaderValueError(f"{size} bytes, expected {end} (truncated?)")
         self._table = table.copy()
-        self._pixels = np.memmap(self.path, dtype=np.uint8, mode="r", offset=data_offset, shape=(size - data_offset,)) \
+        # copy-on-write: the pages are the page cache's, shared by every process, and a write
+        # into a sample's image (which wraps them without a copy) never reaches the file
+        self._pixels = np.memmap(self.path, dtype=np.uint8, mode="c", offset=data_offset, shape=(size - data_offset,)) \
             if size > data_offset else np.zeros(0, np.uint8)
         self._data_offset = int(data_offset)
         self._key = key
@@ -248,7 +255,7 @@ class ImageStore:
         table["ok"][i] = image is not None
         if image is not None and pixels is not None:
             start = int(row["offset"])
-            pixels[start : start + image.size] = image.reshape(-1)
+            pixels[start : start + image.size].reshape(3, *image.shape[:2]).transpose(1, 2, 0)[:] = image
         return image is not None
 
     def _refresh(self, index: AnnotationIndex, exif: ExifPolicy, on_decode_error: str) -> None:
@@ -272,8 +279,8 @@ class ImageStore:
 
     # -- reading ----------------------------------------------------------------------------
     def get(self, i: int, path: str | os.PathLike[str]) -> np.ndarray | None:
-        """Image ``i`` as stored (uint8 ``[h, w, 3]``, read-only view of the map), or None
-        when ``path`` changed since it was stored (decode it from the file instead).
+        """Image ``i`` as stored (uint8 ``[h, w, 3]``, a read-only view of the map's channel
+        planes), or None when ``path`` changed since it was stored (decode it from the file).
 
         Raises:
             ImageDecodeError: the image did not decode when the store was built.
@@ -287,7 +294,9 @@ class ImageStore:
         if not row["ok"]:
             raise ImageDecodeError(f"{os.fspath(path)}: cannot decode image (found when the image store was built)")
         w, h, start = int(row["width"]), int(row["height"]), int(row["offset"])
-        return self._pixels[start : start + 3 * w * h].reshape(h, w, 3)
+        view = self._pixels[start : start + 3 * w * h].reshape(3, h, w).transpose(1, 2, 0)
+        view.flags.writeable = False  # the transform makes new arrays (load_sample wraps it as is)
+        return view
 
     def size(self, i: int) -> tuple[int, int]:
         """(width, height) image ``i`` is stored at."""
@@ -325,4 +334,4 @@ def decode_to_size(index: AnnotationIndex, i: int, width: int, height: int, exif
 
     ann = (int(index.width[i]), int(index.height[i]))
     decoded = read_image(index.image_path(i), expected_size=ann, exif=exif, min_size=(width, height))
-    return np.ascontiguousarray(resize_image(decoded.image, width, height))
+    return resize_image(decoded.image, width, height)

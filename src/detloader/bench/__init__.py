@@ -8,7 +8,7 @@ Sections (one module each):
   ``decode_threads`` 0 and CPUs at ``num_workers`` 0 and the best; the tutorial and
   torchvision ``VOCDetection`` baselines (:mod:`~detloader.bench.baselines`); pickled bytes
   per batch.
-* **index** (:mod:`~detloader.bench.index`): cold build and warm reload against one
+* **index** (:mod:`~detloader.bench.index_speed`): cold build and warm reload against one
   ElementTree parse per file.
 * **sampler** (:mod:`~detloader.bench.samplers`): ``WeightedSampler`` against torch's
   ``WeightedRandomSampler``.

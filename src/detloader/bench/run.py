@@ -23,7 +23,7 @@ from detloader._system.memory import memory_facts
 from detloader.annotations.cache import CACHE_DIR_ENV
 from detloader.annotations.read import read_annotations
 from detloader.bench.baselines import voc_layout
-from detloader.bench.index import bench_index
+from detloader.bench.index_speed import bench_index
 from detloader.bench.loader import bench_loader
 from detloader.bench.report import BenchReport
 from detloader.bench.samplers import bench_samplers

@@ -27,12 +27,15 @@ _ROUNDING = 1e-3
 
 def chw_tensor(image: np.ndarray) -> torch.Tensor:
     """uint8 ``[3, H, W]`` tensor over ``image``'s (``[H, W, 3]``) memory: no copy, except
-    when strides are negative or the array is read-only, which torch cannot wrap (then a
-    C-contiguous copy)."""
+    when the array is read-only (a view of the image store: a ``[3, H, W]`` contiguous copy,
+    a plain memcpy from the store's channel planes) or its strides are negative, which torch
+    cannot wrap."""
     import torch  # torch: lazy, `import detloader.transforms` stays light
 
-    if any(s < 0 for s in image.strides) or not image.flags.writeable:
-        image = np.ascontiguousarray(image) if image.flags.writeable else image.copy()
+    if not image.flags.writeable:
+        return torch.from_numpy(image.transpose(2, 0, 1).copy())
+    if any(s < 0 for s in image.strides):
+        image = np.ascontiguousarray(image)
     return torch.from_numpy(image).permute(2, 0, 1)
 
 
