@@ -69,11 +69,9 @@ def explain(r: TuneResult) -> str:
              f"affinity {m.affinity_cpus}{quota}); {_num(m.busy_cpus)} busy with other processes over "
              f"{m.busy_window_s:g} s -> {_num(m.free_cpus)} free."]
     if d is not None:
-        read = (f" Reading a file takes {d.read_ms_per_file:.2f} ms ({d.read_mb_per_s:.0f} MB/s, {d.read_files} "
-                "sampled)." if d.read_ms_per_file is not None and d.read_mb_per_s else "")
         lines.append(f"Cost: one image takes {d.ms_per_image:.1f} ms to load, decode and transform on one core "
                      f"(collate {d.collate_ms_per_image:.2f} ms) -> about {_rate(d.images_per_s_per_core)} per "
-                     f"worker; a batch of {d.batch_size} is {_size(d.batch_bytes)}.{read}")
+                     f"worker; a batch of {d.batch_size} is {_size(d.batch_bytes)}.")
     lines.append(f"Choice: {_label(t.settings)}: {_rate(rate)} (wait per batch p50 {t.latency_p50_ms:.0f} ms, p95 "
                  f"{t.latency_p95_ms:.0f} ms), the cheapest setting within {r.tolerance * 100:.0f} % of the fastest.")
     others = sorted((dict(k) for k in rates if k != settings_key(t.settings)),
@@ -86,11 +84,13 @@ def explain(r: TuneResult) -> str:
         pss = f", PSS {t.worker_pss_mib:.0f} MiB" if t.worker_pss_mib is not None else ""
         lines.append(f"Memory: each worker holds {t.worker_uss_mib:.0f} MiB of its own (USS{pss}); "
                      f"{_size(m.memory_available)} available.")
+    flipped = settings_key({**t.settings, "pin_memory": not t.settings.get("pin_memory")})
     if not m.can_pin:
         lines.append("pin_memory=False: no CUDA/XPU device, nothing to copy to.")
-    elif m.h2d_pinned_gbps and m.h2d_pageable_gbps:
-        lines.append(f"pin_memory={r.recommended['pin_memory']}: host-to-device copies run at "
-                     f"{m.h2d_pinned_gbps:.1f} GB/s pinned vs {m.h2d_pageable_gbps:.1f} GB/s pageable.")
+    elif flipped in rates:
+        copy = f", each batch copied to {r.device}" if r.device else ""
+        lines.append(f"pin_memory={r.recommended['pin_memory']}: {_rate(rate)} against {_rate(rates[flipped])} "
+                     f"{'unpinned' if t.settings.get('pin_memory') else 'pinned'}{copy}.")
     if t.num_workers and r.recommended.get("persistent_workers") and rate > 0:
         lines.append(f"persistent_workers=True: starting the workers took {t.startup_s:.2f} s, saved at every epoch "
                      f"(an epoch of {r.dataset_size} images takes about {r.dataset_size / rate:.1f} s).")

@@ -98,25 +98,15 @@ def images_in(batch: Any, default: int) -> int:
 
 
 def to_device(batch: Any, device: str, non_blocking: bool) -> Any:
-    """Every tensor in ``batch`` moved to ``device`` (nested tuples, lists, dicts, objects with
-    a ``to`` method), as a training step's first line does."""
-    import torch
+    """Every tensor in ``batch`` (through tuples, lists, dicts; an object with a ``to``
+    method, such as :class:`~detloader.collate.Batch`, moves itself) moved to ``device``."""
+    from torch.utils._pytree import tree_map
 
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=non_blocking)
-    if isinstance(batch, dict):
-        return {k: to_device(v, device, non_blocking) for k, v in batch.items()}
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
-        return type(batch)(*(to_device(v, device, non_blocking) for v in batch))
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(v, device, non_blocking) for v in batch)
-    move = getattr(batch, "to", None)
-    if callable(move):
-        try:
-            return move(device, non_blocking=non_blocking)
-        except TypeError:
-            return move(device)
-    return batch
+    def move(x: Any) -> Any:
+        to = getattr(x, "to", None)
+        return to(device, non_blocking=non_blocking) if callable(to) and not isinstance(x, type) else x
+
+    return tree_map(move, batch)
 
 
 def make_consumer(step_time: float | Consumer | None, device: str | None, pin_memory: bool) -> Consumer | None:
@@ -143,39 +133,31 @@ def make_consumer(step_time: float | Consumer | None, device: str | None, pin_me
     return consume
 
 
-class _Cycle:
-    """Batches from a loader, epoch after epoch (a small dataset must not end the window); it
-    keeps its iterators so that their workers can be stopped."""
+def _cycle(loader: Iterable[Any], iterators: list[Iterator[Any]]) -> Iterator[Any]:
+    """Batches from ``loader`` epoch after epoch (a small dataset must not end the window); each
+    epoch's iterator goes to ``iterators``, so that its workers can be stopped."""
+    while True:
+        iterators.append(iter(loader))
+        yielded = False
+        for batch in iterators[-1]:
+            yielded = True
+            yield batch
+        if not yielded:
+            raise DetloaderValueError("the loader yields no batch (empty dataset, or drop_last with too few samples)")
 
-    def __init__(self, loader: Iterable[Any]) -> None:
-        self.loader = loader
-        self.iterators: list[Iterator[Any]] = []
-        self.current: Iterator[Any] | None = None
 
-    def next(self) -> Any:
-        for _ in range(2):
-            if self.current is None:
-                self.current = iter(self.loader)
-                self.iterators.append(self.current)
-            try:
-                return next(self.current)
-            except StopIteration:
-                self.current = None
-        raise DetloaderValueError("the loader yields no batch (empty dataset, or drop_last with too few samples)")
-
-    def close(self) -> None:
-        """Stop the workers now, not when the collector gets to them, so that the next setting
-        starts on idle CPUs (``_shutdown_workers`` is what DataLoader's iterator runs in
-        ``__del__``; a custom iterable without it is left to the collector)."""
-        for it in self.iterators:
-            try:
-                getattr(it, "_shutdown_workers", lambda: None)()
-            except Exception:  # noqa: BLE001 - already stopped, or a worker died: nothing left to clean
-                pass
-        self.iterators.clear()
-        self.current = None
-        if hasattr(self.loader, "_iterator"):
-            self.loader._iterator = None  # a persistent_workers loader keeps its iterator
+def _stop_workers(loader: Any, iterators: list[Iterator[Any]]) -> None:
+    """Stop the workers now, not when the collector gets to them, so that the next setting
+    starts on idle CPUs (``_shutdown_workers`` is what DataLoader's iterator runs in
+    ``__del__``; a custom iterable without it is left to the collector)."""
+    for it in iterators:
+        try:
+            getattr(it, "_shutdown_workers", lambda: None)()
+        except Exception:  # noqa: BLE001 - already stopped, or a worker died: nothing left to clean
+            pass
+    iterators.clear()
+    if hasattr(loader, "_iterator"):
+        loader._iterator = None  # a persistent_workers loader keeps its iterator
 
 
 def _cpu_s(proc: Any, children: bool = False) -> float | None:
@@ -225,14 +207,16 @@ def measure_setting(
     if min_batches is None:
         min_batches = max(4, 2 * workers_n + 1)
     consume = consumer or (lambda batch: None)
-    cycle: _Cycle | None = None
+    loader: Any = None
+    iterators: list[Iterator[Any]] = []
     try:
-        cycle = _Cycle(factory(**settings))
+        loader = factory(**settings)
+        cycle = _cycle(loader, iterators)
         t0 = time.perf_counter()
-        consume(cycle.next())
+        consume(next(cycle))
         startup = time.perf_counter() - t0
         for _ in range(workers_n * int(settings.get("prefetch_factor") or 2)):
-            consume(cycle.next())
+            consume(next(cycle))
         start_cpu = {p.pid: _cpu_s(p) for p in _workers(me, before)}
         main0, reaped0, stat0 = _cpu_s(me), _cpu_s(me, children=True), _system.cpu_sample()
         waits: list[float] = []
@@ -242,7 +226,7 @@ def measure_setting(
         t_start = time.perf_counter()
         while True:
             t = time.perf_counter()
-            batch = cycle.next()
+            batch = next(cycle)
             arrivals.append(time.perf_counter())
             waits.append(arrivals[-1] - t)
             counts.append(images_in(batch, batch_size))
@@ -288,8 +272,7 @@ def measure_setting(
         # a crashed worker, a refused combination, an exhausted loader: record, do not abort
         return failed_trial(settings, f"{type(err).__name__}: {err}", phase)
     finally:
-        if cycle is not None:
-            cycle.close()
+        _stop_workers(loader, iterators)
         gc.collect()
 
 

@@ -1,22 +1,19 @@
 """What the machine and the dataset can do, measured before any loader runs.
 
 :func:`probe_machine`: the CPUs this process may use (affinity, cgroup quota), those other
-processes keep busy over a short window, memory (with the cgroup limit) and, with an
-accelerator, the host-to-device copy speed from pageable and from pinned memory.
-:func:`probe_dataset`: the single-core cost of ``dataset[i]`` and of collating, the bytes of a
-batch, and the read speed of a sample of the dataset's files.
+processes keep busy over a short window, memory (with the cgroup limit), the accelerator.
+:func:`probe_dataset`: the single-core cost of ``dataset[i]`` and of collating, and the bytes
+of a batch.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -43,7 +40,7 @@ class Record:
 @dataclass(frozen=True)
 class MachineProbe(Record):
     """The machine as this process sees it: CPU counts (floats where measured over time),
-    memory in bytes, copy speeds in GB/s. ``free_cpus`` = ``usable_cpus`` minus the CPUs other
+    memory in bytes. ``free_cpus`` = ``usable_cpus`` minus the CPUs other
     processes kept busy during the probe window, never below 0."""
 
     logical_cpus: int
@@ -60,8 +57,6 @@ class MachineProbe(Record):
     accelerator: str | None = None  # "cuda", "xpu", "mps", ... or None
     accelerator_name: str | None = None
     accelerator_count: int = 0
-    h2d_pageable_gbps: float | None = None
-    h2d_pinned_gbps: float | None = None
     hostname: str = ""
     torch_version: str = ""
 
@@ -75,19 +70,13 @@ class MachineProbe(Record):
 class DatasetProbe(Record):
     """The single-core cost of this dataset's samples, measured in the main process with one
     intra-op thread, as a worker runs them: ``ms_per_image`` for ``dataset[i]`` (read + decode
-    + transform), the collate function's share per image, the bytes of one collated batch, and
-    reading a sample of the files after dropping them from the page cache (None when the
-    dataset does not expose file paths)."""
+    + transform), the collate function's share per image, the bytes of one collated batch."""
 
     images: int
     ms_per_image: float
     collate_ms_per_image: float
     batch_bytes: int
     batch_size: int
-    read_files: int = 0
-    read_ms_per_file: float | None = None
-    read_mb_per_s: float | None = None
-    file_bytes_mean: float | None = None
 
     @property
     def images_per_s_per_core(self) -> float:
@@ -105,99 +94,32 @@ def device_synchronizer(device: str) -> Callable[[], None]:
     return sync if callable(sync) else (lambda: None)
 
 
-def host_to_device_gbps(device: str, nbytes: int = 64 << 20, repeats: int = 5) -> tuple[float, float]:
-    """Copy speed host -> ``device`` in GB/s from pageable and from pinned memory (best of
-    ``repeats`` copies after a warm-up): what ``pin_memory=True`` buys per batch."""
-    import torch
-
-    sync = device_synchronizer(device)
-    target = torch.empty(nbytes, dtype=torch.uint8, device=device)
-
-    def best(src: torch.Tensor, non_blocking: bool) -> float:
-        times = []
-        for _ in range(repeats + 1):
-            sync()
-            t = time.perf_counter()
-            target.copy_(src, non_blocking=non_blocking)
-            sync()
-            times.append(time.perf_counter() - t)
-        return nbytes / min(times[1:]) / 1e9
-
-    pageable = torch.empty(nbytes, dtype=torch.uint8)
-    return best(pageable, False), best(pageable.pin_memory(), True)
-
-
 def free_cpus(usable: int, affinity: int, busy: float) -> float:
     """CPUs left for us: the CPUs we may run on minus those others keep busy, capped by our
     quota (``usable``)."""
     return max(0.0, min(float(usable), affinity - busy))
 
 
-def probe_machine(busy_window_s: float = 1.0, copy_speed: bool = True) -> MachineProbe:
-    """Probe this machine (about ``busy_window_s`` seconds, plus a copy test on an accelerator
-    when ``copy_speed``)."""
+def probe_machine(busy_window_s: float = 1.0) -> MachineProbe:
+    """Probe this machine (it takes about ``busy_window_s`` seconds)."""
     import torch
 
     usable, affinity = _system.usable_cpus(), _system.affinity_cpus()
     busy = _system.busy_cpus(busy_window_s) if busy_window_s > 0 else 0.0
     mem = _system.memory_facts()
     kind, name, count = _system.accelerator_info()
-    pageable = pinned = None
-    if copy_speed and kind in _system.PINNABLE:
-        try:
-            pageable, pinned = host_to_device_gbps(kind)
-        except (RuntimeError, MemoryError):  # a full device: the copy test is optional
-            pass
     return MachineProbe(
         logical_cpus=_system.logical_cores(), physical_cpus=_system.physical_cores(), affinity_cpus=affinity,
         cgroup_cpu_quota=_system.cgroup_cpu_limit(), usable_cpus=usable, busy_cpus=round(busy, 2),
         free_cpus=round(free_cpus(usable, affinity, busy), 2), busy_window_s=busy_window_s,
         memory_total=mem.total, memory_available=mem.available, cgroup_memory_limit=mem.cgroup_limit,
         accelerator=kind, accelerator_name=name, accelerator_count=count,
-        h2d_pageable_gbps=pageable, h2d_pinned_gbps=pinned, hostname=socket.gethostname(),
+        hostname=socket.gethostname(),
         torch_version=torch.__version__,
     )
 
 
 # -- dataset ------------------------------------------------------------------------------------
-def image_paths(dataset: Any, ids: Sequence[int]) -> list[Path] | None:
-    """Files behind ``dataset[i]`` for ``ids`` when the dataset (or its ``index``) has an
-    ``image_path(i)``; None otherwise."""
-    for source in (dataset, getattr(dataset, "index", None)):
-        get = getattr(source, "image_path", None)
-        if callable(get):
-            try:
-                return [Path(get(int(i))) for i in ids]
-            except (IndexError, TypeError, ValueError):
-                return None
-    return None
-
-
-def read_speed(paths: Sequence[Path]) -> tuple[float, float, float] | None:
-    """``(ms per file, MB/s, mean bytes)`` reading ``paths`` whole, each first dropped from the
-    page cache (``fdatasync`` + ``posix_fadvise DONTNEED`` where supported) so that the figure
-    is closer to a first epoch than to a memory copy. None when no file could be read."""
-    total_bytes, total_s, n = 0, 0.0, 0
-    for path in paths:
-        try:
-            with open(path, "rb") as fh:
-                if hasattr(os, "posix_fadvise"):
-                    try:  # pages not yet written back cannot be dropped: flush them first
-                        os.fdatasync(fh.fileno())
-                    except OSError:
-                        pass
-                    os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-                t = time.perf_counter()
-                total_bytes += len(fh.read())
-                total_s += time.perf_counter() - t
-                n += 1
-        except OSError:
-            continue
-    if n == 0:
-        return None
-    return total_s / n * 1000.0, total_bytes / max(total_s, 1e-9) / 1e6, total_bytes / n
-
-
 def batch_nbytes(batch: Any, _depth: int = 0) -> int:
     """Bytes of the tensors and arrays in ``batch``, through tuples, lists, dicts, dataclasses
     and plain objects."""
@@ -229,11 +151,10 @@ def probe_dataset(
     *,
     max_images: int = 32,
     max_seconds: float = 2.0,
-    read_files: int = 8,
 ) -> DatasetProbe:
     """Time ``dataset[i]`` with one intra-op thread for up to ``max_images`` images spread over
-    the dataset (stopping after ``max_seconds``; the first is an untimed warm-up), collate
-    them, and read a sample of its files."""
+    the dataset (stopping after ``max_seconds``; the first is an untimed warm-up) and collate
+    them."""
     import torch
     from torch.utils.data import default_collate
 
@@ -244,8 +165,6 @@ def probe_dataset(
         raise DetloaderValueError(f"probe_dataset: batch_size={batch_size} must be >= 1")
     collate = collate_fn if collate_fn is not None else default_collate
     ids = np.unique(np.linspace(0, n - 1, num=min(n, max_images + 1)).round().astype(np.int64))
-    paths = image_paths(dataset, ids[1 : 1 + read_files]) if read_files > 0 else None
-    read = read_speed(paths) if paths else None
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -270,8 +189,4 @@ def probe_dataset(
         collate_ms_per_image=round(collate_s / batch_size * 1000.0, 4),
         batch_bytes=batch_nbytes(batch),
         batch_size=batch_size,
-        read_files=len(paths) if paths and read else 0,
-        read_ms_per_file=round(read[0], 4) if read else None,
-        read_mb_per_s=round(read[1], 2) if read else None,
-        file_bytes_mean=round(read[2], 1) if read else None,
     )

@@ -1,39 +1,17 @@
-"""Loader settings without measuring: the stored tuning results, else a documented default.
+"""Loader settings without measuring: what ``make_loader(num_workers="auto")`` reads. It
+never waits: files and instant figures only (docs/tuning.md tells the whole story).
 
-This is what ``make_loader(num_workers="auto")`` reads; it never waits (files and instant
-figures only, nothing watched).
-
-**The store**: one JSON file per (machine, dataset, transform, batch size) in
-``<user cache folder>/tune/`` (``$DETLOADER_CACHE_DIR/tune`` when set), named by a hash of
-the key :func:`cache_key` gives:
-
-* *machine*: host name, CPU counts and affinity set, cgroup CPU quota and memory limit, total
-  RAM, accelerator, torch version (not the load: that is stored *in* the result);
-* *dataset*: an index's identity (annotation cache key, image list) when the dataset has one;
-  else its type, length and repr, or its attributes where the repr is Python's default; the
-  datasets it wraps (a ``dataset`` / ``datasets`` attribute, or attributes that are torch
-  datasets) count with theirs, and its ``indices``;
-* *transform*: the ``transform``, ``transforms`` and ``target_transform`` attributes of the
-  dataset and of those it wraps, written without memory addresses (a user's transform class
-  with the default repr by its attributes: ``Brighten(10)`` and ``Brighten(20)`` differ).
-
-**The load**: a result is measured under some load (``result.machine.free_cpus``). Every
-reuse compares it with the free CPUs now, from the kernel's load figures
-(:func:`detloader._system.busy_now`); a change of at least 1 CPU, or a quarter of the usable
-CPUs when that is more, counts (:func:`check_load`). ``tune_loader`` then measures again (or
-warns); ``make_loader`` warns and, on a busier machine, caps the workers at the CPUs free now.
-
-**The default** without a stored result (docs/tuning.md has the measurements): CPUs per loader
-= free CPUs / training processes on this machine (``LOCAL_WORLD_SIZE``), rounded;
-
-* 3 or more: ``num_workers`` = CPUs - 1 (one stays with training), at most
-  :data:`MAX_HEURISTIC_WORKERS`, and no more than fit in half the available memory at
-  :data:`WORKER_MEMORY_GUESS` each; no decode threads;
-* fewer: ``num_workers=0`` with ``decode_threads=2`` (the batch decoded on 2 threads in the
-  training process) when the loader has 2 usable CPUs, however busy: on 2 CPUs the fastest
-  setting idle and near the best busy, and threads cost no process; else no threads;
-* ``pin_memory`` when a CUDA or XPU device exists; ``prefetch_factor=2`` and
-  ``persistent_workers=True`` with workers.
+* **The store**: one JSON file per :func:`cache_key` (machine, dataset, transform, batch size)
+  in ``<user cache folder>/tune/`` (``$DETLOADER_CACHE_DIR/tune`` when set).
+* **The load**: a result was measured with ``result.machine.free_cpus`` free; every reuse
+  compares that with the free CPUs now, from the kernel's load figures (:func:`check_load`).
+* **The default** without a result (:func:`heuristic_loader_kwargs`): CPUs per loader = free
+  CPUs / training processes here (``LOCAL_WORLD_SIZE``), rounded; with 3 or more, CPUs - 1
+  workers (one stays with training; at most :data:`MAX_HEURISTIC_WORKERS`, and what fits in
+  half the available memory at :data:`WORKER_MEMORY_GUESS` each); with fewer, no worker and
+  2 decode threads in the training process when it has 2 usable CPUs, however busy (on 2
+  CPUs the fastest setting idle and near the best busy: threads cost no process); pinning
+  with a CUDA/XPU device; ``prefetch_factor=2``, persistent workers.
 """
 
 from __future__ import annotations
@@ -143,9 +121,11 @@ def _identity(dataset: Any, depth: int = 0) -> tuple[dict[str, Any], list[str]]:
 
 
 def cache_key(dataset: Any, batch_size: int) -> dict[str, Any]:
-    """What a tuning result is stored under: ``machine`` and ``dataset`` hashes, the
-    ``transform`` text (``repr`` of a lone ``transform``; ``"None"`` without any) and
-    ``batch_size``."""
+    """What a result is stored under: the ``machine`` hash (host, CPU counts and affinity,
+    quotas, RAM, accelerator, torch: not the load), the ``dataset`` hash (an index's identity,
+    else type, length and :func:`describe`; with the datasets it wraps and its ``indices``), the
+    ``transform`` text (the ``transform``, ``transforms``, ``target_transform`` attributes of
+    it and of those it wraps, by :func:`describe`; ``"None"`` without any) and ``batch_size``."""
     content, transforms = _identity(dataset)
     transform = "; ".join(transforms) if transforms else "None"
     if len(transforms) == 1 and transform.startswith("transform="):
