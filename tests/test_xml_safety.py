@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 from detloader import AnnotationError, read_annotations
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.checks import ReadOptions
-from detloader.annotations.readers import voc
-from detloader.annotations.readers.common import Source
+from detloader.annotations.readers.voc import VocReader, VocSource
 
 BILLION_LAUGHS = b"""<?xml version="1.0"?>
 <!DOCTYPE lolz [
@@ -84,9 +83,10 @@ def test_size_cap(tmp_path):
 
 def _parse_bytes(tmp_path, data: bytes) -> ChunkBuilder:
     (tmp_path / "f.xml").write_bytes(data)
-    source = Source("voc", tmp_path, ["f.xml"], extra={"annotation_dir": ".", "image_dir": "."})
+    source = VocSource(root=tmp_path, files=["f.xml"], annotation_dir=".", image_dir=".", split_files=[])
     builder = ChunkBuilder(ReadOptions(check_images=False))
-    voc.parse(source, ["f.xml"], builder)
+    builder.begin_file("f.xml")
+    VocReader().parse_file(source, "f.xml", builder)
     builder.finish()
     return builder
 

@@ -11,7 +11,6 @@ chunk's local ids to them, field by field as :data:`~detloader.annotations.field
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -25,7 +24,7 @@ from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, infer_flip_pairs
 from detloader.annotations.problems import Problem, ProblemReport
 from detloader.annotations.readers import READERS
-from detloader.annotations.readers.common import Source
+from detloader.annotations.readers.common import Reader, Source
 from detloader.annotations.splits import settle_splits
 from detloader.errors import ClassMapError
 
@@ -38,8 +37,9 @@ def _parse_chunk(reader_name: str, source: Source, files: Sequence[str], options
     builder = ChunkBuilder(options)
     reader = READERS[reader_name]
     for rel in files:
+        builder.begin_file(rel)
         try:
-            reader.parse(source, [rel], builder)
+            reader.parse_file(source, rel, builder)
         except Exception as err:  # last resort: a reader gap costs one file, never the read
             builder.problem(
                 "reader_error", "", f"{type(err).__name__}: {err}", "rest of the file skipped", file=builder.file or rel
@@ -52,21 +52,13 @@ def _chunks(files: Sequence[str], n_chunks: int) -> list[list[str]]:
     return [list(files[i : i + size]) for i in range(0, len(files), size)]
 
 
-def _default_landmarks(reader: ModuleType, source: Source, partials: Sequence[Partial]) -> LandmarkSchema | None:
-    """The reader's ``default_landmarks(source, names)`` for the names found, else its
-    ``DEFAULT_LANDMARKS``; :func:`merge` uses it when the names found fit it."""
-    choose = getattr(reader, "default_landmarks", None)
-    if choose is None:
-        return getattr(reader, "DEFAULT_LANDMARKS", None)
-    seen: dict[str, None] = {}
-    for part in partials:
-        for name in part.landmark_names:
-            seen.setdefault(name, None)
-    return choose(source, tuple(seen))
+def _landmark_names(partials: Sequence[Partial]) -> tuple[str, ...]:
+    """The landmark names found, in order of first appearance."""
+    return tuple(dict.fromkeys(name for part in partials for name in part.landmark_names))
 
 
 def build_index(
-    reader: ModuleType,
+    reader: Reader,
     source: Source,
     options: ReadOptions,
     *,
@@ -81,13 +73,13 @@ def build_index(
     files = source.files
     total = len(files)
     n_workers = usable_cpus() if workers is None else max(1, int(workers))
-    parallel = getattr(reader, "PARALLEL", True)
+    parallel = reader.parallel
     partials: list[Partial]
     if n_workers > 1 and parallel and total >= PARALLEL_MIN_FILES:
         chunks = _chunks(files, n_workers * 8)
         partials = [None] * len(chunks)  # type: ignore[list-item]
         done = 0
-        calls = [(reader.NAME, source, chunk, options) for chunk in chunks]
+        calls = [(reader.name, source, chunk, options) for chunk in chunks]
         for i, partial in run_in_processes(_parse_chunk, calls, n_workers):
             partials[i] = partial
             done += len(chunks[i])
@@ -97,7 +89,7 @@ def build_index(
         partials = []
         step = max(1, min(256, total // 20 or 1))
         for start in range(0, total, step):
-            partials.append(_parse_chunk(reader.NAME, source, files[start : start + step], options))
+            partials.append(_parse_chunk(reader.name, source, files[start : start + step], options))
             if progress is not None:
                 progress(min(start + step, total), total)
     if missing_names is not None:
@@ -107,15 +99,12 @@ def build_index(
         partials,
         options,
         root=str(source.root),
-        meta={"format": reader.NAME, "source": source.extra, "files": total},
-        default_landmarks=_default_landmarks(reader, source, partials),
+        meta={"format": reader.name, "source": source.facts(), "files": total},
+        default_landmarks=reader.default_landmarks(source, _landmark_names(partials)),
     )
-    listed = getattr(reader, "unannotated", None)  # an image folder apart: its images without annotations
-    found = dict.fromkeys([*source.problems, *(listed(source, index, options) if listed else ())])  # once each
+    found = dict.fromkeys([*source.problems, *reader.unannotated(source, index, options)])  # once each
     index.problems = ProblemReport([*found, *index.problems])
-    split_fn = getattr(reader, "splits", None)
-    found = split_fn(source, index) if split_fn is not None else {}
-    settle_splits(index, found, source.files[0] if len(source.files) == 1 else reader.NAME)
+    settle_splits(index, reader.splits(source, index), source.files[0] if len(source.files) == 1 else reader.name)
     return index
 
 
@@ -190,11 +179,7 @@ def _landmark_schema(
 ) -> LandmarkSchema:
     if options.landmark_schema is not None:
         return options.landmark_schema
-    seen: dict[str, None] = {}
-    for part in partials:
-        for name in part.landmark_names:
-            seen.setdefault(name, None)
-    names = tuple(seen)
+    names = _landmark_names(partials)
     if default is not None and set(names) <= set(default.names) and names:
         return default
     return LandmarkSchema(names, infer_flip_pairs(names))

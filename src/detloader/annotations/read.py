@@ -31,7 +31,7 @@ from detloader.annotations.problems import (
     check_on_error,
 )
 from detloader.annotations.readers import READERS
-from detloader.annotations.readers.common import Source, dir_identity, stat_entry
+from detloader.annotations.readers.common import Reader, Source, dir_identity, stat_entry
 from detloader.annotations.splits import SPLITS_JSON
 from detloader.errors import (
     DetloaderFileNotFoundError,
@@ -57,7 +57,7 @@ def available_formats() -> list[str]:
 
 
 def _sniff(path: Path) -> str | None:
-    return next((name for name, module in READERS.items() if module.sniff(path)), None)
+    return next((name for name, reader in READERS.items() if reader.sniff(path)), None)
 
 
 def find_dataset(path: str | os.PathLike[str]) -> tuple[str, Path]:
@@ -202,7 +202,7 @@ def read_annotations(
     reader = READERS[name]
     if image_dir is not None:
         options = replace(options, image_dir=_image_folder(image_dir, reader, p, options))
-    source: Source = reader.discover(p, options)
+    source = reader.discover(p, options)
     if (source.root / SPLITS_JSON).is_file():  # read whatever the format: its change rebuilds the index
         source.stamp.append(stat_entry(source.root / SPLITS_JSON, source.root))
     if format != "auto":
@@ -274,7 +274,7 @@ def _finish(index: AnnotationIndex, on_error: OnError, root: Path) -> None:
     apply_policy(index.problems, on_error, str(root))
 
 
-def _image_folder(image_dir: str | os.PathLike[str], reader: Any, path: Path, options: ReadOptions) -> str:
+def _image_folder(image_dir: str | os.PathLike[str], reader: Reader, path: Path, options: ReadOptions) -> str:
     """``image_dir`` as an absolute folder: a relative one is relative to the dataset root,
     else (when no such folder is there) to the working directory; FileNotFoundError when
     it is not a folder."""
@@ -294,7 +294,7 @@ def _require_files(source: Source, name: str, path: Path) -> None:
     """ValueError naming the folder and the format when a forced format finds nothing to read
     there: no annotation files, or (``label_files`` of a reader whose records are the images)
     images without any label file."""
-    if source.files and source.extra.get("label_files") != 0:
+    if source.files and source.labelled:
         return
     try:
         detected = detect_format(path)
@@ -306,18 +306,8 @@ def _require_files(source: Source, name: str, path: Path) -> None:
     raise DetloaderValueError(f"{source.root}: format={name!r} found {what} there{hint}")
 
 
-def _default_dirs(source: Source) -> list[str] | None:
-    """The image folders the reader looked in (relative to the root); None for a reader
-    whose records are the images themselves (YOLO)."""
-    if "image_dirs" in source.extra:
-        return list(source.extra["image_dirs"])
-    if "image_dir" in source.extra:
-        return [source.extra["image_dir"]]
-    return None
-
-
 def _search_images(
-    reader: Any,
+    reader: Reader,
     path: Path,
     source: Source,
     options: ReadOptions,
@@ -327,7 +317,7 @@ def _search_images(
 ) -> AnnotationIndex | None:
     """The index read with the image folder found below the root, when the layout's folders
     hold (almost) none of the images and that folder gives more; else None."""
-    looked_in = _default_dirs(source)
+    looked_in = source.image_dirs
     if options.image_dir is not None or not options.check_images or looked_in is None:
         return None
     found, n_missing = len(index), index.problems.counts().get("missing_image", 0)
@@ -389,7 +379,8 @@ def _content_key(name: str, options_json: str, source: Source, verify: str = "st
     h.update(
         f"{READER_VERSION}\0{_cache.CACHE_VERSION}\0{name}\0{options_json}\0{root.st_dev}\0{root.st_ino}\0".encode()
     )
-    h.update(json.dumps(source.extra, sort_keys=True).encode())
+    image_dirs = [dir_identity(source.root / d) for d in source.image_dirs or ()]  # images added or removed
+    h.update(json.dumps([source.facts(), image_dirs], sort_keys=True).encode())
     names, *numbers = zip(*source.stamp) if source.stamp else ((),)
     h.update("\n".join(names).encode())
     for typecode, column in zip("qqqQ", numbers):  # mtime, size, ctime, inode: 10k files in about 1 ms

@@ -42,6 +42,7 @@ import json
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +54,12 @@ from detloader.annotations.checks import Finding, ReadOptions, parse_number
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
 from detloader.annotations.readers.common import (
+    Reader,
     Source,
     candidate_dirs,
     check_options,
     file_source,
     find_child_dir,
-    parse_each,
     parse_flag,
     read_head,
 )
@@ -69,21 +70,9 @@ from detloader.errors import DetloaderValueError
 NAME = "coco"
 #: Format options this reader accepts (``read_annotations(path, **options)``).
 OPTIONS: tuple[str, ...] = ("max_json_bytes",)
-PARALLEL = False
 MAX_JSON_BYTES = 4 * 1024**3
 _PREFIX = re.compile(r"^(instances|person_keypoints|image_info|annotations?)_", re.IGNORECASE)
 _FLAGS = ("occluded", "difficult", "truncated")
-
-
-def sniff(path: Path) -> bool:
-    """A ``.json`` file that opens with an object holding ``images`` or ``annotations``, or a
-    folder (or its ``annotations/``, ``train/``, ``valid/``, ...) with such files and no XML
-    annotations."""
-    if path.is_file():
-        return path.suffix.lower() == ".json" and _looks_like_coco(path)
-    if not path.is_dir():
-        return False
-    return bool(_coco_files(path))
 
 
 def _looks_like_coco(path: Path) -> bool:
@@ -107,46 +96,13 @@ def _in_split_folder(js: Path, path: Path) -> bool:
     return js.parent.parent == path and split_role(js.parent.name) is not None
 
 
-def discover(path: Path, options: ReadOptions) -> Source:
-    """The COCO JSON at ``path`` (or its files of distinct splits), the dataset root and the
-    candidate image folders of each file."""
-    check_options(options, NAME, OPTIONS)
-    path = path.resolve()
-    found = [path] if path.is_file() else _coco_files(path)
-    splits = {js: js.parent.name if _in_split_folder(js, path) else _PREFIX.sub("", js.stem) for js in found}
-    roles = [split_role(name) for name in splits.values()]
-    if len(found) != 1 and (not found or None in roles or len(set(roles)) < len(roles)):
-        names = ", ".join(p.name for p in found) or "none"
-        raise DetloaderValueError(f"path={str(path)!r} holds {len(found)} COCO files ({names}); pass one of them")
-    js = found[0]
-    root = js.parent.parent if js.parent.name.lower() == "annotations" else js.parent
-    root = path if _in_split_folder(js, path) else root
-    dirs: dict[str, list[str]] = {}
-    for js, split in splits.items():
-        here = os.path.relpath(js.parent, root)
-        here = here if here != "." else ""
-        names = [f"images/{split}", split, "images", "", here, os.path.join(here, "images")]
-        dirs[os.path.relpath(js, root)] = candidate_dirs(root, names, options.image_dir)
-    extra: dict[str, Any] = {"max_json_bytes": int(options.option("max_json_bytes", MAX_JSON_BYTES))}
-    if len(found) > 1:
-        extra.update(file_image_dirs=dirs, splits={rel: split_role(splits[js]) for rel, js in zip(dirs, found)})
-    return file_source(NAME, found, root, list(dict.fromkeys(d for ds in dirs.values() for d in ds)), extra=extra)
+@dataclass(kw_only=True)
+class CocoSource(Source):
+    """The JSON size cap; with several files (one split each) each file's image folders and split."""
 
-
-def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
-    """One split per file when there are several (``instances_val2017.json`` -> ``val``)."""
-    return files_as_splits(index, source.extra.get("splits", {}))
-
-
-def default_landmarks(source: Source, names: Sequence[str]) -> LandmarkSchema | None:
-    """The iBUG 68-point preset for names ``00`` .. ``67``; else names in category order with
-    flip pairs from left/right spelling (None: the builder's default does exactly that)."""
-    return preset_schema(names)
-
-
-def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
-    """Parse ``files`` (relative to the root) into ``builder``."""
-    parse_each(source, files, builder, _parse_file)
+    max_json_bytes: int
+    file_image_dirs: dict[str, list[str]]
+    file_splits: dict[str, str]
 
 
 def _load(full: str, cap: int, b: ChunkBuilder) -> Any:
@@ -254,64 +210,6 @@ def _id_order(item: tuple[Any, Any]) -> tuple[int, Any]:
     """Categories in id order (ids are usually ints; anything else after, as text)."""
     cid = item[0]
     return (0, cid) if isinstance(cid, int) else (1, str(cid))
-
-
-def _parse_file(root: str, rel: str, source: Source, b: ChunkBuilder) -> None:
-    data = _load(os.path.join(root, rel), source.extra["max_json_bytes"], b)
-    if data is None:
-        return
-    if not isinstance(data, dict):
-        b.problem("unsupported", "", f"top level is a {type(data).__name__}, not a COCO object", "file skipped")
-        return
-    images = _records(data, "images", b)
-    annotations = _records(data, "annotations", b)
-    cats = _records(data, "categories", b)
-    if images is None or annotations is None or cats is None:
-        return
-    categories = _categories(cats, b)
-    b.declare_classes([name for _, (name, _) in sorted(categories.items(), key=_id_order)])
-
-    image_ids: dict[Any, int] = {}
-    for i, img in enumerate(images):
-        if isinstance(img, dict) and img.get("id") is not None:
-            iid = _id(img["id"])
-            if iid is None:
-                _bad_id(b, f"images[{i}]", "id", img["id"], "image skipped")
-                continue
-            if iid in image_ids:
-                b.problem(
-                    "duplicate_image",
-                    f"images[{i}]/id",
-                    f"id={img['id']!r} repeats images[{image_ids[iid]}]",
-                    "image skipped",
-                )
-                continue
-            image_ids[iid] = i
-    per_image: dict[int, list[int]] = {}
-    for j, ann in enumerate(annotations):
-        where = f"annotations[{j}]"
-        if not isinstance(ann, dict):
-            b.problem("bad_value", where, "not an object", "object skipped")
-            continue
-        owner = _referred(ann, "image_id", image_ids, "images", where, b)
-        if owner is None:
-            continue
-        per_image.setdefault(owner, []).append(j)
-
-    dirs = source.extra.get("file_image_dirs", {}).get(rel, source.extra["image_dirs"])
-    locator = ImageLocator(root, dirs, b.options.check_images)
-    for i, img in enumerate(images):
-        where = f"images[{i}]"
-        if not isinstance(img, dict):
-            b.problem("bad_value", where, "not an object", "image skipped")
-            continue
-        if image_ids.get(_id(img.get("id"))) != i:
-            if img.get("id") is None:
-                b.problem("missing_field", f"{where}/id", "id is missing", "image skipped")
-            continue
-        if _image(img, where, locator, b):
-            for j in per_image.get(i, ()):
-                _annotation(annotations[j], f"annotations[{j}]", categories, b)
 
 
 def _image(img: dict, where: str, locator: ImageLocator, b: ChunkBuilder) -> bool:
@@ -428,3 +326,118 @@ def _keypoints(
             continue
         points.append((name, x, y, int(v)))
     return points
+
+
+class CocoReader(Reader):
+    """COCO JSON (see the module docstring)."""
+
+    name = NAME
+    parallel = False
+
+    def sniff(self, path: Path) -> bool:
+        """A ``.json`` file that opens with an object holding ``images`` or ``annotations``, or a
+        folder (or its ``annotations/``, ``train/``, ``valid/``, ...) with such files and no XML
+        annotations."""
+        if path.is_file():
+            return path.suffix.lower() == ".json" and _looks_like_coco(path)
+        if not path.is_dir():
+            return False
+        return bool(_coco_files(path))
+
+    def discover(self, path: Path, options: ReadOptions) -> CocoSource:
+        """The COCO JSON at ``path`` (or its files of distinct splits), the dataset root and the
+        candidate image folders of each file."""
+        check_options(options, NAME, OPTIONS)
+        path = path.resolve()
+        found = [path] if path.is_file() else _coco_files(path)
+        splits = {js: js.parent.name if _in_split_folder(js, path) else _PREFIX.sub("", js.stem) for js in found}
+        roles = [split_role(name) for name in splits.values()]
+        if len(found) != 1 and (not found or None in roles or len(set(roles)) < len(roles)):
+            names = ", ".join(p.name for p in found) or "none"
+            raise DetloaderValueError(f"path={str(path)!r} holds {len(found)} COCO files ({names}); pass one of them")
+        js = found[0]
+        root = js.parent.parent if js.parent.name.lower() == "annotations" else js.parent
+        root = path if _in_split_folder(js, path) else root
+        dirs: dict[str, list[str]] = {}
+        for js, split in splits.items():
+            here = os.path.relpath(js.parent, root)
+            here = here if here != "." else ""
+            names = [f"images/{split}", split, "images", "", here, os.path.join(here, "images")]
+            dirs[os.path.relpath(js, root)] = candidate_dirs(root, names, options.image_dir)
+        several = len(found) > 1
+        return file_source(
+            CocoSource,
+            found,
+            root,
+            list(dict.fromkeys(d for ds in dirs.values() for d in ds)),
+            max_json_bytes=int(options.option("max_json_bytes", MAX_JSON_BYTES)),
+            file_image_dirs=dirs if several else {},
+            file_splits={rel: split_role(splits[js]) for rel, js in zip(dirs, found)} if several else {},
+        )
+
+    def parse_file(self, source: CocoSource, rel: str, b: ChunkBuilder) -> None:
+        root = str(source.root)
+        data = _load(os.path.join(root, rel), source.max_json_bytes, b)
+        if data is None:
+            return
+        if not isinstance(data, dict):
+            b.problem("unsupported", "", f"top level is a {type(data).__name__}, not a COCO object", "file skipped")
+            return
+        images = _records(data, "images", b)
+        annotations = _records(data, "annotations", b)
+        cats = _records(data, "categories", b)
+        if images is None or annotations is None or cats is None:
+            return
+        categories = _categories(cats, b)
+        b.declare_classes([name for _, (name, _) in sorted(categories.items(), key=_id_order)])
+
+        image_ids: dict[Any, int] = {}
+        for i, img in enumerate(images):
+            if isinstance(img, dict) and img.get("id") is not None:
+                iid = _id(img["id"])
+                if iid is None:
+                    _bad_id(b, f"images[{i}]", "id", img["id"], "image skipped")
+                    continue
+                if iid in image_ids:
+                    b.problem(
+                        "duplicate_image",
+                        f"images[{i}]/id",
+                        f"id={img['id']!r} repeats images[{image_ids[iid]}]",
+                        "image skipped",
+                    )
+                    continue
+                image_ids[iid] = i
+        per_image: dict[int, list[int]] = {}
+        for j, ann in enumerate(annotations):
+            where = f"annotations[{j}]"
+            if not isinstance(ann, dict):
+                b.problem("bad_value", where, "not an object", "object skipped")
+                continue
+            owner = _referred(ann, "image_id", image_ids, "images", where, b)
+            if owner is None:
+                continue
+            per_image.setdefault(owner, []).append(j)
+
+        dirs = source.file_image_dirs.get(rel, source.image_dirs)
+        locator = ImageLocator(root, dirs, b.options.check_images)
+        for i, img in enumerate(images):
+            where = f"images[{i}]"
+            if not isinstance(img, dict):
+                b.problem("bad_value", where, "not an object", "image skipped")
+                continue
+            if image_ids.get(_id(img.get("id"))) != i:
+                if img.get("id") is None:
+                    b.problem("missing_field", f"{where}/id", "id is missing", "image skipped")
+                continue
+            if _image(img, where, locator, b):
+                for j in per_image.get(i, ()):
+                    _annotation(annotations[j], f"annotations[{j}]", categories, b)
+
+    def splits(self, source: CocoSource, index: AnnotationIndex) -> dict[str, np.ndarray]:
+        """One split per file when there are several (``instances_val2017.json`` -> ``val``)."""
+        return files_as_splits(index, source.file_splits)
+
+    def default_landmarks(self, source: CocoSource, names: Sequence[str]) -> LandmarkSchema | None:
+        """The iBUG 68-point preset for names ``00`` .. ``67``; else names in category order with
+        flip pairs from left/right spelling (None: the builder's default does exactly that)."""
+        return preset_schema(names)

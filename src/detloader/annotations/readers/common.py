@@ -1,13 +1,13 @@
-"""Helpers shared by the readers (XML ones live in
+"""What a reader is (:class:`Reader`, :class:`Source`) and the helpers readers share (XML ones live in
 :mod:`~detloader.annotations.readers.safe_xml`, finding images and their sizes in
 :mod:`~detloader.annotations.readers.locate`).
 
-* :class:`Source` (what a reader found) and :func:`scan_files` / :func:`stat_entry` /
-  :func:`dir_identity` (the files and folders whose change rebuilds the index; special files
-  and symlink loops become problems); :func:`file_source` for a one-file format;
+* :class:`Reader` (the protocol every format meets), :class:`Source` (what it found) and
+  :func:`scan_files` / :func:`stat_entry` / :func:`dir_identity` (the files and folders whose
+  change rebuilds the index; special files and symlink loops become problems);
+  :func:`file_source` for a one-file format;
 * :func:`read_head` lets ``sniff`` look at a file without reading it whole; :func:`read_capped`
   reads one under a size cap (:class:`FileTooLargeError`); neither opens a FIFO or device;
-* :func:`parse_each` is the ``parse`` of a reader that reads its files one by one;
 * value parsers: :func:`parse_flag` / :func:`flag_value` (0/1 flags), :func:`int_or_none`
   (sizes), :func:`is_number` / :func:`parse_floats` (coordinate lists, a ``bad_value``
   problem naming the first token that is not a number).
@@ -18,47 +18,102 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, fields
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import numpy as np
 
 from detloader._files import file_kind, open_regular
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.cache import CACHE_SUBDIR
 from detloader.annotations.checks import MAX_SIDE, ReadOptions
+from detloader.annotations.landmarks import LandmarkSchema
 from detloader.annotations.problems import Problem
 from detloader.errors import DetloaderValueError
+
+if TYPE_CHECKING:
+    from detloader.annotations.index import AnnotationIndex
 
 #: ``(path relative to the root, mtime_ns, size, ctime_ns, inode)`` of a file: an edit that
 #: keeps the size and puts the mtime back (``touch -r``) still changes the ctime, and a copy
 #: (``cp -a``) the inode.
 Stamp = tuple[str, int, int, int, int]
+S = TypeVar("S", bound="Source")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Source:
     """What a reader found at the user's path, before parsing anything.
 
     Attributes:
-        format: reader name (``voc``, ``cvat``, ...).
         root: the dataset root; image and annotation paths in the index are relative to it.
         files: annotation files relative to ``root``, sorted: the units of (parallel) work.
         stamp: the :data:`Stamp` of every file whose change must rebuild the index
             (annotation files, split files, class-name files).
-        extra: format-specific facts (image folder, split files); JSON-serialisable, part of
-            the cache key.
+        image_dirs: the folders (relative to ``root``) the images are looked for in, in order;
+            None for a reader whose files are the images (YOLO). Their identities are in the
+            cache key; the image-folder search looks elsewhere.
+        labelled: False when the files are images of which not one has a label file (YOLO).
         problems: what the reader found before parsing (special files, symlink loops, images
             without annotations); they join the index's problems.
+
+    A reader subclasses it with the facts of its format (``VocSource.annotation_dir``), as JSON
+    values: with ``image_dirs`` and ``labelled`` they are :meth:`facts`, part of the cache key
+    and of ``index.meta["source"]``.
     """
 
-    format: str
     root: Path
     files: list[str]
     stamp: list[Stamp] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
+    image_dirs: list[str] | None = None
+    labelled: bool = True
     problems: list[Problem] = field(default_factory=list)
+
+    def facts(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_FACTS}
+
+
+_NOT_FACTS = ("root", "files", "stamp", "problems")
+
+
+class Reader(Protocol):
+    """An annotation format. ``read_annotations`` asks each reader in turn whether it
+    recognises the path (:meth:`sniff`), has the chosen one :meth:`discover` what is there, gives
+    every file to :meth:`parse_file` (in worker processes unless not ``parallel``), then asks for
+    the images without annotations, the splits the layout keeps and the landmark schema. A new
+    format: a module here with a subclass of this, and one line in ``READERS``."""
+
+    #: The format's name (``format="voc"``).
+    name: str
+    #: Whether files can be parsed in parallel chunks (False: one file, or files read together).
+    parallel: bool = True
+
+    def sniff(self, path: Path) -> bool:
+        """Whether ``path`` (a file or folder) looks like this format; cheap, never raises."""
+        ...
+
+    def discover(self, path: Path, options: ReadOptions) -> Source:
+        """The layout at ``path``: root, annotation files, image folders, the format's facts."""
+        ...
+
+    def parse_file(self, source: Source, rel: str, builder: ChunkBuilder) -> None:
+        """Parse the file ``rel`` (relative to the root; ``builder.begin_file(rel)`` is done)."""
+        ...
+
+    def unannotated(self, source: Source, index: AnnotationIndex, options: ReadOptions) -> list[Problem]:
+        """Problems for images in the image folder without annotations."""
+        return []
+
+    def splits(self, source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
+        """The splits the layout keeps, as image positions (sources in ``index.meta["split_sources"]``)."""
+        return {}
+
+    def default_landmarks(self, source: Source, names: Sequence[str]) -> LandmarkSchema | None:
+        """The schema to use when the landmark names found (in order of first appearance) fit it."""
+        return None
 
 
 def scan_files(
@@ -219,30 +274,20 @@ def dir_identity(path: str | os.PathLike[str]) -> list[int]:
 
 
 def file_source(
-    name: str,
+    source_type: type[S],
     annotation_file: Path | Sequence[Path],
     root: Path,
     image_dirs: Sequence[str],
     *,
     extra_files: Sequence[Path] = (),
-    extra: dict[str, Any] | None = None,
-) -> Source:
+    **facts: Any,
+) -> S:
     """The Source of a single-file format (or of several such files, one split each): the
     file(s) (and ``extra_files``, such as a class list) in the stamp, the candidate image
-    folders and their identities in ``extra``."""
+    folders, the format's ``facts``."""
     files = [stat_entry(p, root) for p in ([annotation_file] if isinstance(annotation_file, Path) else annotation_file)]
     stamp = list(files) + [stat_entry(p, root) for p in extra_files]
-    return Source(
-        format=name,
-        root=root,
-        files=[f[0] for f in files],
-        stamp=stamp,
-        extra={
-            "image_dirs": list(image_dirs),
-            "image_dir_ids": [dir_identity(root / d) for d in image_dirs],
-            **(extra or {}),
-        },
-    )
+    return source_type(root=root, files=[f[0] for f in files], stamp=stamp, image_dirs=list(image_dirs), **facts)
 
 
 def check_options(options: ReadOptions, reader: str, allowed: Sequence[str]) -> None:
@@ -267,20 +312,6 @@ def candidate_dirs(root: Path, names: Sequence[str], image_dir: str | None) -> l
         if name == "" or (root / name).is_dir():
             found.append(name)
     return found or [""]
-
-
-def parse_each(
-    source: Source,
-    files: Sequence[str],
-    builder: ChunkBuilder,
-    parse_file: Callable[[str, str, Source, ChunkBuilder], None],
-) -> None:
-    """The ``parse`` of a reader that reads its files one by one: begin each of ``files``
-    in ``builder``, then ``parse_file(root, rel, source, builder)``."""
-    root = str(source.root)
-    for rel in files:
-        builder.begin_file(rel)
-        parse_file(root, rel, source, builder)
 
 
 def int_or_none(text: str | None) -> int | None:

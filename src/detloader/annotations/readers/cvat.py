@@ -60,6 +60,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -71,12 +72,12 @@ from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
 from detloader.annotations.problems import check_choice
 from detloader.annotations.readers.common import (
+    Reader,
     Source,
     candidate_dirs,
     check_options,
     file_source,
     int_or_none,
-    parse_each,
 )
 from detloader.annotations.readers.cvat_shapes import (
     BoxShape,
@@ -99,7 +100,6 @@ from detloader.annotations.readers.safe_xml import (
 NAME = "cvat"
 #: Format options this reader accepts (``read_annotations(path, **options)``).
 OPTIONS: tuple[str, ...] = ("images_by", "link_points")
-PARALLEL = False
 ROOT_TAG = "annotations"
 IMAGES_BY = ("name", "id")
 LINK_POINTS = ("group_or_inside", "group")
@@ -108,32 +108,17 @@ UNSUPPORTED_SHAPES = ("polygon", "polyline", "ellipse", "mask", "cuboid")
 SUBSET_ATTRIBUTE = "subset"
 
 
-def sniff(path: Path) -> bool:
-    """An ``.xml`` file whose root element is ``<annotations>``, or a folder holding one."""
-    return sniff_xml(path, ROOT_TAG)
-
-
 def _annotation_file(path: Path) -> Path:
     return annotation_xml(path, ROOT_TAG, "CVAT", preferred="annotations.xml")
 
 
-def discover(path: Path, options: ReadOptions) -> Source:
-    """The CVAT XML file at ``path``, its image folders and the ``<meta>`` landmark order."""
-    check_options(options, NAME, OPTIONS)
-    xml = _annotation_file(path.resolve())
-    root = xml.parent
-    images_by = options.option("images_by", "name")
-    check_choice("images_by", images_by, IMAGES_BY)
-    link = options.option("link_points", "group_or_inside")
-    check_choice("link_points", link, LINK_POINTS)
-    dirs = candidate_dirs(root, ("images", ""), options.image_dir)
-    return file_source(
-        NAME,
-        xml,
-        root,
-        dirs,
-        extra={"images_by": images_by, "link_points": link, "point_labels": _point_labels(xml)},
-    )
+@dataclass(kw_only=True)
+class CvatSource(Source):
+    """The CVAT file's options and its ``<meta>`` landmark order."""
+
+    images_by: str
+    link_points: str
+    point_labels: list[str]
 
 
 def _point_labels(xml: Path) -> list[str]:
@@ -168,62 +153,6 @@ def _point_labels(xml: Path) -> list[str]:
     return names
 
 
-def default_landmarks(source: Source, names: Sequence[str]) -> LandmarkSchema | None:
-    """The ``<meta>`` landmark order (flip pairs from left/right names) or a preset."""
-    preset = preset_schema(names)
-    if preset is not None:
-        return preset
-    declared = source.extra.get("point_labels") or []
-    return LandmarkSchema.from_names(declared) if declared else None
-
-
-def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
-    """One split per ``subset`` value (project exports)."""
-    names = [n for n, _ in index.vocab.image_attributes]
-    if SUBSET_ATTRIBUTE not in names:
-        return {}
-    column = index.image_attributes[:, names.index(SUBSET_ATTRIBUTE)]
-    values = dict(index.vocab.image_attributes)[SUBSET_ATTRIBUTE]
-    return {value: np.flatnonzero(column == v).astype(np.int64) for v, value in enumerate(values)}
-
-
-def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
-    """Parse ``files`` (relative to the root) into ``builder``."""
-    parse_each(source, files, builder, _parse_file)
-
-
-def _parse_file(root: str, rel: str, source: Source, b: ChunkBuilder) -> None:
-    locator = ImageLocator(root, source.extra["image_dirs"], b.options.check_images)
-    ignored: dict[str, list] = {}
-    tracks = 0
-
-    def record(el: etree._Element) -> None:
-        nonlocal tracks
-        if el.tag == "image":
-            _image(el, locator, source, b, ignored)
-        else:
-            tracks += 1
-
-    if not stream_records(os.path.join(root, rel), ("image", "track"), ROOT_TAG, b, record):
-        return
-    if tracks:
-        b.problem(
-            "unsupported",
-            "track",
-            f"{tracks} <track> elements: CVAT for video is not read; export as CVAT for images",
-            "tracks ignored",
-        )
-    for tag, (count, first) in ignored.items():
-        b.count(f"ignored_{tag}", count)
-        b.problem(
-            "unsupported",
-            tag,
-            f"{count} <{tag}> shapes (first: {first}) carry no box",
-            "ignored",
-            "repaired",
-        )
-
-
 def _image_candidates(name: str, image_id: str, images_by: str) -> tuple[str, list[str]]:
     if images_by == "name":
         return name, []
@@ -237,12 +166,12 @@ def _image_candidates(name: str, image_id: str, images_by: str) -> tuple[str, li
 
 
 def _image(
-    image: etree._Element, locator: ImageLocator, source: Source, b: ChunkBuilder, ignored: dict[str, list]
+    image: etree._Element, locator: ImageLocator, source: CvatSource, b: ChunkBuilder, ignored: dict[str, list]
 ) -> None:
     image_id = (image.get("id") or "").strip()
     name = (image.get("name") or "").strip()
     element = f"image[id={image_id}]" if image_id else f"image[name={name!r}]"
-    images_by = source.extra["images_by"]
+    images_by = source.images_by
     if images_by == "id" and not image_id:
         b.problem("missing_field", element, "id= is missing (images_by='id')", "image skipped")
         return
@@ -314,7 +243,7 @@ def _image(
     if not b.add_image(rel, width, height, image_class=image_class, attributes=attrs, record=name or image_id):
         return
 
-    extra_objects = link_points(boxes, points, source.extra["link_points"], b)
+    extra_objects = link_points(boxes, points, source.link_points, b)
     for box in boxes:
         b.add_object(
             box.box,
@@ -332,3 +261,77 @@ def _image(
         b.add_object(
             None, pts.label, element=pts.element, box_field="", landmarks=pts.points, landmark_field="landmarks"
         )
+
+
+class CvatReader(Reader):
+    """CVAT for images 1.1 XML (see the module docstring)."""
+
+    name = NAME
+    parallel = False
+
+    def sniff(self, path: Path) -> bool:
+        """An ``.xml`` file whose root element is ``<annotations>``, or a folder holding one."""
+        return sniff_xml(path, ROOT_TAG)
+
+    def discover(self, path: Path, options: ReadOptions) -> CvatSource:
+        """The CVAT XML file at ``path``, its image folders and the ``<meta>`` landmark order."""
+        check_options(options, NAME, OPTIONS)
+        xml = _annotation_file(path.resolve())
+        root = xml.parent
+        images_by = options.option("images_by", "name")
+        check_choice("images_by", images_by, IMAGES_BY)
+        link = options.option("link_points", "group_or_inside")
+        check_choice("link_points", link, LINK_POINTS)
+        dirs = candidate_dirs(root, ("images", ""), options.image_dir)
+        return file_source(
+            CvatSource, xml, root, dirs, images_by=images_by, link_points=link, point_labels=_point_labels(xml)
+        )
+
+    def parse_file(self, source: CvatSource, rel: str, b: ChunkBuilder) -> None:
+        root = str(source.root)
+        locator = ImageLocator(root, source.image_dirs, b.options.check_images)
+        ignored: dict[str, list] = {}
+        tracks = 0
+
+        def record(el: etree._Element) -> None:
+            nonlocal tracks
+            if el.tag == "image":
+                _image(el, locator, source, b, ignored)
+            else:
+                tracks += 1
+
+        if not stream_records(os.path.join(root, rel), ("image", "track"), ROOT_TAG, b, record):
+            return
+        if tracks:
+            b.problem(
+                "unsupported",
+                "track",
+                f"{tracks} <track> elements: CVAT for video is not read; export as CVAT for images",
+                "tracks ignored",
+            )
+        for tag, (count, first) in ignored.items():
+            b.count(f"ignored_{tag}", count)
+            b.problem(
+                "unsupported",
+                tag,
+                f"{count} <{tag}> shapes (first: {first}) carry no box",
+                "ignored",
+                "repaired",
+            )
+
+    def splits(self, source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
+        """One split per ``subset`` value (project exports)."""
+        names = [n for n, _ in index.vocab.image_attributes]
+        if SUBSET_ATTRIBUTE not in names:
+            return {}
+        column = index.image_attributes[:, names.index(SUBSET_ATTRIBUTE)]
+        values = dict(index.vocab.image_attributes)[SUBSET_ATTRIBUTE]
+        return {value: np.flatnonzero(column == v).astype(np.int64) for v, value in enumerate(values)}
+
+    def default_landmarks(self, source: CvatSource, names: Sequence[str]) -> LandmarkSchema | None:
+        """The ``<meta>`` landmark order (flip pairs from left/right names) or a preset."""
+        preset = preset_schema(names)
+        if preset is not None:
+            return preset
+        declared = source.point_labels
+        return LandmarkSchema.from_names(declared) if declared else None

@@ -40,6 +40,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from lxml import etree
@@ -48,12 +49,12 @@ from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.checks import ReadOptions
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
 from detloader.annotations.readers.common import (
+    Reader,
     Source,
     candidate_dirs,
     check_options,
     file_source,
     flag_value,
-    parse_each,
 )
 from detloader.annotations.readers.locate import ImageLocator, locate_image
 from detloader.annotations.readers.safe_xml import annotation_xml, sniff_xml, stream_records
@@ -61,7 +62,6 @@ from detloader.annotations.readers.safe_xml import annotation_xml, sniff_xml, st
 NAME = "imglab"
 #: Format options this reader accepts (``read_annotations(path, **options)``).
 OPTIONS: tuple[str, ...] = ("default_class",)
-PARALLEL = False
 ROOT_TAG = "dataset"
 #: Box attributes that are index flags, not object attributes.
 _FLAGS = ("difficult", "truncated", "occluded", "ignore")
@@ -70,46 +70,13 @@ _BOX_FIELDS = ("top", "left", "width", "height")
 _NOT_PRESENT = (2**31 - 1, -(2**31))
 
 
-def sniff(path: Path) -> bool:
-    """An ``.xml`` file whose root element is ``<dataset>``, or a folder holding one."""
-    return sniff_xml(path, ROOT_TAG)
-
-
 def _annotation_file(path: Path) -> Path:
     return annotation_xml(path, ROOT_TAG, "imglab")
 
 
-def discover(path: Path, options: ReadOptions) -> Source:
-    """The imglab XML file at ``path`` and the folders its image paths are relative to."""
-    check_options(options, NAME, OPTIONS)
-    xml = _annotation_file(path.resolve())
-    root = xml.parent
-    dirs = candidate_dirs(root, ("", "images"), options.image_dir)
-    return file_source(
-        NAME, xml, root, dirs, extra={"default_class": str(options.option("default_class", "object"))}
-    )
-
-
-def default_landmarks(source: Source, names: Sequence[str]) -> LandmarkSchema | None:
-    """:data:`IBUG68` when the parts are dlib's 68 points, else None (names and flip pairs
-    as found)."""
-    return preset_schema(names)
-
-
-def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
-    """Parse ``files`` (relative to the root) into ``builder``."""
-    parse_each(source, files, builder, _parse_file)
-
-
-def _parse_file(root: str, rel: str, source: Source, b: ChunkBuilder) -> None:
-    locator = ImageLocator(root, source.extra["image_dirs"], b.options.check_images)
-    default_class = source.extra["default_class"]
-    numbers = itertools.count(1)
-
-    def record(image: etree._Element) -> None:
-        _image(image, f"image[{next(numbers)}]", locator, default_class, b)
-
-    stream_records(os.path.join(root, rel), ("image",), ROOT_TAG, b, record)
+@dataclass(kw_only=True)
+class ImglabSource(Source):
+    default_class: str
 
 
 def _image(image: etree._Element, element: str, locator: ImageLocator, default_class: str, b: ChunkBuilder) -> None:
@@ -195,3 +162,38 @@ def _parts(box: etree._Element, where: str, b: ChunkBuilder) -> list[tuple[str, 
         else:
             points.append((name, x, y, 2))
     return points
+
+
+class ImglabReader(Reader):
+    """dlib imglab XML (see the module docstring)."""
+
+    name = NAME
+    parallel = False
+
+    def sniff(self, path: Path) -> bool:
+        """An ``.xml`` file whose root element is ``<dataset>``, or a folder holding one."""
+        return sniff_xml(path, ROOT_TAG)
+
+    def discover(self, path: Path, options: ReadOptions) -> ImglabSource:
+        """The imglab XML file at ``path`` and the folders its image paths are relative to."""
+        check_options(options, NAME, OPTIONS)
+        xml = _annotation_file(path.resolve())
+        root = xml.parent
+        dirs = candidate_dirs(root, ("", "images"), options.image_dir)
+        return file_source(ImglabSource, xml, root, dirs, default_class=str(options.option("default_class", "object")))
+
+    def parse_file(self, source: ImglabSource, rel: str, b: ChunkBuilder) -> None:
+        root = str(source.root)
+        locator = ImageLocator(root, source.image_dirs, b.options.check_images)
+        default_class = source.default_class
+        numbers = itertools.count(1)
+
+        def record(image: etree._Element) -> None:
+            _image(image, f"image[{next(numbers)}]", locator, default_class, b)
+
+        stream_records(os.path.join(root, rel), ("image",), ROOT_TAG, b, record)
+
+    def default_landmarks(self, source: Source, names: Sequence[str]) -> LandmarkSchema | None:
+        """:data:`IBUG68` when the parts are dlib's 68 points, else None (names and flip pairs
+        as found)."""
+        return preset_schema(names)

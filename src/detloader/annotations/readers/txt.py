@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,14 +42,14 @@ import numpy as np
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.checks import ReadOptions
 from detloader.annotations.index import AnnotationIndex
-from detloader.annotations.landmarks import FACE5
+from detloader.annotations.landmarks import FACE5, LandmarkSchema
 from detloader.annotations.problems import check_choice
 from detloader.annotations.readers.common import (
+    Reader,
     Source,
     Stamp,
     candidate_dirs,
     check_options,
-    dir_identity,
     parse_floats,
     read_head,
     stat_entry,
@@ -60,8 +61,6 @@ from detloader.errors import DetloaderValueError
 NAME = "txt"
 #: Format options this reader accepts (``read_annotations(path, **options)``).
 OPTIONS: tuple[str, ...] = ("kind", "names")
-PARALLEL = False
-DEFAULT_LANDMARKS = FACE5
 KINDS = ("list", "retinaface", "wider")
 LIST_NAMES = ("label", "labels", "train", "val", "valid", "validation", "test", "trainval")
 NAMES_FILES = ("classes.txt", "names.txt")
@@ -130,13 +129,6 @@ def _list_files(folder: Path) -> list[Path]:
     return found
 
 
-def sniff(path: Path) -> bool:
-    """A ``.txt`` file of one of the three kinds, or a folder with ``label.txt`` or split lists."""
-    if path.is_file():
-        return path.suffix.lower() == ".txt" and detect_kind(path) is not None
-    return path.is_dir() and bool(_list_files(path))
-
-
 def _names(value: Any, root: Path, stamp: list[Stamp]) -> list[str]:
     if value is None:
         for name in NAMES_FILES:
@@ -154,75 +146,12 @@ def _names(value: Any, root: Path, stamp: list[Stamp]) -> list[str]:
     return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def discover(path: Path, options: ReadOptions) -> Source:
-    """The list file(s) at ``path``, the kind of each, class names and image folders."""
-    check_options(options, NAME, OPTIONS)
-    path = path.resolve()
-    if path.is_file():
-        lists = [path]
-    else:
-        lists = _list_files(path)
-        if not lists:
-            raise DetloaderValueError(
-                f"path={str(path)!r} holds no list file ({', '.join(n + '.txt' for n in LIST_NAMES)})"
-            )
-        if any(p.stem in ("label", "labels") for p in lists) and len(lists) > 1:
-            lists = [p for p in lists if p.stem in ("label", "labels")][:1]
-    root = lists[0].parent
-    kind_option = options.option("kind")
-    if kind_option is not None:
-        check_choice("kind", kind_option, KINDS)
-    kinds = {}
-    for p in lists:
-        kind = kind_option or detect_kind(p)
-        if kind is None:
-            raise DetloaderValueError(f"{p.name}: not a 'path label' list, RetinaFace label.txt or WIDER FACE file")
-        kinds[p.name] = kind
-    stamp = [stat_entry(p, root) for p in lists]
-    names = _names(options.option("names"), root, stamp)
-    dirs = candidate_dirs(root, ("images", ""), options.image_dir)
-    return Source(
-        format=NAME,
-        root=root,
-        files=[os.path.relpath(p, root) for p in lists],
-        stamp=stamp,
-        extra={
-            "kinds": kinds,
-            "names": names,
-            "image_dirs": dirs,
-            "image_dir_ids": [dir_identity(root / d) for d in dirs],
-        },
-    )
+@dataclass(kw_only=True)
+class TxtSource(Source):
+    """The kind of each list file (by name) and the class names."""
 
-
-def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
-    """One split per list file when there are several (``train.txt`` -> ``train``); their
-    lines are checked as they are parsed (``bad_value``, ``missing_image``, ``duplicate_image``)."""
-    if len(source.files) < 2:
-        return {}
-    return files_as_splits(index, {rel: os.path.splitext(os.path.basename(rel))[0] for rel in source.files})
-
-
-def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
-    """Parse ``files`` (relative to the root) into ``builder``."""
-    root = str(source.root)
-    for rel in files:
-        builder.begin_file(rel)
-        locator = ImageLocator(root, source.extra["image_dirs"], builder.options.check_images)
-        kind = source.extra["kinds"][os.path.basename(rel)]
-        try:
-            with open(os.path.join(root, rel), encoding="utf-8") as fh:
-                lines = _numbered(fh)
-                if kind == "list":
-                    _parse_list(lines, locator, source.extra["names"], builder)
-                elif kind == "retinaface":
-                    parse_retinaface(lines, locator, builder)
-                else:
-                    parse_wider(lines, locator, builder)
-        except OSError as err:
-            builder.problem("unreadable_file", "", f"{err.strerror or err}", "file skipped")
-        except UnicodeDecodeError as err:
-            builder.problem("unparseable", "", f"not UTF-8 text: {err.reason}", "rest of the file skipped")
+    kinds: dict[str, str]
+    names: list[str]
 
 
 def _numbered(fh: Iterable[str]) -> Iterator[tuple[int, str]]:
@@ -370,3 +299,74 @@ def _wider_face(text: str, where: str, b: ChunkBuilder) -> None:
         occluded=codes.get("occlusion", 0) > 0,
         attributes=attrs,
     )
+
+
+class TxtReader(Reader):
+    """Plain-text lists: classification, RetinaFace, WIDER FACE (see the module docstring)."""
+
+    name = NAME
+    parallel = False
+
+    def default_landmarks(self, source: Source, names: Sequence[str]) -> LandmarkSchema | None:
+        return FACE5
+
+    def sniff(self, path: Path) -> bool:
+        """A ``.txt`` file of one of the three kinds, or a folder with ``label.txt`` or split lists."""
+        if path.is_file():
+            return path.suffix.lower() == ".txt" and detect_kind(path) is not None
+        return path.is_dir() and bool(_list_files(path))
+
+    def discover(self, path: Path, options: ReadOptions) -> TxtSource:
+        """The list file(s) at ``path``, the kind of each, class names and image folders."""
+        check_options(options, NAME, OPTIONS)
+        path = path.resolve()
+        if path.is_file():
+            lists = [path]
+        else:
+            lists = _list_files(path)
+            if not lists:
+                raise DetloaderValueError(
+                    f"path={str(path)!r} holds no list file ({', '.join(n + '.txt' for n in LIST_NAMES)})"
+                )
+            if any(p.stem in ("label", "labels") for p in lists) and len(lists) > 1:
+                lists = [p for p in lists if p.stem in ("label", "labels")][:1]
+        root = lists[0].parent
+        kind_option = options.option("kind")
+        if kind_option is not None:
+            check_choice("kind", kind_option, KINDS)
+        kinds = {}
+        for p in lists:
+            kind = kind_option or detect_kind(p)
+            if kind is None:
+                raise DetloaderValueError(f"{p.name}: not a 'path label' list, RetinaFace label.txt or WIDER FACE file")
+            kinds[p.name] = kind
+        stamp = [stat_entry(p, root) for p in lists]
+        names = _names(options.option("names"), root, stamp)
+        dirs = candidate_dirs(root, ("images", ""), options.image_dir)
+        files = [os.path.relpath(p, root) for p in lists]
+        return TxtSource(root=root, files=files, stamp=stamp, image_dirs=dirs, kinds=kinds, names=names)
+
+    def parse_file(self, source: TxtSource, rel: str, builder: ChunkBuilder) -> None:
+        root = str(source.root)
+        locator = ImageLocator(root, source.image_dirs, builder.options.check_images)
+        kind = source.kinds[os.path.basename(rel)]
+        try:
+            with open(os.path.join(root, rel), encoding="utf-8") as fh:
+                lines = _numbered(fh)
+                if kind == "list":
+                    _parse_list(lines, locator, source.names, builder)
+                elif kind == "retinaface":
+                    parse_retinaface(lines, locator, builder)
+                else:
+                    parse_wider(lines, locator, builder)
+        except OSError as err:
+            builder.problem("unreadable_file", "", f"{err.strerror or err}", "file skipped")
+        except UnicodeDecodeError as err:
+            builder.problem("unparseable", "", f"not UTF-8 text: {err.reason}", "rest of the file skipped")
+
+    def splits(self, source: TxtSource, index: AnnotationIndex) -> dict[str, np.ndarray]:
+        """One split per list file when there are several (``train.txt`` -> ``train``); their
+        lines are checked as they are parsed (``bad_value``, ``missing_image``, ``duplicate_image``)."""
+        if len(source.files) < 2:
+            return {}
+        return files_as_splits(index, {rel: os.path.splitext(os.path.basename(rel))[0] for rel in source.files})

@@ -42,6 +42,7 @@ import ntpath
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +54,7 @@ from detloader.annotations.checks import MAX_SIDE, ReadOptions
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import FACE5, LandmarkSchema
 from detloader.annotations.problems import Problem, capped
-from detloader.annotations.readers.common import Source, Stamp, dir_identity, find_child_dir, scan_files, stat_entry
+from detloader.annotations.readers.common import Reader, Source, Stamp, find_child_dir, scan_files, stat_entry
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, size_from_header, stays_inside
 from detloader.annotations.readers.safe_xml import (
     UnsafeXMLError,
@@ -74,28 +75,6 @@ NAME = "voc"
 ANNOTATION_DIRS = ("Annotations", "annotations", "xml", "xmls", "labels_xml")
 IMAGE_DIRS = ("JPEGImages", "images", "imgs", "img", "pictures", "photos")
 _PER_CLASS = re.compile(r"^\S+\s+(?:-?1|0)$")  # a line of ImageSets/Main/CLASS_train.txt
-
-
-def default_landmarks(source: Source, names: Sequence[str]) -> LandmarkSchema | None:
-    """FACE5's order when the names found are exactly its five (files may list the points of
-    an object in any order, or omit absent ones); otherwise first appearance is kept."""
-    return FACE5 if set(names) == set(FACE5.names) else None
-
-
-def sniff(path: Path) -> bool:
-    """True when ``path`` looks like VOC: an Annotations folder, or .xml files whose root
-    element is ``<annotation>``."""
-    if path.is_file():
-        return path.suffix.lower() == ".xml" and root_tag(path) == "annotation"
-    if not path.is_dir():
-        return False
-    if find_child_dir(path, ANNOTATION_DIRS) is not None:
-        return True
-    if _single_year_folder(path) is not None:
-        return True
-    for entry in _first_files(path, ".xml", limit=3):
-        return root_tag(Path(entry)) == "annotation"
-    return False
 
 
 def _first_files(top: Path, suffix: str, limit: int) -> list[str]:
@@ -120,60 +99,34 @@ def _single_year_folder(path: Path) -> Path | None:
     return years[0] if years else None
 
 
-def discover(path: Path, options: ReadOptions) -> Source:
-    """The VOC layout at ``path``: annotation files, image folder and ``ImageSets/Main`` splits."""
-    path = path.resolve()
-    if path.is_file():
-        root = path.parent
-        image_dir = Path(options.image_dir) if options.image_dir else root
-        source = _source(root, root, image_dir, [stat_entry(path, root)], None)
-        source.extra["one_file"] = True  # the images beside it are other files' business
-        return source
-    year = None if find_child_dir(path, ANNOTATION_DIRS) else _single_year_folder(path)
-    root = year if year is not None else path
-    ann_dir = find_child_dir(root, ANNOTATION_DIRS)
-    if ann_dir is None:  # XML next to each image
-        ann_dir = root
-        image_dir = Path(options.image_dir) if options.image_dir else root
-    elif options.image_dir:
-        image_dir = Path(options.image_dir)
-    else:
-        image_dir = find_child_dir(root, IMAGE_DIRS) or ann_dir
-    problems: list[Problem] = []
-    files = scan_files(ann_dir, (".xml",), root=root, problems=problems)
-    return _source(root, ann_dir, image_dir, files, find_child_dir(root, ("ImageSets",)), problems)
+@dataclass(kw_only=True)
+class VocSource(Source):
+    """The VOC layout: annotation and image folders (relative to the root), split files."""
+
+    annotation_dir: str
+    image_dir: str
+    split_files: list[str]
+    #: one ``.xml`` file was given: the images beside it are other files' business
+    one_file: bool = False
 
 
 def _source(
     root: Path, ann_dir: Path, image_dir: Path, files: list[Stamp], image_sets: Path | None,
     problems: list[Problem] | None = None,
-) -> Source:
+) -> VocSource:
     main = image_sets / "Main" if image_sets is not None else None
     split_stamps = scan_files(main, (".txt",), root=root, recursive=False) if main is not None and main.is_dir() else []
-    image_dir = image_dir.resolve()
-    return Source(
-        format=NAME,
+    image_dir_rel = os.path.relpath(image_dir.resolve(), root)
+    return VocSource(
         root=root,
         files=[f[0] for f in files],
         stamp=files + split_stamps,
-        extra={
-            "annotation_dir": os.path.relpath(ann_dir, root),
-            "image_dir": os.path.relpath(image_dir, root),
-            "image_dir_id": dir_identity(image_dir),  # images added, removed or renamed
-            "split_files": [f[0] for f in split_stamps],
-        },
+        image_dirs=[image_dir_rel],
         problems=problems or [],
+        annotation_dir=os.path.relpath(ann_dir, root),
+        image_dir=image_dir_rel,
+        split_files=[f[0] for f in split_stamps],
     )
-
-
-def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
-    """Parse ``files`` (relative to the root) into ``builder``."""
-    root = str(source.root)
-    ann_dir = source.extra["annotation_dir"]
-    image_dir = source.extra["image_dir"]
-    for rel in files:
-        builder.begin_file(rel)
-        _parse_file(root, rel, ann_dir, image_dir, builder)
 
 
 def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuilder) -> None:
@@ -312,52 +265,103 @@ def _resolve_image(
     return None
 
 
-def unannotated(source: Source, index: AnnotationIndex, options: ReadOptions) -> list[Problem]:
-    """``unannotated_image`` problems (repaired: they never fail a read) for the images in the
-    image folder (one listing, sub-folders mirrored) that no annotation file names and whose
-    stem no annotation file has; FIFOs and devices among them are ``not_a_regular_file``."""
-    image_dir = source.extra["image_dir"]
-    problems: list[Problem] = []
-    if source.extra.get("one_file") or not options.check_images:
-        return problems
-    listed = scan_files(source.root / image_dir, IMAGE_EXTENSIONS, root=source.root, problems=problems)
-    named = set(index.image_paths())
-    ann_dir = source.extra["annotation_dir"]
-    stems = {os.path.join(_sub_folder(os.path.dirname(rel), ann_dir), _stem(rel)) for rel in source.files}
-    alone = [
-        (rel, "", "no annotation file names it")
-        for rel, *_ in listed
-        if rel not in named and os.path.splitext(os.path.relpath(rel, image_dir))[0] not in stems
-    ]
-    return problems + capped("unannotated_image", alone, "not in the index")
+class VocReader(Reader):
+    """Pascal VOC XML (see the module docstring)."""
 
+    name = NAME
 
-def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
-    """ImageSets/Main/NAME.txt -> image positions, matched by annotation file stem.
+    def sniff(self, path: Path) -> bool:
+        """True when ``path`` looks like VOC: an Annotations folder, or .xml files whose root
+        element is ``<annotation>``."""
+        if path.is_file():
+            return path.suffix.lower() == ".xml" and root_tag(path) == "annotation"
+        if not path.is_dir():
+            return False
+        if find_child_dir(path, ANNOTATION_DIRS) is not None:
+            return True
+        if _single_year_folder(path) is not None:
+            return True
+        for entry in _first_files(path, ".xml", limit=3):
+            return root_tag(Path(entry)) == "annotation"
+        return False
 
-    A file whose lines are mostly ``id 1|-1|0`` is a per-class file and ignored. In the others
-    each line is one id; a line holding whitespace (``split_bad_line``), an id without an image
-    in the index (``split_mismatch``: no annotation file, or one that was skipped) and a
-    repeated id (``split_duplicate``) are problems naming the line; the other lines are kept.
-    """
-    if not source.extra.get("split_files"):
-        return {}
-    position = {os.path.splitext(os.path.basename(index.annotation_path(i)))[0]: i for i in reversed(range(len(index)))}
-    out: dict[str, np.ndarray] = {}
-    sources = index.meta.setdefault("split_sources", {})
-    for rel in source.extra["split_files"]:
-        try:
-            with open(os.path.join(source.root, rel), encoding="utf-8-sig") as fh:
-                rows = [(f"line {n}", line.strip()) for n, line in enumerate(fh, start=1) if line.strip()]
-        except (OSError, UnicodeDecodeError) as err:
-            index.problems.add(Problem("unreadable_file", rel, "", str(err), "split file ignored"))
-            continue
-        if 2 * sum(_PER_CLASS.match(text) is not None for _, text in rows) > len(rows):
-            continue
-        good = [(w, t) for w, t in rows if len(t.split()) == 1 or t in position]  # "IMG 001": a stem
-        bad = [(w, f"{t!r} is not one image id") for w, t in rows if len(t.split()) > 1 and t not in position]
-        report(index, "split_bad_line", rel, bad, "line skipped")
-        name = os.path.splitext(os.path.basename(rel))[0]
-        out[name] = match_entries(index, rel, good, position)
-        sources[name] = rel
-    return out
+    def discover(self, path: Path, options: ReadOptions) -> VocSource:
+        """The VOC layout at ``path``: annotation files, image folder and ``ImageSets/Main`` splits."""
+        path = path.resolve()
+        if path.is_file():
+            root = path.parent
+            image_dir = Path(options.image_dir) if options.image_dir else root
+            source = _source(root, root, image_dir, [stat_entry(path, root)], None)
+            source.one_file = True  # the images beside it are other files' business
+            return source
+        year = None if find_child_dir(path, ANNOTATION_DIRS) else _single_year_folder(path)
+        root = year if year is not None else path
+        ann_dir = find_child_dir(root, ANNOTATION_DIRS)
+        if ann_dir is None:  # XML next to each image
+            ann_dir = root
+            image_dir = Path(options.image_dir) if options.image_dir else root
+        elif options.image_dir:
+            image_dir = Path(options.image_dir)
+        else:
+            image_dir = find_child_dir(root, IMAGE_DIRS) or ann_dir
+        problems: list[Problem] = []
+        files = scan_files(ann_dir, (".xml",), root=root, problems=problems)
+        return _source(root, ann_dir, image_dir, files, find_child_dir(root, ("ImageSets",)), problems)
+
+    def parse_file(self, source: VocSource, rel: str, builder: ChunkBuilder) -> None:
+        _parse_file(str(source.root), rel, source.annotation_dir, source.image_dir, builder)
+
+    def unannotated(self, source: VocSource, index: AnnotationIndex, options: ReadOptions) -> list[Problem]:
+        """``unannotated_image`` problems (repaired: they never fail a read) for the images in the
+        image folder (one listing, sub-folders mirrored) that no annotation file names and whose
+        stem no annotation file has; FIFOs and devices among them are ``not_a_regular_file``."""
+        image_dir = source.image_dir
+        problems: list[Problem] = []
+        if source.one_file or not options.check_images:
+            return problems
+        listed = scan_files(source.root / image_dir, IMAGE_EXTENSIONS, root=source.root, problems=problems)
+        named = set(index.image_paths())
+        ann_dir = source.annotation_dir
+        stems = {os.path.join(_sub_folder(os.path.dirname(rel), ann_dir), _stem(rel)) for rel in source.files}
+        alone = [
+            (rel, "", "no annotation file names it")
+            for rel, *_ in listed
+            if rel not in named and os.path.splitext(os.path.relpath(rel, image_dir))[0] not in stems
+        ]
+        return problems + capped("unannotated_image", alone, "not in the index")
+
+    def splits(self, source: VocSource, index: AnnotationIndex) -> dict[str, np.ndarray]:
+        """ImageSets/Main/NAME.txt -> image positions, matched by annotation file stem.
+
+        A file whose lines are mostly ``id 1|-1|0`` is a per-class file and ignored. In the others
+        each line is one id; a line holding whitespace (``split_bad_line``), an id without an image
+        in the index (``split_mismatch``: no annotation file, or one that was skipped) and a
+        repeated id (``split_duplicate``) are problems naming the line; the other lines are kept.
+        """
+        if not source.split_files:
+            return {}
+        stems = [_stem(index.annotation_path(i)) for i in range(len(index))]
+        position = {stem: i for i, stem in reversed(list(enumerate(stems)))}
+        out: dict[str, np.ndarray] = {}
+        sources = index.meta.setdefault("split_sources", {})
+        for rel in source.split_files:
+            try:
+                with open(os.path.join(source.root, rel), encoding="utf-8-sig") as fh:
+                    rows = [(f"line {n}", line.strip()) for n, line in enumerate(fh, start=1) if line.strip()]
+            except (OSError, UnicodeDecodeError) as err:
+                index.problems.add(Problem("unreadable_file", rel, "", str(err), "split file ignored"))
+                continue
+            if 2 * sum(_PER_CLASS.match(text) is not None for _, text in rows) > len(rows):
+                continue
+            good = [(w, t) for w, t in rows if len(t.split()) == 1 or t in position]  # "IMG 001": a stem
+            bad = [(w, f"{t!r} is not one image id") for w, t in rows if len(t.split()) > 1 and t not in position]
+            report(index, "split_bad_line", rel, bad, "line skipped")
+            name = os.path.splitext(os.path.basename(rel))[0]
+            out[name] = match_entries(index, rel, good, position)
+            sources[name] = rel
+        return out
+
+    def default_landmarks(self, source: VocSource, names: Sequence[str]) -> LandmarkSchema | None:
+        """FACE5's order when the names found are exactly its five (files may list the points of
+        an object in any order, or omit absent ones); otherwise first appearance is kept."""
+        return FACE5 if set(names) == set(FACE5.names) else None

@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
 from detloader.annotations.problems import Problem, capped
 from detloader.annotations.readers.common import (
+    Reader,
     Source,
     Stamp,
     check_options,
@@ -75,29 +77,10 @@ from detloader.annotations.splits import match_entries
 NAME = "yolo"
 #: Format options this reader accepts (``read_annotations(path, **options)``).
 OPTIONS: tuple[str, ...] = ()
-PARALLEL = True
 SPLIT_KEYS = ("train", "val", "test")
 _YAML_KEY = re.compile(rb"^(names|train|val|kpt_shape|nc)\s*:", re.MULTILINE)
 #: Normalised coordinates this far outside 0..1 are rounding noise, snapped to the edge.
 SNAP = 1e-6
-
-
-def sniff(path: Path) -> bool:
-    """A YAML file with YOLO keys; a folder with ``data.yaml``, a ``labels/`` folder, or a
-    class-names file and images with ``.txt`` labels beside them."""
-    if path.is_file():
-        return path.suffix.lower() in (".yaml", ".yml") and bool(_YAML_KEY.search(read_head(path, 16384)))
-    if not path.is_dir():
-        return False
-    if find_yaml(path) is not None:
-        return True
-    labels = find_child_dir(path, ("labels",))
-    if labels is not None and next(labels.rglob("*.txt"), None) is not None:
-        return True
-    if find_names_file(path) is not None:
-        stems = {p.stem for p in path.iterdir() if p.suffix.lower() == ".txt"}
-        return any(p.stem in stems for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-    return False
 
 
 def label_path(root: str, image_rel: str) -> str:
@@ -111,119 +94,15 @@ def label_path(root: str, image_rel: str) -> str:
     return os.path.relpath(os.path.splitext(full)[0] + ".txt", root)
 
 
-def discover(path: Path, options: ReadOptions) -> Source:
-    """The YOLO dataset at ``path``: data.yaml (or the folder layout), images and their labels."""
-    check_options(options, NAME, OPTIONS)
-    path = path.resolve()
-    config = path if path.is_file() else find_yaml(path)
-    stamp: list[Stamp] = []
-    problems: list[Problem] = []
-    split_specs: dict[str, list[str]] = {}
-    kpt = None
-    if config is not None:
-        data = load_yaml(config)
-        where = config.name
-        root = config.parent
-        declared = data.get("path")
-        if isinstance(declared, str) and declared.strip():
-            candidate = Path(declared) if os.path.isabs(declared) else config.parent / declared
-            if candidate.is_dir():
-                root = candidate.resolve()
-        names = class_names(data.get("names"), where)
-        kpt = kpt_config(data, where)
-        images: dict[str, Stamp] = {}
-        for key in SPLIT_KEYS:
-            value = data.get(key)
-            if value is None or value == "":
-                continue
-            entries = [str(v) for v in value] if isinstance(value, list) else [str(value)]
-            split_specs[key] = entries
-            for entry in entries:
-                for item in split_images(entry, root, f"{where}: {key}", problems):
-                    images.setdefault(item[0], item)
-                list_file = Path(entry) if os.path.isabs(entry) else root / entry
-                if list_file.is_file():
-                    stamp.append(stat_entry(list_file, root))
-        if not split_specs:
-            raise YoloConfigError(f"{where}: none of {', '.join(SPLIT_KEYS)} names any images")
-        stamp.append(stat_entry(config, root))
-        names_file = None
-        image_list = sorted(images.values())
-    else:
-        root = path
-        image_top = Path(options.image_dir) if options.image_dir else (find_child_dir(root, ("images",)) or root)
-        image_list = images_under(image_top, root, problems)
-        names_file = find_names_file(root, find_child_dir(root, ("labels",)))
-        names = []
-        if names_file is not None:
-            names = [line.strip() for line in names_file.read_text(encoding="utf-8").splitlines() if line.strip()]
-            stamp.append(stat_entry(names_file, root))
-    files = [item[0] for item in image_list]
-    stamp.extend(image_list)
-    labels, alone = 0, []
-    for rel in files:
-        label = label_path(str(root), rel)
-        try:
-            stamp.append(stat_entry(os.path.join(root, label), root))
-            labels += 1
-        except OSError:
-            alone.append((label, "", f"no label file for {rel}"))
-    if labels:  # a folder of images only is refused by format='yolo', or not YOLO at all
-        problems += capped("unannotated_image", alone, "kept as a background image (no objects)")
-    return Source(
-        format=NAME,
-        root=root,
-        files=files,
-        stamp=stamp,
-        extra={
-            "config": os.path.relpath(config, root) if config is not None else None,
-            "names_file": os.path.relpath(names_file, root) if names_file is not None else None,
-            "names": names,
-            "kpt": kpt,
-            "splits": split_specs,
-            "label_files": labels,
-        },
-        problems=problems,
-    )
+@dataclass(kw_only=True)
+class YoloSource(Source):
+    """data.yaml (or the class-names file) relative to the root, what it declares, the split entries."""
 
-
-def default_landmarks(source: Source, names: Sequence[str]) -> LandmarkSchema | None:
-    """``kpt_names`` (or p0..) with the pairs of ``flip_idx``; without kpt_shape a preset."""
-    kpt = source.extra.get("kpt")
-    if kpt is None:
-        return preset_schema(names)
-    return LandmarkSchema(tuple(kpt["names"]), tuple(tuple(p) for p in kpt["flip_pairs"]))
-
-
-def splits(source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
-    """``train`` / ``val`` / ``test`` of data.yaml -> image positions; images not in the index
-    (``split_mismatch``) and listed twice (``split_duplicate``) are named."""
-    if not source.extra.get("splits"):
-        return {}
-    position = {p: i for i, p in reversed(list(enumerate(index.image_paths())))}
-    where = source.extra.get("config") or "data.yaml"
-    out: dict[str, np.ndarray] = {}
-    for key, entries in source.extra["splits"].items():
-        listed = (
-            (f"{key}: {entry}", os.path.normpath(rel))
-            for entry in entries
-            for rel, *_ in split_images(entry, source.root, f"{where}: {key}")
-        )
-        out[key] = match_entries(index, where, listed, position)
-        index.meta.setdefault("split_sources", {})[key] = f"{where}: {key}"
-    return out
-
-
-def parse(source: Source, files: Sequence[str], builder: ChunkBuilder) -> None:
-    """Parse ``files`` (relative to the root) into ``builder``."""
-    root = str(source.root)
-    names: list[str] = source.extra["names"]
-    kpt = source.extra["kpt"]
-    builder.declare_classes(names)  # ids index names: keep that order, and unused classes
-    for rel in files:
-        label = label_path(root, rel)
-        builder.begin_file(label)
-        _parse_image(root, rel, label, names, kpt, builder)
+    config: str | None
+    names_file: str | None
+    names: list[str]
+    kpt: dict[str, Any] | None
+    split_entries: dict[str, list[str]]
 
 
 def _snap(value: float) -> float:
@@ -342,3 +221,130 @@ def _keypoints(
         else:
             out.append((name, _snap(x) * w, _snap(y) * h, vis))
     return out
+
+
+class YoloReader(Reader):
+    """YOLO txt labels with data.yaml (see the module docstring)."""
+
+    name = NAME
+
+    def sniff(self, path: Path) -> bool:
+        """A YAML file with YOLO keys; a folder with ``data.yaml``, a ``labels/`` folder, or a
+        class-names file and images with ``.txt`` labels beside them."""
+        if path.is_file():
+            return path.suffix.lower() in (".yaml", ".yml") and bool(_YAML_KEY.search(read_head(path, 16384)))
+        if not path.is_dir():
+            return False
+        if find_yaml(path) is not None:
+            return True
+        labels = find_child_dir(path, ("labels",))
+        if labels is not None and next(labels.rglob("*.txt"), None) is not None:
+            return True
+        if find_names_file(path) is not None:
+            stems = {p.stem for p in path.iterdir() if p.suffix.lower() == ".txt"}
+            return any(p.stem in stems for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        return False
+
+    def discover(self, path: Path, options: ReadOptions) -> YoloSource:
+        """The YOLO dataset at ``path``: data.yaml (or the folder layout), images and their labels."""
+        check_options(options, NAME, OPTIONS)
+        path = path.resolve()
+        config = path if path.is_file() else find_yaml(path)
+        stamp: list[Stamp] = []
+        problems: list[Problem] = []
+        split_specs: dict[str, list[str]] = {}
+        kpt = None
+        if config is not None:
+            data = load_yaml(config)
+            where = config.name
+            root = config.parent
+            declared = data.get("path")
+            if isinstance(declared, str) and declared.strip():
+                candidate = Path(declared) if os.path.isabs(declared) else config.parent / declared
+                if candidate.is_dir():
+                    root = candidate.resolve()
+            names = class_names(data.get("names"), where)
+            kpt = kpt_config(data, where)
+            images: dict[str, Stamp] = {}
+            for key in SPLIT_KEYS:
+                value = data.get(key)
+                if value is None or value == "":
+                    continue
+                entries = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+                split_specs[key] = entries
+                for entry in entries:
+                    for item in split_images(entry, root, f"{where}: {key}", problems):
+                        images.setdefault(item[0], item)
+                    list_file = Path(entry) if os.path.isabs(entry) else root / entry
+                    if list_file.is_file():
+                        stamp.append(stat_entry(list_file, root))
+            if not split_specs:
+                raise YoloConfigError(f"{where}: none of {', '.join(SPLIT_KEYS)} names any images")
+            stamp.append(stat_entry(config, root))
+            names_file = None
+            image_list = sorted(images.values())
+        else:
+            root = path
+            image_top = Path(options.image_dir) if options.image_dir else (find_child_dir(root, ("images",)) or root)
+            image_list = images_under(image_top, root, problems)
+            names_file = find_names_file(root, find_child_dir(root, ("labels",)))
+            names = []
+            if names_file is not None:
+                names = [line.strip() for line in names_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+                stamp.append(stat_entry(names_file, root))
+        files = [item[0] for item in image_list]
+        stamp.extend(image_list)
+        labels, alone = 0, []
+        for rel in files:
+            label = label_path(str(root), rel)
+            try:
+                stamp.append(stat_entry(os.path.join(root, label), root))
+                labels += 1
+            except OSError:
+                alone.append((label, "", f"no label file for {rel}"))
+        if labels:  # a folder of images only is refused by format='yolo', or not YOLO at all
+            problems += capped("unannotated_image", alone, "kept as a background image (no objects)")
+        return YoloSource(
+            root=root,
+            files=files,
+            stamp=stamp,
+            labelled=labels > 0,
+            problems=problems,
+            config=os.path.relpath(config, root) if config is not None else None,
+            names_file=os.path.relpath(names_file, root) if names_file is not None else None,
+            names=names,
+            kpt=kpt,
+            split_entries=split_specs,
+        )
+
+    def parse_file(self, source: YoloSource, rel: str, builder: ChunkBuilder) -> None:
+        root = str(source.root)
+        builder.declare_classes(source.names)  # ids index names: keep that order, and unused classes
+        label = label_path(root, rel)
+        builder.begin_file(label)
+        _parse_image(root, rel, label, source.names, source.kpt, builder)
+
+    def splits(self, source: YoloSource, index: AnnotationIndex) -> dict[str, np.ndarray]:
+        """``train`` / ``val`` / ``test`` of data.yaml -> image positions; images not in the index
+        (``split_mismatch``) and listed twice (``split_duplicate``) are named."""
+        if not source.split_entries:
+            return {}
+        position = {p: i for i, p in reversed(list(enumerate(index.image_paths())))}
+        where = source.config or "data.yaml"
+        out: dict[str, np.ndarray] = {}
+        for key, entries in source.split_entries.items():
+            listed = (
+                (f"{key}: {entry}", os.path.normpath(rel))
+                for entry in entries
+                for rel, *_ in split_images(entry, source.root, f"{where}: {key}")
+            )
+            out[key] = match_entries(index, where, listed, position)
+            index.meta.setdefault("split_sources", {})[key] = f"{where}: {key}"
+        return out
+
+    def default_landmarks(self, source: YoloSource, names: Sequence[str]) -> LandmarkSchema | None:
+        """``kpt_names`` (or p0..) with the pairs of ``flip_idx``; without kpt_shape a preset."""
+        kpt = source.kpt
+        if kpt is None:
+            return preset_schema(names)
+        return LandmarkSchema(tuple(kpt["names"]), tuple(tuple(p) for p in kpt["flip_pairs"]))
