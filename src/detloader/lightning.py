@@ -30,7 +30,7 @@ except ImportError:  # the standalone package
 
 from detloader.collate import Batch
 from detloader.loader import make_loader
-from detloader.train.loop import balanced_loader
+from detloader.train.runs import balanced_loader
 
 __all__ = ["DetectionDataModule"]
 

@@ -79,7 +79,7 @@ def _demo(args: argparse.Namespace) -> int:
     out.rule("6. look at the data: as stored, and as training sees it (flip, colour, letterbox)")
     from detloader import DetectionDataset
     from detloader.show import show_dataset
-    from detloader.train.loop import train_transform
+    from detloader.train.runs import train_transform
 
     train_index, val_index = index.split("train"), index.split("val")
     dataset = DetectionDataset(train_index, train_transform(args.size), seed=args.seed)

@@ -11,10 +11,10 @@ This stage only reads the ones above it. Entry points::
     metrics = evaluate_checkpoint("runs/a/last.pt", "data/VOC2007")  # the run's own val split
     metrics = score_predictions(predictions, index.split("val"))     # any model's predictions
 
-Modules: ``task`` (the protocol), ``model`` (network), ``targets`` (Batch -> heatmaps),
-``losses``, ``decode`` (outputs -> detections), ``evaluate`` (mAP, NME, image class, any
-predictions scored), ``inference``, ``checkpoint``, ``distributed`` (torchrun), ``config``,
-``runs`` (run folders, the data a checkpoint knows), ``loop``. See ``docs/training.md``.
+Modules: ``task`` (the protocol), ``model`` (network; outputs -> detections), ``losses``
+(Batch -> targets -> loss terms), ``metrics`` (mAP, NME, image class, any predictions scored),
+``inference``, ``checkpoint``, ``distributed`` (torchrun), ``config``, ``runs`` (run folders,
+the data a checkpoint knows), ``loop``. See ``docs/training.md``.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from detloader.errors import DataMismatchError
 from detloader.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from detloader.train.config import TrainConfig
 from detloader.train.inference import evaluate_checkpoint, predict
-from detloader.train.loop import EpochInfo, StartInfo, StepInfo, train
+from detloader.train.loop import train
 from detloader.train.losses import LossWeights
 from detloader.train.metrics import ImagePredictions, compute_metrics, score_predictions
 from detloader.train.model import CenterNet, ModelConfig
 from detloader.train.runs import RunDirError
-from detloader.train.task import Task, centernet_task
+from detloader.train.task import EpochInfo, StartInfo, StepInfo, Task, centernet_task
 
 __all__ = [
     "CenterNet", "CheckpointError", "DataMismatchError", "EpochInfo", "ImagePredictions", "LossWeights",

@@ -8,7 +8,6 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,30 +19,7 @@ from detloader.train.distributed import DistEnv, all_gather_objects, running_dis
 from detloader.train.metrics import ImagePredictions, as_predictions, score_predictions
 from detloader.train.model import CenterNet, ModelConfig, decode_predictions
 from detloader.train.runs import recorded_rows
-from detloader.train.task import REFERENCE, Task, centernet_task
-
-
-def eval_transform(size: int) -> Any:
-    """The evaluation transform: letterbox to ``size`` (no augmentation)."""
-    from detloader.transforms import Compose, Resize
-
-    return Compose([Resize(size, mode="letterbox")])
-
-
-def val_loader(index: Any, size: int, batch_size: int, env: DistEnv, num_workers: int | str = 0) -> Any:
-    """A loader over this rank's share of ``index``: images ``rank, rank + W, ...`` in order,
-    each exactly once over all ranks (no padding, so no image is counted twice)."""
-    import detloader
-
-    dataset = detloader.DetectionDataset(index, eval_transform(size), seed=0)
-    indices = list(range(env.rank, len(index), env.world_size))
-    return detloader.make_loader(
-        dataset,
-        batch_size=batch_size,
-        sampler=indices,
-        num_workers=num_workers,
-        pin_memory=env.device.type == "cuda",
-    )
+from detloader.train.task import REFERENCE, Task, as_task, centernet_task
 
 
 @torch.no_grad()
@@ -90,16 +66,49 @@ def predict(
     return out
 
 
-def draw_predictions(
-    index: Any, predictions: Sequence[ImagePredictions], path: Path, score_threshold: float
-) -> Path | None:
-    """``path``: the first 8 predicted images, truth (left) beside prediction (right); None
-    when there is nothing to draw."""
-    if not predictions:
-        return None
-    from detloader.show import show_predictions
+def evaluate_model(
+    model: torch.nn.Module,
+    decode: Callable[[Any, Any], Sequence[Any]],
+    index: Any,
+    size: int,
+    env: DistEnv,
+    *,
+    batch_size: int = 16,
+    num_workers: int | str = 0,
+    score_threshold: float = 0.3,
+    backend: str = "auto",
+    image_class_map: Sequence[int] | None = None,
+    amp_dtype: torch.dtype | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    picture: str | os.PathLike[str] | None = None,
+    coco_json: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """:func:`~detloader.train.metrics.score_predictions` of ``model`` on ``index``, letterboxed
+    to ``size``: each rank predicts images ``rank, rank + W, ...`` (each image once over all
+    ranks, no padding), every rank scores them all; rank 0 writes ``coco_json`` and draws the
+    first 8 images, truth (left) beside prediction (right), in ``picture``."""
+    import detloader
+    from detloader.transforms import Compose, Resize
 
-    return show_predictions(index, predictions, path, n=8, score_threshold=score_threshold).path
+    dataset = detloader.DetectionDataset(index, Compose([Resize(size, mode="letterbox")]), seed=0)
+    loader = detloader.make_loader(
+        dataset, batch_size=batch_size, sampler=list(range(env.rank, len(index), env.world_size)),
+        num_workers=num_workers, pin_memory=env.device.type == "cuda",
+    )
+    mine = predict(
+        model, loader, env.device, decode=decode, image_class_map=image_class_map, amp_dtype=amp_dtype,
+        progress=progress,
+    )
+    predictions = [p for part in all_gather_objects(env, mine) for p in part]
+    metrics = score_predictions(
+        predictions, index, score_threshold=score_threshold, backend=backend,  # type: ignore[arg-type]
+        coco_json=coco_json if env.is_main else None,
+    )
+    if picture is not None and env.is_main and predictions:
+        from detloader.show import show_predictions
+
+        show_predictions(index, predictions, picture, n=8, score_threshold=score_threshold)
+    return metrics
 
 
 def evaluate_checkpoint(
@@ -147,25 +156,21 @@ def evaluate_checkpoint(
                 f"{checkpoint}: holds a {saved}, not the reference model: pass its Task, "
                 "evaluate_checkpoint(..., task=...), whose model the weights load into"
             )
-        task = centernet_task(CenterNet(ModelConfig.from_dict(state["model_config"]))) if task is None else task
-        task = task if isinstance(task, Task) else task(index)
+        if task is None:
+            task = centernet_task(CenterNet(ModelConfig.from_dict(state["model_config"])))
+        task = as_task(task, index)
         task.model.load_state_dict(state["model"])
         task.model.to(env.device)
-        size = int(state["config"]["size"])
         trained = list(state["image_classes"])
-        mapping = [trained.index(name) if name in trained else -1 for name in index.image_classes]
-        loader = val_loader(index, size, batch_size, env, num_workers)
-        preds = predict(task.model, loader, env.device, decode=task.decode, image_class_map=mapping, progress=progress)
-        gathered = [p for part in all_gather_objects(env, preds) for p in part]
-        metrics = score_predictions(
-            gathered, index, score_threshold=score_threshold, backend=backend,  # type: ignore[arg-type]
-            coco_json=coco_json if env.is_main else None,
+        metrics = evaluate_model(
+            task.model, task.decode, index, int(state["config"]["size"]), env, batch_size=batch_size,
+            num_workers=num_workers, score_threshold=score_threshold, backend=backend, progress=progress,
+            image_class_map=[trained.index(name) if name in trained else -1 for name in index.image_classes],
+            picture=picture, coco_json=coco_json,
         )
         metrics["checkpoint"] = str(checkpoint)
         metrics["split"] = info
         metrics["seen_in_training"] = _seen(index, state.get("data", {}).get("splits", {}).get("train"))
-        if picture is not None and env.is_main:
-            draw_predictions(index, gathered, Path(picture), score_threshold)
         return metrics
 
 

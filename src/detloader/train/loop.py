@@ -1,22 +1,18 @@
 """The training loop: data -> model -> loss -> optimiser, with checkpoints, exact resume,
-the data-wait / compute split of every step, DDP, and a final evaluation, for any model that
+the data-wait / compute split of every step, DDP and a final evaluation, for any model that
 meets the :class:`~detloader.train.task.Task` protocol (the reference CenterNet by default).
+:func:`train` is quiet: progress goes to the optional callbacks (:class:`StartInfo`,
+:class:`StepInfo`, :class:`EpochInfo`).
 
-``train(config, task=None) -> metrics`` is the one entry point (the CLI and the demo call it). The
-library stays quiet: progress goes to the optional callbacks ``on_step(info)`` (after every
-step) and ``on_epoch(info)`` (after every epoch); see :class:`StepInfo` and
-:class:`EpochInfo`.
+Step time is split at the moment the loop receives a batch: *data wait* is ``next(loader)``
+and the host -> device copy, *compute* the forward, loss, backward and optimiser step
+(synchronised on CUDA, so that asynchronous kernels do not count as waiting);
+``data_wait_fraction = wait / (wait + compute)``: near 1 the model starves and
+``num_workers`` (``detloader tune``) is the lever.
 
-Step time is split at the moment the loop receives a batch: *data wait* is the time spent
-in ``next(loader)`` (and the host -> device copy), *compute* the forward, loss, backward and
-optimiser step (synchronised on CUDA so that asynchronous kernels are not counted as waiting).
-``data_wait_fraction = wait / (wait + compute)``: near 0 the loader keeps up; near 1 the
-model starves and ``num_workers`` (see ``detloader tune``) is the lever.
-
-Stopping: SIGTERM (what a scheduler sends) or SIGINT (Ctrl-C) is noted, not obeyed at once:
-the step in progress completes, every rank agrees on it, rank 0 saves ``last.pt`` at that
-step, and :func:`train` returns with ``stopped_by`` set (the CLI then exits 128 + the signal
-number). A second Ctrl-C interrupts at once.
+SIGTERM (a scheduler) or SIGINT (Ctrl-C) is noted, not obeyed at once: the step in progress
+completes, every rank agrees on it, rank 0 saves ``last.pt`` at it and :func:`train` returns
+with ``stopped_by`` set (the CLI exits 128 + the signal number). A second Ctrl-C stops at once.
 """
 
 from __future__ import annotations
@@ -26,150 +22,22 @@ import math
 import signal
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from detloader.errors import DataMismatchError, DetloaderTypeError, DetloaderValueError
+from detloader.errors import DataMismatchError, DetloaderValueError
 from detloader.train.checkpoint import load_checkpoint, save_checkpoint
 from detloader.train.config import TrainConfig
-from detloader.train.distributed import (
-    DistEnv,
-    all_gather_objects,
-    broadcast_object,
-    running_distributed,
-)
-from detloader.train.inference import draw_predictions, predict, val_loader
-from detloader.train.metrics import compute_metrics
+from detloader.train.distributed import DistEnv, all_gather_objects, broadcast_object, running_distributed
+from detloader.train.inference import evaluate_model
 from detloader.train.model import CenterNet, ModelConfig
 from detloader.train.runs import RunDirError, RunLock, check_out_dir, data_changes, prepare_data
-from detloader.train.task import REFERENCE, Task, centernet_task
-
-
-@dataclass(frozen=True)
-class StartInfo:
-    """What ``on_start`` gets once the data is read and a resume restored: the splits the
-    run trains and validates on (``{"name", "images", "source"}``: how each was found or
-    made), the step it starts at and the steps of the whole run."""
-
-    train: dict[str, Any]
-    val: dict[str, Any]
-    start_step: int
-    total_steps: int
-    rank: int
-
-
-@dataclass(frozen=True)
-class StepInfo:
-    """What ``on_step`` gets after each optimiser step.
-
-    ``losses``: unweighted loss terms and ``total`` (weighted); ``image_ids``: index rows
-    of the batch's images (this rank); ``wait_s`` / ``compute_s``: this step's split."""
-
-    epoch: int
-    step_in_epoch: int
-    steps_in_epoch: int
-    global_step: int
-    losses: dict[str, float]
-    lr: float
-    image_ids: list[int]
-    wait_s: float
-    compute_s: float
-    rank: int
-
-
-@dataclass(frozen=True)
-class EpochInfo:
-    """What ``on_epoch`` gets after each epoch (this rank's figures)."""
-
-    epoch: int
-    epochs: int
-    steps: int
-    samples: int
-    losses: dict[str, float]
-    data_wait_fraction: float
-    wait_s: float
-    compute_s: float
-    rank: int
-
-
-def train_transform(size: int, affine: bool = False) -> Any:
-    """Training augmentation: horizontal flip (left/right landmarks swapped), colour jitter,
-    with ``affine`` a random scale (0.5-1.5) and translation (10 %), letterbox to ``size``."""
-    from detloader.transforms import (
-        ColorJitter,
-        Compose,
-        RandomAffine,
-        RandomHorizontalFlip,
-        Resize,
-    )
-
-    geometric = [RandomHorizontalFlip(), *([RandomAffine(translate=0.1, scale=(0.5, 1.5))] if affine else [])]
-    return Compose([*geometric, ColorJitter(), Resize(size, mode="letterbox")])
-
-
-def _ignore_stop_signals(worker_id: int) -> None:
-    """``worker_init_fn`` of the training loader: a SIGTERM or SIGINT sent to the whole
-    process group (a scheduler, Ctrl-C) leaves the workers to the main process, which
-    finishes its step, saves, and then ends them itself."""
-    for s in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(s, signal.SIG_IGN)
-
-
-def balanced_loader(
-    dataset: Any, *, balance: str = "none", balance_by: Any = "class", seed: int = 0, **loader_kwargs: Any
-) -> Any:
-    """A :class:`detloader.ResumableLoader` that is distributed (rank and world size from
-    ``torch.distributed``) and resumable whatever ``balance`` is: ``"none"`` is a seeded
-    shuffle (``DistributedSamplerWrapper(RandomSampler)``), anything else
-    ``make_loader(balance=...)``. ``loader_kwargs`` go to :func:`detloader.make_loader`."""
-    import detloader
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "auto" without a tuning result says so; fine here
-        if balance == "none" and loader_kwargs.get("mosaic"):  # a resumable shuffle that mosaic can draw from
-            loader = detloader.make_loader(dataset, shuffle=True, seed=seed, **loader_kwargs)
-        elif balance == "none":
-            from torch.utils.data import RandomSampler
-
-            shuffle = detloader.DistributedSamplerWrapper(RandomSampler(dataset), seed=seed)
-            loader = detloader.make_loader(dataset, sampler=shuffle, seed=seed, **loader_kwargs)
-        else:
-            loader = detloader.make_loader(dataset, balance=balance, balance_by=balance_by, seed=seed, **loader_kwargs)
-    return detloader.ResumableLoader(loader)
-
-
-def _train_loader(config: TrainConfig, index: Any, env: DistEnv) -> Any:
-    import detloader
-
-    dataset = detloader.DetectionDataset(
-        index,
-        train_transform(config.size, config.affine),
-        seed=config.seed,
-        on_decode_error=config.on_decode_error,  # type: ignore[arg-type]
-    )
-    mix: dict[str, Any] = {}
-    if config.mosaic:  # partners from the sampler's own stream; off for the last close_mosaic epochs
-        from detloader.transforms import Mosaic
-
-        mix["mosaic"] = Mosaic(config.mosaic, epochs=max(config.epochs - config.close_mosaic, 0))
-    return balanced_loader(
-        dataset,
-        balance=config.balance,
-        balance_by=config.balance_by,
-        seed=config.seed,
-        batch_size=config.batch_size,
-        **mix,
-        num_workers=config.num_workers,
-        pin_memory=env.device.type == "cuda",
-        drop_last=True,  # equal, full steps on every rank
-        worker_init_fn=_ignore_stop_signals,
-    )
+from detloader.train.runs import train_loader as _train_loader
+from detloader.train.task import REFERENCE, EpochInfo, StartInfo, StepInfo, Task, as_task, centernet_task
 
 
 def _schedule(config: TrainConfig, total_steps: int) -> Callable[[int], float]:
@@ -241,26 +109,23 @@ def train(
     ``out/predictions.png`` (validation images, truth beside prediction); return the metrics
     (every rank gets rank 0's).
 
-    ``task``: what to train: None, the reference model (``CenterNet`` built from the
-    training index and ``config.width``, ``loss_weights``, ``landmark_loss``); a
-    :class:`~detloader.train.task.Task` (your model, loss and decode); or a function of the
-    training index returning one, called after seeding with ``config.seed`` (the model is
-    then initialised the same way in every run). Checkpoints record ``task`` (the model's
-    class) and the Task's ``config`` as ``model_config``; a resume must train the same class.
+    ``task``: None, the reference model (``CenterNet`` built from the training index and
+    ``config.width``, ``loss_weights``, ``landmark_loss``); a :class:`~detloader.train.task.Task`;
+    or a function of the training index returning one, called after seeding with
+    ``config.seed`` (the model starts the same in every run). A resume must train the class
+    its checkpoint records (``task``).
 
-    ``out`` is locked for the run (a second training on it is refused) and refused when it
-    holds another run, unless ``config.resume`` is a checkpoint in it or ``config.exist_ok``
-    (:class:`~detloader.train.runs.RunDirError`). A resume on data other than the
-    checkpoint's is refused with what differs (:class:`~detloader.train.runs.DataMismatchError`)
-    unless ``config.allow_data_change``.
+    ``out`` is locked for the run and refused when it holds another run, unless
+    ``config.resume`` is a checkpoint in it or ``config.exist_ok`` (:class:`RunDirError`); a
+    resume on data other than the checkpoint's is refused with what differs
+    (:class:`DataMismatchError`) unless ``config.allow_data_change``.
 
-    The metrics are those of :func:`~detloader.train.metrics.compute_metrics` plus
-    ``data_wait_fraction`` (all steps of this run, rank 0), ``epochs`` (per-epoch history),
-    ``samples_per_rank`` (training samples each rank processed in this run), ``world_size``,
-    ``device``, ``train_seconds``, ``stopped_early`` (``max_steps`` reached or a signal),
-    ``stopped_by`` (``"SIGTERM"``, ``"SIGINT"`` or None) and ``split`` (the validation split:
-    name, images, source). Without ``config.evaluate`` the box / landmark / image-class
-    figures are left out.
+    The metrics: :func:`~detloader.train.metrics.compute_metrics`' (without
+    ``config.evaluate``, none of them), ``data_wait_fraction`` (all steps of this run, rank 0),
+    ``epochs`` (per-epoch history), ``samples_per_rank`` (this run's), ``world_size``,
+    ``device``, ``num_workers``, ``train_seconds``, ``steps``, ``stopped_early`` (``max_steps``
+    or a signal), ``stopped_by`` (``"SIGTERM"``, ``"SIGINT"`` or None), ``split`` and
+    ``train_split`` (name, images, source), ``classes`` and ``config``.
     """
     with running_distributed(config.device) as env, ExitStack() as stack:
         refusal = None
@@ -284,14 +149,13 @@ def _batches(loader: Any, stop: _StopRequest) -> Any:
     it = iter(loader)
     while True:
         try:
-            batch = next(it)
+            yield next(it)
         except StopIteration:
             return
         except Exception:
             if stop.signum:
                 return
             raise
-        yield batch
 
 
 def _train(
@@ -311,9 +175,7 @@ def _train(
     if task is None:
         shape = ModelConfig(len(train_index.classes), len(schema), len(train_index.image_classes), config.width)
         task = centernet_task(CenterNet(shape), config.loss_weights, config.landmark_loss)  # type: ignore[arg-type]
-    task = task if isinstance(task, Task) else task(train_index)
-    if not isinstance(task, Task):
-        raise DetloaderTypeError(f"task={task!r}: a detloader.train.Task (or a function of the index returning one)")
+    task = as_task(task, train_index)
     model = task.model.to(env.device)
     loader = _train_loader(config, train_index, env)
     steps_per_epoch = len(loader)
@@ -477,18 +339,11 @@ def _train(
 
     metrics: dict[str, Any] = {}
     if config.evaluate and not stopped:
-        loader_val = val_loader(val_index, config.size, config.batch_size, env)
-        preds = predict(_unwrap(model), loader_val, env.device, decode=task.decode, amp_dtype=amp_dtype)
-        gathered = all_gather_objects(env, preds)
-        if env.is_main:
-            flat = [p for part in gathered for p in part]
-            metrics = compute_metrics(
-                val_index,
-                flat,
-                score_threshold=config.score_threshold,
-                backend=config.eval_backend,  # type: ignore[arg-type]
-            )
-            draw_predictions(val_index, flat, out / "predictions.png", config.score_threshold)
+        metrics = evaluate_model(
+            _unwrap(model), task.decode, val_index, config.size, env, batch_size=config.batch_size,
+            score_threshold=config.score_threshold, backend=config.eval_backend, amp_dtype=amp_dtype,
+            picture=out / "predictions.png",
+        )
     counts = all_gather_objects(env, samples_seen)
     if env.is_main:
         metrics.update(

@@ -1,4 +1,4 @@
-"""A run's folder and the data it was trained on.
+"""A run's folder, the data it trains on and the loader that serves it.
 
 * **One training per folder.** ``out/.train.lock`` is held (an OS file lock, released by the
   kernel when the process dies) for the whole run; ``out/.train.owner.json`` names the holder.
@@ -14,6 +14,8 @@
   annotations, and the train / validation splits (name, size, digest, how they were found or
   made, and their image paths). ``--resume`` compares it with :func:`data_changes`;
   ``evaluate`` reads the validation split back from it with :func:`recorded_rows`.
+* **The loader**: :func:`train_loader` puts the training part behind :func:`balanced_loader`,
+  distributed and resumable whatever the balance (also the Lightning DataModule's).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import socket
 import time
 import warnings
@@ -234,3 +237,74 @@ def prepare_data(config: TrainConfig, env: DistEnv | None = None) -> RunData:
     how = f"random 80/20 of {what} (seed {config.seed}, stratified by class; the dataset has no {v!r} split)"
     parts = {"train": (cut[t], t, how), "val": (cut[v], v, how)}
     return RunData(cut[t], cut[v], data_record(index, parts))
+
+
+# -- the loader it trains with ------------------------------------------------------------------
+def train_transform(size: int, affine: bool = False) -> Any:
+    """Training augmentation: horizontal flip (left/right landmarks swapped), colour jitter,
+    with ``affine`` a random scale (0.5-1.5) and translation (10 %), letterbox to ``size``."""
+    from detloader.transforms import ColorJitter, Compose, RandomAffine, RandomHorizontalFlip, Resize
+
+    geometric = [RandomHorizontalFlip(), *([RandomAffine(translate=0.1, scale=(0.5, 1.5))] if affine else [])]
+    return Compose([*geometric, ColorJitter(), Resize(size, mode="letterbox")])
+
+
+def _ignore_stop_signals(worker_id: int) -> None:
+    """``worker_init_fn`` of the training loader: a SIGTERM or SIGINT sent to the whole
+    process group (a scheduler, Ctrl-C) leaves the workers to the main process, which
+    finishes its step, saves, and then ends them itself."""
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, signal.SIG_IGN)
+
+
+def balanced_loader(
+    dataset: Any, *, balance: str = "none", balance_by: Any = "class", seed: int = 0, **loader_kwargs: Any
+) -> Any:
+    """A :class:`detloader.ResumableLoader` that is distributed (rank and world size from
+    ``torch.distributed``) and resumable whatever ``balance`` is: ``"none"`` is a seeded
+    shuffle (``DistributedSamplerWrapper(RandomSampler)``), anything else
+    ``make_loader(balance=...)``. ``loader_kwargs`` go to :func:`detloader.make_loader`."""
+    import detloader
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "auto" without a tuning result says so; fine here
+        if balance == "none" and loader_kwargs.get("mosaic"):  # a resumable shuffle that mosaic can draw from
+            loader = detloader.make_loader(dataset, shuffle=True, seed=seed, **loader_kwargs)
+        elif balance == "none":
+            from torch.utils.data import RandomSampler
+
+            shuffle = detloader.DistributedSamplerWrapper(RandomSampler(dataset), seed=seed)
+            loader = detloader.make_loader(dataset, sampler=shuffle, seed=seed, **loader_kwargs)
+        else:
+            loader = detloader.make_loader(dataset, balance=balance, balance_by=balance_by, seed=seed, **loader_kwargs)
+    return detloader.ResumableLoader(loader)
+
+
+def train_loader(config: TrainConfig, index: Any, env: DistEnv) -> Any:
+    """The training loader of a run: its dataset (:func:`train_transform`, mosaic) behind
+    :func:`balanced_loader`, full batches on every rank, workers that leave stop signals to the loop."""
+    import detloader
+
+    dataset = detloader.DetectionDataset(
+        index,
+        train_transform(config.size, config.affine),
+        seed=config.seed,
+        on_decode_error=config.on_decode_error,  # type: ignore[arg-type]
+    )
+    mix: dict[str, Any] = {}
+    if config.mosaic:  # partners from the sampler's own stream; off for the last close_mosaic epochs
+        from detloader.transforms import Mosaic
+
+        mix["mosaic"] = Mosaic(config.mosaic, epochs=max(config.epochs - config.close_mosaic, 0))
+    return balanced_loader(
+        dataset,
+        balance=config.balance,
+        balance_by=config.balance_by,
+        seed=config.seed,
+        batch_size=config.batch_size,
+        **mix,
+        num_workers=config.num_workers,
+        pin_memory=env.device.type == "cuda",
+        drop_last=True,  # equal, full steps on every rank
+        worker_init_fn=_ignore_stop_signals,
+    )

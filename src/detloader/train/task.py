@@ -1,5 +1,6 @@
-"""What the loop trains: a small protocol that any model meets, and the reference CenterNet
-as one implementation of it.
+"""The loop's protocol: what it trains (a :class:`Task`, which any model meets; the reference
+CenterNet is one) and what it reports to the callbacks of :func:`~detloader.train.loop.train`
+(:class:`StartInfo`, :class:`StepInfo`, :class:`EpochInfo`).
 
 A :class:`Task` is a model and two functions::
 
@@ -71,6 +72,14 @@ class Task:
         return sum(self.weights.get(name, 1.0) * value for name, value in terms.items())  # type: ignore[return-value]
 
 
+def as_task(task: Task | Callable[[Any], Task], index: Any) -> Task:
+    """``task``, or the Task a function of ``index`` returns."""
+    task = task if isinstance(task, Task) else task(index)
+    if not isinstance(task, Task):
+        raise DetloaderTypeError(f"task={task!r}: a detloader.train.Task (or a function of the index returning one)")
+    return task
+
+
 def centernet_task(model: CenterNet, weights: LossWeights | None = None, landmark_loss: LandmarkLoss = "l1") -> Task:
     """The reference model as a :class:`Task`: :func:`~detloader.train.losses.encode_targets`
     + :func:`~detloader.train.losses.multitask_loss` (unweighted terms, ``weights``, default
@@ -87,3 +96,50 @@ def centernet_task(model: CenterNet, weights: LossWeights | None = None, landmar
         return multitask_loss(outputs, targets, weights, landmark_loss)
 
     return Task(model, loss, decode_predictions, weights.to_dict(), model.config.to_dict())
+
+
+@dataclass(frozen=True)
+class StartInfo:
+    """What ``on_start`` gets once the data is read and a resume restored: the splits the
+    run trains and validates on (``{"name", "images", "source"}``: how each was found or
+    made), the step it starts at and the steps of the whole run."""
+
+    train: dict[str, Any]
+    val: dict[str, Any]
+    start_step: int
+    total_steps: int
+    rank: int
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """What ``on_step`` gets after each optimiser step.
+
+    ``losses``: unweighted loss terms and ``total`` (weighted); ``image_ids``: index rows
+    of the batch's images (this rank); ``wait_s`` / ``compute_s``: this step's split."""
+
+    epoch: int
+    step_in_epoch: int
+    steps_in_epoch: int
+    global_step: int
+    losses: dict[str, float]
+    lr: float
+    image_ids: list[int]
+    wait_s: float
+    compute_s: float
+    rank: int
+
+
+@dataclass(frozen=True)
+class EpochInfo:
+    """What ``on_epoch`` gets after each epoch (this rank's figures)."""
+
+    epoch: int
+    epochs: int
+    steps: int
+    samples: int
+    losses: dict[str, float]
+    data_wait_fraction: float
+    wait_s: float
+    compute_s: float
+    rank: int
