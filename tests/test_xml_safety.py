@@ -122,9 +122,9 @@ def test_any_box_values_are_kept_valid_or_reported(tmp_path, values):
 
     obj = voc_object("k", [escape(str(v)) for v in values])
     builder = _parse_bytes(tmp_path, voc_xml("a.jpg", [obj]).encode("utf-8", "surrogatepass"))
-    part = builder.finish()
-    if len(part.boxes):
-        (x1, y1, x2, y2) = part.boxes[0]
+    boxes = builder.finish().arrays["boxes"]
+    if len(boxes):
+        (x1, y1, x2, y2) = boxes[0]
         assert 0 <= x1 < x2 <= 64 and 0 <= y1 < y2 <= 48
     else:
         assert builder.problems

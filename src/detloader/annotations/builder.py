@@ -58,7 +58,6 @@ class Partial:
     the chunk; ``strings``: the string fields as lists; ``vocabs``: for each vocabulary a
     field refers to (``Field.vocab``), the local names in id order (for attribute tables, a
     list of ``(attribute, values)``); ``missing_names``: the first images not found, as named.
-    Fields read as attributes: ``part.boxes``.
     """
 
     arrays: dict[str, np.ndarray]
@@ -70,12 +69,6 @@ class Partial:
     missing_names: list[str] = field(default_factory=list)
     #: class names in the files before ``class_map`` (only collected when there is one)
     file_classes: list[str] = field(default_factory=list)
-
-    def __getattr__(self, name: str) -> Any:
-        arrays = self.__dict__.get("arrays")
-        if arrays is not None and name in arrays:
-            return arrays[name]
-        raise AttributeError(name)
 
     @property
     def landmark_names(self) -> list[str]:
@@ -157,9 +150,7 @@ class ChunkBuilder:
         severity: Severity = "error",
         file: str | None = None,
     ) -> None:
-        self.problems.append(
-            Problem(kind, self.file if file is None else file, element, message, action, severity)
-        )
+        self.problems.append(Problem(kind, self.file if file is None else file, element, message, action, severity))
 
     def report(self, finding: Finding, element: str) -> None:
         """Record what a rule of :mod:`~detloader.annotations.checks` found at ``element``."""
@@ -189,9 +180,11 @@ class ChunkBuilder:
     def count(self, name: str, n: int = 1) -> None:
         self.stats[name] = self.stats.get(name, 0) + n
 
-    def number(self, text: str | None, element: str, fieldname: str, action: str) -> float | None:
-        """Parse a coordinate; report ``missing_field`` / ``bad_value`` and return None."""
-        value = parse_number(text, fieldname, action)
+    def number(self, text: Any, element: str, fieldname: str, action: str, *, json: bool = False) -> float | None:
+        """Parse a coordinate (text, or with ``json`` a JSON value: see
+        :func:`~detloader.annotations.checks.parse_number`); report ``missing_field`` /
+        ``bad_value`` and return None."""
+        value = parse_number(text, fieldname, action, text=not json)
         if isinstance(value, Finding):
             self.report(value, element)
             return None
@@ -226,12 +219,8 @@ class ChunkBuilder:
         cols["height"].append(int(height))
         cols["verified"].append(bool(verified))
         self._strings["image_paths"].append(path)
-        self._strings["annotation_paths"].append(
-            self.file if record is None else f"{self.file}#{record}"
-        )
-        cols["image_labels"].append(
-            MISSING if image_class is None else self._names["image_classes"].id(image_class)
-        )
+        self._strings["annotation_paths"].append(self.file if record is None else f"{self.file}#{record}")
+        cols["image_labels"].append(MISSING if image_class is None else self._names["image_classes"].id(image_class))
         if attributes:
             self._attrs["image_attributes"].add(len(cols["width"]) - 1, attributes)
         self._open = True
@@ -273,9 +262,7 @@ class ChunkBuilder:
             self.problem("missing_field", f"{element}/name", "class name is empty", "object skipped")
             return False
         if self._classes is not None and name not in self._classes:
-            self.problem(
-                "unknown_class", f"{element}/name", f"name={name!r} is not in classes", "object skipped"
-            )
+            self.problem("unknown_class", f"{element}/name", f"name={name!r} is not in classes", "object skipped")
             return False
         cols = self._cols
         w, h = cols["width"][-1], cols["height"][-1]
@@ -353,10 +340,7 @@ class ChunkBuilder:
         for k, (name, x, y, v) in enumerate(landmarks, start=1):
             if self._schema is not None and name not in vocab.ids:
                 self.problem(
-                    "unknown_landmark",
-                    f"{where}[{k}]",
-                    f"name={name!r} is not in the landmark schema",
-                    "point skipped",
+                    "unknown_landmark", f"{where}[{k}]", f"name={name!r} is not in the landmark schema", "point skipped"
                 )
                 continue
             slot = vocab.id(name)

@@ -174,24 +174,10 @@ IBUG68 = LandmarkSchema(tuple(f"{i:02d}" for i in range(68)), _ibug68_pairs())
 
 #: COCO person keypoints, in COCO's order; flip pairs are the left_*/right_* names.
 COCO17_NAMES = (
-    "nose",
-    "left_eye",
-    "right_eye",
-    "left_ear",
-    "right_ear",
-    "left_shoulder",
-    "right_shoulder",
-    "left_elbow",
-    "right_elbow",
-    "left_wrist",
-    "right_wrist",
-    "left_hip",
-    "right_hip",
-    "left_knee",
-    "right_knee",
-    "left_ankle",
+    "nose", "left_eye", "right_eye", "left_ear", "right_ear", "left_shoulder", "right_shoulder", "left_elbow",
+    "right_elbow", "left_wrist", "right_wrist", "left_hip", "right_hip", "left_knee", "right_knee", "left_ankle",
     "right_ankle",
-)
+)  # fmt: skip
 COCO17 = LandmarkSchema.from_names(COCO17_NAMES)
 
 #: COCO person skeleton (limbs) as 1-based index pairs, as COCO's category record writes it.

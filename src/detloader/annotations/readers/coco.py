@@ -10,25 +10,9 @@ split folder. Images (``file_name``) are looked up in ``images/<split>``, ``<spl
 ``images``, the root and the JSON's folder, where ``<split>`` is the file name without its
 prefix (``val2017``) or its split folder; ``image_dir`` overrides.
 
-Mapping to the index:
-
-* ``bbox`` ``[x, y, w, h]`` -> xyxy ``(x, y, x + w, y + h)``. An annotation with
-  ``keypoints`` and no (or an empty) ``bbox`` is boxed from its points
-  (``read_annotations(boxes_from_points=)``).
-* ``category_id`` -> the category's ``name`` (ids may start at 0 or have gaps; only names
-  reach the index). Categories that share a name share a class.
-* ``keypoints`` ``[x1, y1, v1, ...]`` with v 0 (absent), 1 (hidden), 2 (visible), named by the
-  category's ``keypoints`` list (``p0, p1, ..`` when it has none). The landmark schema is
-  those names in category order; flip pairs come from left/right names (COCO person:
-  ``left_eye`` / ``right_eye`` ...), or the iBUG 68-point preset for names ``00`` .. ``67``.
-  A category's ``skeleton`` (limbs) has no place in the index and is not read.
-* ``iscrowd: 1`` -> object attribute ``iscrowd = "1"`` (absent otherwise).
-* An annotation's ``attributes`` object (CVAT and Datumaro write one) -> object attributes;
-  ``occluded``, ``difficult`` and ``truncated`` in it set the flags instead.
-* An image's ``attributes`` object -> image attributes; the one named
-  ``image_class_attribute`` (default ``class``) is the image-level class.
-* Images without annotations are kept (no objects). ``segmentation``, ``area`` and
-  ``num_keypoints`` are derived data and not read.
+Mapping to the index: docs/formats.md ("What each format maps to"): ``bbox`` xywh -> xyxy,
+``category_id`` -> the category's ``name``, ``keypoints`` ``[x1, y1, v1, ...]`` named by the
+category's ``keypoints`` list (``p0, p1, ..`` without one), ``iscrowd``, ``attributes``.
 
 The JSON is loaded whole (that is what the format allows); the size cap is the format option
 ``max_json_bytes`` (default 4 GiB) rather than ``max_file_bytes``, which is for per-image
@@ -50,7 +34,7 @@ import numpy as np
 
 from detloader._files import FileTooLargeError, read_capped
 from detloader.annotations.builder import ChunkBuilder
-from detloader.annotations.checks import Finding, ReadOptions, parse_number
+from detloader.annotations.checks import ReadOptions
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
 from detloader.annotations.readers.common import (
@@ -117,14 +101,6 @@ def _load(full: str, cap: int, b: ChunkBuilder) -> Any:
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
         b.problem("unparseable", "", f"not JSON text: {err}", "file skipped")
     return None
-
-
-def _number(value: Any, where: str, field: str, action: str, b: ChunkBuilder) -> float | None:
-    found = parse_number(value, field, action, text=False)
-    if isinstance(found, Finding):
-        b.report(found, where)
-        return None
-    return found
 
 
 def _id(value: Any) -> int | str | None:
@@ -218,8 +194,9 @@ def _image(img: dict, where: str, locator: ImageLocator, b: ChunkBuilder) -> boo
         b.problem("missing_field", f"{where}/file_name", "file_name is missing", "image skipped")
         return False
     raw = f"width={img.get('width')!r} height={img.get('height')!r}"
-    found = locate_image(locator, b, name, where, f"file_name={name!r}", _text(img.get("width", "")),
-                         _text(img.get("height", "")), name_where=f"{where}/file_name", raw=raw)
+    width, height = _text(img.get("width", "")), _text(img.get("height", ""))
+    shown = f"file_name={name!r}"
+    found = locate_image(locator, b, name, where, shown, width, height, name_where=f"{where}/file_name", raw=raw)
     if found is None:
         return False
     rel, width, height = found
@@ -245,9 +222,8 @@ def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> Non
         text = attrs.pop(flag, None)
         value = parse_flag(text) if text is not None else False
         if value is None:
-            b.problem(
-                "bad_value", f"{where}/attributes/{flag}", f"{flag}={text!r} is not a boolean", "treated as false"
-            )
+            message = f"{flag}={text!r} is not a boolean"
+            b.problem("bad_value", f"{where}/attributes/{flag}", message, "treated as false")
             value = False
         flags[flag] = value
     crowd = ann.get("iscrowd", 0)
@@ -256,18 +232,8 @@ def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> Non
         b.problem("bad_value", f"{where}/iscrowd", f"iscrowd={crowd!r} is not 0/1", "treated as 0")
     elif crowd_flag:
         attrs["iscrowd"] = "1"
-    b.add_object(
-        box,
-        name,
-        element=where,
-        box_field="bbox",
-        difficult=flags["difficult"],
-        truncated=flags["truncated"],
-        occluded=flags["occluded"],
-        attributes=attrs,
-        landmarks=_keypoints(ann.get("keypoints"), kp_names, f"{where}/keypoints", b),
-        landmark_field="keypoints",
-    )
+    points = _keypoints(ann.get("keypoints"), kp_names, f"{where}/keypoints", b)
+    b.add_object(box, name, element=where, box_field="bbox", attributes=attrs, landmarks=points, **flags)
 
 
 def _bbox(bbox: Any, where: str, b: ChunkBuilder) -> tuple[float, float, float, float] | None:
@@ -280,7 +246,7 @@ def _bbox(bbox: Any, where: str, b: ChunkBuilder) -> tuple[float, float, float, 
         return None
     xywh = []
     for field, value in zip("xywh", bbox):
-        v = _number(value, where, field, "object skipped", b)
+        v = b.number(value, where, field, "object skipped", json=True)
         if v is None:
             return None
         xywh.append(v)
@@ -311,7 +277,7 @@ def _keypoints(
     points: list[tuple[str, float, float, int]] = []
     for k, name in enumerate(names):
         at = f"{where}[{3 * k}]"
-        v = _number(values[3 * k + 2], at, f"{name}: v", "point skipped", b)
+        v = b.number(values[3 * k + 2], at, f"{name}: v", "point skipped", json=True)
         if v is None:
             continue
         if v not in (0.0, 1.0, 2.0):
@@ -320,8 +286,8 @@ def _keypoints(
         if v == 0:
             points.append((name, 0.0, 0.0, 0))
             continue
-        x = _number(values[3 * k], at, f"{name}: x", "point skipped", b)
-        y = _number(values[3 * k + 1], at, f"{name}: y", "point skipped", b)
+        x = b.number(values[3 * k], at, f"{name}: x", "point skipped", json=True)
+        y = b.number(values[3 * k + 1], at, f"{name}: y", "point skipped", json=True)
         if x is None or y is None:
             continue
         points.append((name, x, y, int(v)))
@@ -365,12 +331,9 @@ class CocoReader(Reader):
             names = [f"images/{split}", split, "images", "", here, os.path.join(here, "images")]
             dirs[os.path.relpath(js, root)] = candidate_dirs(root, names, options.image_dir)
         several = len(found) > 1
+        every_dir = list(dict.fromkeys(d for ds in dirs.values() for d in ds))
         return file_source(
-            CocoSource,
-            found,
-            root,
-            list(dict.fromkeys(d for ds in dirs.values() for d in ds)),
-            max_json_bytes=int(options.option("max_json_bytes", MAX_JSON_BYTES)),
+            CocoSource, found, root, every_dir, max_json_bytes=int(options.option("max_json_bytes", MAX_JSON_BYTES)),
             file_image_dirs=dirs if several else {},
             file_splits={rel: split_role(splits[js]) for rel, js in zip(dirs, found)} if several else {},
         )
@@ -399,12 +362,8 @@ class CocoReader(Reader):
                     _bad_id(b, f"images[{i}]", "id", img["id"], "image skipped")
                     continue
                 if iid in image_ids:
-                    b.problem(
-                        "duplicate_image",
-                        f"images[{i}]/id",
-                        f"id={img['id']!r} repeats images[{image_ids[iid]}]",
-                        "image skipped",
-                    )
+                    message = f"id={img['id']!r} repeats images[{image_ids[iid]}]"
+                    b.problem("duplicate_image", f"images[{i}]/id", message, "image skipped")
                     continue
                 image_ids[iid] = i
         per_image: dict[int, list[int]] = {}
