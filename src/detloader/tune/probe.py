@@ -113,21 +113,16 @@ def probe_machine(busy_window_s: float = 1.0) -> MachineProbe:
         cgroup_cpu_quota=_system.cgroup_cpu_limit(), usable_cpus=usable, busy_cpus=round(busy, 2),
         free_cpus=round(free_cpus(usable, affinity, busy), 2), busy_window_s=busy_window_s,
         memory_total=mem.total, memory_available=mem.available, cgroup_memory_limit=mem.cgroup_limit,
-        accelerator=kind, accelerator_name=name, accelerator_count=count,
-        hostname=socket.gethostname(),
+        accelerator=kind, accelerator_name=name, accelerator_count=count, hostname=socket.gethostname(),
         torch_version=torch.__version__,
     )
 
 
 # -- dataset ------------------------------------------------------------------------------------
 def batch_nbytes(batch: Any, _depth: int = 0) -> int:
-    """Bytes of the tensors and arrays in ``batch``, through tuples, lists, dicts, dataclasses
-    and plain objects."""
-    import torch
-
-    if _depth > 6:
-        return 0
-    if isinstance(batch, torch.Tensor):
+    """Bytes of the tensors and arrays in ``batch``, through tuples, lists, dicts and the
+    attributes of objects (a :class:`~detloader.collate.Batch`)."""
+    if hasattr(batch, "element_size") and hasattr(batch, "nelement"):
         return int(batch.nelement() * batch.element_size())
     if isinstance(batch, np.ndarray):
         return int(batch.nbytes)
@@ -135,13 +130,9 @@ def batch_nbytes(batch: Any, _depth: int = 0) -> int:
         parts: Any = batch.values()
     elif isinstance(batch, (list, tuple)):
         parts = batch
-    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        parts = [getattr(batch, f.name) for f in dataclasses.fields(batch)]
-    elif hasattr(batch, "__dict__") and not isinstance(batch, type):
-        parts = vars(batch).values()
     else:
-        return 0
-    return sum(batch_nbytes(v, _depth + 1) for v in parts)
+        parts = vars(batch).values() if hasattr(batch, "__dict__") and not isinstance(batch, type) else ()
+    return sum(batch_nbytes(v, _depth + 1) for v in parts) if _depth < 6 else 0
 
 
 def probe_dataset(
