@@ -48,27 +48,18 @@ def class_color(label: int) -> tuple[int, int, int]:
     return _CLASS_COLORS[int(label) % len(_CLASS_COLORS)]
 
 
-def _hue(i: int, n: int, offset: float) -> tuple[int, int, int]:
-    r, g, b = colorsys.hsv_to_rgb((offset + i / max(n, 1)) % 1.0, 0.85, 1.0)
-    return int(r * 255), int(g * 255), int(b * 255)
-
-
 def landmark_colors(num_points: int, flip_pairs: Sequence[tuple[int, int]]) -> list[tuple[int, int, int]]:
     """One RGB colour per landmark slot: both points of a flip pair share a hue; points in no
     pair get hues of their own (spread over the colour wheel, pairs first)."""
     in_pair = {i: k for k, pair in enumerate(flip_pairs) for i in pair}
     singles = [i for i in range(num_points) if i not in in_pair]
-    groups = len(flip_pairs) + len(singles)
+    groups = max(len(flip_pairs) + len(singles), 1)
     colors: list[tuple[int, int, int]] = []
     for i in range(num_points):
         group = in_pair[i] if i in in_pair else len(flip_pairs) + singles.index(i)
-        colors.append(_hue(group, groups, offset=0.08))
+        r, g, b = colorsys.hsv_to_rgb((0.08 + group / groups) % 1.0, 0.85, 1.0)
+        colors.append((int(r * 255), int(g * 255), int(b * 255)))
     return colors
-
-
-def dim(color: tuple[int, int, int]) -> tuple[int, int, int]:
-    """The colour of a hidden (visibility 1) point: halfway to grey."""
-    return tuple(int(c * 0.5 + 64) for c in color)  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -81,26 +72,6 @@ class TilePlacement:
 
     def map(self, x: float, y: float) -> tuple[float, float]:
         return self.origin[0] + self.scale * x, self.origin[1] + self.scale * y
-
-
-def caption_height(tile: int) -> int:
-    """Pixels of the caption band at the top of a ``tile``-pixel tile."""
-    return font_size(tile) + 6
-
-
-def font_size(tile: int) -> int:
-    return max(9, tile // 22)
-
-
-def placement(image_size: tuple[int, int], tile: int, origin: tuple[int, int] = (0, 0)) -> TilePlacement:
-    """The largest scale that fits a ``(w, h)`` image into a ``tile`` square below its caption
-    band (:func:`caption_height`), left-aligned."""
-    w, h = image_size
-    if w < 1 or h < 1:
-        raise DetloaderValueError(f"image_size={image_size}: width and height must be >= 1")
-    band = caption_height(tile)
-    s = min(tile / w, (tile - band) / h)
-    return TilePlacement((origin[0], origin[1] + band), s, (max(1, round(w * s)), max(1, round(h * s))))
 
 
 @dataclass(frozen=True)
@@ -153,16 +124,20 @@ def draw_tile(
     """Paste ``image`` (uint8 ``[H, W, 3]``) into ``canvas`` at ``origin`` scaled to fit
     ``tile`` and draw ``ann`` over it; returns the placement (to map points onto the tile)."""
     h, w = image.shape[:2]
-    place = placement((w, h), tile, origin)
+    if w < 1 or h < 1:
+        raise DetloaderValueError(f"image_size={(w, h)}: width and height must be >= 1")
     ox, oy = origin
-    band = caption_height(tile)
+    font_size = max(9, tile // 22)
+    band = font_size + 6  # the caption band at the top
+    scale = min(tile / w, (tile - band) / h)  # the largest that fits below the band, left-aligned
+    place = TilePlacement((ox, oy + band), scale, (max(1, round(w * scale)), max(1, round(h * scale))))
     picture = Image.fromarray(np.ascontiguousarray(image[..., :3]), "RGB")
     if place.size != (w, h):
         picture = picture.resize(place.size, Image.BILINEAR)
     canvas.paste(picture, place.origin)
     draw = ImageDraw.Draw(canvas)
     bounds = (ox, oy + band, ox + place.size[0] - 1, oy + band + place.size[1] - 1)
-    font = _font(font_size(tile))
+    font = _font(font_size)
     second = {b for _, b in flip_pairs}
     paired = {i for pair in flip_pairs for i in pair}
     r = POINT_RADIUS
@@ -182,8 +157,8 @@ def draw_tile(
             if v == 0:
                 continue
             color = point_colors[k] if k < len(point_colors) else (255, 255, 255)
-            if v == 1:
-                color = dim(color)
+            if v == 1:  # hidden: halfway to grey
+                color = tuple(int(c * 0.5 + 64) for c in color)  # type: ignore[assignment]
             px, py = place.map(float(ann.landmarks[n, k, 0]), float(ann.landmarks[n, k, 1]))
             px, py = round(px), round(py)
             disc = [px - r, py - r, px + r, py + r]

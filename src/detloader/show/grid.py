@@ -19,16 +19,10 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from detloader.annotations.index import MISSING, AnnotationIndex
+from detloader.annotations.index import AnnotationIndex
 from detloader.dataset import DetectionDataset, Sample
 from detloader.errors import DetloaderTypeError, DetloaderValueError
-from detloader.show.draw import (
-    BACKGROUND,
-    TileAnnotations,
-    TilePlacement,
-    draw_tile,
-    landmark_colors,
-)
+from detloader.show.draw import BACKGROUND, TileAnnotations, TilePlacement, draw_tile, landmark_colors
 from detloader.transforms.mix import group_size, mix_choice
 
 #: Pixels around and between tiles.
@@ -79,13 +73,9 @@ def pick_images(
     return ids.astype(np.int64)
 
 
-def _image_class(index: AnnotationIndex, label: int) -> str:
-    return index.image_classes[label] if label != MISSING and 0 <= label < len(index.image_classes) else ""
-
-
 def _sample_tile(index: AnnotationIndex, sample: Sample, note: str = "") -> tuple[np.ndarray, TileAnnotations]:
-    i = int(sample.image_id)
-    parts = [f"#{i}", _image_class(index, int(sample.image_label))]
+    label = int(sample.image_label)
+    parts = [f"#{int(sample.image_id)}", index.image_classes[label] if 0 <= label < len(index.image_classes) else ""]
     if sample.scale[0] < 0:  # any transform that mirrors records a negative x scale
         parts.append("flipped")
     if note:

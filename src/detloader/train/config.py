@@ -113,48 +113,32 @@ class TrainConfig:
     evaluate: bool = True
 
     def __post_init__(self) -> None:
-        def positive(name: str, allow_zero: bool = False) -> None:
-            value = getattr(self, name)
-            low = 0 if allow_zero else 1
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise DetloaderValueError(f"{name}={value!r} must be an int >= {low}")
+        from detloader.dataset import DECODE_ERROR_CHOICES
+        from detloader.train.metrics import BACKENDS
 
-        for name in ("batch_size", "epochs", "synthetic_images", "width"):
-            positive(name)
+        def is_int(value: Any, low: int) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+        for name, low in (("batch_size", 1), ("epochs", 1), ("synthetic_images", 1), ("width", 1),
+                          ("warmup_steps", 0), ("checkpoint_every", 0), ("close_mosaic", 0)):
+            if not is_int(getattr(self, name), low):
+                raise DetloaderValueError(f"{name}={getattr(self, name)!r} must be an int >= {low}")
         if isinstance(self.mosaic, bool) or not isinstance(self.mosaic, (int, float)) or not 0 <= self.mosaic <= 1:
             raise DetloaderValueError(f"mosaic={self.mosaic!r} must be a share in [0, 1]")
-        for name in ("warmup_steps", "checkpoint_every", "close_mosaic"):
-            positive(name, allow_zero=True)
-        if (
-            isinstance(self.size, bool)
-            or not isinstance(self.size, int)
-            or self.size < INPUT_MULTIPLE
-            or self.size % INPUT_MULTIPLE
-        ):
+        if not is_int(self.size, INPUT_MULTIPLE) or self.size % INPUT_MULTIPLE:
             raise DetloaderValueError(f"size={self.size!r} must be a positive multiple of {INPUT_MULTIPLE}")
         if self.max_steps is not None and (not isinstance(self.max_steps, int) or self.max_steps < 1):
             raise DetloaderValueError(f"max_steps={self.max_steps!r} must be None or an int >= 1")
-        from detloader.dataset import DECODE_ERROR_CHOICES
-
-        if self.on_decode_error not in DECODE_ERROR_CHOICES:
-            raise DetloaderValueError(f"on_decode_error={self.on_decode_error!r} is not one of {DECODE_ERROR_CHOICES}")
-        if self.device not in DEVICES:
-            raise DetloaderValueError(f"device={self.device!r} is not one of {DEVICES}")
-        if self.landmark_loss not in LANDMARK_LOSSES:
-            raise DetloaderValueError(f"landmark_loss={self.landmark_loss!r} is not one of {LANDMARK_LOSSES}")
-        if not (
-            self.num_workers == "auto"
-            or (isinstance(self.num_workers, int) and not isinstance(self.num_workers, bool) and self.num_workers >= 0)
-        ):
+        for name, choices in (("on_decode_error", DECODE_ERROR_CHOICES), ("device", DEVICES),
+                              ("landmark_loss", LANDMARK_LOSSES), ("eval_backend", BACKENDS)):
+            if getattr(self, name) not in choices:
+                raise DetloaderValueError(f"{name}={getattr(self, name)!r} is not one of {choices}")
+        if not (self.num_workers == "auto" or is_int(self.num_workers, 0)):
             raise DetloaderValueError(f"num_workers={self.num_workers!r} must be an int >= 0 or 'auto'")
         if not (self.lr > 0 and self.weight_decay >= 0):
             raise DetloaderValueError(f"lr={self.lr!r} must be > 0 and weight_decay={self.weight_decay!r} >= 0")
         if not 0.0 <= self.score_threshold <= 1.0:
             raise DetloaderValueError(f"score_threshold={self.score_threshold!r} must be in [0, 1]")
-        from detloader.train.metrics import BACKENDS
-
-        if self.eval_backend not in BACKENDS:
-            raise DetloaderValueError(f"eval_backend={self.eval_backend!r} is not one of {BACKENDS}")
         if not isinstance(self.balance, str) or not self.balance:
             raise DetloaderValueError(f"balance={self.balance!r} must be 'none' or a strategy name")
         name = self.balance.partition(":")[0].strip()
