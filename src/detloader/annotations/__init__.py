@@ -1,11 +1,11 @@
 """Stage 1, annotations: files on disk -> a validated, cached :class:`AnnotationIndex`.
 
-``readers/`` (one module per format) -> ``checks`` (the shared rules, pure) -> ``builder``
-(per-file typed columns -> ``chunk.Partial``) -> ``parse`` (files in parallel) -> ``merge`` (in
-file order, global vocabularies) -> ``index`` (flat arrays laid out by ``fields``, names in
-``vocabulary``, per-image ``view``, ratio ``splits``) -> ``cache`` (one memory-mapped file); ``problems`` holds the
-error policy and report; ``landmarks`` the landmark schemas; ``writers`` turns an index back
-into VOC, COCO or YOLO.
+``readers/`` (one ``Reader`` per format) -> ``checks`` (the shared rules, pure; ``ReadOptions``)
+-> ``builder`` (per-file typed columns -> ``Partial``) -> ``parse`` (files in parallel, merged in
+file order with global vocabularies) -> ``index`` (flat arrays laid out by ``fields``, per-image
+``view``, ``splits``) -> ``cache`` (one memory-mapped file, built once per node); ``read`` is the
+entry point; ``problems`` holds the error policy and report; ``landmarks`` the landmark schemas;
+``writers`` turns an index back into VOC, COCO or YOLO.
 """
 
 from detloader.annotations.index import MISSING, AnnotationIndex

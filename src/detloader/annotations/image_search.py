@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from detloader.annotations.cache import CACHE_SUBDIR
-from detloader.annotations.readers.locate import IMAGE_EXTENSIONS
+from detloader.annotations.readers.locate import IMAGE_SUFFIXES
 
 #: Levels of folders below the dataset root that are looked at (the root is level 0).
 SEARCH_DEPTH = 4
@@ -31,8 +31,6 @@ SEARCH_DEPTH = 4
 SEARCH_MAX_FOLDERS = 2000
 #: The search runs when fewer than this share of the named images were found.
 FEW_FOUND = 0.1
-
-_IMAGE_SUFFIXES = frozenset(e.lower() for e in IMAGE_EXTENSIONS)
 
 
 @dataclass(frozen=True)
@@ -62,7 +60,7 @@ def _wanted(names: Iterable[str]) -> dict[str, str]:
 def _score(files: set[str], wanted: Mapping[str, str]) -> int:
     """How many wanted names the folder holds: by base name, else by stem with an image
     extension (the readers try those too)."""
-    stems = {os.path.splitext(f)[0] for f in files if os.path.splitext(f)[1].lower() in _IMAGE_SUFFIXES}
+    stems = {os.path.splitext(f)[0] for f in files if os.path.splitext(f)[1].lower() in IMAGE_SUFFIXES}
     return sum(1 for base, stem in wanted.items() if base in files or stem in stems)
 
 

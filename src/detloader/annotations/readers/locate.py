@@ -22,6 +22,8 @@ from detloader.images import header_size as _header_bytes_size
 
 #: Image file extensions tried when an annotation names an image without one (or wrongly).
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".JPG", ".JPEG", ".PNG")
+#: The same, lower case: image file name endings (``name.lower().endswith(IMAGE_SUFFIXES)``).
+IMAGE_SUFFIXES = tuple(sorted({e.lower() for e in IMAGE_EXTENSIONS}))
 
 
 #: Bytes read for an image header; a file whose header lies further (a large EXIF block) is read whole.

@@ -27,9 +27,6 @@ from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.readers.common import read_head
 from detloader.errors import DetloaderTypeError, DetloaderValueError, UnsafeXMLError
 
-#: Default cap on one annotation file (VOC, imglab); large single-file formats set their own.
-MAX_XML_BYTES = 16 * 1024 * 1024
-
 _DOCTYPE = re.compile(rb"<!DOCTYPE\b([^>\[]*)(\[)?", re.IGNORECASE)
 _EXTERNAL = re.compile(rb"\b(SYSTEM|PUBLIC)\b")
 
@@ -55,11 +52,7 @@ def check_prolog(head: bytes) -> None:
 _SAFE = dict(resolve_entities=False, no_network=True, load_dtd=False, remove_comments=True, remove_pis=True)
 
 
-def _make_parser() -> etree.XMLParser:
-    return etree.XMLParser(dtd_validation=False, huge_tree=False, **_SAFE)
-
-
-_PARSER = _make_parser()
+_PARSER = etree.XMLParser(dtd_validation=False, huge_tree=False, **_SAFE)
 
 
 def prolog_end(data: bytes) -> int:
@@ -167,13 +160,9 @@ def root_tag(path: Path) -> str | None:
     return match.group(1).decode("ascii", "replace") if match else None
 
 
-def xml_files_with_root(folder: Path, tag: str, *, recursive: bool = False) -> list[Path]:
+def xml_files_with_root(folder: Path, tag: str) -> list[Path]:
     """``.xml`` files in ``folder`` (sorted) whose root element is ``tag``."""
-    if recursive:
-        candidates = sorted(p for p in folder.rglob("*.xml") if p.is_file())
-    else:
-        candidates = sorted(p for p in folder.glob("*.xml") if p.is_file())
-    return [p for p in candidates if root_tag(p) == tag]
+    return [p for p in sorted(folder.glob("*.xml")) if p.is_file() and root_tag(p) == tag]
 
 
 def sniff_xml(path: Path, tag: str) -> bool:

@@ -54,7 +54,7 @@ from detloader.annotations.readers.common import (
     read_head,
     stat_entry,
 )
-from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, ImageLocator, add_listed_image
+from detloader.annotations.readers.locate import IMAGE_SUFFIXES, ImageLocator, add_listed_image
 from detloader.annotations.splits import files_as_splits
 from detloader.errors import DetloaderValueError
 
@@ -64,7 +64,6 @@ OPTIONS: tuple[str, ...] = ("kind", "names")
 KINDS = ("list", "retinaface", "wider")
 LIST_NAMES = ("label", "labels", "train", "val", "valid", "validation", "test", "trainval")
 NAMES_FILES = ("classes.txt", "names.txt")
-_IMAGE_SUFFIXES = tuple(sorted({e.lower() for e in IMAGE_EXTENSIONS}))
 FACE_CLASS = "face"
 #: A whole number, as the face count and size fields hold it.
 INTEGER = re.compile(r"^[+-]?\d+$")
@@ -81,7 +80,7 @@ WIDER_ATTRIBUTES: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def _is_image_path(token: str) -> bool:
-    return token.lower().endswith(_IMAGE_SUFFIXES)
+    return token.lower().endswith(IMAGE_SUFFIXES)
 
 
 def _split_list_line(line: str) -> tuple[str, str] | None:

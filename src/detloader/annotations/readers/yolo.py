@@ -60,9 +60,8 @@ from detloader.annotations.readers.common import (
     read_head,
     stat_entry,
 )
-from detloader.annotations.readers.locate import size_from_header
+from detloader.annotations.readers.locate import IMAGE_SUFFIXES, size_from_header
 from detloader.annotations.readers.yolo_config import (
-    IMAGE_SUFFIXES,
     YoloConfigError,
     class_names,
     find_names_file,

@@ -13,13 +13,11 @@ import yaml
 
 from detloader.annotations.problems import Problem
 from detloader.annotations.readers.common import Stamp, scan_files, stat_entry
-from detloader.annotations.readers.locate import IMAGE_EXTENSIONS
+from detloader.annotations.readers.locate import IMAGE_SUFFIXES
 from detloader.errors import YoloConfigError
 
 YAML_NAMES = ("data.yaml", "dataset.yaml", "data.yml", "dataset.yml")
 NAMES_FILES = ("classes.txt", "obj.names", "names.txt", "classes.names")
-#: Image file name endings, lower case.
-IMAGE_SUFFIXES = tuple(sorted({e.lower() for e in IMAGE_EXTENSIONS}))
 
 
 def find_yaml(folder: Path) -> Path | None:
