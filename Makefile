@@ -55,3 +55,10 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .hypothesis src/*.egg-info
+
+# torchvision's VOCDetection baseline where torchvision loads (.venv-integration, see
+# test-integration); `detloader bench` reads the recorded run from benchmarks/results/.
+BENCH_DATA ?= ../shared/datasets/bccd
+.PHONY: bench-torchvision
+bench-torchvision: $(VENV_INT)/.installed
+	$(VENV_INT)/bin/python benchmarks/bench_torchvision.py $(BENCH_DATA) --out benchmarks/results/torchvision.json

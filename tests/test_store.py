@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from dataclasses import fields
 
 import numpy as np
 import pytest
@@ -45,8 +46,29 @@ def test_samples_match_decoding_for_any_num_workers(index):
     for a, b, c in zip(*batches):
         assert psnr(a.images, b.images) >= 30 and np.array_equal(b.images.numpy(), c.images.numpy())
         assert np.array_equal(a.boxes, b.boxes) and np.array_equal(b.boxes, c.boxes)
+        assert np.array_equal(a.landmarks, b.landmarks) and np.array_equal(a.visibility, b.visibility)
     for i in range(len(index)):
         assert stored[i].scale == plain[i].scale and stored[i].offset == plain[i].offset
+
+
+@pytest.mark.parametrize("transform", [Resize(48, mode="letterbox"), Resize((40, 56))], ids=["letterbox", "fixed"])
+def test_batches_identical_with_and_without_the_store_for_a_deterministic_transform(index, transform):
+    plain = DetectionDataset(index, transform, seed=0)
+    stored = DetectionDataset(index, transform, seed=0, cache="disk")  # stored at the resize's output
+    assert {stored.store.size(i) for i in range(len(index))} == {transform.content_size(96, 72)}
+    pairs = list(zip(make_loader(plain, batch_size=4), make_loader(stored, batch_size=4, num_workers=2)))
+    assert len(pairs) == 3
+    for a, b in pairs:
+        for f in fields(a):
+            x, y = getattr(a, f.name), getattr(b, f.name)
+            assert np.array_equal(np.asarray(x), np.asarray(y)), f.name
+
+
+def test_a_write_into_a_sample_never_reaches_the_store(index):
+    stored = DetectionDataset(index, LETTERBOX, seed=0, cache="disk")
+    want = stored[1].image.clone()
+    stored[1].image.zero_()  # the sample wraps the map's pages: copy-on-write, this process only
+    assert np.array_equal(DetectionDataset(index, LETTERBOX, seed=0, cache="disk")[1].image, want)
 
 
 def test_cache_size_from_the_transform_or_required(index):

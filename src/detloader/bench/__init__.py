@@ -3,7 +3,7 @@
 Sections (one module each):
 
 * **loader** (:mod:`~detloader.bench.loader`): the decode ceiling - one core's decode +
-  resize rate of the same images (:mod:`~detloader.bench.throughput`) times the usable CPUs -
+  resize rate of the same images times the usable CPUs -
   and the loader's images/s for ``num_workers`` 0..CPUs as a fraction of it; with
   ``decode_threads`` 0 and CPUs at ``num_workers`` 0 and the best; the tutorial and
   torchvision ``VOCDetection`` baselines (:mod:`~detloader.bench.baselines`); pickled bytes

@@ -2,7 +2,9 @@
 optional in-process decode threads, the untuned default (``num_workers="auto"``), the best
 setting, the tutorial and torchvision baselines, bytes per batch; with ``cache``, the same
 loader reading the store of decoded images (:mod:`detloader.store`). Every figure is the
-median of ``repeats`` runs taken round-robin (:func:`median_of`).
+median of ``repeats`` runs taken round-robin (:func:`median_of`). The decode ceiling is one
+core's decode + resize rate of the same images (:func:`decode_rate`, the work a loader cannot
+avoid) times the usable CPUs: what any loader of these images at this size can reach here.
 
 torchvision cannot load beside a CPU-only torch build: ``make bench-torchvision`` measures it
 in its own environment and records the run (:data:`TORCHVISION_RESULT`); without torchvision
@@ -11,6 +13,7 @@ the section reports that run's best setting / torchvision, named as recorded.
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import os
@@ -18,7 +21,7 @@ import pickle
 import statistics
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +31,12 @@ from torch.utils.data import DataLoader, Dataset
 from detloader.annotations.index import AnnotationIndex
 from detloader.bench.baselines import TutorialDataset, torchvision_voc, tutorial_collate, voc_layout
 from detloader.bench.report import BenchReport
-from detloader.bench.throughput import decode_rate, loader_rate
 from detloader.dataset import DetectionDataset
+from detloader.images import read_image
 from detloader.loader import make_loader
 from detloader.transforms import Resize
+from detloader.transforms.base import min_input_size
+from detloader.transforms.functional import resize_image
 
 SECTION = "loader"
 #: The run ``make bench-torchvision`` records (``$DETLOADER_TORCHVISION_RESULT`` first).
@@ -48,6 +53,48 @@ def _loader(
             warnings.simplefilter("ignore")  # "no tuning result": what this figure measures
             return make_loader(dataset, batch_size=batch_size, num_workers="auto")
     return make_loader(dataset, batch_size=batch_size, num_workers=workers, prefetch_factor=2 if workers else None)
+
+
+def loader_rate(loader: Iterable[Any], count: Callable[[Any], int], batches: int) -> float:
+    """Images per second of ``loader`` over up to ``batches`` batches after the first."""
+    it = iter(loader)
+    first = next(it, None)
+    if first is None:
+        return 0.0
+    start = time.perf_counter()
+    n = 0
+    for step, batch in enumerate(it):
+        n += count(batch)
+        if step + 1 >= batches:
+            break
+    elapsed = time.perf_counter() - start
+    del it  # shut the workers down before the next setting starts its own
+    return n / elapsed if elapsed > 0 else 0.0
+
+
+def decode_rate(index: AnnotationIndex, size: int, images: int, repeats: int = 2) -> float:
+    """Images per second of one core reading, decoding (libjpeg-turbo through simplejpeg, or
+    Pillow, with the reduced-size JPEG decoding the Dataset uses) and resizing the first
+    ``images`` images of ``index`` to ``size x size`` - best of ``repeats`` passes."""
+    resize = Resize((size, size))
+    hint = functools.partial(min_input_size, (resize,))
+    count = min(images, len(index))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one core: the resize kernel is torch's
+    try:
+        best = 0.0
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for i in range(count):
+                ann = (int(index.width[i]), int(index.height[i]))
+                img = read_image(index.image_path(i), expected_size=ann, min_size=hint).image
+                w, h = resize.content_size(img.shape[1], img.shape[0])
+                resize_image(img, w, h, resize.interpolation)
+            elapsed = time.perf_counter() - start
+            best = max(best, count / elapsed if elapsed > 0 else 0.0)
+        return best
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _rate(make: Callable[[], Any], count: Callable[[Any], int], batches: int) -> float:
