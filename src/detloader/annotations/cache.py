@@ -156,16 +156,12 @@ def save_index(index: AnnotationIndex, path: str | os.PathLike[str], key: str) -
     return path
 
 
-def read_key(path: str | os.PathLike[str], *, strict: bool = False) -> str | None:
-    """The key stored in a cache file, or None if the file is missing or (unless ``strict``,
-    which raises :class:`CacheError`) its header is not usable."""
+def read_key(path: str | os.PathLike[str]) -> str | None:
+    """The key stored in a cache file, None when there is no file; :class:`CacheError` when its
+    header is not usable."""
     try:
         header, _ = _read_header(path)
     except FileNotFoundError:
-        return None
-    except (OSError, CacheError):
-        if strict:
-            raise
         return None
     return header.get("key")
 

@@ -172,30 +172,11 @@ MAX_FILE_BYTES = 16 * 1024 * 1024
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """How annotations are read. Every field takes part in the cache key.
-
-    Attributes:
-        classes: the class list, in id order; objects of other classes are ``unknown_class``
-            errors. ``None``: every class found, sorted by name.
-        class_map: rename / merge / drop classes before anything else, as pairs
-            ``(name_in_file, new_name)``; ``new_name=None`` drops the objects.
-        landmark_schema: landmark names (ordered) and flip pairs; ``None``: names found in the
-            data, in order of first appearance, flip pairs inferred from left/right spelling.
-        one_based: subtract 1 from xmin and ymin (VOC's 1-based pixel indices).
-        clip_boxes: clip boxes that are partly outside the image (reported as ``box_clipped``);
-            when False such boxes are ``box_outside_image`` errors.
-        check_images: check that each image file exists (``missing_image`` otherwise).
-        image_class_attribute: name of the image attribute that holds the image-level class.
-        max_file_bytes: size cap of one annotation file.
-        image_dir: image folder, overriding the one found from the layout.
-        allow_outside_images: follow image names that leave the dataset (absolute, ``../``),
-            as ``convert --images none`` writes them; otherwise they are ``outside_dataset``
-            problems and only their base name is looked for inside.
-        boxes_from_points: what an object with landmarks but no box becomes: ``"enclose"``
-            (its labelled points' enclosing box), ``"image"`` (the whole image) or ``"skip"``;
-            reported once per file (``box_from_points``, repaired), see
-            :func:`~detloader.annotations.checks.box_from_points`.
-    """
+    """How annotations are read: the options of :func:`~detloader.annotations.read.read_annotations`
+    of the same names (its docstring says what each does), as hashable values (``classes`` and
+    ``class_map`` as tuples, ``landmark_schema`` as a :class:`LandmarkSchema`, ``image_dir``
+    absolute); ``extra`` holds the format options (``option(name)``). Every field takes part in
+    the cache key (:meth:`to_json`)."""
 
     classes: tuple[str, ...] | None = None
     class_map: tuple[tuple[str, str | None], ...] = ()

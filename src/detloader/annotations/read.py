@@ -251,10 +251,8 @@ def read_annotations(
 def _cached(cache_file: Path, key: str, root: Path) -> AnnotationIndex | None:
     """The index in ``cache_file`` when its key is ``key`` (the dataset is unchanged), else None;
     a damaged file is never used (a warning, and the caller rebuilds it)."""
-    if not cache_file.exists():
-        return None
     try:
-        if _key_matches(_cache.read_key(cache_file, strict=True), key, root):
+        if _key_matches(_cache.read_key(cache_file), key, root):
             return _cache.load_index_file(cache_file, root=root)
     except (OSError, _cache.CacheError) as err:
         warnings.warn(f"{err}; rebuilding the index cache", DetloaderRuntimeWarning, stacklevel=3)

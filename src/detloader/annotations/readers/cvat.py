@@ -17,30 +17,16 @@ to the file, then beside it (``image_dir`` overrides)::
       </image>
     </annotations>
 
-Mapping to the index:
-
-* ``<box>``: ``xtl ytl xbr ybr`` is xyxy; ``occluded`` is the flag; ``<attribute>`` children
-  become object attributes, except ``difficult`` and ``truncated`` which set those flags.
-  A ``rotation`` other than 0 is replaced by the rotated box's axis-aligned bounds (an
-  ``unsupported`` problem of repaired severity: the index holds upright boxes).
-* ``<points>`` and ``<skeleton>`` are landmarks of a box. A ``<points>`` element with one
-  point is the landmark named by its label; with several points they are named ``p0, p1, ..``
-  (or by a given landmark schema). In a skeleton each child ``<points>`` is one landmark named
-  by its label; ``outside="1"`` is absent (visibility 0), ``occluded="1"`` hidden (1), else
-  visible (2). Landmarks join the box with the same ``group_id``; ungrouped ones (or those
-  whose group has no box) join the smallest box containing all their points, unless the
-  format option ``link_points="group"`` asks for groups only. A skeleton or ``<points>``
-  that no box takes (a points-only export) becomes an object of its own label, boxed as
-  ``read_annotations(boxes_from_points=)`` says: by its labelled points (default), by the
-  image, or skipped; one ``box_from_points`` problem per file says how many.
-* ``<tag>``: the first tag of an image is its image-level class, the tag's attributes are
-  image attributes; a further tag is an ``unsupported`` error (an image has one class).
-* ``subset`` (project exports) becomes the image attribute ``subset`` and a split per value.
-* ``<polygon>``, ``<polyline>``, ``<ellipse>``, ``<mask>``, ``<cuboid>`` carry no box: they
-  are counted in ``index.meta["stats"]`` and reported once per file (``unsupported``,
-  repaired severity, so they never fail a read). CVAT for video (``<track>``) is not read.
-* Landmark order: the ``<meta>`` label schema (skeleton sub-labels, then points labels), so
-  that the landmark slots follow the project's definition, not the first annotation.
+Mapping to the index: docs/formats.md ("What each format maps to", "Points without boxes").
+In short: ``<box>`` is an object (``rotation`` replaced by the rotated box's upright bounds, a
+repair); ``<points>`` (one point: named by its label; several: ``p0, p1, ..`` or a given
+schema) and ``<skeleton>`` children (one landmark each, named by its label) are landmarks of
+the box with the same ``group_id``, else of the smallest box holding them (unless
+``link_points="group"``), else an object of their own; ``outside="1"`` is absent (visibility
+0), ``occluded="1"`` hidden (1). The first ``<tag>`` is the image class, ``subset`` an image
+attribute and a split; shapes without a box (polygon, mask, ...) are counted and reported once
+per file; ``<track>`` (CVAT for video) is not read. Landmark slots follow the ``<meta>`` label
+schema (skeleton sub-labels, then points labels).
 
 Format options (``read_annotations(path, **options)``):
 

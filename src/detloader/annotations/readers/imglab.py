@@ -10,24 +10,15 @@ file)::
       </box>
     </image>
 
-* **Boxes**: dlib's rectangle covers the pixels ``left .. left + width - 1``, so in continuous
-  pixel coordinates the box is ``(left, top, left + width, top + height)``. A ``<box>`` with
-  ``<part>``s and none of the four is boxed from its parts
-  (``read_annotations(boxes_from_points=)``).
-* **Class**: the box's ``<label>``; boxes without one get the format option
-  ``default_class`` (default ``"object"``).
-* **Flags**: ``difficult``, ``truncated``, ``occluded`` map to the index's flags.
-  ``ignore='1'`` (dlib: neither a positive nor a negative) sets ``difficult`` (the flag that
-  evaluation and training code already skip) and the object attribute ``ignore = "1"``, so the
-  two stay distinguishable.
-* Other box attributes (``pose``, ``angle``, ``age``, ``gender``, ``detection_score``) become
-  object attributes.
-* **Landmarks**: ``<part name x y>``, named by ``name``. Parts dlib marks as not present
-  (coordinates of +-2**31) are absent (visibility 0). When the part names are exactly
-  ``"00"`` .. ``"67"`` the schema is :data:`IBUG68` (iBUG 300-W, with its 29 flip pairs).
-* Images without ``width``/``height`` (older imglab files) take the size from the image
-  header (a ``missing_size`` repair).
-* Image paths are relative to the XML file's folder (or ``image_dir``).
+Mapping to the index: docs/formats.md ("What each format maps to"). Boxes: dlib's rectangle
+covers the pixels ``left .. left + width - 1``, so in continuous pixel coordinates the box is
+``(left, top, left + width, top + height)``; boxes without ``<label>`` get the format option
+``default_class`` (default ``"object"``); ``ignore='1'`` sets ``difficult`` and the attribute
+``ignore = "1"``; other box attributes become object attributes. Parts dlib marks as not present
+(coordinates of +-2**31) are absent (visibility 0); names ``"00"`` .. ``"67"`` take
+:data:`~detloader.annotations.landmarks.IBUG68`. Images without ``width``/``height`` (older
+files) take the size from the image header; image paths are relative to the XML file's folder
+(or ``image_dir``).
 
 The file is streamed (:func:`~detloader.annotations.readers.safe_xml.iter_xml`), so large landmark files
 (the iBUG 300-W training list is ~30 MB) need no size cap. Element paths in problems are
