@@ -6,7 +6,17 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detloader.balance.alias import alias_probabilities, alias_table
+from detloader.balance.alias import alias_table
+
+
+def alias_probabilities(table: np.ndarray) -> np.ndarray:
+    """float64 ``[n]``: the exact draw probabilities an alias table encodes."""
+    n = len(table)
+    thr = (table >> np.uint64(32)).astype(np.float64) / 4294967296.0
+    alias = (table & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    own = np.where(alias == np.arange(n), 1.0, thr)
+    given = np.bincount(alias, weights=1.0 - own, minlength=n)
+    return (own + given) / n
 
 
 @settings(max_examples=150, deadline=None)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from balance_helpers import P_MIN
+from balance_helpers import P_MIN, chi_square_test
 
 from detloader.balance import BalancedBatchSampler
-from detloader.stats import chi_square_test
 
 
 def test_balanced_batch_sampler():

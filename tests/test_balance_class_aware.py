@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from balance_helpers import P_MIN, tiny_index
+from balance_helpers import P_MIN, chi_square_test, tiny_index
 
 from detloader.balance import ClassAwareSampler, members_from_labels
-from detloader.stats import chi_square_test
 
 
 def test_members_from_labels():

@@ -1,4 +1,4 @@
-"""Ranks' shares of a draw (detloader.balance.distributed, in one process)."""
+"""Ranks' shares of a draw (detloader.balance.base.shard, in one process)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from detloader.balance import WeightedSampler
-from detloader.balance.distributed import shard
+from detloader.balance.base import shard
 
 
 @pytest.mark.parametrize("world", [2, 3])

@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from balance_helpers import chi_square_sf, chi_square_test
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from detloader.stats import chi_square_sf, chi_square_test
 
 
 @pytest.mark.parametrize(

@@ -1,26 +1,42 @@
 """Balance: which images an epoch draws, so that rare classes are seen enough.
 
-``groups`` (which group each object or image is in) -> ``weights`` (pure functions: per-group
-weights, per-image weights, repeat factors, strategy strings) -> the samplers, one per module:
-``weighted`` (alias method, exact beyond 2**24),
-``repeat_factor`` (LVIS), ``class_aware`` (round-robin over classes), ``batch`` (P x K),
-``wrapper`` (any sampler, distributed), ``partners`` (index groups for mosaic and mixup from one
-sampler), ``aspect`` (batches of similar aspect ratio from any sampler's order) -> ``factory``
-(``make_balanced_sampler``: a strategy string -> its sampler). ``base`` holds their shared
-contract (seed, epoch, rank, resume),
-``distributed`` the rank arithmetic, ``alias`` the exact alias table, ``checks`` the argument
-checks.
+A detection image holds objects of several classes, so a weight goes first to each group
+(``groups``: an object class, an image class, an attribute value or a product of those) and
+then to each image (``weights``: :func:`sample_weights`, strategy strings). The samplers, all
+seeded per epoch, distributed (rank ``r`` of ``W`` takes positions ``r::W`` of one global
+draw) and resumable (``state_dict`` / ``load_state_dict``; the contract is in ``base``):
 
-The weights load at once; the samplers (torch) load on first use, as in :mod:`detloader`, so
-that the CLI's statistics stay quick: name -> module.
+* :class:`WeightedSampler` (``weighted``): indices with probability ``w_i / sum(w)``, exact
+  beyond torch's 2**24 categories; the default of every weight strategy (``inverse``,
+  ``sqrt``, ``power:P``, ``effective``, explicit ``{group: weight}``).
+* :class:`RepeatFactorSampler` (``weighted``): LVIS repeat factors, each image ``floor`` or
+  ``ceil`` of its factor times per epoch: when every image should still be seen once.
+* :class:`ClassAwareSampler` (``class_aware``): classes round-robin, then an image of the
+  class: the flattest class distribution, for very many classes.
+* :class:`BalancedBatchSampler` (``class_aware``): P classes x K images per batch, for metric
+  learning and batch-level balance (a ``batch_sampler``).
+* :class:`DistributedSamplerWrapper` (``wrapper``): any other sampler (torch's own) made
+  distributed.
+* :class:`PartnerSampler` (``wrapper``): ``[i, p1, ..., pk]`` groups from one sampler, for
+  mosaic and mixup whose partners follow the same balance.
+* :class:`AspectRatioBatchSampler` (``wrapper``): batches of similar aspect ratio from any
+  sampler's order, so that wide and tall images are not padded to one square.
+
+:func:`make_balanced_sampler` (``weights``) turns a strategy string into its sampler (what
+``make_loader(balance=...)`` uses); ``alias`` is the exact alias table behind WeightedSampler.
+
+The weights and strategies load at once; the samplers (torch) load on first use, as in
+:mod:`detloader`, so that the CLI's statistics stay quick: name -> module.
 """
 
 from detloader.balance.groups import Groups, balance_groups, class_members, group_counts
 from detloader.balance.weights import (
+    BALANCE_CHOICES,
     DEFAULT_BETA,
     DEFAULT_THRESHOLD,
     STRATEGIES,
     image_weights,
+    make_balanced_sampler,
     parse_strategy,
     repeat_factors,
     sample_weights,
@@ -28,15 +44,13 @@ from detloader.balance.weights import (
 )
 
 _LAZY = {
-    "AspectRatioBatchSampler": "detloader.balance.aspect",
-    "BALANCE_CHOICES": "detloader.balance.factory",
-    "BalancedBatchSampler": "detloader.balance.batch",
+    "AspectRatioBatchSampler": "detloader.balance.wrapper",
+    "BalancedBatchSampler": "detloader.balance.class_aware",
     "ClassAwareSampler": "detloader.balance.class_aware",
     "DistributedSamplerWrapper": "detloader.balance.wrapper",
-    "PartnerSampler": "detloader.balance.partners",
-    "RepeatFactorSampler": "detloader.balance.repeat_factor",
+    "PartnerSampler": "detloader.balance.wrapper",
+    "RepeatFactorSampler": "detloader.balance.weighted",
     "WeightedSampler": "detloader.balance.weighted",
-    "make_balanced_sampler": "detloader.balance.factory",
     "members_from_labels": "detloader.balance.class_aware",
 }
 

@@ -181,17 +181,6 @@ def _spread_residual(q: np.ndarray, residual: int, chunk: int) -> int | None:
     return changed
 
 
-def alias_probabilities(table: np.ndarray) -> np.ndarray:
-    """float64 ``[n]``: the exact draw probabilities an alias table encodes (for tests and
-    for checking a table against its weights)."""
-    n = len(table)
-    thr = (table >> _SHIFT32).astype(np.float64) / 4294967296.0
-    alias = (table & _MASK32).astype(np.int64)
-    own = np.where(alias == np.arange(n), 1.0, thr)
-    given = np.bincount(alias, weights=1.0 - own, minlength=n)
-    return (own + given) / n
-
-
 def alias_draw(table: np.ndarray, x: np.ndarray) -> np.ndarray:
     """The indices that uniform uint64 draws ``x`` in ``[0, n * 2**32)`` pick from ``table``
     (uint64 ``[n]``, :func:`alias_table`): uint64 ``[len(x)]``. ``x`` is overwritten."""

@@ -9,8 +9,9 @@ The contract of each sampler:
   same draw, and a second pass over an epoch that was already drawn warns once.
 * **Distributed by construction.** ``rank`` and ``world_size`` default to
   ``torch.distributed``'s when a process group is initialised, else 0 and 1; a rank yields its
-  share of the global draw (:mod:`detloader.balance.distributed`). When the global length is
-  not a multiple of ``W`` it is padded (with-replacement samplers draw a few more; the others
+  share of the global draw: positions ``r, r + W, r + 2W, ...`` (:func:`shard`), so the ranks
+  together are exactly the single-process draw. When the global length is not a multiple of
+  ``W`` it is padded (with-replacement samplers draw a few more; the others
   wrap around to the start, as DistributedSampler does) or, with ``drop_last=True``, cut.
 * **Resumable.** ``state_dict()`` returns ``{"epoch", "offset", ...}`` where ``offset`` counts
   the items (indices, or batches for a batch sampler) this rank has yielded in the epoch;
@@ -23,14 +24,13 @@ from __future__ import annotations
 
 import warnings
 from abc import abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 from torch.utils.data import Sampler
 
-from detloader.balance.checks import check_int
-from detloader.balance.distributed import distributed_defaults, shard
 from detloader.errors import DetloaderValueError, DetloaderWarning
 
 #: Draws per chunk: bounds temporary memory (and keeps it in cache), and fixes the random
@@ -42,6 +42,52 @@ _YIELD_SLICE = 1 << 16
 # Stream ids keep the draws of different sampler kinds apart for the same seed and epoch.
 STREAM_WEIGHTED, STREAM_NO_REPLACEMENT, STREAM_REPEAT = 1, 2, 3
 STREAM_CLASS_AWARE, STREAM_BATCH, STREAM_WRAPPER = 4, 5, 6
+
+
+def check_int(name: str, value: Any, minimum: int, hint: str = "") -> int:
+    """``int(value)``; raises ``"{name}={value!r} must be an int >= {minimum}"`` (plus ``hint``)
+    for a bool, a non-integer or a value below ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise DetloaderValueError(f"{name}={value!r} must be an int >= {minimum}{hint}")
+    return int(value)
+
+
+def distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """``(rank, world_size)``: the given values, else ``torch.distributed``'s when it is
+    initialised, else ``(0, 1)``. Checks ``0 <= rank < world_size``."""
+    initialised = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if world_size is None:
+        world_size = torch.distributed.get_world_size() if initialised else 1
+    if rank is None:
+        rank = torch.distributed.get_rank() if initialised else 0
+    world_size = check_int("world_size", world_size, 1)
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
+        raise DetloaderValueError(f"rank={rank!r} must be an int in [0, world_size={world_size})")
+    return int(rank), world_size
+
+
+def shard(global_items: np.ndarray, rank: int, world_size: int, drop_last: bool) -> np.ndarray:
+    """Rank ``rank``'s positions ``rank::world_size`` of ``global_items`` (1-D, or 2-D rows),
+    after wrapping around to a multiple of ``world_size`` (or cutting, with ``drop_last``)."""
+    total = len(global_items)
+    if world_size == 1:
+        return global_items
+    if drop_last:
+        return global_items[: (total // world_size) * world_size][rank::world_size]
+    size = -(-total // world_size) * world_size
+    if size > total:
+        if total == 0:
+            return global_items[:0]
+        global_items = np.concatenate([global_items] * -(-size // total))[:size]
+    return global_items[rank::world_size]
+
+
+def interleave(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """The inverse of :func:`shard` without padding: ``parts[r]`` at positions ``r::len(parts)``."""
+    out = np.empty(sum(len(p) for p in parts), dtype=parts[0].dtype)
+    for r, p in enumerate(parts):
+        out[r :: len(parts)] = p
+    return out
 
 
 def epoch_generator(seed: int, epoch: int, stream: int, *extra: int) -> np.random.Generator:
@@ -109,8 +155,7 @@ class EpochSampler(Sampler[Any]):
         return self._cache[1]
 
     def _cached_share(self, global_items: Callable[[], np.ndarray]) -> np.ndarray:
-        """This rank's :func:`~detloader.balance.distributed.shard` of ``global_items()``,
-        computed once per epoch."""
+        """This rank's :func:`shard` of ``global_items()``, computed once per epoch."""
         return self._cached(
             lambda: shard(global_items(), self.rank, self.world_size, self.drop_last)
         )

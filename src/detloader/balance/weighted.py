@@ -1,31 +1,62 @@
-"""WeightedSampler: indices drawn with probability proportional to weights, exact beyond 2**24.
+"""The samplers driven by one number per image: :class:`WeightedSampler` (a probability) and
+:class:`RepeatFactorSampler` (expected copies per epoch).
 
-With replacement: Walker's alias method (:mod:`detloader.balance.alias`; O(1) per draw).
-Without replacement: Efraimidis-Spirakis exponential keys (the order of ``E_i / w_i``,
-``E_i ~ Exp(1)``). Both are exact for any number of weights below 2**31, where
+WeightedSampler with replacement: Walker's alias method (:mod:`detloader.balance.alias`; O(1)
+per draw); without replacement: Efraimidis-Spirakis exponential keys (the order of
+``E_i / w_i``, ``E_i ~ Exp(1)``). Both are exact for any number of weights below 2**31, where
 ``torch.multinomial`` refuses more than 2**24 categories (pytorch issues 2576 and 43115).
 Seeds, epochs, ranks and resume: :mod:`detloader.balance.base`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
+from functools import cached_property
 from typing import Any
 
 import numpy as np
+import torch
 
-from detloader.balance.alias import alias_draw, alias_table, default_threads, thread_map
+from detloader.annotations.index import AnnotationIndex
+from detloader.balance.alias import MAX_WEIGHTS, alias_draw, alias_table, default_threads, thread_map
 from detloader.balance.base import (
     CHUNK,
     STREAM_NO_REPLACEMENT,
+    STREAM_REPEAT,
     STREAM_WEIGHTED,
     EpochSampler,
+    check_int,
     epoch_generator,
     index_dtype,
+    interleave,
 )
-from detloader.balance.checks import as_weights, check_int
-from detloader.balance.distributed import interleave
+from detloader.balance.groups import ByKey
+from detloader.balance.weights import DEFAULT_THRESHOLD, repeat_factors
 from detloader.errors import DetloaderValueError
+
+
+def as_weights(weights: Any) -> np.ndarray:
+    """float64 ``[n]`` from numpy, torch or a sequence (a float64 numpy array is not copied);
+    raises unless 1-D, non-empty, at most ``MAX_WEIGHTS`` long, finite, >= 0 and not all zero.
+    Two reductions check it (no temporary arrays): a 100M-weight sampler starts sooner."""
+    if isinstance(weights, torch.Tensor):
+        weights = weights.detach().cpu().numpy()
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 1 or len(w) == 0:
+        raise DetloaderValueError(f"weights must be a non-empty 1-D sequence, got shape {w.shape}")
+    if len(w) > MAX_WEIGHTS:
+        raise DetloaderValueError(f"len(weights)={len(w)} exceeds {MAX_WEIGHTS}")
+    total = float(np.sum(w))
+    if not (math.isfinite(total) and float(np.min(w)) >= 0):  # NaN fails both
+        bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
+        if len(bad):
+            i = int(bad[0])
+            raise DetloaderValueError(f"weights[{i}]={float(w[i])!r}: weights must be finite and >= 0")
+        raise DetloaderValueError(f"the weights sum to {total}: scale them down")
+    if total == 0:
+        raise DetloaderValueError("weights are all zero: nothing can be drawn")
+    return w
 
 
 class WeightedSampler(EpochSampler):
@@ -66,19 +97,18 @@ class WeightedSampler(EpochSampler):
             threads = default_threads()
         self.threads = check_int("threads", threads, 1, " (or None: the usable CPUs)")
         self.weights = as_weights(weights)
-        n = len(self.weights)
-        if num_samples is None:
-            num_samples = n
-        self.num_samples = check_int("num_samples", num_samples, 1)
+        self.num_samples = check_int("num_samples", len(self.weights) if num_samples is None else num_samples, 1)
         self.replacement = bool(replacement)
-        positive = int(np.count_nonzero(self.weights))
-        if not self.replacement and self.num_samples > positive:
+        if not self.replacement and self.num_samples > self._positive:
             raise DetloaderValueError(
-                f"num_samples={num_samples} > {positive} positive weights: without replacement "
+                f"num_samples={num_samples} > {self._positive} positive weights: without replacement "
                 "each index is drawn at most once"
             )
-        self._positive = positive
         self._table = alias_table(self.weights, threads=self.threads) if self.replacement else None
+
+    @cached_property
+    def _positive(self) -> int:
+        return int(np.count_nonzero(self.weights))
 
     @property
     def total_size(self) -> int:
@@ -217,3 +247,59 @@ class WeightedSampler(EpochSampler):
             )
         return (self.weights > 0).astype(np.float64)
 
+
+class RepeatFactorSampler(EpochSampler):
+    """Each image ``i`` appears ``floor(r_i)`` or ``ceil(r_i)`` times per epoch (stochastic
+    rounding, ``E = r_i``), in a shuffled order - LVIS / detectron2's repeat-factor sampling.
+
+    The epoch length varies with the rounding; ``len(sampler)`` is this rank's length for the
+    current epoch. Build it from an index with :meth:`from_index`.
+    """
+
+    def __init__(
+        self,
+        repeat_factors: Any,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        drop_last: bool = False,
+    ) -> None:
+        super().__init__(seed=seed, rank=rank, world_size=world_size, drop_last=drop_last)
+        self.repeat_factors = as_weights(repeat_factors)
+        self.shuffle = bool(shuffle)
+
+    @classmethod
+    def from_index(
+        cls,
+        index: AnnotationIndex,
+        threshold: float = DEFAULT_THRESHOLD,
+        *,
+        by: ByKey = "class",
+        **kwargs: Any,
+    ) -> RepeatFactorSampler:
+        """Repeat factors of ``index`` (:func:`detloader.balance.weights.repeat_factors`)."""
+        return cls(repeat_factors(index, threshold, by=by), **kwargs)
+
+    def _config(self) -> dict[str, Any]:
+        return {**super()._config(), "shuffle": self.shuffle, "drop_last": self.drop_last}
+
+    def global_indices(self) -> np.ndarray:
+        """This epoch's indices over all ranks, before padding."""
+        r = self.repeat_factors
+        n = len(r)
+        rng = epoch_generator(self.seed, self.epoch, STREAM_REPEAT)
+        whole = np.floor(r)
+        reps = whole.astype(np.int64) + (rng.random(n) < (r - whole))
+        idx = np.repeat(np.arange(n, dtype=index_dtype(n)), reps)
+        if self.shuffle:
+            rng.shuffle(idx)
+        return idx
+
+    def _rank_items(self) -> np.ndarray:
+        return self._cached_share(self.global_indices)
+
+    def expected_counts(self) -> np.ndarray:
+        """float64 ``[n]``: expected copies of each image per epoch (the repeat factors)."""
+        return self.repeat_factors.copy()

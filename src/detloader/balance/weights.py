@@ -20,14 +20,15 @@ with ``f_c`` the fraction of images that contain group ``c``, and an image's fac
 over its groups. Its values are expected copies per epoch, not relative weights.
 
 :func:`sample_weights` does all of it in one call and is the public entry.
-:func:`parse_strategy` reads a strategy string (``"power:0.3"``).
+:func:`parse_strategy` reads a strategy string (``"power:0.3"``), and
+:func:`make_balanced_sampler` turns one into its sampler (torch loads then, not before).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -42,6 +43,9 @@ from detloader.balance.groups import (
 )
 from detloader.errors import DetloaderValueError
 
+if TYPE_CHECKING:
+    from torch.utils.data import Sampler
+
 Strategy = Literal["inverse", "sqrt", "power", "effective", "repeat_factor", "explicit"]
 STRATEGIES: tuple[str, ...] = ("inverse", "sqrt", "power", "effective", "repeat_factor", "explicit")
 Aggregate = Literal["max", "mean", "sum"]
@@ -51,6 +55,8 @@ AGGREGATES: tuple[str, ...] = ("max", "mean", "sum")
 DEFAULT_THRESHOLD = 0.001
 #: Default beta of the effective-number strategy (Cui et al. 2019 use 0.9 ... 0.9999).
 DEFAULT_BETA = 0.999
+#: Names make_balanced_sampler understands (the strategies plus class_aware).
+BALANCE_CHOICES: tuple[str, ...] = (*STRATEGIES, "class_aware")
 
 
 def strategy_weights(
@@ -271,3 +277,60 @@ def parse_strategy(spec: str) -> tuple[str, dict[str, float]]:
     except ValueError:
         raise DetloaderValueError(f"strategy={spec!r}: {param!r} is not a number") from None
     return name, {key: value}
+
+
+def make_balanced_sampler(
+    index: AnnotationIndex,
+    balance: str | Mapping[Any, float] | Sampler[Any],
+    *,
+    by: ByKey = "class",
+    seed: int = 0,
+    num_samples: int | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> Sampler[Any]:
+    """The sampler behind ``make_loader(balance=...)``.
+
+    ``balance`` is a ready sampler (returned unchanged), a ``{group: weight}`` mapping
+    (explicit weights), or a strategy name, optionally with its parameter after a colon:
+    ``"inverse"``, ``"sqrt"``, ``"power:0.3"``, ``"effective"`` / ``"effective:0.99"`` (beta),
+    ``"repeat_factor"`` / ``"repeat_factor:0.1"`` (threshold), ``"class_aware"``.
+
+    Weight strategies give a :class:`WeightedSampler` with replacement of ``num_samples``
+    draws per epoch (default ``len(index)``); ``repeat_factor`` a :class:`RepeatFactorSampler`
+    (``num_samples`` must be None: the factors set the length); ``class_aware`` a
+    :class:`ClassAwareSampler`.
+    """
+    from torch.utils.data import Sampler  # torch loads with the samplers
+
+    from detloader.balance.class_aware import ClassAwareSampler
+    from detloader.balance.weighted import RepeatFactorSampler, WeightedSampler
+
+    if isinstance(balance, Sampler):
+        return balance
+    common = {"seed": seed, "rank": rank, "world_size": world_size}
+    if isinstance(balance, Mapping):
+        weights = sample_weights(index, by, "explicit", class_weights=balance)
+        return WeightedSampler(weights, num_samples or len(index), **common)
+    if not isinstance(balance, str):
+        raise DetloaderValueError(
+            f"balance={balance!r} must be a strategy name, a {{group: weight}} mapping or a Sampler"
+        )
+    name, params = parse_strategy(balance)
+    if name not in BALANCE_CHOICES:
+        raise DetloaderValueError(f"balance={balance!r} is not one of {BALANCE_CHOICES}")
+    if name == "explicit":
+        raise DetloaderValueError("balance='explicit' needs the weights: pass balance={group: weight}")
+    if name == "repeat_factor":
+        if num_samples is not None:
+            raise DetloaderValueError(
+                f"num_samples={num_samples} with balance='repeat_factor': the repeat factors "
+                "set the epoch length"
+            )
+        return RepeatFactorSampler.from_index(
+            index, params.get("threshold", DEFAULT_THRESHOLD), by=by, **common
+        )
+    if name == "class_aware":
+        return ClassAwareSampler.from_index(index, by, num_samples=num_samples, **common)
+    weights = sample_weights(index, by, name, **params)  # type: ignore[arg-type]
+    return WeightedSampler(weights, num_samples or len(index), **common)

@@ -4,24 +4,27 @@
 distribution a balanced sampler gives *in expectation*, computed from the sampler's expected
 draws per image (analytic: ``num_samples * w_i / sum(w)`` for weighted sampling, the repeat
 factors for repeat-factor sampling, ...), and beside the counts of one real draw, which checks
-the expectation.
+the expectation. :func:`plot_balance` draws it (matplotlib, the ``plot`` extra).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
+from detloader._plotting import new_figure
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.balance.groups import ByKey, Groups, balance_groups, group_counts
-from detloader.balance.weights import DEFAULT_THRESHOLD, parse_strategy
+from detloader.balance.weights import DEFAULT_THRESHOLD, make_balanced_sampler, parse_strategy
 from detloader.errors import DetloaderValueError, EmptyIndexError
 from detloader.stats.describe import imbalance_ratio
 
 Unit = Literal["objects", "images"]
+LogScale = bool | Literal["auto"]
 
 #: :func:`balance_report` warns when one image is expected more than this many times per epoch.
 REPEAT_WARNING = 10.0
@@ -145,7 +148,7 @@ def balance_report(
 ) -> BalanceReport:
     """Raw vs balanced per-epoch distribution of ``index`` under ``balance``.
 
-    ``balance`` is what :func:`detloader.balance.factory.make_balanced_sampler` takes (a strategy
+    ``balance`` is what :func:`detloader.balance.make_balanced_sampler` takes (a strategy
     name such as ``"sqrt"`` or ``"repeat_factor:0.1"``, a {group: weight} mapping, or a sampler
     with ``expected_counts()``); the sampler is built with ``by`` and ``seed``. ``unit``:
     what is counted per group, ``"objects"`` (default for object keys) or ``"images"``
@@ -155,8 +158,6 @@ def balance_report(
     sampling), ``warnings`` names it and suggests a milder strategy. An index without images
     raises :class:`EmptyIndexError`.
     """
-    from detloader.balance.factory import make_balanced_sampler  # torch: lazy, keeps the CLI fast
-
     _require_images(index)
     groups = balance_groups(index, by)
     if unit is None:
@@ -254,3 +255,48 @@ def summary_rows(report: BalanceReport) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+#: ``log="auto"`` draws a log axis when the largest bar is more than this many times the
+#: smallest non-zero one: on a linear axis such a rare group is a bar of a pixel or two.
+LOG_AUTO_RATIO = 20.0
+
+
+def use_log_scale(report: BalanceReport, log: LogScale = "auto") -> bool:
+    """Whether :func:`plot_balance` draws ``report`` on a log axis: ``True`` / ``False`` as
+    given; ``"auto"``: when the largest / smallest non-zero bar (raw or balanced) is over
+    :data:`LOG_AUTO_RATIO`."""
+    if log == "auto":
+        ratio = imbalance_ratio(np.concatenate([report.raw, report.expected]))
+        return ratio is not None and ratio > LOG_AUTO_RATIO
+    if isinstance(log, bool):
+        return log
+    raise DetloaderValueError(f"log={log!r} is not one of True, False, 'auto'")
+
+
+def plot_balance(report: BalanceReport, path: str | os.PathLike[str], log: LogScale = "auto") -> None:
+    """Raw vs balanced (expected) bars per group, and the real draw as markers; a PNG at
+    ``path``. ``log``: a log y axis, ``True``, ``False`` or ``"auto"`` (see
+    :func:`use_log_scale`). Needs matplotlib (the ``plot`` extra); no pyplot state is touched."""
+    logarithmic = use_log_scale(report, log)
+    names = list(report.names)
+    x = np.arange(len(names))
+    fig = new_figure(figsize=(max(6.0, 0.6 * len(names) + 2), 4.0), dpi=100)
+    ax = fig.add_subplot(1, 1, 1)
+    ax.bar(x - 0.2, report.raw, width=0.4, label="raw (each image once)")
+    ax.bar(x + 0.2, report.expected, width=0.4, label=f"balanced: {report.strategy} (expected)")
+    if report.drawn is not None:
+        ax.plot(x + 0.2, report.drawn, "k_", markersize=14, label=f"one draw (seed {report.seed})")
+    ax.set_xticks(x)
+    ax.set_xticklabels(names, rotation=30 if len(names) > 6 else 0, ha="right" if len(names) > 6 else "center")
+    ax.set_ylabel(f"{report.unit} per epoch" + (" (log scale)" if logarithmic else ""))
+    if logarithmic:
+        ax.set_yscale("log", nonpositive="clip")
+        heights = np.concatenate([report.raw, report.expected])
+        heights = heights[heights > 0]
+        if len(heights):
+            ax.set_ylim(bottom=heights.min() / 2)
+    ax.set_title(f"by {', '.join(report.by)}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.fspath(path), format="png")
