@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from detloader import _system
+from detloader._system import cgroups
 
 GIB = 2**30
 
@@ -89,7 +90,7 @@ def test_cgroup_v1_limits(cgroup_v1: str) -> None:
 
 def test_cgroup_v1_chain_starts_at_the_leaf(cgroup_v1: str, tmp_path: Path) -> None:
     proc = Path(cgroup_v1)
-    version, chain = _system.cgroup_chain("memory", (proc / "cgroup").read_text(), (proc / "mountinfo").read_text())
+    version, chain = cgroups.cgroup_chain("memory", (proc / "cgroup").read_text(), (proc / "mountinfo").read_text())
     mem = tmp_path / "cg1" / "memory"
     assert version == 1
     assert chain == [mem / "docker" / "abc", mem / "docker", mem]
@@ -147,11 +148,11 @@ def test_explicit_root_reads_v2_then_v1_layout(tmp_path: Path) -> None:
     [("max", None), ("9223372036854771712", None), ("0", None), ("junk", None), ("1073741824\n", GIB)],
 )
 def test_parse_memory_limit(text: str, expected: int | None) -> None:
-    assert _system.parse_memory_limit(text) == expected
+    assert cgroups.parse_memory_limit(text) == expected
 
 
 def test_parse_proc_cgroup_splits_controllers() -> None:
-    paths = _system.parse_proc_cgroup("3:cpu,cpuacct:/a\n0::/b\nbroken line\n")
+    paths = cgroups.parse_proc_cgroup("3:cpu,cpuacct:/a\n0::/b\nbroken line\n")
     assert paths == {"cpu": "/a", "cpuacct": "/a", "": "/b"}
 
 
