@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,7 +133,7 @@ def make_consumer(step_time: float | Consumer | None, device: str | None, pin_me
     return consume
 
 
-def _cycle(loader: Iterable[Any], iterators: list[Iterator[Any]]) -> Iterator[Any]:
+def _cycle(loader: Iterable[Any], iterators: list[Iterator[Any]]) -> Generator[Any, None, None]:
     """Batches from ``loader`` epoch after epoch (a small dataset must not end the window); each
     epoch's iterator goes to ``iterators``, so that its workers can be stopped."""
     while True:
@@ -209,6 +209,7 @@ def measure_setting(
     consume = consumer or (lambda batch: None)
     loader: Any = None
     iterators: list[Iterator[Any]] = []
+    cycle: Generator[Any, None, None] | None = None
     try:
         loader = factory(**settings)
         cycle = _cycle(loader, iterators)
@@ -272,6 +273,8 @@ def measure_setting(
         # a crashed worker, a refused combination, an exhausted loader: record, do not abort
         return failed_trial(settings, f"{type(err).__name__}: {err}", phase)
     finally:
+        if cycle is not None:
+            cycle.close()
         _stop_workers(loader, iterators)
         gc.collect()
 

@@ -1,24 +1,17 @@
-"""Search the loader settings: climb ``num_workers``, refine the knee, then try the extras.
+"""Search the loader settings (docs/tuning.md tells why each step is there):
 
-Throughput against the worker count rises and flattens (CPUs, memory bandwidth or the main
-process run out), and may fall (contention). For machines of 2 to 256 CPUs the search
-(docs/tuning.md has the whole story):
-
-1. **climb** ``num_workers`` = 0, 1, 2, 4, 8, ... up to the cap; from 2 on, stop at the first
+1. **climb** ``num_workers`` = 0, 1, 2, 4, 8, ... up to the cap, stopping from 2 on at the first
    rung that does not beat the best so far by more than ``tolerance``;
 2. **refine**: bisect between the best rung and the one below it for the fewest workers that
    reach the best rate within ``tolerance`` (64 CPUs, knee at 12: 0 1 2 4 8 16 32 | 12 10 11);
-3. **decode threads** (when the factory takes ``decode_threads``): climb 2, 4, 8, ... threads
-   in the main process, then 2 threads in each of the chosen workers;
-4. **extras** at the chosen count: ``prefetch_factor=4`` and the other ``pin_memory`` (with a
-   CUDA/XPU device), each kept only when it wins by more than ``tolerance`` on the best of two
-   windows each;
-5. **recheck**: the choice and its rivals (the fastest with fewer workers, with more, and
-   overall) get one more window each, back to back.
+3. **decode threads** (a factory that takes ``decode_threads``): 2, 4, 8, ... threads in the
+   main process, with the climb's stopping rule, then 2 threads in each of the chosen workers;
+4. **extras** at the chosen count: ``prefetch_factor=4`` and the other ``pin_memory``, kept on a
+   win by more than ``tolerance`` confirmed by one more window of both;
+5. **recheck**: one more window each for the choice and its rivals, back to back.
 
-:func:`choose` takes the cheapest setting (:func:`cost_key`) within ``tolerance`` of the
-fastest, each setting rated by its best window (other processes only ever slow a window
-down). The whole search stays within ``budget_s``: a setting that would not fit is not started.
+:func:`choose` takes the cheapest setting within ``tolerance`` of the fastest, each rated by its
+best window; a setting that would not fit in ``budget_s`` is not started.
 """
 
 from __future__ import annotations
