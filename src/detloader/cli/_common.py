@@ -1,4 +1,5 @@
-"""Pieces shared by the sub-commands: reading options, progress bars, JSON output."""
+"""Pieces shared by the sub-commands: dataset options, progress bars, tables (drawn on a terminal, lines in
+a pipe), JSON output."""
 
 from __future__ import annotations
 
@@ -13,13 +14,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from detloader.annotations.checks import BOXES_FROM_POINTS
-from detloader.annotations.problems import (
-    ON_ERROR_CHOICES,
-    AnnotationWarning,
-    ProblemReport,
-    check_choice,
-)
-from detloader.errors import DetloaderValueError
+from detloader.annotations.problems import ON_ERROR_CHOICES, ProblemReport, check_choice
+from detloader.errors import AnnotationWarning, DetloaderValueError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -167,23 +163,11 @@ def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kwargs["images_by"] = args.images_by
     if args.boxes_from_points is not None:
         kwargs["boxes_from_points"] = args.boxes_from_points
-    for flag, name, value in (
-        ("one_based", "one_based", True),
-        ("no_check_images", "check_images", False),
-        ("allow_outside_images", "allow_outside_images", True),
-    ):
+    for flag, name, value in (("one_based", "one_based", True), ("no_check_images", "check_images", False),
+                              ("allow_outside_images", "allow_outside_images", True)):
         if getattr(args, flag):
             kwargs[name] = value
     return kwargs
-
-
-def read_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The options of :func:`add_read_arguments` as :func:`detloader.read_annotations` takes them."""
-    return {
-        **dataset_kwargs(args),
-        "workers": args.workers,
-        "cache": False if args.no_cache else ("rebuild" if args.rebuild else True),
-    }
 
 
 def read_index(
@@ -201,7 +185,8 @@ def read_index(
     from detloader import read_annotations  # lazy: keeps `detloader --help` fast
     from detloader.errors import ImageFolderWarning
 
-    kwargs = read_kwargs(args)
+    cache = False if args.no_cache else ("rebuild" if args.rebuild else True)
+    kwargs = {**dataset_kwargs(args), "workers": args.workers, "cache": cache}
     if on_error is not None:
         kwargs["on_error"] = on_error
     with warnings.catch_warnings():

@@ -34,21 +34,10 @@ from detloader.errors import CheckpointError, DetloaderFileNotFoundError, Detloa
 
 #: The checkpoint a save replaces, kept beside it.
 PREVIOUS = "previous.pt"
-
-
+#: The keys every checkpoint has (``scaler``, ``task`` and ``data`` may be absent).
 CHECKPOINT_KEYS: tuple[str, ...] = (
-    "model",
-    "model_config",
-    "optimizer",
-    "scheduler",
-    "loader",
-    "epoch",
-    "step",
-    "config",
-    "classes",
-    "image_classes",
-    "landmark_schema",
-    "history",
+    "model", "model_config", "optimizer", "scheduler", "loader", "epoch", "step", "config", "classes",
+    "image_classes", "landmark_schema", "history",
 )
 
 

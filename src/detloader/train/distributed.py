@@ -42,9 +42,8 @@ class DistEnv:
         return self.rank == 0
 
 
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """``"auto"`` -> CUDA (``cuda:local_rank``) when available, else CPU; ``"cuda"`` without
-    CUDA is an error naming the value."""
+def _device(name: str, local_rank: int) -> torch.device:
+    """``"auto"``: CUDA (``cuda:local_rank``) when available, else CPU."""
     if name not in ("auto", "cpu", "cuda"):
         raise DetloaderValueError(f"device={name!r} is not one of ('auto', 'cpu', 'cuda')")
     if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
@@ -63,41 +62,34 @@ def init_distributed(device: str = "auto") -> DistEnv:
     if dist.is_available() and dist.is_initialized():
         rank, world = dist.get_rank(), dist.get_world_size()
     elif world > 1:
-        dev = resolve_device(device, local_rank)
-        backend = "nccl" if dev.type == "cuda" else "gloo"
+        dev = _device(device, local_rank)
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
-        dist.init_process_group(backend)
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
         rank, owns = dist.get_rank(), True
     else:
         rank = 0
-    return DistEnv(rank, world, local_rank, resolve_device(device, local_rank), owns)
-
-
-def close_distributed(env: DistEnv, *, wait: bool = True) -> None:
-    """Destroy the process group if :func:`init_distributed` started it. With ``wait``
-    (a run that ended normally) every rank first meets at a barrier: a rank that tears
-    its group down while another still has gloo work in flight can abort that process at
-    exit. After an error there is no waiting, since the other ranks may never get there."""
-    if env.owns_group and dist.is_initialized():
-        try:
-            if wait:
-                dist.barrier()
-        finally:
-            dist.destroy_process_group()
+    return DistEnv(rank, world, local_rank, _device(device, local_rank), owns)
 
 
 @contextmanager
 def running_distributed(device: str = "auto") -> Iterator[DistEnv]:
-    """:func:`init_distributed` for the ``with`` block, then :func:`close_distributed`:
-    waiting for the other ranks when the block ended normally, not after an error."""
+    """:func:`init_distributed` for the ``with`` block; then the process group it started is
+    destroyed. A block that ended normally first meets the other ranks at a barrier (a rank
+    that tears its group down while another still has gloo work in flight can abort that
+    process at exit); after an error there is no waiting, since the others may never get there."""
     env = init_distributed(device)
+    ended = False
     try:
         yield env
-    except BaseException:
-        close_distributed(env, wait=False)
-        raise
-    close_distributed(env)
+        ended = True
+    finally:
+        if env.owns_group and dist.is_initialized():
+            try:
+                if ended:
+                    dist.barrier()
+            finally:
+                dist.destroy_process_group()
 
 
 def barrier(env: DistEnv) -> None:

@@ -90,13 +90,8 @@ def as_predictions(entry: Any, image_id: int | None = None) -> ImagePredictions:
     lms = np.zeros((n, 0, 2), np.float32) if raw is None else _array(raw, np.float32)
     lms = lms.reshape(n, 0, 2) if lms.size == 0 else lms
     probs = _array(entry.get("image_probs", ()), np.float32).reshape(-1)
-    if (
-        boxes.ndim != 2
-        or boxes.shape[1] != 4
-        or len(scores) != n
-        or len(labels) != n
-        or lms.ndim != 3
-        or lms.shape[::2] != (n, 2)
+    if boxes.ndim != 2 or boxes.shape[1] != 4 or len(scores) != n or len(labels) != n or lms.ndim != 3 or (
+        lms.shape[::2] != (n, 2)
     ):
         raise DetloaderValueError(
             f"image_id={image_id}: boxes {boxes.shape}, scores {scores.shape}, labels {labels.shape}, landmarks "
@@ -109,25 +104,14 @@ def as_predictions(entry: Any, image_id: int | None = None) -> ImagePredictions:
 def coco_ground_truth(index: Any) -> dict[str, Any]:
     """The index as a COCO ``instances`` dict: image ids = index rows + 1, category ids =
     class ids + 1, ``bbox`` xywh pixels."""
-    images = [
-        {"id": i + 1, "width": int(index.width[i]), "height": int(index.height[i])} for i in range(len(index))
-    ]
+    images = [{"id": i + 1, "width": int(index.width[i]), "height": int(index.height[i])} for i in range(len(index))]
     cats = [{"id": c + 1, "name": name} for c, name in enumerate(index.classes)]
     anns = []
-    img_of = index.object_image
     for j in range(index.num_objects):
         x1, y1, x2, y2 = (float(v) for v in index.boxes[j])
         w, h = max(x2 - x1, 0.0), max(y2 - y1, 0.0)
-        anns.append(
-            {
-                "id": j + 1,
-                "image_id": int(img_of[j]) + 1,
-                "category_id": int(index.labels[j]) + 1,
-                "bbox": [x1, y1, w, h],
-                "area": w * h,
-                "iscrowd": 0,
-            }
-        )
+        anns.append({"id": j + 1, "image_id": int(index.object_image[j]) + 1, "category_id": int(index.labels[j]) + 1,
+                     "bbox": [x1, y1, w, h], "area": w * h, "iscrowd": 0})
     return {"images": images, "categories": cats, "annotations": anns}
 
 
@@ -136,14 +120,8 @@ def _detections(predictions: Sequence[ImagePredictions], keypoints: bool = False
     for p in predictions:
         for j, (box, score, label) in enumerate(zip(p.boxes.tolist(), p.scores.tolist(), p.labels.tolist())):
             x1, y1, x2, y2 = box
-            out.append(
-                {
-                    "image_id": p.image_id + 1,
-                    "category_id": int(label) + 1,
-                    "bbox": [x1, y1, max(x2 - x1, 0.0), max(y2 - y1, 0.0)],
-                    "score": float(score),
-                }
-            )
+            out.append({"image_id": p.image_id + 1, "category_id": int(label) + 1,
+                        "bbox": [x1, y1, max(x2 - x1, 0.0), max(y2 - y1, 0.0)], "score": float(score)})
             if keypoints and p.landmarks.shape[1]:
                 out[-1]["keypoints"] = [v for x, y in p.landmarks[j].tolist() for v in (x, y, 1)]
     return out
@@ -174,13 +152,9 @@ def coco_evaluate(
     name = _backend(backend)
     c = len(gt["categories"])
     if not detections:
-        return {
-            "backend": name,
-            "stats": np.zeros(12),
-            "precision": np.zeros((10, 101, c)),
-            "scores": np.zeros((10, 101, c)),
-            "recall": np.zeros((10, c)),
-        }
+        curves = np.zeros((10, 101, c))
+        return {"backend": name, "stats": np.zeros(12), "precision": curves, "scores": curves,
+                "recall": np.zeros((10, c))}
     with contextlib.redirect_stdout(io.StringIO()):
         if name == "faster_coco_eval":
             from faster_coco_eval import COCO, COCOeval_faster

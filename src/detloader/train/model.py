@@ -66,13 +66,8 @@ class ModelConfig:
     head_width: int = 64
 
     def __post_init__(self) -> None:
-        for name, low in (
-            ("num_classes", 1),
-            ("num_landmarks", 0),
-            ("num_image_classes", 0),
-            ("width", 4),
-            ("head_width", 4),
-        ):
+        for name, low in (("num_classes", 1), ("num_landmarks", 0), ("num_image_classes", 0), ("width", 4),
+                          ("head_width", 4)):
             value = getattr(self, name)
             if not isinstance(value, int) or value < low:
                 raise DetloaderValueError(f"{name}={value!r} must be an int >= {low}")
@@ -103,11 +98,7 @@ class _Block(nn.Module):
     def __init__(self, cin: int, cout: int) -> None:
         super().__init__()
         self.down = _conv(cin, cout, 2)
-        self.body = nn.Sequential(
-            _conv(cout, cout),
-            nn.Conv2d(cout, cout, 3, 1, 1, bias=False),
-            _norm(cout),
-        )
+        self.body = nn.Sequential(_conv(cout, cout), nn.Conv2d(cout, cout, 3, 1, 1, bias=False), _norm(cout))
         self.act = nn.ReLU(inplace=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -162,11 +153,8 @@ class CenterNet(nn.Module):
         self.size = _head(c, hid, 2)
         self.offset = _head(c, hid, 2)
         self.landmarks = _head(c, hid, 2 * config.num_landmarks) if config.num_landmarks else None
-        self.image_class = (
-            nn.Linear(self.backbone.pooled_channels, config.num_image_classes)
-            if config.num_image_classes
-            else None
-        )
+        pooled, images = self.backbone.pooled_channels, config.num_image_classes
+        self.image_class = nn.Linear(pooled, images) if images else None
         nn.init.constant_(self.heatmap[-1].bias, _HEATMAP_PRIOR_BIAS)
 
     def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -175,11 +163,7 @@ class CenterNet(nn.Module):
                 f"input size {tuple(x.shape[-2:])} (H, W): both must be multiples of {INPUT_MULTIPLE}"
             )
         feats, pooled = self.backbone(x)
-        out = {
-            "heatmap": self.heatmap(feats),
-            "size": self.size(feats),
-            "offset": self.offset(feats),
-        }
+        out = {"heatmap": self.heatmap(feats), "size": self.size(feats), "offset": self.offset(feats)}
         if self.landmarks is not None:
             out["landmarks"] = self.landmarks(feats)
         if self.image_class is not None:
@@ -246,14 +230,7 @@ def decode(
         image_probs = outputs["image_logits"].float().softmax(dim=1)
     else:
         image_probs = torch.zeros(b, 0, device=heat.device)
-    return Detections(
-        image_index=image_index[keep],
-        boxes=boxes[keep],
-        scores=scores[keep],
-        labels=labels[keep],
-        landmarks=landmarks[keep],
-        image_probs=image_probs,
-    )
+    return Detections(image_index[keep], boxes[keep], scores[keep], labels[keep], landmarks[keep], image_probs)
 
 
 def decode_predictions(outputs: dict[str, torch.Tensor], batch: Any) -> list[ImagePredictions]:

@@ -285,11 +285,9 @@ def train_loader(config: TrainConfig, index: Any, env: DistEnv) -> Any:
     :func:`balanced_loader`, full batches on every rank, workers that leave stop signals to the loop."""
     import detloader
 
+    transform = train_transform(config.size, config.affine)
     dataset = detloader.DetectionDataset(
-        index,
-        train_transform(config.size, config.affine),
-        seed=config.seed,
-        on_decode_error=config.on_decode_error,  # type: ignore[arg-type]
+        index, transform, seed=config.seed, on_decode_error=config.on_decode_error  # type: ignore[arg-type]
     )
     mix: dict[str, Any] = {}
     if config.mosaic:  # partners from the sampler's own stream; off for the last close_mosaic epochs
@@ -297,14 +295,8 @@ def train_loader(config: TrainConfig, index: Any, env: DistEnv) -> Any:
 
         mix["mosaic"] = Mosaic(config.mosaic, epochs=max(config.epochs - config.close_mosaic, 0))
     return balanced_loader(
-        dataset,
-        balance=config.balance,
-        balance_by=config.balance_by,
-        seed=config.seed,
-        batch_size=config.batch_size,
-        **mix,
-        num_workers=config.num_workers,
-        pin_memory=env.device.type == "cuda",
+        dataset, balance=config.balance, balance_by=config.balance_by, seed=config.seed, batch_size=config.batch_size,
+        **mix, num_workers=config.num_workers, pin_memory=env.device.type == "cuda",
         drop_last=True,  # equal, full steps on every rank
         worker_init_fn=_ignore_stop_signals,
     )
