@@ -55,10 +55,31 @@ def test_bench_quick_json_on_a_tiny_synthetic_set(small_synth_root, capsys):
     assert rows["5,000 weights, first 2,000 indices: torch / detloader"]["a"] == sampler["torch"]["first_s"]
     assert data["settings"]["data"] == "given" and data["settings"]["images"] == 24
     assert data["machine"]["usable_cpus"] == cpus
+    every = {f"num_workers={w},decode_threads=0": r for w, r in loader["detloader"].items()}
+    every |= loader["detloader_decode_threads"]
+    assert loader["best_setting_rate"] == max(every.values()) == every[loader["best_setting"]]
+    assert rows[f"best setting ({loader['best_setting']}) / decode ceiling"]["a"] == loader["best_setting_rate"]
+    default = rows[f"untuned default (num_workers='auto' -> {loader['auto_setting']}) / best setting"]
+    assert default["a"] == loader["auto"] and default["b"] == loader["best_setting_rate"]
     if importlib.util.find_spec("torchvision") is None:
         assert any("torchvision" in n and "not installed" in n for n in data["notes"])
     else:
         assert f"num_workers={best}: detloader / torchvision" in rows
+
+
+def test_torchvision_from_its_recorded_run(tmp_path, monkeypatch):
+    """Without torchvision, best / torchvision comes from the run `make bench-torchvision` recorded."""
+    recorded = tmp_path / "tv.json"
+    monkeypatch.setenv("DETLOADER_TORCHVISION_RESULT", str(recorded))
+    report = BenchReport(settings={}, machine={})
+    bench_loader_module._torchvision_ratio(report, {"best_setting_rate": 9.0})
+    assert not report.ratios and "make bench-torchvision" in report.notes[0]
+    run = {"settings": {"date": "2026-12-03"}, "figures": {"loader": {"best_setting_rate": 300.0,
+                                                                      "torchvision": {"0": 100.0, "2": 120.0}}}}
+    recorded.write_text(json.dumps(run))
+    bench_loader_module._torchvision_ratio(report, {"best_setting_rate": 9.0})
+    (ratio,) = report.ratios
+    assert (ratio.a, ratio.b, ratio.ratio) == (300.0, 120.0, 2.5) and "recorded 2026-12-03 in tv.json" in ratio.what
 
 
 def test_bench_quick_without_a_path_synthesises_its_data(capsys):

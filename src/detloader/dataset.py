@@ -527,15 +527,12 @@ def _keep_freed_memory() -> None:
 def _stored_tensor(image: np.ndarray) -> torch.Tensor:
     """``[3, H, W]`` over a read-only image: the store's copy-on-write planes as they are (no
     copy: the batch is the one copy), anything else copied."""
-    planes = image.transpose(2, 0, 1)
-    if planes.flags.c_contiguous and isinstance(planes.base, np.ndarray):
-        try:
-            planes = planes.view()
-            planes.flags.writeable = True  # allowed only where the memory is (the store's map)
-            return torch.from_numpy(planes)
-        except ValueError:
-            pass
-    return torch.from_numpy(planes.copy())
+    planes = image.transpose(2, 0, 1).view()
+    try:
+        planes.flags.writeable = True  # allowed only where the memory is (the store's map)
+    except ValueError:
+        planes = planes.copy()
+    return torch.from_numpy(planes)
 
 
 def check_decode_threads(decode_threads: int) -> None:

@@ -25,7 +25,7 @@ import io
 import os
 import struct
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
@@ -122,26 +122,30 @@ def apply_orientation(image: np.ndarray, orientation: int) -> np.ndarray:
     return np.ascontiguousarray(ops[orientation](image))
 
 
+def _jpeg_segments(data: bytes) -> Iterator[tuple[int, int, int]]:
+    """(marker, position, length) of each segment of JPEG ``data`` before the scan: fill bytes
+    and standalone markers skipped, stops at a broken marker or the end of the metadata."""
+    n, pos = len(data), 2  # after SOI
+    while pos + 4 <= n and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        if marker in (0xFF, 0xD8, 0x01) or 0xD0 <= marker <= 0xD7:  # fill byte / standalone
+            pos += 1 if marker == 0xFF else 2
+            continue
+        if marker in (0xD9, 0xDA):  # end of image / start of scan: no more metadata
+            return
+        (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
+        yield marker, pos, length
+        pos += 2 + length
+
+
 def jpeg_exif_orientation(data: bytes) -> int:
     """EXIF orientation (1..8) of JPEG ``data``, 1 when absent or unreadable.
 
     Reads only the APP1 segment (no full EXIF parse): a few microseconds per image.
     """
-    n = len(data)
-    pos = 2  # after SOI
-    while pos + 4 <= n:
-        if data[pos] != 0xFF:
-            return 1
-        marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
-        if marker in (0xD9, 0xDA):  # end of image / start of scan: no more metadata
-            return 1
-        (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
+    for marker, pos, length in _jpeg_segments(data):
         if marker == 0xE1 and data[pos + 4 : pos + 10] == b"Exif\x00\x00":
             return _tiff_orientation(data[pos + 10 : pos + 2 + length])
-        pos += 2 + length
     return 1
 
 
@@ -203,27 +207,12 @@ def header_size(data: bytes) -> tuple[int, int] | None:
 
 
 def _jpeg_sof_size(data: bytes) -> tuple[int, int] | None:
-    n = len(data)
-    pos = 2
-    while pos + 4 <= n:
-        if data[pos] != 0xFF:
-            return None
-        marker = data[pos + 1]
-        if marker == 0xFF:
-            pos += 1
-            continue
-        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
-            pos += 2
-            continue
-        if marker in (0xD9, 0xDA):
-            return None
-        (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
+    for marker, pos, _ in _jpeg_segments(data):
         if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            if pos + 9 > n:
+            if pos + 9 > len(data):
                 return None
             h, w = struct.unpack(">HH", data[pos + 5 : pos + 9])
             return int(w), int(h)
-        pos += 2 + length
     return None
 
 

@@ -231,9 +231,8 @@ class ImageStore:
             pixels = np.memmap(fh, dtype=np.uint8, mode="r+", offset=data_offset, shape=(total - data_offset,)) \
                 if total > data_offset else None
             with ThreadPoolExecutor(threads or min(8, os.cpu_count() or 1)) as pool:
-                for i, ok in enumerate(pool.map(lambda i: self._fill(index, i, table, pixels, exif), range(n))):
-                    if not ok and on_decode_error == "raise":
-                        _raise(index, i, int(widths[i]), int(heights[i]), exif)
+                for i, err in enumerate(pool.map(lambda i: self._fill(index, i, table, pixels, exif), range(n))):
+                    _check(err, i, on_decode_error)
             if pixels is not None:
                 pixels.flush()
                 del pixels
@@ -241,22 +240,23 @@ class ImageStore:
 
     def _fill(
         self, index: AnnotationIndex, i: int, table: np.ndarray, pixels: np.ndarray | None, exif: ExifPolicy
-    ) -> bool:
+    ) -> ImageDecodeError | None:
         """Decode image ``i`` into its slot of ``pixels``; record its identity (taken before
-        reading, so a file changed meanwhile shows as changed) and whether it decoded."""
+        reading, so a file changed meanwhile shows as changed) and whether it decoded (else
+        answer its error)."""
         row = table[i]
-        ident = _identity(index.image_path(i))
+        for name, value in zip(_IDENTITY, _identity(index.image_path(i))):
+            table[name][i] = value
         try:
             image = decode_to_size(index, i, int(row["width"]), int(row["height"]), exif)
-        except ImageDecodeError:
-            image = None
-        for name, value in zip(_IDENTITY, ident):
-            table[name][i] = value
-        table["ok"][i] = image is not None
-        if image is not None and pixels is not None:
+        except ImageDecodeError as err:
+            table["ok"][i] = False
+            return err
+        table["ok"][i] = True
+        if pixels is not None:
             start = int(row["offset"])
             pixels[start : start + image.size].reshape(3, *image.shape[:2]).transpose(1, 2, 0)[:] = image
-        return image is not None
+        return None
 
     def _refresh(self, index: AnnotationIndex, exif: ExifPolicy, on_decode_error: str) -> None:
         """Re-decode into their slots the images whose file changed since they were stored."""
@@ -269,8 +269,7 @@ class ImageStore:
         table = self._table.copy()
         pixels = np.memmap(self.path, dtype=np.uint8, mode="r+", offset=self._data_offset)
         for i in changed:
-            if not self._fill(index, int(i), table, pixels, exif) and on_decode_error == "raise":
-                _raise(index, int(i), int(table["width"][i]), int(table["height"][i]), exif)
+            _check(self._fill(index, int(i), table, pixels, exif), int(i), on_decode_error)
         pixels.flush()
         del pixels
         with open(self.path, "r+b") as fh:
@@ -320,11 +319,10 @@ def _write_head(fh: Any, key: bytes, table: np.ndarray, data_offset: int) -> Non
     fh.flush()
 
 
-def _raise(index: AnnotationIndex, i: int, width: int, height: int, exif: ExifPolicy) -> None:
-    """The ImageDecodeError of image ``i``, naming the file, the reason and the dataset index."""
-    try:
-        decode_to_size(index, i, width, height, exif)
-    except ImageDecodeError as err:
+def _check(err: ImageDecodeError | None, i: int, on_decode_error: str) -> None:
+    """Raise image ``i``'s decode error (naming the file, the reason and the dataset index)
+    under ``on_decode_error="raise"``."""
+    if err is not None and on_decode_error == "raise":
         raise ImageDecodeError(f"{err} (dataset index {i}, building the image store)") from err
 
 

@@ -8,7 +8,7 @@ against a baseline's, or a baseline's seconds against ours).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
@@ -29,16 +29,7 @@ class Ratio:
         return self.a / self.b
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "section": self.section,
-            "what": self.what,
-            "a_label": self.a_label,
-            "a": self.a,
-            "b_label": self.b_label,
-            "b": self.b,
-            "unit": self.unit,
-            "ratio": self.ratio,
-        }
+        return {**asdict(self), "ratio": self.ratio}
 
 
 @dataclass
