@@ -1,16 +1,10 @@
 """Lightning: a ``LightningDataModule`` that keeps detloader's balanced, distributed and
 resumable loader under Lightning's ``Trainer`` (``pip install 'detloader[lightning]'``).
 
-Under DDP, Lightning gives every ``DataLoader`` it is handed its own ``DistributedSampler``
-unless ``Trainer(use_distributed_sampler=False)``: the balancing would be lost without a
-word. :class:`DetectionDataModule` hands it the training loader in a wrapper that is not a
-``DataLoader``, which Lightning leaves as it is whatever that flag says. Its sampler takes
-rank and world size from ``torch.distributed`` (started by the Trainer before it asks for
-the loader): all ranks derive one balanced draw and rank ``r`` takes positions ``r, r + W,
-...``. Each epoch the wrapper calls ``set_epoch`` (the draw and the augmentations) with
-``trainer.current_epoch``, and the position of the loader (a :class:`detloader.ResumableLoader`)
-is in the DataModule's ``state_dict``, saved in every Lightning checkpoint: a run resumed from
-a checkpoint taken mid-epoch sees exactly the batches the interrupted one had not.
+Under DDP Lightning gives every ``DataLoader`` it is handed its own ``DistributedSampler``
+(unless ``Trainer(use_distributed_sampler=False)``), which would lose the balancing without a
+word: :class:`DetectionDataModule` hands it the training loader in a wrapper that is not a
+``DataLoader``, which Lightning leaves as it is. docs/training.md, "Lightning".
 """
 
 from __future__ import annotations
@@ -69,7 +63,10 @@ class DetectionDataModule(LightningDataModule):
         loader_kwargs: more :func:`detloader.make_loader` arguments (``pin_memory``, ...).
 
     The training loader drops the last incomplete batch (every rank makes the same number
-    of steps). The validation loader is a plain ``DataLoader`` in order (main process), which
+    of steps); rank ``r`` takes positions ``r, r + W, ...`` of one balanced draw, which
+    ``set_epoch(trainer.current_epoch)`` renews each epoch; its position is in this module's
+    ``state_dict`` (so in every Lightning checkpoint): a run resumed mid-epoch sees exactly the
+    batches the interrupted one had not. The validation loader is a plain ``DataLoader`` in order (main process), which
     Lightning shares out as any validation loader.
     """
 

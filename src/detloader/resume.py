@@ -1,28 +1,18 @@
 """Resume a DataLoader mid-epoch: exactly the batches not yet consumed, none lost, none repeated.
 
-A DataLoader's workers prefetch (``prefetch_factor * num_workers`` batches), so a sampler's
-own count of what it has yielded runs ahead of what the training loop has received. The
-:class:`ResumableLoader` wrapper counts the batches the loop actually received and saves the
-sampler's state with that count; after ``load_state_dict`` the next pass over the epoch yields
-the rest of it, in the same order as the uninterrupted run would have.
-
-It works with any ``torch.utils.data.DataLoader`` over a map-style dataset whose sampler (or
-batch sampler) follows the resume protocol of :mod:`detloader.balance.base`: ``state_dict()``
-returns a dict with integer ``"epoch"`` and ``"offset"`` (items yielded in the epoch);
-``load_state_dict(state)`` makes the next iteration of that epoch start at ``offset``;
-``set_epoch(epoch)`` keeps a restored offset of that same epoch. Every sampler in
-:mod:`detloader.balance.base` does.
-
-Typical loop::
+Workers prefetch, so a sampler's count of what it yielded runs ahead of what the loop received:
+:class:`ResumableLoader` counts the batches the loop received and saves the sampler's state with
+that count. It takes any ``DataLoader`` over a map-style dataset whose sampler (or batch
+sampler) follows the resume protocol of :mod:`detloader.balance.base` (``state_dict()`` with
+integer ``"epoch"`` and ``"offset"``, ``load_state_dict``, ``set_epoch``), as every detloader
+sampler does; docs/balancing.md, "Resume"::
 
     loader = ResumableLoader(DataLoader(dataset, batch_size=32, sampler=sampler, num_workers=4))
-    if checkpoint:
-        loader.load_state_dict(checkpoint["loader"])
+    loader.load_state_dict(checkpoint["loader"])  # when resuming
     for epoch in range(loader.epoch, epochs):
         loader.set_epoch(epoch)
         for batch in loader:
-            ...  # train
-            checkpoint = {"loader": loader.state_dict(), ...}  # counts this batch as consumed
+            ...  # train; checkpoint["loader"] = loader.state_dict() counts this batch as consumed
 """
 
 from __future__ import annotations

@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import argparse
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
-from detloader.errors import DetloaderValueError
+from detloader.cli._common import console
+from detloader.cli.data import print_summary
+from detloader.cli.measure import print_result
+from detloader.cli.stats import print_balance
+from detloader.cli.train import print_metrics
+from detloader.errors import DetloaderValueError, TuneWarning
 
 
 def add_demo(sub: argparse._SubParsersAction) -> None:
@@ -35,10 +41,13 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from detloader import read_annotations
-    from detloader.cli._common import console
-    from detloader.cli.data import print_summary
+    from detloader import DetectionDataset, make_loader, read_annotations, tune_loader
+    from detloader.show import show_dataset
+    from detloader.stats import balance_report
     from detloader.synth import make_synthetic
+    from detloader.train import TrainConfig, train
+    from detloader.train.runs import train_transform
+    from detloader.tune import auto_loader_kwargs
 
     if args.images < 10:
         raise DetloaderValueError(f"--images={args.images} must be >= 10 (a train and a val split)")
@@ -71,16 +80,9 @@ def _demo(args: argparse.Namespace) -> int:
     print_summary(index.summary())
 
     out.rule(f"5. balance ({args.balance}): objects per epoch, raw vs balanced")
-    from detloader.cli.stats import print_balance
-    from detloader.stats import balance_report
-
     print_balance(balance_report(index, args.balance, seed=args.seed))
 
     out.rule("6. look at the data: as stored, and as training sees it (flip, colour, letterbox)")
-    from detloader import DetectionDataset
-    from detloader.show import show_dataset
-    from detloader.train.runs import train_transform
-
     train_index, val_index = index.split("train"), index.split("val")
     dataset = DetectionDataset(train_index, train_transform(args.size), seed=args.seed)
     for name, data, after in (("data.png", train_index, False), ("augmented.png", dataset, True)):
@@ -89,19 +91,11 @@ def _demo(args: argparse.Namespace) -> int:
 
     if args.tune_budget > 0:
         out.rule(f"7. tune the loader for this machine (budget {args.tune_budget:g} s)")
-        from detloader import tune_loader
-        from detloader.cli.measure import print_result
-
         # the training run's own dataset, transform and batch size: its num_workers="auto" finds this
         result = tune_loader(dataset, batch_size=args.batch_size, budget_s=args.tune_budget)
         print_result(result, cached=result.from_cache)
 
     out.rule("8. load: one epoch of balanced, augmented batches with the tuned settings")
-    import warnings
-
-    from detloader import make_loader
-    from detloader.tune import TuneWarning
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TuneWarning)  # tuning skipped: the heuristic is fine here
         loader = make_loader(dataset, batch_size=args.batch_size, balance=args.balance, num_workers="auto",
@@ -125,8 +119,6 @@ def _demo(args: argparse.Namespace) -> int:
     del loader
 
     out.rule(f"9. train: {args.epochs} epochs, balance={args.balance}")
-    from detloader.train import TrainConfig, train
-
     config = TrainConfig(
         data=str(root), out=str(base / "run"), epochs=args.epochs, balance=args.balance,
         batch_size=args.batch_size, size=args.size, seed=args.seed, num_workers="auto", exist_ok=True,
@@ -135,8 +127,6 @@ def _demo(args: argparse.Namespace) -> int:
     def epoch_line(info: Any) -> None:
         out.print(f"epoch {info.epoch + 1}/{info.epochs}: loss {info.losses.get('total', 0):.3f}; "
                   f"data wait {100 * info.data_wait_fraction:.1f} % of step time")
-
-    from detloader.tune import auto_loader_kwargs
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -147,8 +137,6 @@ def _demo(args: argparse.Namespace) -> int:
               f"num_workers={metrics.get('num_workers')})")
 
     out.rule("10. evaluate on the validation split")
-    from detloader.cli.train import print_metrics
-
     print_metrics(metrics)
     out.print(f"{config.out}/predictions.png: {min(8, len(val_index))} validation images, "
               "truth (left) beside predictions (right)")

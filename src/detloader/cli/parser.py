@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from detloader import __version__
 from detloader.cli import data, demo, measure, stats, train
@@ -38,36 +37,26 @@ def build_parser() -> argparse.ArgumentParser:
 EXIT_CLOSED_PIPE = 141
 
 
-_Main = Callable[[Sequence[str] | None], int]
-
-
-def _quiet_on_closed_pipe(main: _Main) -> _Main:
-    """``main``, ending with :data:`EXIT_CLOSED_PIPE` and no traceback when stdout is a pipe
-    whose reader has gone (``| head``)."""
-
-    @functools.wraps(main)
-    def run(argv: Sequence[str] | None = None) -> int:
-        try:
-            try:
-                return main(argv)
-            finally:
-                sys.stdout.flush()  # a closed pipe shows here, not in a message at exit
-        except BrokenPipeError:
-            # Python flushes stdout again at exit and would fail again: point it at devnull,
-            # as the signal module's documentation advises
-            try:
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            except (OSError, ValueError):  # a stdout without a file descriptor
-                pass
-            return EXIT_CLOSED_PIPE
-
-    return run
-
-
-@_quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run the command ``argv`` names; its exit status (README.md, "Exit status and problems").
+    A reader of stdout that left early (``| head``) ends it with :data:`EXIT_CLOSED_PIPE`, no
+    traceback."""
+    try:
+        try:
+            return _run(build_parser().parse_args(argv))
+        finally:
+            sys.stdout.flush()  # a closed pipe shows here, not in a message at exit
+    except BrokenPipeError:
+        # Python flushes stdout again at exit and would fail again: point it at devnull,
+        # as the signal module's documentation advises
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # a stdout without a file descriptor
+            pass
+        return EXIT_CLOSED_PIPE
+
+
+def _run(args: argparse.Namespace) -> int:
     previous = warnings.formatwarning  # one line per warning, without the library's source line
     warnings.formatwarning = lambda message, category, *_: f"detloader {args.command}: {category.__name__}: {message}\n"
     try:

@@ -1,21 +1,18 @@
-"""The multi-task loss: the dense targets of a batch, then focal heatmap, L1 size/offset,
-GIoU box, landmarks, image class.
+"""The reference model's loss: a batch's dense targets, then focal heatmap, L1 size / offset,
+GIoU box, landmarks and image class (docs/training.md, "Losses").
 
-Targets (:func:`encode_targets`): each object becomes a Gaussian peak on its class channel of
-the heatmap at its centre cell (output stride :data:`~detloader.train.model.STRIDE`), with
-CenterNet's radius rule (the radius at which a box shifted by it still overlaps the true box
-with IoU >= 0.7). At the peak cell the head regresses the box size, the centre's sub-cell
-offset and the landmark offsets from the (integer) centre cell, all in output cells. It runs
-on the batch's device, vectorised over objects (no Python loop per object).
+Targets (:func:`encode_targets`, vectorised over objects on the batch's device): each object
+is a Gaussian peak on its class channel of the heatmap at its centre cell, with CenterNet's
+radius rule (a box shifted by the radius still overlaps the true one with IoU >= 0.7); at that
+cell the head regresses the box size, the centre's sub-cell offset and the landmark offsets
+from the integer centre cell, in output cells.
 
-Weights (:class:`LossWeights`) default to CenterNet's multi-pose values: heatmap 1, size
-0.1, offset 1, landmark (keypoint offset) 1; plus GIoU 1 on the decoded box at the centre
-cell and image-class cross-entropy 1. Each term is a mean over what it is defined on
-(heatmap: per positive centre; regression: per valid object coordinate; landmarks: per
-landmark coordinate with visibility > 0 -- absent points never train; image class: per
-labelled image), so that the weights keep their meaning whatever the batch holds. A term
-with nothing to average is an exact zero that still touches its head's outputs (DDP needs a
-gradient, even 0, for every parameter).
+Each term is a mean over what it is defined on (heatmap: per centre; regression: per valid
+object coordinate; landmarks: per coordinate with visibility > 0, so absent points never
+train; image class: per labelled image), so that the weights (:class:`LossWeights`,
+CenterNet's multi-pose values and 1 for GIoU and image class) keep their meaning whatever the
+batch holds. A term with nothing to average is an exact zero that still touches its head's
+outputs (DDP needs a gradient, even 0, for every parameter).
 """
 
 from __future__ import annotations

@@ -1,22 +1,17 @@
-"""Metrics of a trained model on an annotated split.
+"""Metrics of predictions on an annotated split (docs/training.md, "Evaluation").
 
-* **Boxes**: COCO-style mAP@0.5 and mAP@0.5:0.95 (101-point interpolated AP, up to 100
-  detections per image, all areas), computed by faster-coco-eval or pycocotools (the
-  ``eval`` extra: ``pip install detloader[eval]``) rather than by a home-made matcher; both
-  give the same figures. Per class: AP@0.5, AP@0.5:0.95, and precision / recall at the
-  operating point ``score_threshold``, read off the same COCO precision-recall curve at IoU
-  0.5 (the last recall point reached by detections scoring >= the threshold).
-* **Landmarks**: NME, the mean over ground-truth objects matched by a detection (same class,
-  IoU >= 0.5, greedy by score) of the mean point error over labelled points (visibility >
-  0) divided by a normaliser that is always named: ``"inter_ocular"`` (distance between the
-  ground-truth left and right eye) when the landmark schema has a left and a right eye,
-  else ``"box_diagonal"`` (of the ground-truth box), as mmpose's ``keypoint_2d_metrics``.
+* **Boxes**: COCO mAP@0.5 and mAP@0.5:0.95 by faster-coco-eval or pycocotools (the ``eval``
+  extra), not a home-made matcher; per class AP and precision / recall at ``score_threshold``,
+  read off the same precision-recall curve at IoU 0.5.
+* **Landmarks**: NME over ground-truth objects matched by a detection (same class, IoU >= 0.5,
+  greedy by score), labelled points only, divided by a normaliser that is always named:
+  ``"inter_ocular"`` when the schema has a left and a right eye, else ``"box_diagonal"`` (as
+  mmpose's ``keypoint_2d_metrics``).
 * **Image class**: accuracy and per-class recall over images with an image-level label.
 
-Ground truth comes from the :class:`~detloader.AnnotationIndex` (annotation coordinates);
-predictions must already be mapped back to them (``Batch.boxes_to_original``). Undefined
-figures (no landmark head, no image classes) are ``None``. :func:`score_predictions` scores
-any model's predictions (plain dicts of tensors or arrays) and writes a COCO results file.
+Ground truth comes from the index (annotation coordinates); predictions must already be mapped
+back to them (``Batch.boxes_to_original``). Undefined figures (no landmark head, no image
+classes) are ``None``.
 """
 
 from __future__ import annotations

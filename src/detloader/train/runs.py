@@ -108,12 +108,7 @@ class RunLock:
 def _digest(*parts: Any) -> str:
     h = hashlib.blake2b(digest_size=8)
     for part in parts:
-        data = (
-            part.encode()
-            if isinstance(part, str)
-            else memoryview(np.ascontiguousarray(part).reshape(-1).view(np.uint8))
-        )
-        h.update(data)
+        h.update(part.encode() if isinstance(part, str) else np.ascontiguousarray(part).tobytes())
     return h.hexdigest()
 
 

@@ -1,23 +1,15 @@
-"""The loop's protocol: what it trains (a :class:`Task`, which any model meets; the reference
-CenterNet is one) and what it reports to the callbacks of :func:`~detloader.train.loop.train`
-(:class:`StartInfo`, :class:`StepInfo`, :class:`EpochInfo`).
-
-A :class:`Task` is a model and two functions::
+"""The loop's protocol: what it trains (a :class:`Task`: a model, its loss and its decode,
+which any model meets; the reference CenterNet is one) and what it reports to the callbacks
+of :func:`~detloader.train.loop.train` (:class:`StartInfo`, :class:`StepInfo`,
+:class:`EpochInfo`). docs/training.md, "Your own model in the loop", says it in full::
 
     model(images) -> outputs                        # images: float [B, 3, H, W], Batch.normalize()
     loss(outputs, batch) -> {name: scalar tensor}   # the terms; the loss is their weighted sum
     decode(outputs, batch) -> [per image, in batch order]   # predictions, annotation coordinates
 
-``outputs`` is whatever the model returns (a tensor, a tuple, a dict); ``batch`` is the
-:class:`detloader.Batch` on the device (``batch.targets(format=...)`` gives the objects in
-the layout a model family takes). The loss the loop minimises is
-``sum(weights.get(name, 1.0) * term)``, or ``terms["total"]`` when the loss returns one (the
-other terms are then only reported). ``decode`` returns one entry per image:
-:class:`~detloader.train.metrics.ImagePredictions` or a dict with ``boxes``, ``scores``,
-``labels`` and optionally ``landmarks``, ``image_probs``
-(:func:`~detloader.train.metrics.as_predictions`), mapped back with
-``batch.boxes_to_original`` / ``landmarks_to_original``. Under DDP every parameter must get
-a gradient from the loss (even 0), as ``DistributedDataParallel`` requires.
+``decode`` returns :class:`~detloader.train.metrics.ImagePredictions` or dicts
+(:func:`~detloader.train.metrics.as_predictions`) in annotation coordinates. Under DDP every
+parameter must get a gradient from the loss (even 0), as ``DistributedDataParallel`` requires.
 """
 
 from __future__ import annotations
