@@ -40,10 +40,7 @@ def default_threads() -> int:
 
 
 def alias_table(weights: np.ndarray, chunk: int = 1 << 16, threads: int = 1) -> np.ndarray:
-    """Walker alias table of float64 ``weights`` ``[n]`` (n < 2**31), packed in uint64 ``[n]``.
-
-    Entry ``b`` is ``(threshold << 32) | alias``: a draw picks bucket ``b`` uniformly and a
-    uniform 32-bit ``v``; it returns ``b`` if ``v < threshold`` else ``alias``.
+    """Walker alias table of float64 ``weights`` ``[n]`` (n < 2**31), packed as the module says.
 
     Construction, in exact integer arithmetic: ``Q_i = round(w_i * n * 2**32 / sum(w))``, the
     rounding residual spread one unit each over the last indices, so that

@@ -125,14 +125,7 @@ def sampler_config(sampler: Any) -> dict[str, Any]:
 class EpochSampler(Sampler[Any]):
     """Shared machinery: seed, epoch, rank/world_size, resume offset, the repeat warning."""
 
-    def __init__(
-        self,
-        *,
-        seed: int,
-        rank: int | None,
-        world_size: int | None,
-        drop_last: bool,
-    ) -> None:
+    def __init__(self, *, seed: int, rank: int | None, world_size: int | None, drop_last: bool) -> None:
         self.seed = check_int("seed", seed, 0)
         self.rank, self.world_size = distributed_defaults(rank, world_size)
         self.drop_last = bool(drop_last)
@@ -156,9 +149,7 @@ class EpochSampler(Sampler[Any]):
 
     def _cached_share(self, global_items: Callable[[], np.ndarray]) -> np.ndarray:
         """This rank's :func:`shard` of ``global_items()``, computed once per epoch."""
-        return self._cached(
-            lambda: shard(global_items(), self.rank, self.world_size, self.drop_last)
-        )
+        return self._cached(lambda: shard(global_items(), self.rank, self.world_size, self.drop_last))
 
     # -- the Sampler protocol ---------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -241,4 +232,3 @@ class EpochSampler(Sampler[Any]):
         self._offset = offset
         self._resume = True
         self._drawn_epoch = None
-

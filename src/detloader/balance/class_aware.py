@@ -103,7 +103,11 @@ class ClassAwareSampler(ClassSampler):
         self,
         class_members: Sequence[Any],
         num_samples: int | None = None,
-        *, seed: int = 0, rank: int | None = None, world_size: int | None = None, drop_last: bool = False,
+        *,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        drop_last: bool = False,
     ) -> None:
         super().__init__(class_members, seed=seed, rank=rank, world_size=world_size, drop_last=drop_last)
         if num_samples is None:
@@ -156,7 +160,11 @@ class BalancedBatchSampler(ClassSampler):
         classes_per_batch: int,
         samples_per_class: int,
         num_batches: int | None = None,
-        *, seed: int = 0, rank: int | None = None, world_size: int | None = None, drop_last: bool = False,
+        *,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        drop_last: bool = False,
     ) -> None:
         super().__init__(class_members, seed=seed, rank=rank, world_size=world_size, drop_last=drop_last)
         c = len(self._classes)
@@ -170,12 +178,7 @@ class BalancedBatchSampler(ClassSampler):
 
     @classmethod
     def from_index(
-        cls,
-        index: AnnotationIndex,
-        classes_per_batch: int,
-        samples_per_class: int,
-        by: ByKey = "class",
-        **kwargs: Any,
+        cls, index: AnnotationIndex, classes_per_batch: int, samples_per_class: int, by: ByKey = "class", **kwargs: Any
     ) -> BalancedBatchSampler:
         """Classes (groups) of ``index`` under key ``by`` (see :mod:`detloader.balance.weights`)."""
         return cls(class_members(index, by)[1], classes_per_batch, samples_per_class, **kwargs)
@@ -207,7 +210,4 @@ class BalancedBatchSampler(ClassSampler):
     def expected_counts(self) -> np.ndarray:
         """float64 ``[num_items]``: expected draws of each item per epoch, all ranks."""
         c = len(self._classes)
-        return self._visit_share() * (
-            self.num_batches * self.classes_per_batch / c * self.samples_per_class
-        )
-
+        return self._visit_share() * (self.num_batches * self.classes_per_batch / c * self.samples_per_class)

@@ -100,9 +100,7 @@ def _factor(index: AnnotationIndex, key: str) -> tuple[str, np.ndarray, tuple[st
                 raise DetloaderValueError(
                     f"by={key!r}: no {level} attribute {name!r}; {level} attributes: {names or 'none'}"
                 )
-            column = (index.object_attributes if level == "object" else index.image_attributes)[
-                :, names.index(name)
-            ]
+            column = (index.object_attributes if level == "object" else index.image_attributes)[:, names.index(name)]
             return level, column.astype(np.int64), tuple(dict(table)[name])
     raise DetloaderValueError(f"by={key!r}: {_BY_HELP}")
 
@@ -111,9 +109,7 @@ def balance_groups(index: AnnotationIndex, by: ByKey = "class") -> Groups:
     """Group id of every object (or image) of ``index`` under key ``by`` (see module doc)."""
     keys = normalize_by(by)
     factors = [_factor(index, k) for k in keys]
-    level: Literal["object", "image"] = (
-        "object" if any(f[0] == "object" for f in factors) else "image"
-    )
+    level: Literal["object", "image"] = "object" if any(f[0] == "object" for f in factors) else "image"
     n = len(index)
     object_image = index.object_image
     image_of = object_image if level == "object" else np.arange(n, dtype=np.int64)
@@ -124,9 +120,7 @@ def balance_groups(index: AnnotationIndex, by: ByKey = "class") -> Groups:
         per_unit = values[object_image] if (level == "object" and f_level == "image") else values
         missing |= per_unit == MISSING
         ids = ids * max(len(value_names), 1) + np.where(per_unit == MISSING, 0, per_unit)
-        names = [
-            f"{a}{PRODUCT_SEPARATOR}{b}" if a else b for a in names for b in value_names
-        ]
+        names = [f"{a}{PRODUCT_SEPARATOR}{b}" if a else b for a in names for b in value_names]
     ids[missing] = MISSING
     return Groups(keys, tuple(names), level, ids, image_of, n)
 

@@ -219,8 +219,10 @@ class WeightedSampler(EpochSampler):
     def global_indices(self) -> np.ndarray:
         """Every rank's draws of this epoch interleaved: rank r has positions r::world_size."""
         if self.replacement:
-            return self._draw_replacement(0, 1)[: self.total_size] if self.world_size == 1 else (
-                interleave([self._draw_replacement(r, self.world_size) for r in range(self.world_size)])
+            return (
+                self._draw_replacement(0, 1)[: self.total_size]
+                if self.world_size == 1
+                else (interleave([self._draw_replacement(r, self.world_size) for r in range(self.world_size)]))
             )
         return self._order_no_replacement()
 
@@ -272,12 +274,7 @@ class RepeatFactorSampler(EpochSampler):
 
     @classmethod
     def from_index(
-        cls,
-        index: AnnotationIndex,
-        threshold: float = DEFAULT_THRESHOLD,
-        *,
-        by: ByKey = "class",
-        **kwargs: Any,
+        cls, index: AnnotationIndex, threshold: float = DEFAULT_THRESHOLD, *, by: ByKey = "class", **kwargs: Any
     ) -> RepeatFactorSampler:
         """Repeat factors of ``index`` (:func:`detloader.balance.weights.repeat_factors`)."""
         return cls(repeat_factors(index, threshold, by=by), **kwargs)

@@ -1,27 +1,13 @@
-"""Sampling weights from an index: pure functions, no state, no randomness.
+"""Sampling weights from an index (pure functions), and the strategy strings that name them.
 
-Balancing happens at the DataLoader level: a sampler draws *images* with probabilities given
-here. A weight is first set per **group** (:mod:`detloader.balance.groups`: an object class,
-an image class, an attribute value, or a product of those), then turned into one weight per
-image:
-
-1. :func:`~detloader.balance.groups.balance_groups` maps every unit (object or image) to its
-   group id.
-2. :func:`~detloader.balance.groups.group_counts` counts each group: objects, or images
-   containing the group.
-3. :func:`strategy_weights` turns counts into one weight per group (``inverse`` 1/n, ``sqrt``
-   1/sqrt(n), ``power`` n**-p, ``effective`` (1 - beta) / (1 - beta**n) after Cui et al. 2019,
-   ``explicit`` {group: weight}).
-4. :func:`image_weights` aggregates the weights of an image's objects (``max``, ``mean`` or
-   ``sum``); an image with no grouped unit gets the ``background`` weight.
-
-:func:`repeat_factors` is the LVIS rule (Gupta et al. 2019): ``r_c = max(1, sqrt(t / f_c))``
-with ``f_c`` the fraction of images that contain group ``c``, and an image's factor is the max
-over its groups. Its values are expected copies per epoch, not relative weights.
-
-:func:`sample_weights` does all of it in one call and is the public entry.
-:func:`parse_strategy` reads a strategy string (``"power:0.3"``), and
-:func:`make_balanced_sampler` turns one into its sampler (torch loads then, not before).
+A weight is set per group (:mod:`detloader.balance.groups`), then per image:
+:func:`strategy_weights` turns group counts into group weights (``inverse`` 1/n, ``sqrt``,
+``power`` n**-p, ``effective`` (1 - beta) / (1 - beta**n) after Cui et al. 2019, ``explicit``
+{group: weight}); :func:`image_weights` aggregates an image's (``max``, ``mean``, ``sum``), an
+image with no grouped unit getting ``background``. :func:`repeat_factors` is the LVIS rule
+(Gupta et al. 2019), expected copies per epoch rather than relative weights.
+:func:`sample_weights` does it all in one call; :func:`parse_strategy` reads ``"power:0.3"``,
+and :func:`make_balanced_sampler` turns a strategy into its sampler (torch loads then).
 """
 
 from __future__ import annotations
@@ -33,14 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from detloader.annotations.index import MISSING, AnnotationIndex
-from detloader.balance.groups import (
-    PRODUCT_SEPARATOR,
-    ByKey,
-    Count,
-    Groups,
-    balance_groups,
-    group_counts,
-)
+from detloader.balance.groups import PRODUCT_SEPARATOR, ByKey, Count, Groups, balance_groups, group_counts
 from detloader.errors import DetloaderValueError
 
 if TYPE_CHECKING:
@@ -115,14 +94,10 @@ def _check_threshold(threshold: float) -> None:
 
 
 def _explicit(
-    class_weights: Mapping[str | int | tuple[str, ...], float] | None,
-    names: Sequence[str],
-    g: int,
+    class_weights: Mapping[str | int | tuple[str, ...], float] | None, names: Sequence[str], g: int
 ) -> np.ndarray:
     if class_weights is None:
-        raise DetloaderValueError(
-            "strategy='explicit' needs class_weights={group: weight}, e.g. {'masked': 2.0}"
-        )
+        raise DetloaderValueError("strategy='explicit' needs class_weights={group: weight}, e.g. {'masked': 2.0}")
     out = np.ones(g, dtype=np.float64)
     lookup = {name: i for i, name in enumerate(names)}
     for key, weight in class_weights.items():
@@ -144,11 +119,7 @@ def _explicit(
 
 
 def image_weights(
-    groups: Groups,
-    group_weights: np.ndarray,
-    *,
-    aggregate: Aggregate = "max",
-    background: float | None = None,
+    groups: Groups, group_weights: np.ndarray, *, aggregate: Aggregate = "max", background: float | None = None
 ) -> np.ndarray:
     """float64 ``[n]``: one weight per image from the weights of its units' groups.
 
@@ -246,17 +217,11 @@ def sample_weights(
         raise DetloaderValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
     if strategy == "repeat_factor":
         return repeat_factors(
-            index,
-            threshold,
-            by=by,
-            aggregate=aggregate,
-            background=1.0 if background is None else background,
+            index, threshold, by=by, aggregate=aggregate, background=1.0 if background is None else background
         )
     groups = balance_groups(index, by)
     counts = group_counts(groups, count)
-    gw = strategy_weights(
-        counts, strategy, power=power, beta=beta, class_weights=class_weights, names=groups.names
-    )
+    gw = strategy_weights(counts, strategy, power=power, beta=beta, class_weights=class_weights, names=groups.names)
     return image_weights(groups, gw, aggregate=aggregate, background=background)
 
 
@@ -324,12 +289,9 @@ def make_balanced_sampler(
     if name == "repeat_factor":
         if num_samples is not None:
             raise DetloaderValueError(
-                f"num_samples={num_samples} with balance='repeat_factor': the repeat factors "
-                "set the epoch length"
+                f"num_samples={num_samples} with balance='repeat_factor': the repeat factors set the epoch length"
             )
-        return RepeatFactorSampler.from_index(
-            index, params.get("threshold", DEFAULT_THRESHOLD), by=by, **common
-        )
+        return RepeatFactorSampler.from_index(index, params.get("threshold", DEFAULT_THRESHOLD), by=by, **common)
     if name == "class_aware":
         return ClassAwareSampler.from_index(index, by, num_samples=num_samples, **common)
     weights = sample_weights(index, by, name, **params)  # type: ignore[arg-type]

@@ -79,12 +79,8 @@ def dataset_stats(index: AnnotationIndex) -> dict[str, Any]:
         "image_classes": image_classes,
         "image_class_imbalance_ratio": imbalance_ratio(list(image_classes.values())),
         "images_without_image_class": int((index.image_labels == MISSING).sum()),
-        "object_attributes": {
-            n: index.attribute_counts(n, "object") for n, _ in index.vocab.object_attributes
-        },
-        "image_attributes": {
-            n: index.attribute_counts(n, "image") for n, _ in index.vocab.image_attributes
-        },
+        "object_attributes": {n: index.attribute_counts(n, "object") for n, _ in index.vocab.object_attributes},
+        "image_attributes": {n: index.attribute_counts(n, "image") for n, _ in index.vocab.image_attributes},
         "landmarks": landmarks,
         "box_size": {
             "quantiles": list(QUANTILES),

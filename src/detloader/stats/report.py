@@ -30,15 +30,6 @@ LogScale = bool | Literal["auto"]
 REPEAT_WARNING = 10.0
 
 
-def _require_images(index: AnnotationIndex) -> None:
-    """:class:`EmptyIndexError` when ``index`` holds no images."""
-    if len(index) == 0:
-        raise EmptyIndexError(
-            f"the index holds no images ({index.root}): nothing to count or balance (is the path "
-            "or the annotation format wrong?)"
-        )
-
-
 def default_unit(groups: Groups) -> Unit:
     """What is counted per group by default: objects for object keys, images for image keys."""
     return "objects" if groups.level == "object" else "images"
@@ -158,15 +149,17 @@ def balance_report(
     sampling), ``warnings`` names it and suggests a milder strategy. An index without images
     raises :class:`EmptyIndexError`.
     """
-    _require_images(index)
+    if len(index) == 0:
+        raise EmptyIndexError(
+            f"the index holds no images ({index.root}): nothing to count or balance (is the path "
+            "or the annotation format wrong?)"
+        )
     groups = balance_groups(index, by)
     if unit is None:
         unit = default_unit(groups)
     if unit not in ("objects", "images"):
         raise DetloaderValueError(f"unit={unit!r} is not one of 'objects', 'images'")
-    sampler = make_balanced_sampler(
-        index, balance, by=by, seed=seed, num_samples=num_samples, rank=0, world_size=1
-    )
+    sampler = make_balanced_sampler(index, balance, by=by, seed=seed, num_samples=num_samples, rank=0, world_size=1)
     if not hasattr(sampler, "expected_counts"):
         raise DetloaderValueError(
             f"balance={type(sampler).__name__}: the sampler has no expected_counts(), so the "
