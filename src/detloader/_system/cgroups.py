@@ -10,6 +10,7 @@ readers take the folders to read, so tests point them at fixtures.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,104 +144,73 @@ def proc_chain(controller: str, proc_self: Path | str) -> tuple[int, list[Path]]
     return cgroup_chain(controller, cgroup, mountinfo)
 
 
-# -- CPU quota ---------------------------------------------------------------------------------
-def cgroup_cpu_limit(cgroup_root: str | None = None, proc_self: str = "/proc/self") -> float | None:
-    """CPU quota of this process's cgroup in CPUs (e.g. 1.5), or None when unlimited/unknown.
-
-    Reads cgroup v2 ``cpu.max`` ("QUOTA PERIOD" or "max PERIOD"), else cgroup v1
-    ``cpu.cfs_quota_us`` and ``cpu.cfs_period_us`` (quota -1: unlimited), at every level from
-    the process's cgroup up to the mount point; the smallest quota wins. ``cgroup_root``: read
-    only that folder instead (v2 files in it, v1 files in its ``cpu/`` sub-folder), as inside a
-    container whose own cgroup is mounted at ``/sys/fs/cgroup``.
-    """
-    if cgroup_root is not None:
-        return _cpu_limit_at_root(Path(cgroup_root))
-    version, chain = proc_chain("cpu", proc_self)
-    if not chain:
-        return _cpu_limit_at_root(Path("/sys/fs/cgroup"))
-    limits: list[float] = []
-    for folder in chain:
-        if version == 2:
-            text = read_text(folder / "cpu.max")
-            value = parse_cpu_max(text) if text is not None else None
-        else:
-            quota = read_text(folder / "cpu.cfs_quota_us")
-            period = read_text(folder / "cpu.cfs_period_us")
-            value = parse_cfs(quota, period) if quota is not None and period is not None else None
-        if value is not None:
-            limits.append(value)
-    return min(limits) if limits else None
-
-
-def _cpu_limit_at_root(root: Path) -> float | None:
-    text = read_text(root / "cpu.max")
-    if text is not None:
-        return parse_cpu_max(text)
-    quota = read_text(root / "cpu" / "cpu.cfs_quota_us")
-    period = read_text(root / "cpu" / "cpu.cfs_period_us")
-    if quota is None or period is None:
-        return None
-    return parse_cfs(quota, period)
-
-
+# -- limits ----------------------------------------------------------------------------------
 def parse_cpu_max(text: str) -> float | None:
-    """cgroup v2 ``cpu.max`` -> CPUs, or None for ``max``/unparseable."""
+    """cgroup v2 ``cpu.max`` ("QUOTA PERIOD" or "max PERIOD") -> CPUs, or None for
+    ``max``/unparseable."""
     parts = text.split()
-    if len(parts) < 1 or parts[0] == "max":
-        return None
     try:
-        quota = int(parts[0])
-        period = int(parts[1]) if len(parts) > 1 else 100_000
-    except ValueError:
+        quota, period = int(parts[0]), int(parts[1]) if len(parts) > 1 else 100_000
+    except (ValueError, IndexError):
         return None
     return quota / period if quota > 0 and period > 0 else None
 
 
 def parse_cfs(quota_text: str, period_text: str) -> float | None:
     """cgroup v1 CFS quota/period -> CPUs, or None for -1/unparseable."""
-    try:
-        quota, period = int(quota_text.strip()), int(period_text.strip())
-    except ValueError:
-        return None
-    return quota / period if quota > 0 and period > 0 else None
+    return parse_cpu_max(f"{quota_text.strip()} {period_text.strip()}")
 
 
-# -- memory limit ------------------------------------------------------------------------------
 def parse_memory_limit(text: str) -> int | None:
     """cgroup ``memory.max`` (v2) or ``memory.limit_in_bytes`` (v1) -> bytes, None if unlimited."""
-    value = text.strip()
-    if not value or value == "max":
-        return None
     try:
-        n = int(value)
+        n = int(text.strip())
     except ValueError:
         return None
     return n if 0 < n < _UNLIMITED_BYTES else None
 
 
-def cgroup_memory_limit(cgroup_root: str | None = None, proc_self: str = "/proc/self") -> int | None:
-    """Memory limit of this process's cgroup in bytes, or None when unlimited/unknown.
+def _cpu_at(folder: Path, v1: bool) -> float | None:
+    if not v1:
+        text = read_text(folder / "cpu.max")
+        return parse_cpu_max(text) if text is not None else None
+    quota, period = read_text(folder / "cpu.cfs_quota_us"), read_text(folder / "cpu.cfs_period_us")
+    return parse_cfs(quota, period) if quota is not None and period is not None else None
 
-    cgroup v2 ``memory.max``, else v1 ``memory.limit_in_bytes``; the smallest limit from the
-    process's cgroup up to the mount point. ``cgroup_root``: read only that folder (v2 file in
-    it, v1 file in its ``memory/`` sub-folder).
-    """
-    if cgroup_root is not None:
-        root = Path(cgroup_root)
-        for candidate in (root / "memory.max", root / "memory" / "memory.limit_in_bytes"):
-            text = read_text(candidate)
-            if text is not None:
-                return parse_memory_limit(text)
-        return None
-    version, chain = proc_chain("memory", proc_self)
-    name = "memory.max" if version == 2 else "memory.limit_in_bytes"
-    limits = []
-    for folder in chain:
-        text = read_text(folder / name)
-        value = parse_memory_limit(text) if text is not None else None
-        if value is not None:
-            limits.append(value)
+
+def _memory_at(folder: Path, v1: bool) -> int | None:
+    text = read_text(folder / ("memory.limit_in_bytes" if v1 else "memory.max"))
+    return parse_memory_limit(text) if text is not None else None
+
+
+def _smallest(controller: str, read: Callable[[Path, bool], float | None], cgroup_root: str | None,
+              proc_self: str) -> float | None:
+    """The smallest limit ``read`` finds from this process's cgroup up to the mount point;
+    with ``cgroup_root`` (or when the cgroup is not found: ``/sys/fs/cgroup``) in that folder
+    alone, cgroup v2 files in it, else v1 files in its ``controller`` sub-folder."""
+    version, chain = proc_chain(controller, proc_self) if cgroup_root is None else (0, [])
+    if not chain:
+        root = Path(cgroup_root or "/sys/fs/cgroup")
+        v2 = read(root, False)
+        return v2 if v2 is not None else read(root / controller, True)
+    limits = [x for x in (read(folder, version == 1) for folder in chain) if x is not None]
     return min(limits) if limits else None
+
+
+def cgroup_cpu_limit(cgroup_root: str | None = None, proc_self: str = "/proc/self") -> float | None:
+    """CPU quota of this process's cgroup in CPUs (e.g. 1.5), or None when unlimited/unknown:
+    v2 ``cpu.max``, v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``, the smallest from the
+    process's cgroup up to the mount point. ``cgroup_root``: read only that folder, as inside a
+    container whose own cgroup is mounted at ``/sys/fs/cgroup``."""
+    return _smallest("cpu", _cpu_at, cgroup_root, proc_self)
+
+
+def cgroup_memory_limit(cgroup_root: str | None = None, proc_self: str = "/proc/self") -> int | None:
+    """Memory limit of this process's cgroup in bytes, or None when unlimited/unknown: v2
+    ``memory.max``, v1 ``memory.limit_in_bytes``, the smallest up to the mount point.
+    ``cgroup_root``: as for :func:`cgroup_cpu_limit`."""
+    limit = _smallest("memory", _memory_at, cgroup_root, proc_self)
+    return int(limit) if limit is not None else None
 
 
 def cgroup_memory_usage(cgroup_root: str | None = None, proc_self: str = "/proc/self") -> int | None:
@@ -251,9 +221,7 @@ def cgroup_memory_usage(cgroup_root: str | None = None, proc_self: str = "/proc/
         files = [root / "memory.current", root / "memory" / "memory.usage_in_bytes"]
     else:
         version, chain = proc_chain("memory", proc_self)
-        if not chain:
-            return None
-        files = [chain[0] / ("memory.current" if version == 2 else "memory.usage_in_bytes")]
+        files = [chain[0] / ("memory.current" if version == 2 else "memory.usage_in_bytes")] if chain else []
     for f in files:
         text = read_text(f)
         if text is not None:
