@@ -73,9 +73,8 @@ def build_index(
     files = source.files
     total = len(files)
     n_workers = usable_cpus() if workers is None else max(1, int(workers))
-    parallel = reader.parallel
     partials: list[Partial]
-    if n_workers > 1 and parallel and total >= PARALLEL_MIN_FILES:
+    if n_workers > 1 and reader.parallel and total >= PARALLEL_MIN_FILES:
         chunks = _chunks(files, n_workers * 8)
         partials = [None] * len(chunks)  # type: ignore[list-item]
         done = 0

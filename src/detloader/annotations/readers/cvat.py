@@ -94,10 +94,6 @@ UNSUPPORTED_SHAPES = ("polygon", "polyline", "ellipse", "mask", "cuboid")
 SUBSET_ATTRIBUTE = "subset"
 
 
-def _annotation_file(path: Path) -> Path:
-    return annotation_xml(path, ROOT_TAG, "CVAT", preferred="annotations.xml")
-
-
 @dataclass(kw_only=True)
 class CvatSource(Source):
     """The CVAT file's options and its ``<meta>`` landmark order."""
@@ -262,7 +258,7 @@ class CvatReader(Reader):
     def discover(self, path: Path, options: ReadOptions) -> CvatSource:
         """The CVAT XML file at ``path``, its image folders and the ``<meta>`` landmark order."""
         check_options(options, NAME, OPTIONS)
-        xml = _annotation_file(path.resolve())
+        xml = annotation_xml(path.resolve(), ROOT_TAG, "CVAT", preferred="annotations.xml")
         root = xml.parent
         images_by = options.option("images_by", "name")
         check_choice("images_by", images_by, IMAGES_BY)

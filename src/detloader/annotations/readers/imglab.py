@@ -61,10 +61,6 @@ _BOX_FIELDS = ("top", "left", "width", "height")
 _NOT_PRESENT = (2**31 - 1, -(2**31))
 
 
-def _annotation_file(path: Path) -> Path:
-    return annotation_xml(path, ROOT_TAG, "imglab")
-
-
 @dataclass(kw_only=True)
 class ImglabSource(Source):
     default_class: str
@@ -168,7 +164,7 @@ class ImglabReader(Reader):
     def discover(self, path: Path, options: ReadOptions) -> ImglabSource:
         """The imglab XML file at ``path`` and the folders its image paths are relative to."""
         check_options(options, NAME, OPTIONS)
-        xml = _annotation_file(path.resolve())
+        xml = annotation_xml(path.resolve(), ROOT_TAG, "imglab")
         root = xml.parent
         dirs = candidate_dirs(root, ("", "images"), options.image_dir)
         return file_source(ImglabSource, xml, root, dirs, default_class=str(options.option("default_class", "object")))

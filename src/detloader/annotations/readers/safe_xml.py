@@ -204,12 +204,6 @@ def iter_xml(path: str, tags: str | tuple[str, ...]) -> Iterator[etree._Element]
                 del parent[0]
 
 
-def syntax_message(err: etree.XMLSyntaxError) -> str:
-    """lxml's message without its trailing ``, line N, column M`` (the line goes in the element)."""
-    msg = str(err.msg if getattr(err, "msg", None) else err)
-    return msg.split(", line ")[0]
-
-
 #: What reading a streamed XML file raises when the file, not the reader, is at fault.
 STREAM_ERRORS = (UnsafeXMLError, etree.XMLSyntaxError, OSError)
 
@@ -227,7 +221,8 @@ def report_xml_error(b: ChunkBuilder, err: Exception, *, streamed: bool) -> None
         b.problem("unsafe_xml", "", str(err), "file skipped")
     elif isinstance(err, etree.XMLSyntaxError):
         action = "rest of the file skipped" if streamed else "file skipped"
-        b.problem("unparseable", f"line {err.lineno}", syntax_message(err), action)
+        message = str(err.msg if getattr(err, "msg", None) else err).split(", line ")[0]  # the line is the element
+        b.problem("unparseable", f"line {err.lineno}", message, action)
     elif isinstance(err, FileTooLargeError):
         b.problem("file_too_large", "", str(err), "file skipped")
     elif isinstance(err, OSError):
