@@ -290,8 +290,8 @@ def _image_folder(image_dir: str | os.PathLike[str], reader: Reader, path: Path,
 
 def _require_files(source: Source, name: str, path: Path) -> None:
     """ValueError naming the folder and the format when a forced format finds nothing to read
-    there: no annotation files, or (``label_files`` of a reader whose records are the images)
-    images without any label file."""
+    there: no annotation files, or (``source.labelled`` False: a reader whose files are the
+    images) images without any label file."""
     if source.files and source.labelled:
         return
     try:
