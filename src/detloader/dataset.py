@@ -505,12 +505,10 @@ _TUNED_PIDS: set[int] = set()
 
 
 def _keep_freed_memory() -> None:
-    """Once per process that loads batches, on glibc: let freed image buffers stay in the heap
-    for the next image (``mallopt``: allocations up to 32 MiB from the heap, no trimming below
-    256 MiB) instead of glibc's default of mapping each buffer over 128 KiB afresh and
-    unmapping it when freed: every decoded and resized image then cost a page fault per 4 KiB
-    and, with decode threads, an unmap that stops the other cores (a large share of a batch
-    on a virtual machine). ``DETLOADER_KEEP_FREED_MEMORY=0`` leaves glibc's defaults."""
+    """Once per process that loads batches, on glibc: freed image buffers stay in the heap for
+    the next image (``mallopt``: up to 32 MiB from the heap, no trim below 256 MiB), not mapped
+    afresh (a page fault per 4 KiB) and unmapped (stopping the other cores) per image, glibc's
+    default over 128 KiB. ``DETLOADER_KEEP_FREED_MEMORY=0`` leaves glibc's defaults."""
     if os.getpid() in _TUNED_PIDS:
         return
     _TUNED_PIDS.add(os.getpid())

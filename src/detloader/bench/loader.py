@@ -248,17 +248,11 @@ def _baselines(
         report.notes.append("loader: torchvision baseline skipped: torchvision is not installed")
     else:
         datasets["torchvision"] = voc
-    return {
-        f"{name}:{w}": (
-            lambda d=dataset, w=w: _rate(
-                lambda: DataLoader(d, batch_size=batch_size, num_workers=w, collate_fn=tutorial_collate),
-                lambda b: len(b[0]),
-                batches,
-            )
-        )
-        for name, dataset in datasets.items()
-        for w in workers
-    }
+    def rate(d: Dataset, w: int) -> float:  # type: ignore[type-arg]
+        return _rate(lambda: DataLoader(d, batch_size=batch_size, num_workers=w, collate_fn=tutorial_collate),
+                     lambda b: len(b[0]), batches)
+
+    return {f"{name}:{w}": functools.partial(rate, d, w) for name, d in datasets.items() for w in workers}
 
 
 def _bytes_per_batch(
@@ -267,8 +261,7 @@ def _bytes_per_batch(
     """Pickled bytes of one batch: what a worker hands to the main process."""
     batch = next(iter(_loader(index, size, batch_size, 0, 0)))
     ours = len(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
-    fig["batch_bytes"] = ours
-    fig["batch_images"] = len(batch)
+    fig["batch_bytes"], fig["batch_images"] = ours, len(batch)
     if root is None or not voc_layout(root):
         return
     tutorial_set = TutorialDataset(root, list(index.classes), size)
@@ -285,8 +278,8 @@ def _bench_store(
     report: BenchReport, index: AnnotationIndex, cache: str, size: int, batch_size: int,
     batches: int, cpus: int, repeats: int,
 ) -> None:
-    """The store's build time and the loader reading it (longer side ``size``, then the same
-    ``Resize``) against the decode ceiling and against decoding at the same ``num_workers``."""
+    """The store's build time and the loader reading it (each image at the size the bench's
+    ``Resize`` gives it) against the decode ceiling and decoding at the same ``num_workers``."""
     fig = report.figures[SECTION]
     start = time.perf_counter()
     store = DetectionDataset(index, Resize((size, size)), cache=cache).store  # type: ignore[arg-type]
