@@ -5,17 +5,16 @@ apply the error policy (:mod:`detloader.annotations.problems`).
 
 from __future__ import annotations
 
-import array
 import hashlib
 import json
 import os
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from detloader._files import file_kind, open_regular
+from detloader._files import file_kind
 from detloader.annotations import cache as _cache
 from detloader.annotations.checks import ReadOptions
 from detloader.annotations.image_search import find_image_folder, search_message, should_search
@@ -31,7 +30,7 @@ from detloader.annotations.problems import (
     check_on_error,
 )
 from detloader.annotations.readers import READERS
-from detloader.annotations.readers.common import Reader, Source, dir_identity, stat_entry
+from detloader.annotations.readers.common import Reader, Source, stat_entry
 from detloader.annotations.splits import SPLITS_JSON
 from detloader.errors import (
     DetloaderFileNotFoundError,
@@ -41,9 +40,6 @@ from detloader.errors import (
     ImageFolderWarning,
 )
 
-#: Bumped when what a reader produces changes, so that old caches are rebuilt (4: the key
-#: holds ctimes, inodes, the root's identity and the image folders').
-READER_VERSION = 4
 VERIFY_CHOICES = ("stat", "content")
 #: What format detection looks for, for the message when it finds nothing.
 _LOOKED_FOR = (
@@ -208,7 +204,7 @@ def read_annotations(
     if format != "auto":
         _require_files(source, name, p)
     options_json = json.dumps(options.to_json(), sort_keys=True)
-    key = _content_key(name, options_json, source, verify)
+    key = _cache.content_key(name, options_json, source, verify)
 
     cache_file = None
     if cache:
@@ -233,10 +229,10 @@ def read_annotations(
     else:
         # one process per node builds (torchrun ranks, DataLoader workers): the others wait here, then map its file
         with _cache.build_lock(cache_file):
-            index = _cached(cache_file, key, source.root) if cache != "rebuild" else None
+            index = _cache.load_current(cache_file, key, source.root) if cache != "rebuild" else None
             if index is None:
                 index = build()
-                full_key = _folders_key(key, source.root, {os.path.dirname(p) for p in index.image_paths()})
+                full_key = _cache.folders_key(key, source.root, {os.path.dirname(p) for p in index.image_paths()})
                 try:
                     _cache.save_index(index, cache_file, full_key)
                     index = _cache.load_index_file(cache_file, root=source.root)
@@ -246,17 +242,6 @@ def read_annotations(
                     )
     _finish(index, on_error, source.root)
     return index
-
-
-def _cached(cache_file: Path, key: str, root: Path) -> AnnotationIndex | None:
-    """The index in ``cache_file`` when its key is ``key`` (the dataset is unchanged), else None;
-    a damaged file is never used (a warning, and the caller rebuilds it)."""
-    try:
-        if _key_matches(_cache.read_key(cache_file), key, root):
-            return _cache.load_index_file(cache_file, root=root)
-    except (OSError, _cache.CacheError) as err:
-        warnings.warn(f"{err}; rebuilding the index cache", DetloaderRuntimeWarning, stacklevel=3)
-    return None
 
 
 def _finish(index: AnnotationIndex, on_error: OnError, root: Path) -> None:
@@ -351,43 +336,4 @@ def _search_images(
     result.problems = ProblemReport([note, *result.problems])
     return result
 
-
-def _folders_key(key: str, root: Path, folders: Iterable[str]) -> str:
-    """The cache key of an index: ``key`` and the identity of every folder that holds its
-    images, so that images added, removed or renamed there rebuild it."""
-    return f"{key} {json.dumps({f: dir_identity(root / f) for f in folders}, sort_keys=True)}"
-
-
-def _key_matches(stored: str | None, key: str, root: Path) -> bool:
-    if stored is None or not stored.startswith(key + " "):
-        return False
-    try:
-        folders = json.loads(stored[len(key) + 1 :])
-    except ValueError:
-        return False
-    return isinstance(folders, dict) and stored == _folders_key(key, root, folders)
-
-
-def _content_key(name: str, options_json: str, source: Source, verify: str = "stat") -> str:
-    """Hash of the reader, the options, the identity of the dataset folder (device and inode:
-    a copy made with its cache rebuilds) and every stamped file; with ``verify="content"``
-    also of the files' bytes."""
-    root = os.stat(source.root)
-    h = hashlib.blake2b(digest_size=16)
-    h.update(
-        f"{READER_VERSION}\0{_cache.CACHE_VERSION}\0{name}\0{options_json}\0{root.st_dev}\0{root.st_ino}\0".encode()
-    )
-    image_dirs = [dir_identity(source.root / d) for d in source.image_dirs or ()]  # images added or removed
-    h.update(json.dumps([source.facts(), image_dirs], sort_keys=True).encode())
-    names, *numbers = zip(*source.stamp) if source.stamp else ((),)
-    h.update("\n".join(names).encode())
-    for typecode, column in zip("qqqQ", numbers):  # mtime, size, ctime, inode: 10k files in about 1 ms
-        h.update(array.array(typecode, column).tobytes())
-    for rel, *_ in source.stamp if verify == "content" else ():
-        try:
-            with open_regular(source.root / rel) as fh:
-                h.update(hashlib.blake2b(fh.read()).digest())
-        except OSError:
-            h.update(b"-")
-    return h.hexdigest()
 

@@ -3,8 +3,8 @@
 :mod:`~detloader.annotations.readers.locate`).
 
 * :class:`Reader` (the protocol every format meets), :class:`Source` (what it found) and
-  :func:`scan_files` / :func:`stat_entry` / :func:`dir_identity` (the files and folders whose
-  change rebuilds the index; special files and symlink loops become problems);
+  :func:`scan_files` / :func:`stat_entry` (the files whose change rebuilds the index; special
+  files and symlink loops become problems);
   :func:`file_source` for a one-file format;
 * :func:`read_head` lets ``sniff`` look at a file without reading it whole; :func:`read_capped`
   reads one under a size cap (:class:`FileTooLargeError`); neither opens a FIFO or device;
@@ -261,16 +261,6 @@ def read_head(path: Path, n: int = 4096) -> bytes:
             return fh.read(n)
     except OSError:
         return b""
-
-
-def dir_identity(path: str | os.PathLike[str]) -> list[int]:
-    """``[mtime_ns, ctime_ns, inode]`` of a folder (zeros when absent): they change when files
-    are added, removed or renamed in it, or when the folder is replaced."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return [0, 0, 0]
-    return [st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
 def file_source(
