@@ -53,14 +53,9 @@ class DetectionDataModule(LightningDataModule):
     """Training (and validation) loaders of :class:`detloader.DetectionDataset` s for a
     Lightning ``Trainer``; ``training_step`` gets a :class:`detloader.Batch` on the device.
 
-    Args:
-        train, val: the datasets (``val`` None: no validation loader).
-        batch_size: images per step and process.
-        balance, balance_by: as ``make_loader(balance=, balance_by=)``; ``"none"`` a seeded
-            shuffle, distributed and resumable like the balanced samplers.
-        seed: the draw's and the augmentations'.
-        num_workers: loader workers or ``"auto"``.
-        loader_kwargs: more :func:`detloader.make_loader` arguments (``pin_memory``, ...).
+    ``val`` None: no validation loader. ``balance``, ``balance_by`` and ``loader_kwargs`` as
+    :func:`detloader.make_loader` takes them; ``"none"`` is a seeded shuffle, distributed and
+    resumable like the balanced samplers.
 
     The training loader drops the last incomplete batch (every rank makes the same number
     of steps); rank ``r`` takes positions ``r, r + W, ...`` of one balanced draw, which

@@ -159,20 +159,13 @@ def make_synthetic(
     quality: int = 90,
     progress: Callable[[int, int], None] | None = None,
 ) -> Path:
-    """Write the synthetic dataset to ``out`` (created) and return its path.
-
-    Args:
-        images: number of annotated images.
-        size: (width, height) of every image.
-        classes, class_frequencies: object class names and their expected shares.
-        max_objects: objects per non-empty image are uniform in 1..max_objects.
-        empty_fraction: share of images without objects.
-        write_images: False writes only the XML (index benchmarks); images are then missing.
-        image_pool: draw only this many distinct images and hard-link the rest to them (large
-            indexes for loader benchmarks at little disk cost). Annotations stay distinct, so
-            beyond the pool the pixels do not match their boxes: for throughput, not training.
-        quality: JPEG quality.
-    """
+    """Write ``images`` annotated images of ``size`` (width, height) to ``out`` (created) and
+    return its path. ``class_frequencies`` are the expected shares of ``classes``; a non-empty
+    image holds 1 to ``max_objects`` objects (uniform), ``empty_fraction`` of them none.
+    ``write_images=False`` writes only the XML (index benchmarks; the images are then missing).
+    ``image_pool``: draw only this many distinct images and hard-link the rest to them (large
+    indexes for loader benchmarks at little disk cost); annotations stay distinct, so beyond the
+    pool the pixels do not match their boxes: for throughput, not training."""
     if images < 0:
         raise DetloaderValueError(f"images={images} must be >= 0")
     if len(classes) != len(class_frequencies) or not classes:

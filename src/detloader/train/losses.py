@@ -86,17 +86,9 @@ def encode_targets(
     grid: tuple[int, int],
     stride: int,
 ) -> Targets:
-    """Targets for one batch (the fields of a :class:`detloader.Batch`, on one device).
-
-    Args:
-        boxes: float ``[M, 4]`` xyxy pixels of the network input.
-        batch_index, labels: int64 ``[M]``.
-        landmarks: float ``[M, K, 2]`` pixels; visibility: uint8 ``[M, K]``.
-        image_labels: int64 ``[B]``.
-        num_classes: heatmap channels ``C``.
-        grid: (h, w) of the output grid.
-        stride: input pixels per output cell.
-    """
+    """Targets for one batch: the fields of a :class:`detloader.Batch` on one device (boxes
+    in pixels of the network input), ``num_classes`` heatmap channels on a ``grid`` (h, w) of
+    ``stride`` input pixels per cell."""
     dev = boxes.device
     b = int(image_labels.shape[0])
     gh, gw = grid

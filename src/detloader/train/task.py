@@ -30,16 +30,9 @@ REFERENCE = "detloader.train.model.CenterNet"
 
 @dataclass(frozen=True)
 class Task:
-    """A model the loop can train, checkpoint, resume and evaluate (module docstring).
-
-    Attributes:
-        model: ``nn.Module``, ``model(images) -> outputs``.
-        loss: ``(outputs, batch) -> Mapping[str, Tensor]`` of scalar terms.
-        decode: ``(outputs, batch) -> Sequence`` of per-image predictions.
-        weights: weight of each term (1 where not named).
-        config: plain data saved as the checkpoint's ``model_config`` (what rebuilds the
-            model; the reference model's :class:`~detloader.train.model.ModelConfig`).
-    """
+    """A model the loop can train, checkpoint, resume and evaluate (module docstring):
+    ``weights`` of the loss terms (1 where not named); ``config``, plain data saved as the
+    checkpoint's ``model_config`` (the reference model's :class:`~detloader.train.model.ModelConfig`)."""
 
     model: torch.nn.Module
     loss: Callable[[Any, Any], Mapping[str, torch.Tensor]]
