@@ -1,13 +1,15 @@
 """The untuned ``num_workers="auto"`` default against the best of a small grid, in one run.
 
     python benchmarks/bench_auto_default.py ../shared/datasets/bccd --size 384 --batch-size 16
+    python benchmarks/bench_auto_default.py ../shared/datasets/bccd --torch-threads 1
 
 Settings: ``num_workers`` 0..2 x ``decode_threads`` 0/2, and the default
 ``make_loader(num_workers="auto")`` picks with no tuning result (its reason is printed). Each
 round times one epoch of every setting (batches after the first; worker start-up is not
 counted), in turn; ``--rounds`` rounds, a setting's figure is its best epoch (other processes
 can only slow an epoch down). Prints images/s per setting, the ratio default / best, and the
-machine's load before and after.
+machine's load before and after. ``--torch-threads N``: torch's intra-op threads in this (the
+training) process, which loads the batches with ``num_workers=0`` (default: torch's own).
 """
 
 from __future__ import annotations
@@ -40,10 +42,18 @@ def main() -> None:
     p.add_argument("--size", type=int, default=384)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--torch-threads", type=int)
     args = p.parse_args()
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
     os.environ["DETLOADER_CACHE_DIR"] = tempfile.mkdtemp()  # no stored tuning result
-    dataset = DetectionDataset(read_annotations(args.root, on_error="skip"), Resize(args.size, mode="letterbox"), seed=0)
-    print(f"load before: {os.getloadavg()}")
+    index = read_annotations(args.root, on_error="skip")
+    dataset = DetectionDataset(index, Resize(args.size, mode="letterbox"), seed=0)
+    import torch
+
+    print(f"load before: {os.getloadavg()}; torch threads in this process: {torch.get_num_threads()}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         auto, reason = auto_loader_kwargs(dataset, args.batch_size, decode_threads=True)

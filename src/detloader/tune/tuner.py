@@ -1,4 +1,4 @@
-"""``tune_loader``: probe, search, explain, cache, in that order."""
+"""``tune_loader``: probe, search, explain, store, in that order."""
 
 from __future__ import annotations
 
@@ -117,9 +117,9 @@ def tune_loader(
     """Measure the loader on this machine and recommend ``num_workers``, ``pin_memory``,
     ``prefetch_factor``, ``persistent_workers`` (and ``decode_threads``), with the reasons.
 
-    Probes the machine (usable, busy and free CPUs, memory, accelerator copy speed) and the
-    dataset (cost per image, batch bytes, file read speed), then searches real loaders within
-    ``budget_s`` seconds (:mod:`detloader.tune.search`).
+    Probes the machine (usable, busy and free CPUs, memory, accelerator) and the dataset (cost
+    per image, batch bytes), then searches real loaders within ``budget_s`` seconds
+    (:mod:`detloader.tune.search`).
 
     ``loader_factory``: a callable taking the settings as keyword arguments and returning an
     iterable of batches (default: ``make_loader(dataset, batch_size=..., shuffle=True,
