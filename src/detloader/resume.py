@@ -44,20 +44,15 @@ class ResumableLoader:
             raise DetloaderValueError("loader iterates an IterableDataset: no sampler to resume")
         if getattr(loader, "in_order", True) is False:
             raise DetloaderValueError("loader has in_order=False: consumed batches are not a prefix")
+        # what is resumed: the sampler inside torch's BatchSampler; else a custom batch sampler
+        # (its items are batches), or with batch_size=None the sampler (one sample per "batch")
         batch_sampler = loader.batch_sampler
-        if batch_sampler is not None and not isinstance(batch_sampler, BatchSampler):
-            # a custom batch sampler: its items are batches
-            self._source: Any = batch_sampler
-            self._per_batch = 1
-            self._drop_last = False
-        elif batch_sampler is not None:
-            self._source = batch_sampler.sampler
-            self._per_batch = int(batch_sampler.batch_size)
-            self._drop_last = bool(batch_sampler.drop_last)
-        else:  # batch_size=None: one sample per "batch"
-            self._source = loader.sampler
-            self._per_batch = 1
-            self._drop_last = False
+        if isinstance(batch_sampler, BatchSampler):
+            self._source: Any = batch_sampler.sampler
+            self._per_batch, self._drop_last = int(batch_sampler.batch_size), bool(batch_sampler.drop_last)
+        else:
+            self._source = batch_sampler if batch_sampler is not None else loader.sampler
+            self._per_batch, self._drop_last = 1, False
         for name in ("state_dict", "load_state_dict", "set_epoch", "__len__"):
             if not hasattr(self._source, name):
                 raise DetloaderValueError(
@@ -110,9 +105,7 @@ class ResumableLoader:
 
     def __len__(self) -> int:
         """Batches left in the current epoch."""
-        left = len(self._source) - self._units_done()
-        if self._per_batch == 1:
-            return max(left, 0)
+        left = len(self._source) - self._units_done()  # >= 0
         return left // self._per_batch if self._drop_last else -(-left // self._per_batch)
 
     @property

@@ -54,31 +54,25 @@ def add_dataset_arguments(parser: argparse.ArgumentParser, on_error_help: str | 
     group = parser.add_argument_group("reading the dataset")
     group.add_argument("--format", default="auto", help="annotation format (default: auto)")
     group.add_argument(
-        "--on-error",
-        choices=ON_ERROR_CHOICES,
-        default=ON_ERROR_DEFAULT,
+        "--on-error", choices=ON_ERROR_CHOICES, default=ON_ERROR_DEFAULT,
         help=on_error_help or "a bad annotation: raise stops at the first (exit status 2), warn drops its item and "
         f"sums up the problems, skip drops it quietly (default: {ON_ERROR_DEFAULT})",
     )
     group.add_argument("--classes", help="comma-separated class list, in id order")
     group.add_argument(
-        "--class-map",
-        action="append",
-        metavar="NAME=NEW|FILE",
+        "--class-map", action="append", metavar="NAME=NEW|FILE",
         help="rename (NAME=NEW), merge, or drop (NAME=) a class; repeatable, or a JSON/YAML file "
         "of {name: new name or null}",
     )
     group.add_argument(
-        "--image-dir",
-        metavar="DIR",
+        "--image-dir", metavar="DIR",
         help="image folder, relative to the dataset root (default: from the layout, else searched)",
     )
     group.add_argument(
         "--images-by", metavar="name|id", help="CVAT: find images by their name (default) or id (renamed exports)"
     )
     group.add_argument(
-        "--boxes-from-points",
-        choices=BOXES_FROM_POINTS,
+        "--boxes-from-points", choices=BOXES_FROM_POINTS,
         help="an object with landmarks and no box gets the points' enclosing box (default), "
         "the whole image, or is skipped",
     )
@@ -133,9 +127,8 @@ def _class_map_file(path: str) -> dict[str, str | None]:
     except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as err:
         raise DetloaderValueError(f"--class-map {path}: not readable JSON/YAML: {err}") from None
     if not isinstance(data, dict):
-        raise DetloaderValueError(
-            f"--class-map {path}: top level is a {type(data).__name__}, not a mapping of class names"
-        )
+        what = type(data).__name__
+        raise DetloaderValueError(f"--class-map {path}: top level is a {what}, not a mapping of class names")
     out: dict[str, str | None] = {}
     for name, new in data.items():
         if new is not None and not isinstance(new, (str, int)):
