@@ -177,13 +177,8 @@ def evaluate_checkpoint(
 def _require_known_classes(index: Any, classes: list[str], data: Any) -> None:
     if index.num_objects or not index.problems.counts().get("unknown_class"):
         return
-    found = sorted(
-        {
-            m.group(1)
-            for p in index.problems
-            if p.kind == "unknown_class" and (m := re.search(r"name=(.+?) is not", p.message))
-        }
-    )
+    unknown = (re.search(r"name=(.+?) is not", p.message) for p in index.problems if p.kind == "unknown_class")
+    found = sorted({m.group(1) for m in unknown if m})
     raise DataMismatchError(
         f"{data}: its classes ({', '.join(found)}) share none with the checkpoint's {classes}: nothing to evaluate"
     )
@@ -205,12 +200,8 @@ def _part(index: Any, recorded: Mapping[str, Any], split: str | None, data: Any)
         source += f"; {missing} of its images are not in this dataset" if missing else ""
         return index.subset(rows), {"name": rec["name"], "images": len(rows), "source": source}
     name = split or "val"
-    part = index.split(name)
-    return part, {
-        "name": name,
-        "images": len(part),
-        "source": index.meta.get("split_sources", {}).get(name, "split file"),
-    }
+    part, source = index.split(name), index.meta.get("split_sources", {}).get(name, "split file")
+    return part, {"name": name, "images": len(part), "source": source}
 
 
 def _seen(index: Any, train: Mapping[str, Any] | None) -> int | None:
