@@ -20,8 +20,14 @@ so absolute times drift: the ratios (torch / ours) are measured in the same run,
 average is printed. Each process first touches and frees ``--warm-gb`` of memory, so that the
 cost of a virtual machine's first touch of fresh pages falls on neither side.
 
+``--first N`` measures instead, in one process, the time from constructing a WeightedSampler
+over N weights to the ``--draws``-th index out of its iterator, against numpy's inverse CDF
+(``np.cumsum`` of the weights + ``np.searchsorted`` of as many uniform draws) timed in turn
+with it, ``--runs`` pairs: the medians and the median of the pairwise ratios (ours / numpy).
+
     python benchmarks/bench_samplers.py                      # 1M, 10M, 100M with replacement
     python benchmarks/bench_samplers.py --sizes 1e6 1e7 --no-replacement
+    python benchmarks/bench_samplers.py --first 1e8          # first 1M indices vs numpy
 """
 
 from __future__ import annotations
@@ -40,6 +46,49 @@ from detloader.bench.samplers import PeakRSS
 GOAL_SPEEDUP_10M = 3.0
 GOAL_100M_SECONDS = 5.0
 GOAL_100M_MB = 2048.0
+GOAL_FIRST_RATIO = 0.75
+
+
+def _first(n: int, draws: int, runs: int, warm_gb: float) -> int:
+    """Construction + the first ``draws`` indices of a WeightedSampler vs numpy's inverse CDF."""
+    import itertools
+
+    import numpy as np
+
+    from detloader.balance import WeightedSampler
+
+    weights = np.random.default_rng(0).lognormal(0.0, 1.0, n)
+    if warm_gb > 0:  # touch and free: fresh VM pages are slow on first touch, for both sides
+        block = np.ones(int(warm_gb * 2**30) // 8)
+        del block
+
+    def numpy_icdf() -> float:
+        start = time.perf_counter()
+        cdf = np.cumsum(weights)
+        u = np.random.default_rng(1).random(draws) * cdf[-1]
+        idx = np.searchsorted(cdf, u, side="right")
+        assert len(idx) == draws
+        return time.perf_counter() - start
+
+    def ours() -> float:
+        start = time.perf_counter()
+        head = list(itertools.islice(iter(WeightedSampler(weights, n, seed=0)), draws))
+        assert len(head) == draws
+        return time.perf_counter() - start
+
+    pairs = []
+    for _ in range(runs):
+        pairs.append((numpy_icdf(), ours()))
+        print(f"numpy {pairs[-1][0]:.3f} s, ours {pairs[-1][1]:.3f} s", flush=True)
+    ratio = statistics.median(o / b for b, o in pairs)
+    verdict = "met" if ratio <= GOAL_FIRST_RATIO else "NOT met"
+    print(
+        f"{n:,} weights, first {draws:,} indices: numpy inverse CDF {statistics.median(b for b, _ in pairs):.3f} s, "
+        f"WeightedSampler {statistics.median(o for _, o in pairs):.3f} s (medians of {runs}); ours / numpy "
+        f"{ratio:.2f}x (median of the pairs; goal <= {GOAL_FIRST_RATIO}x: {verdict}); "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
+    return 0
 
 
 def _case(impl: str, n: int, replacement: bool, epochs: int, iterate: bool, warm_gb: float) -> dict[str, Any]:
@@ -131,11 +180,16 @@ def main() -> int:
     p.add_argument("--iterate-max", type=float, default=1e7, help="iterate Python ints up to this n")
     p.add_argument("--warm-gb", type=float, default=3.0, help="memory touched and freed first")
     p.add_argument("--json", help="also write the raw results here")
+    p.add_argument("--first", type=float, help="time the first --draws indices of this many weights vs numpy")
+    p.add_argument("--draws", type=float, default=1e6, help="indices drawn with --first")
+    p.add_argument("--runs", type=int, default=5, help="pairs timed with --first (medians)")
     p.add_argument("--case", choices=("torch", "ours"), help=argparse.SUPPRESS)
     p.add_argument("--n", type=int, help=argparse.SUPPRESS)
     p.add_argument("--iterate", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     replacement = not args.no_replacement
+    if args.first:
+        return _first(int(args.first), int(args.draws), args.runs, args.warm_gb)
     if args.case:
         print(json.dumps(_case(args.case, args.n, replacement, args.epochs, args.iterate, args.warm_gb)))
         return 0
@@ -148,7 +202,9 @@ def main() -> int:
         f"torch {torch.__version__}, numpy {numpy.__version__}, {os.cpu_count()} CPUs, "
         f"load average {os.getloadavg()[0]:.1f} at start"
     )
-    header = f"{'n':>12} {'':6} {'build':>9} {'epoch':>9} {'first':>9} {'iterate':>9} {'peak RSS':>10} {'tracemalloc':>11}"
+    header = (
+        f"{'n':>12} {'':6} {'build':>9} {'epoch':>9} {'first':>9} {'iterate':>9} {'peak RSS':>10} {'tracemalloc':>11}"
+    )
     print(header)
     results = []
     verdicts = []
