@@ -42,7 +42,6 @@ def add_train(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--balance",
-        default=None,
         help="none, inverse, sqrt, power:P, effective[:BETA], repeat_factor[:T], class_aware (default: none)",
     )
     p.add_argument("--balance-by", default="class", help="class (default), image_class, attribute:NAME")

@@ -19,15 +19,14 @@ the data a checkpoint knows), ``loop``. See ``docs/training.md``.
 
 from __future__ import annotations
 
-from detloader.errors import DataMismatchError
-from detloader.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from detloader.errors import CheckpointError, DataMismatchError, RunDirError
+from detloader.train.checkpoint import load_checkpoint, save_checkpoint
 from detloader.train.config import TrainConfig
 from detloader.train.inference import evaluate_checkpoint, predict
 from detloader.train.loop import train
 from detloader.train.losses import LossWeights
 from detloader.train.metrics import ImagePredictions, compute_metrics, score_predictions
 from detloader.train.model import CenterNet, ModelConfig
-from detloader.train.runs import RunDirError
 from detloader.train.task import EpochInfo, StartInfo, StepInfo, Task, centernet_task
 
 __all__ = [
