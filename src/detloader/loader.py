@@ -36,10 +36,9 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, Sequen
 
 from detloader._pool import worker_context
 from detloader._system import accelerator_available
-from detloader.balance.aspect import AspectRatioBatchSampler
-from detloader.balance.factory import make_balanced_sampler
-from detloader.balance.partners import PartnerSampler
 from detloader.balance.weighted import WeightedSampler
+from detloader.balance.weights import make_balanced_sampler
+from detloader.balance.wrapper import AspectRatioBatchSampler, PartnerSampler
 from detloader.collate import collate_detection
 from detloader.dataset import check_decode_threads
 from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError
