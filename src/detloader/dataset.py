@@ -41,11 +41,9 @@ substitute whatever ``num_workers`` is. Each skipped file is warned about once p
 from __future__ import annotations
 
 import copy
-import ctypes
 import functools
 import operator
 import os
-import sys
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -413,7 +411,6 @@ class DetectionDataset(torch.utils.data.Dataset):
         DataLoader calls this with the indices of each batch (then collates the list)."""
         ids = [self._checked(i) for i in indices]
         epoch = self.epoch  # read once: every sample of the batch sees the same epoch
-        _keep_freed_memory()
         threads = min(self.decode_threads, len(ids))
         if threads < 2:
             return [self.load_sample(i, epoch) for i in ids]
@@ -499,27 +496,6 @@ class DetectionDataset(torch.utils.data.Dataset):
         state["_warned"] = set()  # each process warns for itself
         state["_rarest"] = None
         return state
-
-
-_TUNED_PIDS: set[int] = set()
-
-
-def _keep_freed_memory() -> None:
-    """Once per process that loads batches, on glibc: freed image buffers stay in the heap for
-    the next image (``mallopt``: up to 32 MiB from the heap, no trim below 256 MiB), not mapped
-    afresh (a page fault per 4 KiB) and unmapped (stopping the other cores) per image, glibc's
-    default over 128 KiB. ``DETLOADER_KEEP_FREED_MEMORY=0`` leaves glibc's defaults."""
-    if os.getpid() in _TUNED_PIDS:
-        return
-    _TUNED_PIDS.add(os.getpid())
-    if os.environ.get("DETLOADER_KEEP_FREED_MEMORY") == "0" or not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-1, 256 << 20)  # M_TRIM_THRESHOLD
-        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):  # not glibc (musl, ...): nothing to tune
-        pass
 
 
 def _stored_tensor(image: np.ndarray) -> torch.Tensor:
