@@ -438,7 +438,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         a = data.affine
         idx = self.index
         return Sample(
-            image=_stored_tensor(data.image) if not data.image.flags.writeable else chw_tensor(data.image),
+            image=chw_tensor(data.image),  # the store's pages as they are: the batch is the one copy
             boxes=data.boxes,
             labels=data.labels,
             landmarks=data.landmarks,
@@ -496,17 +496,6 @@ class DetectionDataset(torch.utils.data.Dataset):
         state["_warned"] = set()  # each process warns for itself
         state["_rarest"] = None
         return state
-
-
-def _stored_tensor(image: np.ndarray) -> torch.Tensor:
-    """``[3, H, W]`` over a read-only image: the store's copy-on-write planes as they are (no
-    copy: the batch is the one copy), anything else copied."""
-    planes = image.transpose(2, 0, 1).view()
-    try:
-        planes.flags.writeable = True  # allowed only where the memory is (the store's map)
-    except ValueError:
-        planes = planes.copy()
-    return torch.from_numpy(planes)
 
 
 def check_decode_threads(decode_threads: int) -> None:

@@ -26,17 +26,22 @@ _ROUNDING = 1e-3
 
 
 def chw_tensor(image: np.ndarray) -> torch.Tensor:
-    """uint8 ``[3, H, W]`` tensor over ``image``'s (``[H, W, 3]``) memory: no copy, except
-    when the array is read-only (a view of the image store: a ``[3, H, W]`` contiguous copy,
-    a plain memcpy from the store's channel planes) or its strides are negative, which torch
-    cannot wrap."""
+    """uint8 ``[3, H, W]`` tensor over ``image``'s (``[H, W, 3]``) memory: no copy, also for a
+    read-only view of writable memory (the image store's copy-on-write planes), except when
+    the strides are negative or the memory is read-only, which torch cannot wrap (then a
+    contiguous copy)."""
     import torch  # torch: lazy, `import detloader.transforms` stays light
 
+    planes = image.transpose(2, 0, 1)
     if not image.flags.writeable:
-        return torch.from_numpy(image.transpose(2, 0, 1).copy())
+        planes = planes.view()
+        try:
+            planes.flags.writeable = True  # allowed only where the memory is writable
+        except ValueError:
+            return torch.from_numpy(planes.copy())
     if any(s < 0 for s in image.strides):
-        image = np.ascontiguousarray(image)
-    return torch.from_numpy(image).permute(2, 0, 1)
+        return torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1)
+    return torch.from_numpy(planes)
 
 
 def resize_image(
