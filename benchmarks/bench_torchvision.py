@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 from detloader.bench import BenchSettings, run_bench
@@ -41,7 +40,7 @@ def main() -> int:
     if not loader.get("torchvision"):
         print("torchvision was not measured:\n" + "\n".join(report.notes), file=sys.stderr)
         return 1
-    report.settings.update(date=time.strftime("%Y-%m-%d"), torchvision=torchvision.__version__, data_path=args.data)
+    report.settings.update(torchvision=torchvision.__version__, data_path=args.data)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report.to_dict(), indent=1) + "\n")
     print(report.table())

@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import platform
 import tempfile
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -117,13 +118,8 @@ def run_bench(
     say = progress or (lambda _: None)
     cpus = usable_cpus()
     report = BenchReport(
-        settings={
-            "data": "synthetic" if path is None else "given",
-            "size": s.size, "batch_size": s.batch_size, "batches": s.batches,
-            "repeats": s.repeats, "quick": s.quick,
-            "sampler_weights": s.sampler_weights, "sampler_draws": s.sampler_draws,
-            "sections": list(s.sections), "cache": s.cache,
-        },
+        settings={**asdict(s), "sections": list(s.sections), "data": "synthetic" if path is None else "given",
+                  "date": time.strftime("%Y-%m-%d")},
         machine=machine_description(),
     )
     old_cache = os.environ.get(CACHE_DIR_ENV)
