@@ -284,25 +284,27 @@ class ImageStore:
         Raises:
             ImageDecodeError: the image did not decode when the store was built.
         """
-        if self._table is None:
-            self._map(self._key)
-        assert self._table is not None and self._pixels is not None
-        row = self._table[i]
+        row = self._rows()[i]
         if _identity(path) != tuple(int(row[k]) for k in _IDENTITY):
             return None
         if not row["ok"]:
             raise ImageDecodeError(f"{os.fspath(path)}: cannot decode image (found when the image store was built)")
         w, h, start = int(row["width"]), int(row["height"]), int(row["offset"])
-        view = self._pixels[start : start + 3 * w * h].reshape(3, h, w).transpose(1, 2, 0)
+        view = self._pixels[start : start + 3 * w * h].reshape(3, h, w).transpose(1, 2, 0)  # type: ignore[index]
         view.flags.writeable = False  # the transform makes new arrays (load_sample wraps it as is)
         return view
 
     def size(self, i: int) -> tuple[int, int]:
         """(width, height) image ``i`` is stored at."""
+        row = self._rows()[i]
+        return int(row["width"]), int(row["height"])
+
+    def _rows(self) -> np.ndarray:
+        """The offset table, mapping the file first in a new process (a store pickles as its path)."""
         if self._table is None:
             self._map(self._key)
         assert self._table is not None
-        return int(self._table["width"][i]), int(self._table["height"][i])
+        return self._table
 
     def __getstate__(self) -> dict[str, Any]:
         return {"path": self.path, "n": self.n, "_key": self._key, "_data_offset": self._data_offset,
