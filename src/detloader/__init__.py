@@ -50,11 +50,11 @@ _LAZY = {
     "ResumableLoader": "detloader.resume",
     "sample_weights": "detloader.balance.weights",
     "WeightedSampler": "detloader.balance.weighted",
-    "RepeatFactorSampler": "detloader.balance.repeat_factor",
+    "RepeatFactorSampler": "detloader.balance.weighted",
     "ClassAwareSampler": "detloader.balance.class_aware",
-    "BalancedBatchSampler": "detloader.balance.batch",
+    "BalancedBatchSampler": "detloader.balance.class_aware",
     "DistributedSamplerWrapper": "detloader.balance.wrapper",
-    "make_balanced_sampler": "detloader.balance.factory",
+    "make_balanced_sampler": "detloader.balance.weights",
     "TuneResult": "detloader.tune.result",
     "tune_loader": "detloader.tune.tuner",
     "balance_report": "detloader.stats",
@@ -62,12 +62,9 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ loads these
-    from detloader.balance.batch import BalancedBatchSampler
-    from detloader.balance.class_aware import ClassAwareSampler
-    from detloader.balance.factory import make_balanced_sampler
-    from detloader.balance.repeat_factor import RepeatFactorSampler
-    from detloader.balance.weighted import WeightedSampler
-    from detloader.balance.weights import sample_weights
+    from detloader.balance.class_aware import BalancedBatchSampler, ClassAwareSampler
+    from detloader.balance.weighted import RepeatFactorSampler, WeightedSampler
+    from detloader.balance.weights import make_balanced_sampler, sample_weights
     from detloader.balance.wrapper import DistributedSamplerWrapper
     from detloader.collate import Batch, collate_detection
     from detloader.dataset import DetectionDataset, Sample
