@@ -197,3 +197,15 @@ def test_cli_show_reads_the_store(index, tmp_path, capsys):
     assert any(p.suffix == ".dlstore" for p in (tmp_path / "cache").rglob("*"))
     assert main(["show", str(index.root), "--out", str(out), "--cache", "disk"]) == 2
     assert "--after-transform" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_augmentation_mosaic_and_mixup_read_the_stored_pixels_as_decoding_gives_them(index):
+    from detloader.transforms import ColorJitter, MixUp, Mosaic, RandomAffine
+
+    transform = Compose([RandomHorizontalFlip(), ColorJitter(hue=0.1), Resize(48, mode="letterbox"), RandomAffine()])
+    mix = {"mosaic": Mosaic(p=1.0), "mixup": MixUp(p=0.5), "shuffle": True, "seed": 0, "batch_size": 4}
+    plain = list(make_loader(DetectionDataset(index, transform, seed=1), **mix))
+    stored = list(make_loader(DetectionDataset(index, transform, seed=1, cache="disk"), num_workers=2, **mix))
+    for a, b in zip(plain, stored, strict=True):
+        assert np.array_equal(a.images, b.images) and np.allclose(a.boxes, b.boxes, atol=1e-3)
