@@ -55,55 +55,40 @@ def _loader(
     return make_loader(dataset, batch_size=batch_size, num_workers=workers, prefetch_factor=2 if workers else None)
 
 
-def loader_rate(loader: Iterable[Any], count: Callable[[Any], int], batches: int) -> float:
-    """Images per second of ``loader`` over up to ``batches`` batches after the first."""
-    it = iter(loader)
-    first = next(it, None)
-    if first is None:
-        return 0.0
-    start = time.perf_counter()
-    n = 0
-    for step, batch in enumerate(it):
-        n += count(batch)
-        if step + 1 >= batches:
-            break
-    elapsed = time.perf_counter() - start
-    del it  # shut the workers down before the next setting starts its own
-    return n / elapsed if elapsed > 0 else 0.0
-
-
 def decode_rate(index: AnnotationIndex, size: int, images: int, repeats: int = 2) -> float:
     """Images per second of one core reading, decoding (libjpeg-turbo through simplejpeg, or
     Pillow, with the reduced-size JPEG decoding the Dataset uses) and resizing the first
-    ``images`` images of ``index`` to ``size x size`` - best of ``repeats`` passes."""
+    ``images`` images of ``index`` to ``size x size`` - best of ``repeats`` passes (torch on
+    the one thread :func:`bench_loader` sets: the resize kernel is torch's)."""
     resize = Resize((size, size))
     hint = functools.partial(min_input_size, (resize,))
-    count = min(images, len(index))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one core: the resize kernel is torch's
-    try:
-        best = 0.0
-        for _ in range(repeats):
+    count, best = min(images, len(index)), 0.0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for i in range(count):
+            ann = (int(index.width[i]), int(index.height[i]))
+            img = read_image(index.image_path(i), expected_size=ann, min_size=hint).image
+            resize_image(img, *resize.content_size(img.shape[1], img.shape[0]), resize.interpolation)
+        best = max(best, count / (time.perf_counter() - start))
+    return best
+
+
+def _rate(make: Callable[[], Iterable[Any]], count: Callable[[Any], int], batches: int) -> float:
+    """Images per second of the loader ``make()`` gives over up to ``batches`` batches after
+    the first (worker start-up is not throughput); its workers end before this returns."""
+    it = iter(make())
+    n, start = 0, time.perf_counter()
+    for step, batch in enumerate(it):
+        if step == 0:
             start = time.perf_counter()
-            for i in range(count):
-                ann = (int(index.width[i]), int(index.height[i]))
-                img = read_image(index.image_path(i), expected_size=ann, min_size=hint).image
-                w, h = resize.content_size(img.shape[1], img.shape[0])
-                resize_image(img, w, h, resize.interpolation)
-            elapsed = time.perf_counter() - start
-            best = max(best, count / elapsed if elapsed > 0 else 0.0)
-        return best
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _rate(make: Callable[[], Any], count: Callable[[Any], int], batches: int) -> float:
-    loader = make()
-    try:
-        return loader_rate(loader, count, batches)
-    finally:
-        del loader
-        gc.collect()
+            continue
+        n += count(batch)
+        if step >= batches:
+            break
+    elapsed = time.perf_counter() - start
+    del it
+    gc.collect()  # shut the workers down before the next setting starts its own
+    return n / elapsed if n and elapsed > 0 else 0.0
 
 
 def bench_loader(
@@ -122,10 +107,9 @@ def bench_loader(
 ) -> None:
     """Fill ``report``'s loader figures and ratios (``root``: the annotation folder, for the
     baselines that read VOC files themselves; ``workdir``: a folder for torchvision's VOC
-    tree). The main process
-    runs torch on one thread, as the workers do (``torch.set_num_threads(1)``): torch's
-    intra-op threads would compete with the workers and the decoding for the same cores.
-    ``cache`` (``"disk"`` or ``"ram"``): also time the store's build and the loader reading it."""
+    tree). The main process runs torch on one thread, as the workers do: torch's intra-op
+    threads would compete with the workers and the decoding for the same cores. ``cache``
+    (``"disk"`` or ``"ram"``): also time the store's build and the loader reading it."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
