@@ -3,11 +3,8 @@
 Without ``--balance``: objects and images per class, image classes, attributes, landmark
 visibility, box-size quantiles, imbalance ratios. With ``--balance STRATEGY``: the raw
 per-epoch distribution beside the expected one after balancing (from the weights) and one real
-draw, and a warning when one image would be drawn over and over (more than 10 times per epoch
-in expectation). ``--json`` prints one object with ``raw`` and ``balanced`` (group -> count per
-epoch; objects per class by default, images with ``--by image`` or ``--unit images``).
-``--plot`` bars use a log axis with ``--log``, a linear one with ``--log off``, and by default
-(``--log auto``) a log one when the largest bar is over 20 times the smallest.
+draw, and a warning when one image would be drawn over 10 times per epoch in expectation.
+``--json``: one object with ``raw`` and ``balanced`` (group -> count per epoch).
 """
 
 from __future__ import annotations
