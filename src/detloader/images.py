@@ -239,17 +239,6 @@ def check_pixels(
 
 
 # -- decoding ---------------------------------------------------------------------------------
-def _resolve_min_size(
-    min_size: MinSize,
-    full_size: tuple[int, int],
-) -> tuple[int, int] | None:
-    if min_size is None:
-        return None
-    if callable(min_size):
-        return min_size(*full_size)
-    return (int(min_size[0]), int(min_size[1]))
-
-
 def _dct_scale(full: tuple[int, int], got: tuple[int, int]) -> float:
     """The ``M/8`` libjpeg used: its output size is ``ceil(size * M / 8)``."""
     w, h = full
@@ -359,7 +348,7 @@ def _decode_jpeg(
     orientation = jpeg_exif_orientation(data)
     applied = should_apply_orientation(orientation, (w, h), expected_size, exif)
     full = oriented_size(w, h, orientation) if applied else (w, h)
-    need = _resolve_min_size(min_size, full)
+    need = min_size(*full) if callable(min_size) else min_size  # a function of the oriented size
     kwargs = {}
     if need is not None:
         need_raw = (need[1], need[0]) if applied and orientation >= 5 else need
