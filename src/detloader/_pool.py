@@ -28,15 +28,10 @@ T = TypeVar("T")
 
 def start_method() -> str:
     """``"fork"`` when forking is safe here, else the start method in force."""
-    method = multiprocessing.get_start_method(allow_none=True) or _platform_default()
+    method = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_context().get_start_method()
     if method == "fork" and threading.active_count() == 1:
         return "fork"
     return "spawn" if method == "fork" else method
-
-
-def _platform_default() -> str:
-    ctx = multiprocessing.get_context()
-    return ctx.get_start_method()
 
 
 @contextmanager

@@ -309,10 +309,6 @@ def _shared_uint8(shape: tuple[int, ...]) -> torch.Tensor:
     return torch.empty(shape, dtype=torch.uint8)
 
 
-def _round_up(value: int, divisor: int) -> int:
-    return -(-value // divisor) * divisor
-
-
 def collate_detection(
     samples: Sequence[Any],
     *,
@@ -361,7 +357,7 @@ def collate_detection(
             )
     else:
         pw, ph = int(sizes[:, 0].max()), int(sizes[:, 1].max())
-    pw, ph = _round_up(pw, size_divisor), _round_up(ph, size_divisor)
+    pw, ph = -(-pw // size_divisor) * size_divisor, -(-ph // size_divisor) * size_divisor  # rounded up
     b = len(items)
     images = _shared_uint8((b, 3, ph, pw))
     for j, it in enumerate(items):
