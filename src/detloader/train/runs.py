@@ -216,22 +216,19 @@ def prepare_data(config: TrainConfig, env: DistEnv | None = None) -> RunData:
     t, v = config.train_split, config.val_split
     found = index.meta.get("split_sources", {})
     if t in index.splits and v in index.splits:
-        parts = {
-            "train": (index.split(t), t, found.get(t, "split file")),
-            "val": (index.split(v), v, found.get(v, "split file")),
-        }
-        return RunData(parts["train"][0], parts["val"][0], data_record(index, parts))
-    if t in index.splits:
-        pool, what = index.split(t), f"split {t!r}"
+        parts = {role: (index.split(n), n, found.get(n, "split file")) for role, n in (("train", t), ("val", v))}
     else:
-        held = [n for n in index.splits if split_role(n) == "test"]
-        out = np.concatenate([index.splits[n] for n in held]) if held else np.zeros(0, np.int64)
-        pool, what = index.subset(np.setdiff1d(np.arange(len(index)), out)), "every image"
-        what += f" outside split {held[0]!r}" if held else ""
-    cut = pool.random_split({t: 0.8, v: 0.2}, seed=config.seed, stratify="class")
-    how = f"random 80/20 of {what} (seed {config.seed}, stratified by class; the dataset has no {v!r} split)"
-    parts = {"train": (cut[t], t, how), "val": (cut[v], v, how)}
-    return RunData(cut[t], cut[v], data_record(index, parts))
+        if t in index.splits:
+            pool, what = index.split(t), f"split {t!r}"
+        else:
+            held = [n for n in index.splits if split_role(n) == "test"]
+            out = np.concatenate([index.splits[n] for n in held]) if held else np.zeros(0, np.int64)
+            pool, what = index.subset(np.setdiff1d(np.arange(len(index)), out)), "every image"
+            what += f" outside split {held[0]!r}" if held else ""
+        cut = pool.random_split({t: 0.8, v: 0.2}, seed=config.seed, stratify="class")
+        how = f"random 80/20 of {what} (seed {config.seed}, stratified by class; the dataset has no {v!r} split)"
+        parts = {"train": (cut[t], t, how), "val": (cut[v], v, how)}
+    return RunData(parts["train"][0], parts["val"][0], data_record(index, parts))
 
 
 # -- the loader it trains with ------------------------------------------------------------------
