@@ -1,10 +1,8 @@
-"""Checkpoints: one ``*.pt`` file with everything a run needs to continue or be evaluated.
+"""Checkpoints: one ``*.pt`` file with everything a run needs to continue or be evaluated,
+plain Python data and tensors, so ``torch.load(weights_only=True)`` reads it:
 
-Contents (plain Python data and tensors, so ``torch.load(weights_only=True)`` reads it):
-
-``model``        the network's ``state_dict`` (unwrapped from DDP)
-``model_config`` :class:`~detloader.train.model.ModelConfig` as a dict
-``optimizer``, ``scheduler``   their ``state_dict``
+``model``, ``optimizer``, ``scheduler``   their ``state_dict`` (the model unwrapped from DDP)
+``model_config``, ``task``   the Task's ``config`` and the model's class (``module.QualName``)
 ``loader``       :meth:`detloader.ResumableLoader.state_dict`: epoch and the batches the loop
                  consumed (not what workers prefetched), with the sampler's state
 ``epoch``, ``step``   the epoch in progress and the optimiser steps done in all
@@ -12,8 +10,7 @@ Contents (plain Python data and tensors, so ``torch.load(weights_only=True)`` re
 ``classes``, ``image_classes``, ``landmark_schema``   the vocabularies the model was built for
 ``history``      per-epoch figures so far (losses, data-wait fraction, samples)
 ``scaler``       the AMP gradient scaler's state (float16 on CUDA only), else absent
-``data``         what the run was trained on (:func:`detloader.train.runs.data_record`):
-                 classes, digests of the images and annotations, the train / val splits
+``data``         what the run was trained on (:func:`detloader.train.runs.data_record`)
 
 Saving keeps the checkpoint it replaces as ``previous.pt`` beside it, so that a damaged
 ``last.pt`` (a full disk, a copy cut short) still leaves a good one to resume from.

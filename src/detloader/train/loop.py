@@ -4,15 +4,11 @@ meets the :class:`~detloader.train.task.Task` protocol (the reference CenterNet 
 :func:`train` is quiet: progress goes to the optional callbacks (:class:`StartInfo`,
 :class:`StepInfo`, :class:`EpochInfo`).
 
-Step time is split at the moment the loop receives a batch: *data wait* is ``next(loader)``
-and the host -> device copy, *compute* the forward, loss, backward and optimiser step
-(synchronised on CUDA, so that asynchronous kernels do not count as waiting);
-``data_wait_fraction = wait / (wait + compute)``: near 1 the model starves and
-``num_workers`` (``detloader tune``) is the lever.
-
-SIGTERM (a scheduler) or SIGINT (Ctrl-C) is noted, not obeyed at once: the step in progress
-completes, every rank agrees on it, rank 0 saves ``last.pt`` at it and :func:`train` returns
-with ``stopped_by`` set (the CLI exits 128 + the signal number). A second Ctrl-C stops at once.
+Step time is split where the loop receives a batch: *data wait* is ``next(loader)`` and the
+host -> device copy, *compute* the rest of the step (synchronised on CUDA). SIGTERM or SIGINT
+is noted, not obeyed at once: the step in progress completes, every rank agrees on it, rank 0
+saves ``last.pt`` at it and :func:`train` returns with ``stopped_by`` set; a second Ctrl-C
+stops at once (docs/training.md, "The loop", "Stopping").
 """
 
 from __future__ import annotations
