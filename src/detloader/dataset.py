@@ -163,7 +163,8 @@ class DetectionDataset(torch.utils.data.Dataset):
             (:func:`~detloader.store.cache_size_from`): each image is stored at the size it
             gives that image, so a stored epoch skips the resize; required when it has none.
             The transform gets the stored pixels as a read-only view of the map (detloader's
-            transforms never write into their input).
+            transforms never write into their input); a sample whose transform keeps them
+            wraps the map's pages copy-on-write (a write into it stays in that process).
 
     When the decoded image's size differs from the size the annotation states, annotations
     are scaled to the image (per axis) and a warning is given once per process.
