@@ -4,6 +4,7 @@ and gives the same batches for any num_workers and decode_threads."""
 
 from __future__ import annotations
 
+import traceback
 import warnings
 from pathlib import Path
 
@@ -61,6 +62,9 @@ def test_raise_from_a_worker_reaches_the_main_process_as_a_decode_error(broken) 
     with pytest.raises(ImageDecodeError, match=rf"d1\.jpg: .*\(dataset index {rows['d1']}\)") as info:
         _ids(loader)
     assert "DataLoader worker process" in str(info.value)
+    # the traceback's frames hold the iterator and its workers: without this they live on until a
+    # later test's garbage collection, and a worker ended mid-shutdown there fails that test
+    traceback.clear_frames(info.tb)
 
 
 def test_skip_substitutes_an_image_of_the_same_group_and_reports_it(broken) -> None:  # type: ignore[no-untyped-def]
