@@ -1,23 +1,9 @@
 """COCO JSON: instances and person_keypoints files (and what CVAT / Datumaro export as COCO).
 
-Pass the ``.json`` file, or a folder holding exactly one COCO file (itself, in
-``annotations/`` or in a ``train/``-like folder), or several whose names after the
-``instances_`` / ``person_keypoints_`` prefix (``train2017``, ``val2017``) or whose
-``train/ valid/ test/`` folders (Roboflow) are distinct split names: one dataset, one split
-per file (``val2017`` -> ``val``). The dataset root is the JSON's folder, or its parent when
-that folder is ``annotations`` (``coco/annotations/instances_val2017.json`` -> ``coco/``) or a
-split folder. Images (``file_name``) are looked up in ``images/<split>``, ``<split>``,
-``images``, the root and the JSON's folder, where ``<split>`` is the file name without its
-prefix (``val2017``) or its split folder; ``image_dir`` overrides.
-
-Mapping to the index: docs/formats.md ("What each format maps to"): ``bbox`` xywh -> xyxy,
-``category_id`` -> the category's ``name``, ``keypoints`` ``[x1, y1, v1, ...]`` named by the
-category's ``keypoints`` list (``p0, p1, ..`` without one), ``iscrowd``, ``attributes``.
-
-The JSON is loaded whole (that is what the format allows); the size cap is the format option
-``max_json_bytes`` (default 4 GiB) rather than ``max_file_bytes``, which is for per-image
-files. JSON positions in problems are 0-based, as in the file: ``annotations[17]/bbox`` is
-the bbox of the 18th annotation; the record of an image is its ``file_name``.
+The JSON is loaded whole (the format gives no record boundary to stream on), under the format
+option ``max_json_bytes``. Layouts, split files and image folders: docs/formats.md ("Each
+reader's files and layouts", "What each format maps to"); positions in problems are 0-based,
+as in the file (``annotations[17]/bbox``).
 """
 
 from __future__ import annotations

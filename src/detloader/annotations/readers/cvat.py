@@ -1,44 +1,9 @@
 """CVAT for images 1.1 XML (``annotations.xml`` of a CVAT task, job or project export).
 
-Pass the XML file, or the export folder holding it. Images are looked up in ``images/`` next
-to the file, then beside it (``image_dir`` overrides)::
-
-    <annotations>
-      <meta><task><labels><label><name>face</name><type>rectangle</type>...</labels></task></meta>
-      <image id="12" name="img/0012.jpg" width="640" height="480" subset="Train">
-        <box label="face" xtl="10" ytl="20" xbr="50" ybr="70" occluded="0" group_id="1">
-          <attribute name="age">adult</attribute>
-        </box>
-        <points label="left_eye" points="20.5,35.0" occluded="0" group_id="1"/>
-        <skeleton label="face5" group_id="1">
-          <points label="nose" points="30,45" outside="0" occluded="1"/>
-        </skeleton>
-        <tag label="indoor"/>
-      </image>
-    </annotations>
-
-Mapping to the index: docs/formats.md ("What each format maps to", "Points without boxes").
-In short: ``<box>`` is an object (``rotation`` replaced by the rotated box's upright bounds, a
-repair); ``<points>`` (one point: named by its label; several: ``p0, p1, ..`` or a given
-schema) and ``<skeleton>`` children (one landmark each, named by its label) are landmarks of
-the box with the same ``group_id``, else of the smallest box holding them (unless
-``link_points="group"``), else an object of their own; ``outside="1"`` is absent (visibility
-0), ``occluded="1"`` hidden (1). The first ``<tag>`` is the image class, ``subset`` an image
-attribute and a split; shapes without a box (polygon, mask, ...) are counted and reported once
-per file; ``<track>`` (CVAT for video) is not read. Landmark slots follow the ``<meta>`` label
-schema (skeleton sub-labels, then points labels).
-
-Format options (``read_annotations(path, **options)``):
-
-* ``images_by="name"`` (default) finds images by the ``name`` attribute; ``"id"`` by the
-  image ``id``, for exports whose images were renamed to their id: ``12.jpg``,
-  ``000012.jpg`` or ``frame_000012.jpg`` (the original extension first, then the usual ones).
-* ``link_points="group_or_inside"`` (default) or ``"group"``, see above.
-
-The file is streamed: each ``<image>`` is processed when it ends and then dropped with its
-earlier siblings, so a file of hundreds of MB is read in bounded memory (see
-``benchmarks/bench_cvat_stream.py``). Problems name the image by id: ``image[id=12]/box[3]``
-is the third ``<box>`` of image 12; the record of an image is its ``name``.
+The file is streamed: each ``<image>`` is handled when it ends, then dropped with its earlier
+siblings, so memory does not grow with the file. Landmark slots follow the ``<meta>`` label
+schema. Layout, file and options: docs/formats.md ("Each reader's files and layouts", "What
+each format maps to", "Points without boxes").
 """
 
 from __future__ import annotations

@@ -1,29 +1,9 @@
 """dlib imglab XML: ``<dataset><images><image file width height><box top left width height>``.
 
-One XML file holds the whole dataset; pass that file (or a folder holding exactly one such
-file)::
-
-    <image file='2007_007763.jpg' width='500' height='375'>
-      <box top='90' left='194' width='37' height='37' ignore='1'>
-        <label>face</label>
-        <part name='00' x='201' y='107'/>
-      </box>
-    </image>
-
-Mapping to the index: docs/formats.md ("What each format maps to"). Boxes: dlib's rectangle
-covers the pixels ``left .. left + width - 1``, so in continuous pixel coordinates the box is
-``(left, top, left + width, top + height)``; boxes without ``<label>`` get the format option
-``default_class`` (default ``"object"``); ``ignore='1'`` sets ``difficult`` and the attribute
-``ignore = "1"``; other box attributes become object attributes. Parts dlib marks as not present
-(coordinates of +-2**31) are absent (visibility 0); names ``"00"`` .. ``"67"`` take
-:data:`~detloader.annotations.landmarks.IBUG68`. Images without ``width``/``height`` (older
-files) take the size from the image header; image paths are relative to the XML file's folder
-(or ``image_dir``).
-
-The file is streamed (:func:`~detloader.annotations.readers.safe_xml.iter_xml`), so large landmark files
-(the iBUG 300-W training list is ~30 MB) need no size cap. Element paths in problems are
-1-based: ``image[5]/box[2]/part[3]`` is the third part of the second box of the fifth
-``<image>``; the record of an image is its ``file``.
+One XML file holds the whole dataset; it is streamed
+(:func:`~detloader.annotations.readers.safe_xml.iter_xml`). Boxes are
+``(left, top, left + width, top + height)``. Layout and mapping: docs/formats.md ("Each
+reader's files and layouts", "What each format maps to").
 """
 
 from __future__ import annotations

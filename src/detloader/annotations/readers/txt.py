@@ -1,31 +1,8 @@
 """Plain-text annotation lists: classification lists, RetinaFace ``label.txt``, WIDER FACE.
 
-Three kinds, recognised from the first lines (format option ``kind`` overrides):
-
-``list``
-    ``path label`` per line, the classification list most projects start from: each image
-    gets the image-level class ``label`` and no objects. The path may contain spaces (the
-    label is the last field; ``path,label`` works too); ``#`` lines are comments. Integer
-    labels are looked up in a names list when there is one (format option ``names``: a list
-    or a file; else ``classes.txt`` / ``names.txt`` beside the list), else kept as written.
-``retinaface``
-    The RetinaFace / WIDER FACE ``label.txt``: a ``# path`` line per image, then one face per
-    line: ``x y w h`` and optionally five landmarks ``x y flag`` (RetinaFace order: left eye,
-    right eye, nose, left and right mouth corner, see :data:`~detloader.annotations.index.FACE5`) and a
-    score. ``-1`` coordinates mean the face has no landmarks (visibility 0); flag ``1`` is a
-    hidden point (visibility 1), ``0`` a visible one. The score is not kept. Class ``face``.
-``wider``
-    The original WIDER FACE ``wider_face_*_bbx_gt.txt``: image path, face count, then per
-    face ``x y w h blur expression illumination invalid occlusion pose``. ``invalid`` sets
-    ``difficult``, ``occlusion`` > 0 sets ``occluded``; every field is also an object
-    attribute in words (``blur``: clear/normal/heavy, ``occlusion``: none/partial/heavy, ...).
-
-Pass the list file, or a folder holding ``label.txt`` or split lists named ``train.txt``,
-``val.txt``, ``test.txt`` (also ``valid``, ``validation``, ``trainval``); several lists
-become one split each, named after the file. Image paths are relative to the list's folder
-(``images/`` is tried first; ``image_dir`` overrides). Sizes are read from each image header.
-Problems name the list and its line: ``train.txt: line 14: ...``; the record of an image is
-its path as written.
+The kind (``list``, ``retinaface``, ``wider``) is recognised from the first lines; the format
+option ``kind`` overrides. The kinds' lines and layouts: docs/formats.md ("Each reader's files
+and layouts").
 """
 
 from __future__ import annotations

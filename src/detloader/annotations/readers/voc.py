@@ -1,38 +1,8 @@
 """Pascal VOC XML, as labelImg, CVAT's VOC export and the VOC devkit write it.
 
-Layouts found from the path given:
-
-* **VOCdevkit**: ``Annotations/``, ``JPEGImages/``, ``ImageSets/Main/*.txt`` (split files of
-  one image id per line; the per-class ``NAME_train.txt`` files with two columns are ignored).
-  A ``VOCdevkit`` folder holding exactly one ``VOC20xx`` folder (or a folder holding such a
-  ``VOCdevkit``) is read as that ``VOC20xx`` folder.
-* **annotations/ + images/** folders (names matched ignoring case: ``Annotations``,
-  ``annotations``; ``JPEGImages``, ``images``, ``Images``, ``imgs``), sub-folders mirrored.
-* **XML next to each image**, anywhere below the path; or a single ``.xml`` file.
-
-``<filename>`` is looked up in the image folder (in the annotation's sub-folder, then at the
-top), then the annotation's own name with the usual image extensions, then the base name of
-``<path>``. A missing ``<size>`` (or a zero one) is read from the image header.
-
-Landmarks on an ``<object>``, three dialects:
-
-* ``<keypoints><keypoint name="left_eye" x="10" y="20" visible="2"/>...</keypoints>``
-  (attributes or child elements; ``visible`` 0/1/2, default 2);
-* RetinaFace-to-VOC: ``<has_lm>1</has_lm><lm><x1/><y1/>...<x5/><y5/></lm>``; with 5 points
-  they are named as :data:`detloader.annotations.index.FACE5`; ``-1`` coordinates mean absent;
-* a comma (or space) list ``<keypoints>x1,y1,x2,y2,...</keypoints>``, points named
-  ``p0, p1, ...`` unless a landmark schema is given; negative pairs mean absent.
-
-An ``<object>`` with landmarks and no ``<bndbox>`` is boxed from its points
-(``read_annotations(boxes_from_points=)``); without either it is a ``missing_field`` error.
-
-Attributes: ``<attributes><attribute><name/><value/></attribute></attributes>`` on an object
-or on the annotation itself (image attributes; the one named ``image_class_attribute``,
-default ``class``, is the image-level class). ``<pose>`` other than ``Unspecified`` becomes
-the object attribute ``pose``.
-
-Element paths in problems are XPath-like and 1-based: ``object[2]/bndbox`` is the second
-``<object>`` of the file.
+One file per image; layouts, the three landmark dialects and attributes: docs/index.md ("VOC
+dialects read") and docs/formats.md ("Each reader's files and layouts"). Element paths in
+problems are XPath-like and 1-based (``object[2]/bndbox``).
 """
 
 from __future__ import annotations

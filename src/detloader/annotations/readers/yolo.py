@@ -1,36 +1,8 @@
 """YOLO txt labels (Darknet / Ultralytics), detection and pose, with ``data.yaml``.
 
-One label file per image, one object per line, coordinates normalised to 0..1 by the image
-size::
-
-    0 0.481 0.634 0.690 0.713                       class cx cy w h          (detection)
-    0 0.481 0.634 0.690 0.713 0.52 0.41 2 ...        + K x (px py v)          (pose, kpt_shape [K, 3])
-    3 0.10 0.20 0.30 0.25 0.40 0.60                  class x1 y1 x2 y2 ...    (segment: box = extent)
-
-Layouts found from the path given:
-
-* a ``data.yaml`` (any ``.yaml``/``.yml``) file, or a folder holding ``data.yaml`` /
-  ``dataset.yaml``: ``path`` (the root; default the YAML's folder), ``train`` / ``val`` /
-  ``test`` (folders of images or ``.txt`` lists of image paths, one or a list; each becomes a
-  split), ``names`` (list or ``{id: name}``), ``kpt_shape: [K, 2|3]``, ``flip_idx`` and
-  ``kpt_names`` (a list, or ``{class id: list}`` of which the first is used);
-* a folder with ``images/`` (and ``labels/``), or images with their ``.txt`` beside them;
-  class names from ``classes.txt`` / ``obj.names`` / ``names.txt`` (in the folder or
-  ``labels/``); without one, the class names are the ids (``"0"``, ``"1"``, ...).
-
-A label file is found as Ultralytics finds it: the last ``/images/`` of the image path
-replaced by ``/labels/``, extension ``.txt`` (so without an ``images`` folder it lies beside
-the image). An image without a label file is a background image (no objects).
-
-Sizes are not in the labels: each image header is read (PIL, header only), so an unreadable
-image is a ``missing_image`` / ``missing_size`` error even with ``check_images=False``.
-Rounding noise of normalised coordinates (up to 1e-6 outside 0..1, as ``%.6f`` writers
-leave at the image edges) is snapped to the edge silently; more is clipped and reported.
-
-Pose: with ``kpt_shape [K, 3]`` the third value is the visibility (0 absent, 1 hidden, 2
-visible); with ``[K, 2]`` a point at (0, 0) is absent. Landmark names are ``kpt_names`` or
-``p0 .. p{K-1}``; flip pairs come from ``flip_idx``. Problems name the label file and the
-line: ``labels/train/0001.txt: line 3: ...``.
+One label file per image, one object per line, normalised to 0..1 by the image size, so every
+image header is read for its size. Layouts, ``data.yaml`` keys and label lines: docs/formats.md
+("Each reader's files and layouts").
 """
 
 from __future__ import annotations
