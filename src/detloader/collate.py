@@ -1,17 +1,11 @@
 """Batching for detection: images of different sizes and a varying number of objects.
 
-``collate_detection(samples) -> Batch`` pads the images into one uint8 tensor and concatenates
-the objects of all images into flat tensors with a ``batch_index`` column (the layout
-torchvision's ``roi_align`` and most detection losses use), so no Python list of per-image
-dicts crosses the worker -> main process boundary.
-
-It takes :class:`~detloader.dataset.Sample` objects, and also what a user's own dataset may
-return: ``(image, boxes, labels)``, ``(image, boxes, labels, landmarks)``,
-``(image, boxes, labels, landmarks, visibility)`` or ``(image, target_dict)`` with keys
-``boxes``, ``labels`` and optionally ``landmarks``/``keypoints``, ``visibility``,
-``image_label``. An image is a numpy ``[H, W, 3]`` (or ``[H, W]``) uint8 array or a torch
-``[3, H, W]`` (or ``[H, W]``) uint8 tensor. Landmarks ``[N, K, 2]`` come with visibility 2
-(NaN coordinates: 0); ``[N, K, 3]`` carry COCO visibility in the last column.
+``collate_detection(samples) -> Batch`` pads the images top-left into one uint8 tensor and
+concatenates the objects of all images into flat tensors with a ``batch_index`` column, so no
+Python list of per-image dicts crosses the worker -> main process boundary. Besides
+:class:`~detloader.dataset.Sample` it takes a user dataset's ``(image, boxes, labels[,
+landmarks[, visibility]])`` or ``(image, target_dict)``. See docs/loader.md, "collate_detection
+and Batch".
 """
 
 from __future__ import annotations
@@ -316,8 +310,7 @@ def collate_detection(
     size_divisor: int = 1,
     fill: int = 0,
 ) -> Batch:
-    """Stack ``samples`` into a :class:`Batch` (see the module docstring for what a sample
-    may be).
+    """Stack ``samples`` into a :class:`Batch`.
 
     Args:
         pad_to: fixed (width, height) of the padded images; default: the largest width and

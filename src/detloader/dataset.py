@@ -1,41 +1,12 @@
 """DetectionDataset: a map-style torch Dataset over an AnnotationIndex.
 
-``dataset[i]`` reads image ``i``, decodes it (:mod:`detloader.images`), runs the transform
-(:mod:`detloader.transforms`) on the image and its objects together, and returns a
-:class:`Sample`. The dataset holds the index (flat numpy arrays, memory-mapped when the index
-comes from the cache) and a few parameters: no per-sample Python lists or dicts, so DataLoader
-workers share the index pages instead of copying them (pytorch issue 13246).
-
-Parallel decoding in one process: ``DetectionDataset(..., decode_threads=N)`` loads the
-images of a batch on ``N`` threads (:meth:`DetectionDataset.__getitems__`, which torch's
-DataLoader calls with the indices of a batch). JPEG decoding (libjpeg-turbo), the file reads
-and torch's resize release the GIL, so threads use several cores without worker processes;
-in worker processes each worker gets its own threads.
-
-Randomness and epochs: each sample's transform gets its own generator,
-``numpy.random.default_rng((seed, epoch, i))``, so sample ``i`` of an epoch is the same whichever
-worker makes it and whatever ``num_workers`` is. Call :meth:`DetectionDataset.set_epoch` at the
-start of every epoch (before iterating the loader), as with ``DistributedSampler``: the epoch
-lives in a one-element shared-memory tensor, so the call reaches workers that already run
-(``persistent_workers=True``) as well as new ones. Forgetting it repeats the same augmentation
-every epoch.
-
-Mosaic and mixup: ``dataset[[i, p1, p2, p3]]`` (a *group*, as ``make_loader(mosaic=...,
-mixup=...)`` draws them) is the mosaic of those images on image ``i``'s canvas and/or a mixup,
-or plain sample ``i`` when the sample's draw says neither (:meth:`DetectionDataset.with_mix`,
-:mod:`detloader.transforms.mix`).
-
-Decode errors: ``on_decode_error="raise"`` (default) raises
-:class:`~detloader.images.ImageDecodeError` naming the file and the dataset index (from a
-DataLoader worker too: torch re-raises it in the main process with the worker's traceback).
-A file over the size cap or not a regular file (:func:`~detloader.images.image_bytes`), and
-running out of memory on one image, are that image's decode error.
-``on_decode_error="skip"`` returns a substitute instead: another image with the same image
-class and the same rarest object class (fewest objects in the dataset), so the class balance
-holds, chosen by ``numpy.random.default_rng((seed, epoch, i, 1))`` among those: the same
-substitute whatever ``num_workers`` is. Each skipped file is warned about once per process, and
-:attr:`DetectionDataset.skipped` lists the files skipped since the last
-:meth:`~DetectionDataset.set_epoch`, in the main process even when workers skipped them.
+``dataset[i]`` reads image ``i`` (or takes it from the image store), runs the transform on the
+image and its objects together and returns a :class:`Sample`. The dataset holds only the index
+arrays and a few parameters, so DataLoader workers share the index pages instead of copying
+them. Sample ``i`` of an epoch gets ``default_rng((seed, epoch, i))`` whichever worker or thread
+makes it; the epoch lives in shared memory so ``set_epoch`` reaches running workers.
+See docs/loader.md, "DetectionDataset and Sample", and docs/reliability.md, "Decode errors in
+the loader" (the ``on_decode_error="skip"`` substitute rule).
 """
 
 from __future__ import annotations
@@ -140,31 +111,23 @@ class DetectionDataset(torch.utils.data.Dataset):
         index: the :class:`AnnotationIndex` (from :func:`detloader.read_annotations`).
         transform: ``transform(data: Annotated, rng) -> Annotated``, e.g. a
             :class:`~detloader.transforms.Compose`; None returns the decoded image as is. When
-            the transform starts with a :class:`~detloader.transforms.Resize` (after any
-            size-keeping transforms), JPEGs are decoded at a reduced size when that resize
-            shrinks them at least 2x (``reduced_decode``); annotations follow exactly.
-        seed: base seed of the per-sample generators; None draws one now (random runs that
-            still give the same batches for any ``num_workers``).
-        exif: EXIF orientation policy, see :mod:`detloader.images` (``"auto"``: rotate when
-            the annotation's size matches the rotated image).
+            the transform starts with a :class:`~detloader.transforms.Resize`, JPEGs it shrinks
+            at least 2x are decoded at a reduced size (``reduced_decode``).
+        seed: base seed of the per-sample generators; None draws one now.
+        exif: EXIF orientation policy, see :mod:`detloader.images`.
         reduced_decode: allow DCT-scaled JPEG decoding (above).
         on_decode_error: ``"raise"`` (an :class:`~detloader.images.ImageDecodeError` naming
             the file and the dataset index) or ``"skip"`` (a substitute of the same image
-            class and rarest object class; module docstring).
-        decode_threads: threads that load the images of a batch in parallel
-            (:meth:`__getitems__`); 0 loads them one after the other in the calling thread.
-            Batches are the same for any value.
-        cache: ``"disk"`` (beside the index cache) or ``"ram"`` (``/dev/shm``): decode every
-            image once into a memory-mapped store (:mod:`detloader.store`) that later reads,
-            in every worker and rank of the node, take instead of decoding; built now, under
-            a file lock, unless a valid one exists. None (default): decode every time.
-        cache_size: longer side of the stored images (never enlarged); default: the
-            transform's first :class:`~detloader.transforms.Resize`
-            (:func:`~detloader.store.cache_size_from`): each image is stored at the size it
-            gives that image, so a stored epoch skips the resize; required when it has none.
-            The transform gets the stored pixels as a read-only view of the map (detloader's
-            transforms never write into their input); a sample whose transform keeps them
-            wraps the map's pages copy-on-write (a write into it stays in that process).
+            class and rarest object class).
+        decode_threads: threads that load the images of a batch (:meth:`__getitems__`); 0
+            loads them in the calling thread. Batches are the same for any value.
+        cache: ``"disk"`` or ``"ram"``: decode every image once into a memory-mapped store
+            (:mod:`detloader.store`), built now under a file lock unless a valid one exists.
+            None (default): decode every time.
+        cache_size: longer side of the stored images; default: the size the transform's
+            first :class:`~detloader.transforms.Resize` gives each image; required when it has
+            none. The transform gets the stored pixels as a read-only view of the map
+            (detloader's transforms never write into their input).
 
     When the decoded image's size differs from the size the annotation states, annotations
     are scaled to the image (per axis) and a warning is given once per process.
@@ -345,7 +308,7 @@ class DetectionDataset(torch.utils.data.Dataset):
 
     def _load_or_substitute(self, i: int, epoch: int) -> tuple[int, Annotated]:
         """``(j, self.load(j))``: ``j == i`` unless image ``i`` does not decode and the policy
-        is ``"skip"``, then ``j`` is its substitute in ``epoch`` (module docstring).
+        is ``"skip"``, then ``j`` is its substitute in ``epoch``.
 
         Raises:
             ImageDecodeError: ``"raise"`` policy, naming the file and the dataset index; or no
@@ -408,8 +371,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         return self.load_sample(self._checked(i), self.epoch)
 
     def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
-        """``[dataset[i] for i in indices]``, on ``decode_threads`` threads when set: the
-        DataLoader calls this with the indices of each batch (then collates the list)."""
+        """``[dataset[i] for i in indices]``, on ``decode_threads`` threads when set."""
         ids = [self._checked(i) for i in indices]
         epoch = self.epoch  # read once: every sample of the batch sees the same epoch
         threads = min(self.decode_threads, len(ids))
@@ -422,11 +384,9 @@ class DetectionDataset(torch.utils.data.Dataset):
             return list(pool.map(self.load_sample, ids, [epoch] * len(ids)))
 
     def load_sample(self, i: int | Sequence[int], epoch: int) -> Sample:
-        """Sample ``i`` (``0 <= i < len``) of ``epoch``: load (or, under
-        ``on_decode_error="skip"``, a substitute's), transform, wrap. The per-index function
-        that ``__getitem__`` and the threads of ``__getitems__`` run. A group ``[i, p1, ...]``
-        gives its mosaic / mixup (image class ``MISSING``; ``image_id`` ``i``, whose annotated
-        size is the canvas), or sample ``i`` when its draw says neither."""
+        """Sample ``i`` (``0 <= i < len``) of ``epoch``, the function ``__getitem__`` and the
+        threads of ``__getitems__`` run. A group ``[i, p1, ...]`` gives its mosaic / mixup
+        (image class ``MISSING``, ``image_id`` ``i``), or sample ``i`` when its draw says neither."""
         mixed = None
         if not isinstance(i, (int, np.integer)):
             group, i = [int(g) for g in i], int(i[0])

@@ -1,22 +1,10 @@
-"""Decoding: image bytes -> uint8 ``[H, W, 3]`` RGB, fast, with EXIF orientation handled.
+"""Decoding: image bytes -> uint8 ``[H, W, 3]`` RGB, with EXIF orientation handled.
 
-* **JPEG** goes through libjpeg-turbo (``simplejpeg``): about 5x faster than Pillow's
-  ``Image.open(...).convert("RGB")`` here, and it can decode at a reduced size (DCT scaling by
-  ``M/8``, ``M = 1..8``) when the caller will shrink the image anyway. CMYK/YCCK JPEGs go to
-  Pillow, which knows Adobe's inverted CMYK.
-* **Everything else** goes through Pillow (first frame only). Every mode becomes RGB uint8:
-  grayscale, palette, 1-bit, CMYK, YCbCr, LAB, HSV are converted; alpha is dropped (colour
-  kept, no compositing); 16-bit samples (``I;16*``, ``I``) are scaled ``v * 255 / 65535``
-  rounded; 32-bit float (``F``) is read as 0..255 and clipped, as Pillow's ``convert`` does.
-
-EXIF orientation rule (``exif="auto"``, the default), stated once here and in docs/loader.md:
-the orientation tag (1..8) is **applied when the size written in the annotation equals the
-size of the transposed image**, i.e. when the annotation was drawn on the image as viewers show
-it. Orientations 2, 3, 4 never change the size and are always applied; 5..8 swap width and
-height, so for a non-square image the annotation size tells which frame the boxes are in: if it
-equals the raw (stored) size, the raw pixels are kept and :attr:`Decoded.exif_ignored` is set
-(the dataset warns once). With no annotation size (``expected_size=None``) the tag is applied,
-as image viewers do. ``exif="apply"`` and ``exif="ignore"`` force either choice.
+JPEG goes through libjpeg-turbo (``simplejpeg``, with DCT-scaled reduced-size decoding);
+CMYK/YCCK JPEGs and every other format go through Pillow (first frame, every mode to RGB).
+The EXIF rule (``exif="auto"``): the orientation is applied when the annotation's size equals
+the transposed image's size, or when there is no annotation size; 2, 3, 4 are always applied.
+See docs/loader.md, "Decoding", and docs/reliability.md for the pixel and byte caps.
 """
 
 from __future__ import annotations
@@ -44,14 +32,11 @@ MinSize = tuple[int, int] | Callable[[int, int], tuple[int, int] | None] | None
 
 _ORIENTATION_TAG = 0x0112
 
-#: Default cap on the pixels an image header may declare (width * height): 178 956 970, the
-#: limit at which Pillow raises ``DecompressionBombError`` (2x its warning threshold), about
-#: 537 MB as RGB. ``max_pixels=`` or the environment variable below change it; 0 or None: no cap.
+#: Default cap on the pixels an image header may declare: Pillow's ``DecompressionBombError``
+#: limit (about 537 MB as RGB). ``max_pixels=`` or the environment variable below change it.
 MAX_PIXELS = 178_956_970
 MAX_PIXELS_ENV = "DETLOADER_MAX_PIXELS"
-#: Default cap on the size of one image file, checked before it is read: 1 GiB, far above any
-#: photo (a 100-megapixel JPEG is about 50 MB), far below a file padded to exhaust memory.
-#: ``max_bytes=`` or the environment variable below change it; 0 or None: no cap.
+#: Default cap on the size of one image file, checked before it is read (1 GiB).
 MAX_IMAGE_BYTES = 1 << 30
 MAX_IMAGE_BYTES_ENV = "DETLOADER_MAX_IMAGE_BYTES"
 
@@ -68,7 +53,7 @@ class Decoded(NamedTuple):
         orientation: the EXIF orientation tag found (1 when absent).
         exif_applied: whether the orientation was applied to the pixels.
         exif_ignored: orientation 5..8 found but not applied because the expected size is the
-            raw one (see the module docstring).
+            raw one.
     """
 
     image: np.ndarray
@@ -106,8 +91,7 @@ def should_apply_orientation(
 
 
 def apply_orientation(image: np.ndarray, orientation: int) -> np.ndarray:
-    """Pixels as a viewer shows them for EXIF ``orientation`` 1..8 (a C-contiguous copy
-    unless 1). Same result as ``PIL.ImageOps.exif_transpose``."""
+    """Pixels as ``PIL.ImageOps.exif_transpose`` shows them (a C-contiguous copy unless 1)."""
     if orientation in (1, 0) or orientation > 8:
         return image
     ops: dict[int, Callable[[np.ndarray], np.ndarray]] = {
@@ -139,10 +123,8 @@ def _jpeg_segments(data: bytes) -> Iterator[tuple[int, int, int]]:
 
 
 def jpeg_exif_orientation(data: bytes) -> int:
-    """EXIF orientation (1..8) of JPEG ``data``, 1 when absent or unreadable.
-
-    Reads only the APP1 segment (no full EXIF parse): a few microseconds per image.
-    """
+    """EXIF orientation (1..8) of JPEG ``data``, 1 when absent or unreadable; reads only the
+    APP1 segment (a few microseconds per image)."""
     for marker, pos, length in _jpeg_segments(data):
         if marker == 0xE1 and data[pos + 4 : pos + 10] == b"Exif\x00\x00":
             return _tiff_orientation(data[pos + 10 : pos + 2 + length])
@@ -261,11 +243,9 @@ def decode_image(
 
     Args:
         expected_size: (width, height) written in the annotation; decides the EXIF rule.
-        exif: ``"auto"`` (the rule of the module docstring), ``"apply"`` or ``"ignore"``.
         min_size: the smallest (width, height) the caller needs, in the oriented frame, or a
             function of the full oriented size giving it. A JPEG is decoded at a reduced size
-            (DCT scaling) only when that shrinks it at least 2x in both directions; the result
-            is never smaller than ``min_size``. See :attr:`Decoded.scale`.
+            only when that shrinks it at least 2x in both directions, never below ``min_size``.
         source: a name for error messages (the file path).
         max_pixels: refuse an image whose header declares more pixels (checked before
             decoding); ``"default"``: :data:`MAX_PIXELS` or ``$DETLOADER_MAX_PIXELS``;
@@ -370,7 +350,7 @@ def _decode_jpeg(
 
 
 def _to_rgb(img: Image.Image) -> np.ndarray:
-    """Any Pillow mode -> uint8 ``[H, W, 3]`` (rules in the module docstring)."""
+    """Any Pillow mode -> uint8 ``[H, W, 3]``: alpha dropped, 16-bit scaled, ``F`` clipped."""
     mode = img.mode
     if mode == "RGB":
         return np.array(img)

@@ -1,7 +1,6 @@
-"""The store of decoded images: every image decoded once, at the size the transform's resize
-gives it (or shrunk so that its longer side is at most an int ``cache_size``), kept as uint8
-in one memory-mapped file that later epochs read instead of decoding
-(``DetectionDataset(..., cache="disk" | "ram")``).
+"""The store of decoded images: each image decoded once, at its stored size, into one
+memory-mapped file that later epochs (every worker and rank of the node) read instead of
+decoding. See docs/loader.md, "A store of decoded images" (where it lives, locking, staleness).
 
 Layout of a ``.dlstore`` file (little-endian)::
 
@@ -15,16 +14,8 @@ Layout of a ``.dlstore`` file (little-endian)::
               decoded, and the source file's identity (size, mtime_ns, ctime_ns, inode)
     pixels    each image uint8 [3, h, w] (channel planes, the layout of a batch), at its offset
 
-Slots are sized from the annotated width and height (known before decoding), so the file's
-size is known first: it is checked against the free space, and a file of another size is
-damaged. Where it lives: ``disk`` beside the index cache (:func:`cache_dir_for`), ``ram`` in
-``/dev/shm``. One process per node builds it under a file lock (``<file>.lock``); the others
-wait, then map it read-only, so every worker and rank shares its pages.
-
-Never stale: opening compares every source file's identity with the table and re-decodes the
-images that changed into their slots; each read compares it again (one ``os.stat``) and
-answers None for an image changed since, which the dataset then decodes from its file.
-A file that fails any check (magic, version, key, table CRC, size) is rebuilt with a warning.
+Slots are sized from the annotated sizes, so the file's size is known before decoding: it is
+checked against the free space, and a file of another size is damaged (rebuilt).
 """
 
 from __future__ import annotations
@@ -61,8 +52,7 @@ _IDENTITY = ("size", "mtime_ns", "ctime_ns", "inode")
 
 def cache_size_from(transform: Any) -> Any:
     """The first size-changing transform of ``transform`` (past flips and colour) when it is a
-    :class:`~detloader.transforms.Resize`, else None: the store then keeps each image at the
-    size that resize gives it, so that a stored epoch skips the resize."""
+    :class:`~detloader.transforms.Resize`, else None."""
     from detloader.transforms import Resize
 
     for t in getattr(transform, "transforms", [transform]):
@@ -114,12 +104,8 @@ def _free_bytes(kind: str, folder: Path) -> int:
 
 
 class ImageStore:
-    """The decoded images of ``index`` at their stored sizes (:func:`store_sizes`), memory-mapped.
-
-    :meth:`open` builds or maps it; :meth:`get` answers an image's stored pixels and the
-    (sx, sy) map from annotation coordinates to them. Pickles as its path (each process maps
-    the file itself, never a copy of the pixels).
-    """
+    """The decoded images of ``index`` at their stored sizes (:func:`store_sizes`), memory-mapped;
+    :meth:`open` builds or maps it. Pickles as its path (each process maps the file itself)."""
 
     def __init__(self, path: Path, n: int) -> None:
         self.path, self.n = path, n
