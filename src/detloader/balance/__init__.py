@@ -1,32 +1,10 @@
 """Balance: which images an epoch draws, so that rare classes are seen enough.
 
-A detection image holds objects of several classes, so a weight goes first to each group
-(``groups``: an object class, an image class, an attribute value or a product of those) and
-then to each image (``weights``: :func:`sample_weights`, strategy strings). The samplers, all
-seeded per epoch, distributed (rank ``r`` of ``W`` takes positions ``r::W`` of one global
-draw) and resumable (``state_dict`` / ``load_state_dict``; the contract is in ``base``):
-
-* :class:`WeightedSampler` (``weighted``): indices with probability ``w_i / sum(w)``, exact
-  beyond torch's 2**24 categories; the default of every weight strategy (``inverse``,
-  ``sqrt``, ``power:P``, ``effective``, explicit ``{group: weight}``).
-* :class:`RepeatFactorSampler` (``weighted``): LVIS repeat factors, each image ``floor`` or
-  ``ceil`` of its factor times per epoch: when every image should still be seen once.
-* :class:`ClassAwareSampler` (``class_aware``): classes round-robin, then an image of the
-  class: the flattest class distribution, for very many classes.
-* :class:`BalancedBatchSampler` (``class_aware``): P classes x K images per batch, for metric
-  learning and batch-level balance (a ``batch_sampler``).
-* :class:`DistributedSamplerWrapper` (``wrapper``): any other sampler (torch's own) made
-  distributed.
-* :class:`PartnerSampler` (``wrapper``): ``[i, p1, ..., pk]`` groups from one sampler, for
-  mosaic and mixup whose partners follow the same balance.
-* :class:`AspectRatioBatchSampler` (``wrapper``): batches of similar aspect ratio from any
-  sampler's order, so that wide and tall images are not padded to one square.
-
-:func:`make_balanced_sampler` (``weights``) turns a strategy string into its sampler (what
-``make_loader(balance=...)`` uses); ``alias`` is the exact alias table behind WeightedSampler.
-
-The weights and strategies load at once; the samplers (torch) load on first use, as in
-:mod:`detloader`, so that the CLI's statistics stay quick: name -> module.
+``groups`` gives each object or image a group, ``weights`` turns groups into image weights and
+strategy strings into samplers; the samplers live in ``weighted``, ``class_aware`` and
+``wrapper``, their shared contract (seed, epoch, ranks, resume) in ``base``, the alias table in
+``alias``. The samplers (torch) load on first use, so that the CLI's statistics stay quick.
+See docs/balancing.md.
 """
 
 from detloader.balance.groups import Groups, balance_groups, class_members, group_counts

@@ -1,23 +1,9 @@
 """What every sampler of this package shares: seed, epoch, rank/world_size, resume offset.
 
-The contract of each sampler:
-
-* **Deterministic from seed + epoch.** An epoch's draw comes from a numpy ``Generator``
-  seeded with ``SeedSequence([seed, epoch, stream])`` (:func:`epoch_generator`); the global
-  RNGs of numpy, torch and Python are never touched. Call ``set_epoch(epoch)`` before each
-  epoch (as with ``torch.utils.data.DistributedSampler``): otherwise every epoch repeats the
-  same draw, and a second pass over an epoch that was already drawn warns once.
-* **Distributed by construction.** ``rank`` and ``world_size`` default to
-  ``torch.distributed``'s when a process group is initialised, else 0 and 1; a rank yields its
-  share of the global draw: positions ``r, r + W, r + 2W, ...`` (:func:`shard`), so the ranks
-  together are exactly the single-process draw. When the global length is not a multiple of
-  ``W`` it is padded (with-replacement samplers draw a few more; the others
-  wrap around to the start, as DistributedSampler does) or, with ``drop_last=True``, cut.
-* **Resumable.** ``state_dict()`` returns ``{"epoch", "offset", ...}`` where ``offset`` counts
-  the items (indices, or batches for a batch sampler) this rank has yielded in the epoch;
-  ``load_state_dict()`` makes the next iteration of that epoch start at ``offset``. A
-  DataLoader's workers prefetch, so the sampler's own count runs ahead of training: use
-  :class:`detloader.resume.ResumableLoader`, which counts consumed batches instead.
+An epoch's draw comes from ``SeedSequence([seed, epoch, stream, ...])`` (:func:`epoch_generator`),
+never a global RNG; rank ``r`` of ``W`` takes positions ``r::W`` of the one global draw
+(:func:`shard`); ``offset`` in ``state_dict`` counts the items this rank yielded in the epoch.
+The contract in full: docs/balancing.md, "Samplers" and "Resume".
 """
 
 from __future__ import annotations
@@ -182,12 +168,9 @@ class EpochSampler(Sampler[Any]):
             self._resume = False
         else:
             if self._drawn_epoch == self.epoch and not self._warned:
-                warnings.warn(
-                    f"{type(self).__name__}: epoch {self.epoch} is drawn again; call "
-                    "set_epoch(epoch) before every epoch, or every epoch repeats the same draw",
-                    DetloaderWarning,
-                    stacklevel=2,
-                )
+                warnings.warn(f"{type(self).__name__}: epoch {self.epoch} is drawn again; call set_epoch(epoch) "
+                              "before every epoch, or every epoch repeats the same draw", DetloaderWarning,
+                              stacklevel=2)
                 self._warned = True
             start = 0
         self._offset = start
@@ -209,10 +192,8 @@ class EpochSampler(Sampler[Any]):
         return {"kind": type(self).__name__, "epoch": self.epoch, "offset": self._offset, **self._config()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore epoch and offset: the next iteration yields the rest of that epoch.
-
-        Raises ValueError when the state comes from a sampler of another kind or with another
-        seed, rank or world size (its draw would differ)."""
+        """Restore epoch and offset: the next iteration yields the rest of that epoch. Raises
+        DetloaderValueError for a state of another kind, seed, rank or world size."""
         missing = {"epoch", "offset"} - set(state)
         if missing:
             raise DetloaderValueError(f"{type(self).__name__}.load_state_dict: state lacks {sorted(missing)}")
@@ -221,10 +202,8 @@ class EpochSampler(Sampler[Any]):
             raise DetloaderValueError(f"{type(self).__name__}.load_state_dict: state is from a {kind}")
         for key, value in self._config().items():
             if key in state and state[key] != value:
-                raise DetloaderValueError(
-                    f"{type(self).__name__}.load_state_dict: state has {key}={state[key]!r}, "
-                    f"this sampler {key}={value!r}; its draw would differ"
-                )
+                raise DetloaderValueError(f"{type(self).__name__}.load_state_dict: state has {key}={state[key]!r}, "
+                                          f"this sampler {key}={value!r}; its draw would differ")
         offset = int(state["offset"])
         if offset < 0:
             raise DetloaderValueError(f"{type(self).__name__}.load_state_dict: offset={offset} < 0")

@@ -1,10 +1,6 @@
-"""The samplers driven by per-class member lists: :class:`ClassAwareSampler` (Shen et al. 2016:
-classes round-robin, then an image of that class) and :class:`BalancedBatchSampler` (P x K
-batches: P distinct classes, K items of each).
-
-:class:`ClassSampler` holds what they share (the member lists, the picks from a class's
-shuffled list). Seeds, epochs, ranks and resume: :mod:`detloader.balance.base` (a batch
-sampler's resume ``offset`` counts batches).
+"""The samplers driven by per-class member lists: :class:`ClassAwareSampler` (Shen et al. 2016)
+and :class:`BalancedBatchSampler` (P x K batches; its resume ``offset`` counts batches), on
+:class:`ClassSampler`, which holds the member lists and the picks from a class's shuffled list.
 """
 
 from __future__ import annotations
@@ -99,16 +95,8 @@ class ClassAwareSampler(ClassSampler):
         num_samples: draws per epoch over all ranks (default: the number of distinct items).
     """
 
-    def __init__(
-        self,
-        class_members: Sequence[Any],
-        num_samples: int | None = None,
-        *,
-        seed: int = 0,
-        rank: int | None = None,
-        world_size: int | None = None,
-        drop_last: bool = False,
-    ) -> None:
+    def __init__(self, class_members: Sequence[Any], num_samples: int | None = None, *, seed: int = 0,
+                 rank: int | None = None, world_size: int | None = None, drop_last: bool = False) -> None:
         super().__init__(class_members, seed=seed, rank=rank, world_size=world_size, drop_last=drop_last)
         if num_samples is None:
             num_samples = self._distinct
@@ -154,18 +142,9 @@ class BalancedBatchSampler(ClassSampler):
             at least 1). With ``world_size`` W, rank r gets batches r::W (wrapped or cut).
     """
 
-    def __init__(
-        self,
-        class_members: Sequence[Any],
-        classes_per_batch: int,
-        samples_per_class: int,
-        num_batches: int | None = None,
-        *,
-        seed: int = 0,
-        rank: int | None = None,
-        world_size: int | None = None,
-        drop_last: bool = False,
-    ) -> None:
+    def __init__(self, class_members: Sequence[Any], classes_per_batch: int, samples_per_class: int,
+                 num_batches: int | None = None, *, seed: int = 0, rank: int | None = None,
+                 world_size: int | None = None, drop_last: bool = False) -> None:
         super().__init__(class_members, seed=seed, rank=rank, world_size=world_size, drop_last=drop_last)
         c = len(self._classes)
         self.classes_per_batch = check_int("classes_per_batch", classes_per_batch, 1)
@@ -188,13 +167,9 @@ class BalancedBatchSampler(ClassSampler):
         return self.classes_per_batch * self.samples_per_class
 
     def _config(self) -> dict[str, Any]:
-        return {
-            **super()._config(),
-            "classes_per_batch": self.classes_per_batch,
-            "samples_per_class": self.samples_per_class,
-            "num_batches": self.num_batches,
-            "drop_last": self.drop_last,
-        }
+        return {**super()._config(), "classes_per_batch": self.classes_per_batch,
+                "samples_per_class": self.samples_per_class, "num_batches": self.num_batches,
+                "drop_last": self.drop_last}
 
     def global_batches(self) -> np.ndarray:
         """int ``[num_batches, P * K]``: this epoch's batches over all ranks, before padding."""

@@ -1,19 +1,7 @@
-"""Balancing groups: which group every object (or image) of an index belongs to.
-
-A detection image holds several objects of different classes, so balancing first sets a group
-per **unit** (an object, or an image) under a key ``by``:
-
-``"class"``                object class (one unit per object)
-``"image_class"``          image-level class (one unit per image)
-``"attribute:NAME"``       object attribute NAME (one unit per object)
-``"image_attribute:NAME"`` image attribute NAME (one unit per image)
-a tuple of keys            their product, e.g. ``("class", "image_class")`` groups objects by
-                           (class, class of their image); any object key makes it per object.
-                           A comma-separated string means the same.
-
-Units whose value is :data:`~detloader.annotations.index.MISSING` (no image class, attribute not set)
-belong to no group. :func:`balance_groups` gives every unit its group, :func:`group_counts`
-counts the groups, :func:`class_members` lists the images of each (for the class samplers).
+"""Balancing groups: which group every object (or image) of an index belongs to under a key ``by``
+(``"class"``, ``"image_class"``, ``"attribute:NAME"``, ``"image_attribute:NAME"`` or a product of
+those). Units whose value is :data:`~detloader.annotations.index.MISSING` belong to no group.
+See docs/balancing.md, "Weights".
 """
 
 from __future__ import annotations
@@ -38,16 +26,10 @@ ByKey = str | Sequence[str]
 
 @dataclass(frozen=True)
 class Groups:
-    """The group of every unit of an index under a balancing key.
-
-    Attributes:
-        by: the normalised key, one entry per factor (``("class", "image_class")``).
-        names: group names in id order (product names joined by ``"/"``).
-        level: ``"object"`` (one unit per object) or ``"image"`` (one unit per image).
-        ids: int64 ``[units]``: group id of each unit, or MISSING.
-        image_of: int64 ``[units]``: the image of each unit (``arange(n)`` per image).
-        num_images: images in the index.
-    """
+    """The group of every unit of an index under a balancing key: ``by`` normalised
+    (``("class", "image_class")``), group ``names`` in id order (product names joined by ``"/"``),
+    ``level`` (``"object"`` or ``"image"``: one unit per object or per image), int64 ``ids``
+    ``[units]`` (a group id or MISSING) and ``image_of`` ``[units]`` (each unit's image)."""
 
     by: tuple[str, ...]
     names: tuple[str, ...]
@@ -97,16 +79,15 @@ def _factor(index: AnnotationIndex, key: str) -> tuple[str, np.ndarray, tuple[st
             table = index.vocab.object_attributes if level == "object" else index.vocab.image_attributes
             names = [n for n, _ in table]
             if name not in names:
-                raise DetloaderValueError(
-                    f"by={key!r}: no {level} attribute {name!r}; {level} attributes: {names or 'none'}"
-                )
+                raise DetloaderValueError(f"by={key!r}: no {level} attribute {name!r}; {level} attributes: "
+                                          f"{names or 'none'}")
             column = (index.object_attributes if level == "object" else index.image_attributes)[:, names.index(name)]
             return level, column.astype(np.int64), tuple(dict(table)[name])
     raise DetloaderValueError(f"by={key!r}: {_BY_HELP}")
 
 
 def balance_groups(index: AnnotationIndex, by: ByKey = "class") -> Groups:
-    """Group id of every object (or image) of ``index`` under key ``by`` (see module doc)."""
+    """Group id of every object (or image) of ``index`` under key ``by``."""
     keys = normalize_by(by)
     factors = [_factor(index, k) for k in keys]
     level: Literal["object", "image"] = "object" if any(f[0] == "object" for f in factors) else "image"

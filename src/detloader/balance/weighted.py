@@ -1,11 +1,9 @@
 """The samplers driven by one number per image: :class:`WeightedSampler` (a probability) and
 :class:`RepeatFactorSampler` (expected copies per epoch).
 
-WeightedSampler with replacement: Walker's alias method (:mod:`detloader.balance.alias`; O(1)
-per draw); without replacement: Efraimidis-Spirakis exponential keys (the order of
-``E_i / w_i``, ``E_i ~ Exp(1)``). Both are exact for any number of weights below 2**31, where
-``torch.multinomial`` refuses more than 2**24 categories (pytorch issues 2576 and 43115).
-Seeds, epochs, ranks and resume: :mod:`detloader.balance.base`.
+With replacement: Walker's alias method (:mod:`detloader.balance.alias`); without: the order of
+exponential keys ``E_i / w_i``. Both exact below 2**31 weights (docs/balancing.md, "Exact
+weighted sampling beyond 2**24").
 """
 
 from __future__ import annotations
@@ -73,25 +71,13 @@ class WeightedSampler(EpochSampler):
         threads: threads that build the table and draw (default: the usable CPUs, at most
             8); the draws are the same for any number.
 
-    The epoch's indices (all ranks) are :meth:`global_indices`; this rank's share is
-    :meth:`indices` (int32). With replacement a rank computes only
-    its own share: every draw depends only on its position in the epoch, so iterating draws
-    the epoch chunk by chunk as it goes (the first indices of a 100M-draw epoch cost the
-    table and a few chunks, not the whole epoch), and a resume starts at its chunk.
+    With replacement every draw depends only on its position in the epoch, so a rank draws
+    only its own share, chunk by chunk as it iterates, and a resume starts at its chunk.
     """
 
-    def __init__(
-        self,
-        weights: Any,
-        num_samples: int | None = None,
-        replacement: bool = True,
-        *,
-        seed: int = 0,
-        rank: int | None = None,
-        world_size: int | None = None,
-        drop_last: bool = False,
-        threads: int | None = None,
-    ) -> None:
+    def __init__(self, weights: Any, num_samples: int | None = None, replacement: bool = True, *, seed: int = 0,
+                 rank: int | None = None, world_size: int | None = None, drop_last: bool = False,
+                 threads: int | None = None) -> None:
         super().__init__(seed=seed, rank=rank, world_size=world_size, drop_last=drop_last)
         if threads is None:
             threads = default_threads()
@@ -100,10 +86,8 @@ class WeightedSampler(EpochSampler):
         self.num_samples = check_int("num_samples", len(self.weights) if num_samples is None else num_samples, 1)
         self.replacement = bool(replacement)
         if not self.replacement and self.num_samples > self._positive:
-            raise DetloaderValueError(
-                f"num_samples={num_samples} > {self._positive} positive weights: without replacement "
-                "each index is drawn at most once"
-            )
+            raise DetloaderValueError(f"num_samples={num_samples} > {self._positive} positive weights: without "
+                                      "replacement each index is drawn at most once")
         self._table = alias_table(self.weights, threads=self.threads) if self.replacement else None
 
     @cached_property
@@ -120,12 +104,8 @@ class WeightedSampler(EpochSampler):
         return self.total_size // self.world_size
 
     def _config(self) -> dict[str, Any]:
-        return {
-            **super()._config(),
-            "num_samples": self.num_samples,
-            "replacement": self.replacement,
-            "drop_last": self.drop_last,
-        }
+        return {**super()._config(), "num_samples": self.num_samples, "replacement": self.replacement,
+                "drop_last": self.drop_last}
 
     def _chunk_layout(self, rank: int, world_size: int) -> tuple[range, list[int], list[int]]:
         """Where a rank's draws lie: the starts of the epoch's chunks (global positions), the
@@ -144,9 +124,8 @@ class WeightedSampler(EpochSampler):
         assert self._table is not None
         n = len(self.weights)
         span = n << 32  # x uniform in [0, n * 2**32): bucket x >> 32, coin x & (2**32 - 1)
-        x = epoch_generator(self.seed, epoch, STREAM_WEIGHTED, k).integers(
-            0, span, size=min(CHUNK, self.total_size - lo), dtype=np.uint64
-        )
+        rng = epoch_generator(self.seed, epoch, STREAM_WEIGHTED, k)
+        x = rng.integers(0, span, size=min(CHUNK, self.total_size - lo), dtype=np.uint64)
         if world_size > 1:
             x = x[first::world_size]
         return alias_draw(self._table, x)
@@ -218,13 +197,11 @@ class WeightedSampler(EpochSampler):
 
     def global_indices(self) -> np.ndarray:
         """Every rank's draws of this epoch interleaved: rank r has positions r::world_size."""
-        if self.replacement:
-            return (
-                self._draw_replacement(0, 1)[: self.total_size]
-                if self.world_size == 1
-                else (interleave([self._draw_replacement(r, self.world_size) for r in range(self.world_size)]))
-            )
-        return self._order_no_replacement()
+        if not self.replacement:
+            return self._order_no_replacement()
+        if self.world_size == 1:
+            return self._draw_replacement(0, 1)[: self.total_size]
+        return interleave([self._draw_replacement(r, self.world_size) for r in range(self.world_size)])
 
     def _rank_items(self) -> np.ndarray:
         if self.replacement:
@@ -242,11 +219,9 @@ class WeightedSampler(EpochSampler):
         if self.replacement:
             return self.num_samples * self.probabilities()
         if self.num_samples != self._positive:
-            raise DetloaderValueError(
-                f"WeightedSampler(replacement=False, num_samples={self.num_samples}) of "
-                f"{self._positive} positive weights: inclusion probabilities have no closed "
-                "form; use replacement=True or num_samples equal to the positive weights"
-            )
+            raise DetloaderValueError(f"WeightedSampler(replacement=False, num_samples={self.num_samples}) of "
+                                      f"{self._positive} positive weights: inclusion probabilities have no closed "
+                                      "form; use replacement=True or num_samples equal to the positive weights")
         return (self.weights > 0).astype(np.float64)
 
 
@@ -258,16 +233,8 @@ class RepeatFactorSampler(EpochSampler):
     current epoch. Build it from an index with :meth:`from_index`.
     """
 
-    def __init__(
-        self,
-        repeat_factors: Any,
-        *,
-        shuffle: bool = True,
-        seed: int = 0,
-        rank: int | None = None,
-        world_size: int | None = None,
-        drop_last: bool = False,
-    ) -> None:
+    def __init__(self, repeat_factors: Any, *, shuffle: bool = True, seed: int = 0, rank: int | None = None,
+                 world_size: int | None = None, drop_last: bool = False) -> None:
         super().__init__(seed=seed, rank=rank, world_size=world_size, drop_last=drop_last)
         self.repeat_factors = as_weights(repeat_factors)
         self.shuffle = bool(shuffle)

@@ -1,13 +1,9 @@
 """Sampling weights from an index (pure functions), and the strategy strings that name them.
 
-A weight is set per group (:mod:`detloader.balance.groups`), then per image:
-:func:`strategy_weights` turns group counts into group weights (``inverse`` 1/n, ``sqrt``,
-``power`` n**-p, ``effective`` (1 - beta) / (1 - beta**n) after Cui et al. 2019, ``explicit``
-{group: weight}); :func:`image_weights` aggregates an image's (``max``, ``mean``, ``sum``), an
-image with no grouped unit getting ``background``. :func:`repeat_factors` is the LVIS rule
-(Gupta et al. 2019), expected copies per epoch rather than relative weights.
-:func:`sample_weights` does it all in one call; :func:`parse_strategy` reads ``"power:0.3"``,
-and :func:`make_balanced_sampler` turns a strategy into its sampler (torch loads then).
+A weight is set per group (:mod:`detloader.balance.groups`) by :func:`strategy_weights`, then
+per image by :func:`image_weights`; :func:`sample_weights` does both in one call and
+:func:`make_balanced_sampler` turns a strategy into its sampler (torch loads then).
+See docs/balancing.md, "Weights".
 """
 
 from __future__ import annotations
@@ -196,29 +192,18 @@ def sample_weights(
     aggregate: Aggregate = "max",
     background: float | None = None,
 ) -> np.ndarray:
-    """float64 ``[len(index)]``: the sampling weight of every image.
-
-    Args:
-        index: the dataset.
-        by: balancing key (module doc): ``"class"``, ``"image_class"``, ``"attribute:NAME"``,
-            ``"image_attribute:NAME"`` or a tuple of them (their product).
-        strategy: ``inverse`` (1/n), ``sqrt`` (1/sqrt n), ``power`` (n**-power, any real),
-            ``effective`` ((1 - beta)/(1 - beta**n)), ``repeat_factor`` (LVIS, threshold t;
-            the result is expected copies per epoch), ``explicit`` (``class_weights``).
-        count: what n counts for per-object keys: ``"objects"`` of the group or ``"images"``
-            containing it (repeat_factor always uses the image fraction).
-        aggregate: ``max`` | ``mean`` | ``sum`` over an image's objects.
-        background: weight of images with no grouped unit; ``None``: the smallest positive
-            weight of the groups that occur (1.0 for repeat_factor).
-
-    The weights are relative (a sampler normalises them), except for ``repeat_factor``.
+    """float64 ``[len(index)]``: the sampling weight of every image, relative (a sampler
+    normalises them) except for ``repeat_factor`` (expected copies per epoch). ``by`` is a
+    balancing key (:mod:`detloader.balance.groups`); ``count``: what a group's count n counts
+    for per-object keys, its ``"objects"`` or the ``"images"`` containing it; ``background``:
+    the weight of images with no grouped unit (None: the smallest positive group weight
+    that occurs, 1.0 for ``repeat_factor``). The strategies: docs/balancing.md, "Weights".
     """
     if strategy not in STRATEGIES:
         raise DetloaderValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
     if strategy == "repeat_factor":
-        return repeat_factors(
-            index, threshold, by=by, aggregate=aggregate, background=1.0 if background is None else background
-        )
+        background = 1.0 if background is None else background
+        return repeat_factors(index, threshold, by=by, aggregate=aggregate, background=background)
     groups = balance_groups(index, by)
     counts = group_counts(groups, count)
     gw = strategy_weights(counts, strategy, power=power, beta=beta, class_weights=class_weights, names=groups.names)
@@ -234,9 +219,8 @@ def parse_strategy(spec: str) -> tuple[str, dict[str, float]]:
     if not param:
         return name, {}
     if key is None:
-        raise DetloaderValueError(
-            f"strategy={spec!r}: only power:P, effective:BETA and repeat_factor:T take a parameter"
-        )
+        raise DetloaderValueError(f"strategy={spec!r}: only power:P, effective:BETA and repeat_factor:T take "
+                                  "a parameter")
     try:
         value = float(param)
     except ValueError:
@@ -257,9 +241,7 @@ def make_balanced_sampler(
     """The sampler behind ``make_loader(balance=...)``.
 
     ``balance`` is a ready sampler (returned unchanged), a ``{group: weight}`` mapping
-    (explicit weights), or a strategy name, optionally with its parameter after a colon:
-    ``"inverse"``, ``"sqrt"``, ``"power:0.3"``, ``"effective"`` / ``"effective:0.99"`` (beta),
-    ``"repeat_factor"`` / ``"repeat_factor:0.1"`` (threshold), ``"class_aware"``.
+    (explicit weights), or a strategy name with an optional parameter (:func:`parse_strategy`).
 
     Weight strategies give a :class:`WeightedSampler` with replacement of ``num_samples``
     draws per epoch (default ``len(index)``); ``repeat_factor`` a :class:`RepeatFactorSampler`
@@ -278,9 +260,8 @@ def make_balanced_sampler(
         weights = sample_weights(index, by, "explicit", class_weights=balance)
         return WeightedSampler(weights, num_samples or len(index), **common)
     if not isinstance(balance, str):
-        raise DetloaderValueError(
-            f"balance={balance!r} must be a strategy name, a {{group: weight}} mapping or a Sampler"
-        )
+        raise DetloaderValueError(f"balance={balance!r} must be a strategy name, a {{group: weight}} mapping or "
+                                  "a Sampler")
     name, params = parse_strategy(balance)
     if name not in BALANCE_CHOICES:
         raise DetloaderValueError(f"balance={balance!r} is not one of {BALANCE_CHOICES}")
@@ -288,9 +269,8 @@ def make_balanced_sampler(
         raise DetloaderValueError("balance='explicit' needs the weights: pass balance={group: weight}")
     if name == "repeat_factor":
         if num_samples is not None:
-            raise DetloaderValueError(
-                f"num_samples={num_samples} with balance='repeat_factor': the repeat factors set the epoch length"
-            )
+            raise DetloaderValueError(f"num_samples={num_samples} with balance='repeat_factor': the repeat factors "
+                                      "set the epoch length")
         return RepeatFactorSampler.from_index(index, params.get("threshold", DEFAULT_THRESHOLD), by=by, **common)
     if name == "class_aware":
         return ClassAwareSampler.from_index(index, by, num_samples=num_samples, **common)

@@ -1,9 +1,6 @@
-"""The samplers built on another sampler's order: :class:`DistributedSamplerWrapper` (any
-sampler, its draw shared out across ranks), :class:`PartnerSampler` (index groups for mosaic and
-mixup from one sampler) and :class:`AspectRatioBatchSampler` (batches of similar aspect ratio).
-
-Seeds, epochs, ranks and resume: :mod:`detloader.balance.base` (the resume ``offset`` counts
-the items each yields: indices, groups or batches).
+"""The samplers built on another sampler's order: :class:`DistributedSamplerWrapper`,
+:class:`PartnerSampler` (index groups for mosaic and mixup) and :class:`AspectRatioBatchSampler`.
+The resume ``offset`` counts the items each yields: indices, groups or batches.
 """
 
 from __future__ import annotations
@@ -36,16 +33,8 @@ class DistributedSamplerWrapper(EpochSampler):
     lists: whole batches are shared out).
     """
 
-    def __init__(
-        self,
-        sampler: Any,
-        *,
-        seed: int = 0,
-        rank: int | None = None,
-        world_size: int | None = None,
-        drop_last: bool = False,
-        reseed: bool = True,
-    ) -> None:
+    def __init__(self, sampler: Any, *, seed: int = 0, rank: int | None = None, world_size: int | None = None,
+                 drop_last: bool = False, reseed: bool = True) -> None:
         super().__init__(seed=seed, rank=rank, world_size=world_size, drop_last=drop_last)
         if not hasattr(sampler, "__iter__"):
             raise DetloaderValueError(f"sampler={sampler!r} is not iterable")
@@ -99,11 +88,9 @@ class PartnerSampler(EpochSampler):
     epoch ``e`` (the very indices the loader draws without partners) and ``d_j`` its draw of
     epoch ``e + j * PARTNER_EPOCHS`` (wrapped around to the same length when lengths differ).
 
-    So every slot has the wrapped sampler's distribution (a balanced sampler balances the
-    partners too, where a uniform partner would dilute a rare class three images in four), and
-    its sharding across ranks; the number of items, the ranks and the resume offsets are the
-    wrapped sampler's. The cost: ``1 + partners`` draws per item, made when the epoch starts
-    (an ``int [L, 1 + partners]`` array), also for the items a ``p < 1`` leaves plain.
+    So every slot has the wrapped sampler's distribution and sharding (docs/loader.md tells why);
+    the number of items, the ranks and the resume offsets are the wrapped sampler's. The cost:
+    ``1 + partners`` draws per item, made when the epoch starts (an ``int [L, 1 + partners]`` array).
 
     The wrapped sampler should be a detloader sampler (or have ``set_epoch``): a sampler whose
     draws depend on how often it was iterated (torch's ``RandomSampler``) gives other groups
@@ -154,23 +141,12 @@ class AspectRatioBatchSampler(EpochSampler):
         drop_last, rank, world_size: see :mod:`detloader.balance.base`.
     """
 
-    def __init__(
-        self,
-        sampler: Any,
-        aspect_ratios: Any,
-        batch_size: int,
-        *,
-        boundaries: Sequence[float] = (1.0,),
-        drop_last: bool = False,
-        rank: int | None = None,
-        world_size: int | None = None,
-    ) -> None:
+    def __init__(self, sampler: Any, aspect_ratios: Any, batch_size: int, *, boundaries: Sequence[float] = (1.0,),
+                 drop_last: bool = False, rank: int | None = None, world_size: int | None = None) -> None:
         super().__init__(seed=0, rank=rank, world_size=world_size, drop_last=drop_last)
         if int(getattr(sampler, "world_size", 1)) > 1:
-            raise DetloaderValueError(
-                f"sampler has world_size={sampler.world_size}: AspectRatioBatchSampler shares "
-                "batches out across ranks itself; give it the global order (world_size=1)"
-            )
+            raise DetloaderValueError(f"sampler has world_size={sampler.world_size}: AspectRatioBatchSampler shares "
+                                      "batches out across ranks itself; give it the global order (world_size=1)")
         self.sampler = sampler
         self.aspect_ratios = np.asarray(aspect_ratios, dtype=np.float64)
         self.batch_size = check_int("batch_size", batch_size, 1)
@@ -179,13 +155,8 @@ class AspectRatioBatchSampler(EpochSampler):
             raise DetloaderValueError(f"boundaries={boundaries!r} must be ascending")
 
     def _config(self) -> dict[str, Any]:
-        return {
-            **super()._config(),
-            "batch_size": self.batch_size,
-            "boundaries": list(self.boundaries),
-            "drop_last": self.drop_last,
-            "sampler": sampler_config(self.sampler),
-        }
+        return {**super()._config(), "batch_size": self.batch_size, "boundaries": list(self.boundaries),
+                "drop_last": self.drop_last, "sampler": sampler_config(self.sampler)}
 
     def global_batches(self) -> np.ndarray:
         """Object ``[B]`` of lists: this epoch's batches over all ranks, in the order they fill."""
