@@ -1,12 +1,7 @@
-"""Reading and writing files safely, for every stage.
-
-* :func:`open_regular` / :func:`read_capped`: open a path without blocking and refuse what is
-  not a regular file (a FIFO would hang ``open``, a device would never end) and, by its size,
-  before reading, a file over a cap;
-* :func:`atomic_write`: the one way detloader writes a file (index cache, split files, tuning
-  results, checkpoints, exports): a temporary file beside the target, renamed over it when
-  complete, removed on any failure, so that the previous file stays intact; a full disk
-  (``ENOSPC``, ``EDQUOT``) is one :class:`DiskFullError` naming the path and the free space.
+"""Reading and writing files safely, for every stage: :func:`read_capped` refuses what is not
+a regular file (a FIFO would hang) or is over a cap before reading; :func:`atomic_write` is the
+one way detloader writes a file (docs/reliability.md: a full disk is one :class:`DiskFullError`,
+the previous file stays intact).
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Worker processes that a plain script, a notebook or an interactive session can start.
 
-With the ``spawn`` and ``forkserver`` start methods, every new process imports the caller's
-``__main__`` module again, so a script without ``if __name__ == "__main__":`` would run itself
-in each worker and die in bootstrapping (``BrokenProcessPool``). detloader's worker functions
-live in its own modules and never need ``__main__``, so :func:`run_in_processes`
-
-* forks when the start method in force is ``fork`` and no other Python thread runs (a fork
-  then copies no lock held by a thread; native pools such as OpenBLAS's handle fork
-  themselves) - the cheapest start;
-* otherwise uses the start method in force (``forkserver`` is Python 3.14's default on Linux,
-  ``spawn`` on macOS and Windows) and hides ``__main__``'s file and spec from
-  :mod:`multiprocessing` while the workers start, so that they do not import it.
+With ``spawn`` and ``forkserver`` every new process imports the caller's ``__main__`` again, so
+a script without an ``if __name__ == "__main__":`` guard would run itself in each worker.
+detloader's worker functions never need ``__main__``, so it forks when the start method is
+``fork`` and no other Python thread runs (a fork then copies no lock held by a thread), and
+otherwise starts workers by the method in force with ``__main__``'s file and spec hidden.
 """
 
 from __future__ import annotations
@@ -69,9 +63,8 @@ def run_in_processes(
 
 
 def worker_context() -> multiprocessing.context.BaseContext:
-    """A multiprocessing context for DataLoader workers: ``fork`` when that is the method in
-    force and safe, else the method in force with processes that start with ``__main__``
-    hidden (see the module docstring), so that a loop over a loader needs no guard either."""
+    """A multiprocessing context for DataLoader workers: ``fork`` when safe, else the method in
+    force with ``__main__`` hidden, so that a loop over a loader needs no guard either."""
     method = start_method()
     return _HIDDEN_MAIN.get(method) or multiprocessing.get_context(method)
 

@@ -1,22 +1,9 @@
 """make_loader: a plain ``torch.utils.data.DataLoader`` with detection defaults and checks.
 
-What it adds to ``DataLoader(...)``:
-
-* ``collate_fn=collate_detection`` by default;
-* conflicting options are refused with a message that names them, before any worker starts;
-* ``pin_memory=True`` without an accelerator is dropped with a warning (pinning then only
-  costs time);
-* every worker runs with one intra-op thread (torch, OpenCV, OpenMP): N workers with N threads
-  each oversubscribe the cores and run slower;
-* ``seed`` makes the run reproducible: it seeds the shuffle order (a ``RandomSampler`` with its
-  own generator, so the order of epoch ``e`` is the same with or without persistent workers)
-  and the loader's ``torch.Generator`` (worker base seeds); each worker seeds ``random`` and
-  ``numpy``'s global state from its torch seed. With :class:`~detloader.dataset.DetectionDataset`
-  (per-sample generators) the batches are then bitwise identical for any ``num_workers``.
-
-The loader never changes the dataset: its augmentation seed is ``DetectionDataset(seed=...)``
-and its epoch :meth:`~detloader.dataset.DetectionDataset.set_epoch` (``decode_threads``,
-``mosaic`` and ``mixup`` give the loader a copy of it).
+It adds ``collate_detection``, conflicting options refused by name before any worker starts,
+one intra-op thread per worker, and a ``seed`` that fixes the shuffle order and worker seeds.
+The loader never changes the dataset: ``decode_threads``, ``mosaic`` and ``mixup`` give it a
+copy. See docs/loader.md, "make_loader".
 """
 
 from __future__ import annotations
@@ -47,12 +34,9 @@ from detloader.tune.store import auto_loader_kwargs
 
 
 class WorkerInit:
-    """``worker_init_fn`` of loaders made here (a picklable class, for ``spawn``).
-
-    In each worker: one thread for torch, OpenCV (when imported) and OpenMP libraries started
-    later; ``random`` and ``numpy``'s global generator seeded from the worker's torch seed
-    (``base_seed + worker_id``, which the loader's generator fixes); then the user's function.
-    """
+    """``worker_init_fn`` of loaders made here (a picklable class, for ``spawn``): one thread
+    for torch, OpenCV and OpenMP; ``random`` and ``numpy`` seeded from the worker's torch seed;
+    then the user's function."""
 
     def __init__(self, user_fn: Callable[[int], None] | None = None) -> None:
         self.user_fn = user_fn
@@ -175,11 +159,8 @@ def _refuse_clashes(cause: str, verdict: str, *options: tuple[str, bool]) -> Non
 
 
 def resolve_auto_workers(dataset: Dataset[Any], o: LoaderOptions, batch_size: int) -> LoaderOptions:
-    """``num_workers="auto"``: the tuned (or heuristic) settings of :mod:`detloader.tune`.
-
-    ``pin_memory``, ``prefetch_factor``, ``persistent_workers`` and ``decode_threads`` follow
-    the recommendation where the caller left them at their defaults.
-    """
+    """``num_workers="auto"``: the tuned (or heuristic) settings of :mod:`detloader.tune`,
+    applied to the other options the caller left at their defaults."""
     # the warning (heuristic, not measured) points at the caller of make_loader
     rec, _reason = auto_loader_kwargs(dataset, batch_size, stacklevel=4, decode_threads=True)
     workers = int(rec.get("num_workers", 0))
@@ -334,35 +315,20 @@ def make_loader(
     mixup: float | MixUp | None = None,
     group_by_aspect: bool | Sequence[float] = False,
 ) -> DataLoader[Any]:
-    """A ``torch.utils.data.DataLoader`` over ``dataset``; the parameters are DataLoader's
-    (see the module docstring for what is added), plus:
+    """A ``torch.utils.data.DataLoader`` over ``dataset``; the parameters are DataLoader's,
+    plus (docs/loader.md, "make_loader"):
 
-    * ``seed``: an int seeds the loader's generator (shuffle order, worker seeds) and the
-      balanced sampler; None leaves them random.
-    * ``decode_threads``: threads that load each batch's images in parallel, in the main
-      process with ``num_workers=0``, else in each worker (a copy of the
-      :class:`~detloader.dataset.DetectionDataset` with that setting; None: the dataset's
-      own). Batches are the same for any value.
-    * ``num_workers="auto"``: the settings :func:`detloader.tune_loader` measured for this
-      machine, dataset, transform and batch size, else a default from the usable CPUs and the
-      instant load (docs/tuning.md; a ``TuneWarning`` says so). Never waits: nothing is
-      measured within this call. ``pin_memory``, ``prefetch_factor``,
-      ``persistent_workers`` and ``decode_threads`` follow it where left at their defaults.
-    * ``balance``: class balancing by the sampler: a strategy name (``"inverse"``,
-      ``"sqrt"``, ``"power:0.3"``, ``"effective:0.999"``, ``"repeat_factor:0.1"``,
-      ``"class_aware"``), a ``{group: weight}`` mapping, or a ready sampler; ``balance_by``
-      the grouping (``"class"``, ``"image_class"``, ``"attribute:NAME"``, a tuple for a
-      product). See :func:`detloader.balance.make_balanced_sampler`. Call
-      :func:`set_epoch` before each epoch.
+    * ``seed``: an int seeds the shuffle order, the worker seeds and the balanced sampler.
+    * ``decode_threads``: threads that load each batch's images (a copy of the
+      :class:`~detloader.dataset.DetectionDataset`; None: the dataset's own).
+    * ``num_workers="auto"``: the settings :func:`detloader.tune_loader` measured, else a
+      default from the usable CPUs (a ``TuneWarning`` says so); nothing is measured here.
+    * ``balance``, ``balance_by``: a strategy name, a ``{group: weight}`` mapping or a
+      sampler, and the grouping (:func:`detloader.balance.make_balanced_sampler`).
     * ``mosaic``, ``mixup``: a probability or a :class:`~detloader.transforms.Mosaic` /
-      :class:`~detloader.transforms.MixUp`; the partners come from the loader's own order
-      (:class:`~detloader.balance.PartnerSampler`: balanced, sharded and resumable like it),
-      so ``shuffle=True``, ``balance`` or a ``sampler`` is needed.
-    * ``group_by_aspect``: batches of images of similar aspect ratio
-      (:class:`~detloader.balance.AspectRatioBatchSampler`; True: tall and wide, or a sequence
-      of ratio boundaries), in the order of the balanced draw, the shuffle or the index.
-    With any of these, ``shuffle=True`` draws from a seeded uniform ``WeightedSampler`` (a
-    resumable order) instead of torch's ``RandomSampler``.
+      :class:`~detloader.transforms.MixUp`, partners drawn from the loader's own order, so
+      ``shuffle=True``, ``balance`` or a ``sampler`` is needed.
+    * ``group_by_aspect``: batches of similar aspect ratio (True, or ratio boundaries).
 
     Raises:
         ValueError: conflicting options (shuffle with a sampler; batch_sampler with
