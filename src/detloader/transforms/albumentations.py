@@ -1,32 +1,12 @@
 """Use an albumentations ``Compose`` as a detloader transform (optional extra).
 
-``pip install detloader[albumentations]``. albumentations is imported only by
-:meth:`AlbumentationsTransform.build`; wrapping a ``Compose`` you built yourself needs no
-import here. The ``Compose`` must declare::
-
-    bbox_params=A.BboxParams(format="pascal_voc", label_fields=["object_index"], ...)
-    keypoint_params=A.KeypointParams(format="xy", label_fields=["point_index"],
-                                     remove_invisible=False)
-
-(``coord_format=`` in albumentations versions that renamed it); ``build`` does this for you.
-``pascal_voc`` is absolute ``xyxy`` pixels and ``xy`` absolute pixels: the index's units.
-Boxes filtered by albumentations (``min_visibility``, ``min_area``) drop their labels and
-landmarks too, through the ``object_index`` field.
-
-Left/right landmarks: albumentations moves points but does not rename them, so a flipped left
-eye would still be stored as ``left_eye``. The adapter adds three probe points, and when the
-transform turned out to be a reflection (their triangle changed orientation: horizontal or
-vertical flip, transpose) it applies the schema's flip permutation. Landmarks that end up
-outside the image get visibility 0.
-
-Randomness: each call seeds the Compose from the sample's generator
-(``Compose.set_random_seed`` where albumentations has it, else the ``random`` and
-``numpy.random`` global state it draws from), so results follow ``(seed, epoch, index)`` like
-the built-in transforms.
-
-``Annotated.affine`` (the sample's scale/offset) is re-estimated from the probes when the
-albumentations transform is axis-aligned; after a rotation or a perspective warp it is NaN:
-such a map cannot be written as scale and offset.
+albumentations is imported only by :meth:`AlbumentationsTransform.build`. The ``Compose`` must
+declare ``BboxParams(format="pascal_voc", label_fields=["object_index"])`` and
+``KeypointParams(format="xy", label_fields=["point_index"], remove_invisible=False)``
+(``coord_format=`` where albumentations renamed it): the index's pixel units, and the label
+fields that carry each box's and point's row through albumentations' filtering. Three probe
+points tell a reflection (then the schema's flip permutation applies) and re-estimate
+``Annotated.affine``. See docs/loader.md, "albumentations".
 """
 
 from __future__ import annotations
@@ -70,7 +50,7 @@ def _check_processor(compose: Any, key: str, fmt: str, field: str, extra: str) -
 
 
 class AlbumentationsTransform:
-    """Wrap an albumentations ``Compose`` (see the module docstring for its parameters).
+    """Wrap an albumentations ``Compose`` (it must declare the parameters of the module docstring).
 
     Args:
         compose: the albumentations ``Compose``.

@@ -1,7 +1,5 @@
-"""Kernels: pure numpy functions of arrays and numbers, apart from the transform classes.
-
-They never modify their inputs and know nothing about randomness; the coordinate convention
-is the package's (:mod:`detloader.transforms`). Images are uint8 ``[H, W, 3]``, boxes
+"""Kernels: pure numpy functions of arrays and numbers that never modify their inputs and know
+nothing about randomness. Images are uint8 ``[H, W, 3]``, boxes
 float32 ``[N, 4]`` xyxy pixels, landmarks float32 ``[N, K, 2]`` with uint8 visibility
 ``[N, K]``. An affine given as four numbers is axis-aligned: ``x' = x*sx + ox``,
 ``y' = y*sy + oy``; the ``warp_*`` kernels take a general float64 ``[2, 3]`` matrix
@@ -47,16 +45,10 @@ def chw_tensor(image: np.ndarray) -> torch.Tensor:
 def resize_image(
     image: np.ndarray, width: int, height: int, interpolation: Interpolation = "bilinear"
 ) -> np.ndarray:
-    """``image`` (uint8 ``[H, W, 3]``) resized to ``[height, width, 3]``.
-
-    Bilinear, pixel-centre aligned, so that ``x -> x * width / W`` maps coordinates exactly.
-    Shrinking by less than 2x is plain bilinear (as OpenCV's ``INTER_LINEAR``, the usual
-    choice in detection pipelines); shrinking more is antialiased (as Pillow does), which is
-    rare here because JPEGs that shrink 2x or more are already reduced while decoding. Runs
-    on torch's vectorised uint8 kernel (2-3x faster than Pillow); the result is an
-    ``[H, W, 3]`` view of channel-first memory, which the Dataset turns into a CHW tensor
-    without a copy.
-    """
+    """``image`` (uint8 ``[H, W, 3]``) resized to ``[height, width, 3]``, pixel-centre aligned
+    (``x -> x * width / W`` is exact); antialiased when shrinking more than 2x. Runs on torch's
+    uint8 kernel (2-3x faster than Pillow); the result is an ``[H, W, 3]`` view of
+    channel-first memory, which the Dataset turns into a CHW tensor without a copy."""
     h, w = image.shape[:2]
     if (w, h) == (width, height):
         return image

@@ -1,8 +1,6 @@
 """Geometric transforms: resize / letterbox, horizontal flip with the left/right landmark
-swap, random crops, random affine (rotation, scale, shear, translation, mirror). Each holds its
-parameters, draws from the generator it is given and calls the kernels of
-:mod:`detloader.transforms.functional`; the map is recorded in ``Annotated.affine`` (exactly
-when axis-aligned). Conventions and guarantees: :mod:`detloader.transforms`.
+swap, random crops, random affine. The map is recorded in ``Annotated.affine`` (exactly when
+axis-aligned). See docs/loader.md, "Transforms" and "RandomAffine".
 """
 
 from __future__ import annotations
@@ -124,12 +122,8 @@ class Resize:
 
 
 class RandomHorizontalFlip:
-    """Mirror left-right with probability ``p``, swapping left/right landmark slots.
-
-    The permutation comes from ``schema`` when given, else from the data
-    (:class:`DetectionDataset` sets it from ``index.landmark_schema``). Landmarks without a
-    known permutation are refused rather than silently mislabelled.
-    """
+    """Mirror left-right with probability ``p``, swapping left/right landmark slots by the
+    permutation of ``schema``, else the data's (:class:`DetectionDataset` sets it)."""
 
     preserves_size = True
 
@@ -175,11 +169,7 @@ def _flip_permutation(transform: object, data: Annotated) -> np.ndarray:
 
 class RandomCrop:
     """A ``size`` window at a uniformly drawn position; where the image is smaller than the
-    window it is padded with ``fill`` (its position then drawn inside the window).
-
-    Boxes keeping less than ``min_visibility`` of their area are dropped with their labels and
-    landmarks; kept boxes are clipped; landmarks outside get visibility 0.
-    """
+    window it is padded with ``fill``. Objects as :meth:`Annotated.crop`."""
 
     def __init__(
         self, size: int | Sequence[int], *, min_visibility: float = 0.25, fill: int = 0
@@ -271,19 +261,11 @@ class RandomAffine:
     """Rotation, scale, shear and translation about the image centre, optionally mirrored;
     the output keeps the input's size (Ultralytics' RandomPerspective without perspective).
 
-    Drawn per call, in this order: angle uniform in ``[-degrees, degrees]`` (counter-clockwise
-    on screen), scale in ``scale``, x and y shear angles in ``[-shear, shear]`` degrees, x and
-    y translation in ``[-translate, translate]`` of the width and height, and a mirror with
-    probability ``mirror``. ``M = T @ Shear @ R(angle, scale) @ Mirror @ C`` (``C`` moves the
-    centre to the origin, ``T`` back, shifted).
-
-    Boxes are the boxes around their transformed corners (larger than the object under
-    rotation; a box drawn around landmarks is not re-derived from them), clipped; a box keeping
-    less than ``min_visibility`` of its transformed area inside the image is dropped with its
-    landmarks. Landmarks move with the image; those that leave it get visibility 0 (never
-    clipped onto the border). A mirrored map (negative determinant) swaps the left/right
-    landmark slots, as :class:`RandomHorizontalFlip`. ``Annotated.affine`` is exact while
-    ``degrees`` and ``shear`` are 0; otherwise offsets are NaN (:class:`~.base.Annotated`).
+    ``M = T @ Shear @ R(angle, scale) @ Mirror @ C`` (``C`` moves the centre to the origin,
+    ``T`` back, shifted), drawn per call in that order of parameters. Boxes become the boxes
+    around their transformed corners; a mirrored map swaps the left/right landmark slots;
+    ``Annotated.affine`` is exact while ``degrees`` and ``shear`` are 0, else NaN offsets.
+    See docs/loader.md, "RandomAffine".
     """
 
     def __init__(

@@ -2,14 +2,11 @@
 blended, with the objects of both).
 
 They work on a *group* of dataset indices ``[first, 3 mosaic partners, mixup partner]``
-(:func:`group_size`; parts that are off are left out), which ``make_loader(mosaic=...,
-mixup=...)`` draws from the loader's own sampler (:class:`detloader.balance.PartnerSampler`),
-so that partners follow the balanced distribution. In a
+(:func:`group_size`), drawn from the loader's own sampler. In a
 :class:`~detloader.dataset.DetectionDataset` a group becomes: the mosaic of the decoded images
 (else the first image) -> the dataset's transform, once -> the mixup with the partner after
-the same transform. Whether a sample is a mosaic and/or a mixup, and the mosaic's layout, come
-from ``numpy.random.default_rng((seed, epoch, first, 2))`` (:func:`mix_choice`), so samples
-are the same for any ``num_workers`` and ``decode_threads``.
+the same transform; :func:`mix_choice` seeds the coins and the layout per sample. See
+docs/loader.md, "Mosaic" and "MixUp".
 """
 
 from __future__ import annotations
@@ -35,21 +32,12 @@ def _check_epochs(epochs: int | None) -> int | None:
 class Mosaic:
     """Four images on one canvas around a random centre (the YOLO mosaic).
 
-    The canvas is the first image's annotated size ``W x H`` (so the dataset's transform sees
-    the size it would see without mosaic); the centre is drawn uniformly in
-    ``center[0]..center[1]`` of ``W`` and ``H``. Image ``k`` (0 top-left, 1 top-right, 2
-    bottom-left, 3 bottom-right) is resized to fit ``f * (W, H)``, ``f`` uniform in ``scale``,
-    aspect kept, placed with a corner on the centre, extending away from it, and cut to its
-    quadrant; what it leaves of the quadrant is ``fill``.
-
-    Objects: boxes are clipped to their quadrant; a box keeping less than ``min_visibility`` of
-    its area is dropped with its landmarks; landmarks outside their quadrant get visibility 0
-    and keep their slot (never clipped onto the border). The sample's image class is
-    ``MISSING``.
-
-    ``p``: share of samples that are mosaics. ``epochs``: mosaics only in epochs below it
-    (None: always); a trainer that switches mosaic off for its last ``N`` epochs passes
-    ``epochs=total - N``: the epoch reaches running workers through ``set_epoch``.
+    The canvas is the first image's annotated size; the centre is uniform in ``center`` of it.
+    Image ``k`` (0 top-left, 1 top-right, 2 bottom-left, 3 bottom-right) is resized to fit
+    ``f * (W, H)``, ``f`` uniform in ``scale``, with a corner on the centre, cut to its quadrant.
+    Boxes keeping less than ``min_visibility`` of their area are dropped with their landmarks.
+    ``p``: share of samples that are mosaics; ``epochs``: mosaics only in epochs below it
+    (None: always).
     """
 
     def __init__(
