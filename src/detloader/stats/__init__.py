@@ -1,10 +1,5 @@
-"""Statistics: what an index holds, and class distributions before and after balancing.
-
-``describe`` (:func:`dataset_stats`: objects and images per class, image classes, attributes,
-landmark visibility, box-size quantiles, imbalance ratios) ; ``report`` (:func:`balance_report`:
-raw per epoch beside the expectation under a balancing strategy and one real draw, and a
-warning when one image would repeat many times per epoch; :func:`plot_balance`: raw vs
-balanced bars, on a log axis when a group is rare; matplotlib optional).
+"""Statistics: what an index holds (``describe``), and class distributions before and after
+balancing (``report``). See docs/balancing.md, "Statistics".
 """
 
 from detloader.stats.describe import QUANTILES, dataset_stats, imbalance_ratio

@@ -27,17 +27,9 @@ def _quantiles(values: np.ndarray) -> list[float]:
 
 
 def dataset_stats(index: AnnotationIndex) -> dict[str, Any]:
-    """Plain-data statistics of ``index`` (JSON-ready).
-
-    Keys: ``images``, ``objects``, ``empty_images``, ``objects_per_image`` (mean, max),
-    ``classes`` (name -> objects, images), ``imbalance_ratio`` (objects, images: largest /
-    smallest class, empty classes left out), ``empty_classes``, ``image_classes`` (name ->
-    images), ``image_class_imbalance_ratio``, ``images_without_image_class``,
-    ``object_attributes`` / ``image_attributes`` (name -> value -> count), ``landmarks`` (name
-    -> visible, hidden, absent), ``box_size`` (``quantiles`` and, at those quantiles, box
-    ``width``, ``height``, ``sqrt_area`` in pixels and ``relative_sqrt_area`` = sqrt(box area
-    / image area)), ``box_sqrt_area_median`` per class.
-    """
+    """Plain-data statistics of ``index`` (JSON-ready; docs/balancing.md, "Statistics"). Box
+    sizes are in pixels at :data:`QUANTILES`, ``relative_sqrt_area`` = sqrt(box area / image
+    area); imbalance ratios leave empty classes out."""
     objects = index.class_counts("objects")
     images = index.class_counts("images")
     image_classes = index.image_class_counts()
@@ -50,14 +42,8 @@ def dataset_stats(index: AnnotationIndex) -> dict[str, Any]:
     relative = np.sqrt(np.clip(w * h, 0, None) / np.where(image_area > 0, image_area, np.nan))
     relative = relative[np.isfinite(relative)]
     vis = index.visibility
-    landmarks = {
-        name: {
-            "visible": int((vis[:, k] == 2).sum()),
-            "hidden": int((vis[:, k] == 1).sum()),
-            "absent": int((vis[:, k] == 0).sum()),
-        }
-        for k, name in enumerate(index.landmark_schema.names)
-    }
+    landmarks = {name: {"visible": int((vis[:, k] == 2).sum()), "hidden": int((vis[:, k] == 1).sum()),
+                        "absent": int((vis[:, k] == 0).sum())} for k, name in enumerate(index.landmark_schema.names)}
     per_class_median = {
         name: (round(float(np.median(area[index.labels == c])), 2) if objects[name] else None)
         for c, name in enumerate(index.classes)

@@ -1,10 +1,6 @@
-"""Class distributions before and after balancing: raw per epoch, expected, one real draw.
-
-:func:`balance_report` sets the raw per-epoch distribution (every image once) beside the
-distribution a balanced sampler gives *in expectation*, computed from the sampler's expected
-draws per image (analytic: ``num_samples * w_i / sum(w)`` for weighted sampling, the repeat
-factors for repeat-factor sampling, ...), and beside the counts of one real draw, which checks
-the expectation. :func:`plot_balance` draws it (matplotlib, the ``plot`` extra).
+"""Class distributions before and after balancing: raw per epoch (every image once), the
+expectation under a balanced sampler (from its ``expected_counts()``, analytic) and one real draw,
+which checks the expectation. See docs/balancing.md, "Statistics".
 """
 
 from __future__ import annotations
@@ -91,24 +87,16 @@ class BalanceReport:
             return {n: round(float(v), digits) for n, v in zip(self.names, values)}
 
         dev = self.max_deviation()
-        return {
-            "by": list(self.by),
-            "unit": self.unit,
-            "strategy": self.strategy,
-            "raw": {n: int(round(float(v))) for n, v in zip(self.names, self.raw)},
-            "balanced": table(self.expected),
-            "drawn": table(self.drawn, 0),
-            "epoch_length": {k: round(v, 2) for k, v in self.epoch_length.items()},
-            "imbalance_ratio": {
-                "raw": _round(imbalance_ratio(self.raw)),
-                "balanced": _round(imbalance_ratio(np.where(self.raw > 0, self.expected, 0))),
-            },
-            "max_drawn_deviation": None if dev is None else round(dev, 4),
-            "seed": self.seed,
-            "notes": list(self.notes),
-            "max_repeats": {"image": self.most_repeated, "expected": round(self.max_repeats, 2)},
-            "warnings": list(self.warnings),
-        }
+        ratios = {"raw": _round(imbalance_ratio(self.raw)),
+                  "balanced": _round(imbalance_ratio(np.where(self.raw > 0, self.expected, 0)))}
+        return {"by": list(self.by), "unit": self.unit, "strategy": self.strategy,
+                "raw": {n: int(round(float(v))) for n, v in zip(self.names, self.raw)},
+                "balanced": table(self.expected), "drawn": table(self.drawn, 0),
+                "epoch_length": {k: round(v, 2) for k, v in self.epoch_length.items()}, "imbalance_ratio": ratios,
+                "max_drawn_deviation": None if dev is None else round(dev, 4), "seed": self.seed,
+                "notes": list(self.notes),
+                "max_repeats": {"image": self.most_repeated, "expected": round(self.max_repeats, 2)},
+                "warnings": list(self.warnings)}
 
 
 def _round(v: float | None, digits: int = 3) -> float | None:
@@ -139,21 +127,16 @@ def balance_report(
 ) -> BalanceReport:
     """Raw vs balanced per-epoch distribution of ``index`` under ``balance``.
 
-    ``balance`` is what :func:`detloader.balance.make_balanced_sampler` takes (a strategy
-    name such as ``"sqrt"`` or ``"repeat_factor:0.1"``, a {group: weight} mapping, or a sampler
-    with ``expected_counts()``); the sampler is built with ``by`` and ``seed``. ``unit``:
-    what is counted per group, ``"objects"`` (default for object keys) or ``"images"``
-    containing the group (image keys always count images). ``draw=True`` adds one real
-    epoch's counts (all ranks) to check the expectation. When one image is expected more
-    than ``repeat_warning`` times per epoch (``num_samples * w_i / sum(w)`` for weighted
-    sampling), ``warnings`` names it and suggests a milder strategy. An index without images
+    ``balance`` is what :func:`detloader.balance.make_balanced_sampler` takes (a sampler must
+    have ``expected_counts()``); the sampler is built with ``by`` and ``seed``. ``unit``: what
+    is counted per group (default: :func:`default_unit`). ``draw=True`` adds one real epoch's
+    counts (all ranks). When one image is expected more than ``repeat_warning`` times per
+    epoch, ``warnings`` names it and suggests a milder strategy. An index without images
     raises :class:`EmptyIndexError`.
     """
     if len(index) == 0:
-        raise EmptyIndexError(
-            f"the index holds no images ({index.root}): nothing to count or balance (is the path "
-            "or the annotation format wrong?)"
-        )
+        raise EmptyIndexError(f"the index holds no images ({index.root}): nothing to count or balance (is the path "
+                              "or the annotation format wrong?)")
     groups = balance_groups(index, by)
     if unit is None:
         unit = default_unit(groups)
@@ -161,10 +144,8 @@ def balance_report(
         raise DetloaderValueError(f"unit={unit!r} is not one of 'objects', 'images'")
     sampler = make_balanced_sampler(index, balance, by=by, seed=seed, num_samples=num_samples, rank=0, world_size=1)
     if not hasattr(sampler, "expected_counts"):
-        raise DetloaderValueError(
-            f"balance={type(sampler).__name__}: the sampler has no expected_counts(), so the "
-            "balanced distribution cannot be computed"
-        )
+        raise DetloaderValueError(f"balance={type(sampler).__name__}: the sampler has no expected_counts(), so the "
+                                  "balanced distribution cannot be computed")
     n = len(index)
     per_image = np.zeros(n, dtype=np.float64)
     expected_draws = np.asarray(sampler.expected_counts(), dtype=np.float64)
@@ -179,42 +160,23 @@ def balance_report(
         threshold = params.get("threshold", DEFAULT_THRESHOLD)
         fractions = group_counts(groups, "images") / max(n, 1)
         fractions = fractions[fractions > 0]
-        note = (
-            f"every repeat factor is 1 at threshold {threshold:g}: each group is in at least "
-            f"{fractions.min():.1%} of the images, so balancing changes nothing"
-            if len(fractions)
-            else f"every repeat factor is 1 at threshold {threshold:g}"
-        )
+        note = f"every repeat factor is 1 at threshold {threshold:g}"
+        if len(fractions):
+            note += f": each group is in at least {fractions.min():.1%} of the images, so balancing changes nothing"
         if len(fractions) and fractions.max() > fractions.min():
             suggest = math.floor(fractions.max() * 100) / 100
-            note += (
-                f"; a threshold between {fractions.min():.2f} and {fractions.max():.2f} repeats "
-                f"the rarer groups (e.g. repeat_factor:{suggest:g})"
-            )
+            note += (f"; a threshold between {fractions.min():.2f} and {fractions.max():.2f} repeats "
+                     f"the rarer groups (e.g. repeat_factor:{suggest:g})")
         notes.append(note)
     top = int(np.argmax(per_image))
     most_repeated, max_repeats = index.relative_image_path(top), float(per_image[top])
     warnings = []
     if max_repeats > repeat_warning:
-        warnings.append(
-            f"{most_repeated} is drawn {max_repeats:.1f} times per epoch in expectation (over "
-            f"{repeat_warning:g}); {_milder(name, params)} repeats it less"
-        )
-    return BalanceReport(
-        by=groups.by,
-        unit=unit,
-        strategy=strategy,
-        names=groups.names,
-        raw=raw,
-        expected=expected,
-        drawn=drawn,
-        epoch_length={"raw": float(n), "balanced": float(per_image.sum())},
-        seed=seed,
-        notes=notes,
-        most_repeated=most_repeated,
-        max_repeats=max_repeats,
-        warnings=warnings,
-    )
+        warnings.append(f"{most_repeated} is drawn {max_repeats:.1f} times per epoch in expectation (over "
+                        f"{repeat_warning:g}); {_milder(name, params)} repeats it less")
+    return BalanceReport(by=groups.by, unit=unit, strategy=strategy, names=groups.names, raw=raw, expected=expected,
+                         drawn=drawn, epoch_length={"raw": float(n), "balanced": float(per_image.sum())}, seed=seed,
+                         notes=notes, most_repeated=most_repeated, max_repeats=max_repeats, warnings=warnings)
 
 
 def _milder(name: str, params: dict[str, Any]) -> str:
@@ -236,17 +198,10 @@ def summary_rows(report: BalanceReport) -> list[dict[str, Any]]:
     rows = []
     for i, name in enumerate(report.names):
         raw, exp = float(report.raw[i]), float(report.expected[i])
-        rows.append(
-            {
-                "name": name,
-                "raw": raw,
-                "raw_share": raw / raw_total,
-                "expected": exp,
-                "expected_share": exp / exp_total,
-                "drawn": None if report.drawn is None else float(report.drawn[i]),
-                "factor": exp / raw if raw > 0 else None,
-            }
-        )
+        rows.append({"name": name, "raw": raw, "raw_share": raw / raw_total, "expected": exp,
+                     "expected_share": exp / exp_total,
+                     "drawn": None if report.drawn is None else float(report.drawn[i]),
+                     "factor": exp / raw if raw > 0 else None})
     return rows
 
 
