@@ -95,7 +95,8 @@ def add_cache_arguments(parser: argparse.ArgumentParser, bench: bool = False) ->
     )
     if not bench:  # bench stores at its --size
         group.add_argument(
-            "--cache-size", type=int, metavar="S", help="longer side of the stored images (default: the output size)"
+            "--cache-size", type=int, metavar="S",
+            help="longer side of the stored images (default: the size the transform's resize gives each image)",
         )
 
 

@@ -105,7 +105,7 @@ def _stats(args: argparse.Namespace) -> int:
     if report is not None:
         print_balance(report)
         if args.plot:
-            from detloader.stats.plot import use_log_scale
+            from detloader.stats import use_log_scale
 
             log_scale = use_log_scale(report, _log(args.log))
             console().print(f"plot: {args.plot}" + (" (log scale)" if log_scale else ""))
