@@ -1,13 +1,7 @@
-"""The baselines a detection loader is compared with, written as tutorials write them.
-
-* :class:`TutorialDataset`: a Dataset holding the list of VOC XML files, one
-  ``ElementTree.parse`` per item, ``PIL.Image.open(...).convert("RGB")``, PIL resize,
-  ``to_tensor`` (float32 / 255), a target dict; batched by :func:`tutorial_collate`
-  (``tuple(zip(*batch))``).
-* :func:`torchvision_voc`: torchvision's ``VOCDetection`` over the same files with the same
-  resize and tensor conversion (None when torchvision is not installed).
-
-Both need the VOC layout ``Annotations/*.xml`` + ``JPEGImages/`` (:func:`voc_layout`).
+"""The baselines a detection loader is compared with, written as tutorials write them:
+:class:`TutorialDataset` (one ``ElementTree.parse`` per item, PIL decode and resize, float
+tensors, a target dict) and torchvision's ``VOCDetection`` with the same resize and tensors
+(:func:`torchvision_voc`). Both need the VOC layout (:func:`voc_layout`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The index section: cold build and warm (cached) reload against a plain ElementTree loop.
-
-The baseline is what a hand-written VOC Dataset does at start-up: one
-``xml.etree.ElementTree.parse`` per file in one process, every object's name and box into
-Python lists.
+"""The index section: cold build and warm (cached) reload against what a hand-written VOC
+Dataset does at start-up, one ``ElementTree.parse`` per file in one process.
 """
 
 from __future__ import annotations

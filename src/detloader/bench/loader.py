@@ -1,14 +1,9 @@
-"""The loader section: images/s for num_workers 0..CPUs against the decode ceiling, the
-optional in-process decode threads, the untuned default (``num_workers="auto"``), the best
-setting, the tutorial and torchvision baselines, bytes per batch; with ``cache``, the same
-loader reading the store of decoded images (:mod:`detloader.store`). Every figure is the
-median of ``repeats`` runs taken round-robin (:func:`median_of`). The decode ceiling is one
-core's decode + resize rate of the same images (:func:`decode_rate`, the work a loader cannot
-avoid) times the usable CPUs: what any loader of these images at this size can reach here.
-
-torchvision cannot load beside a CPU-only torch build: ``make bench-torchvision`` measures it
-in its own environment and records the run (:data:`TORCHVISION_RESULT`); without torchvision
-the section reports that run's best setting / torchvision, named as recorded.
+"""The loader section: images/s for num_workers 0..CPUs and decode threads against the decode
+ceiling (one core's decode + resize rate times the usable CPUs: what any loader of these
+images at this size can reach here), the untuned default, the best setting, the tutorial and
+torchvision baselines and bytes per batch; with ``cache``, the loader reading the image store.
+Every figure is the median of ``repeats`` runs taken round-robin (:func:`median_of`). See
+docs/benchmarks.md, "What each section measures" (also: torchvision's recorded run).
 """
 
 from __future__ import annotations
@@ -56,10 +51,8 @@ def _loader(
 
 
 def decode_rate(index: AnnotationIndex, size: int, images: int, repeats: int = 2) -> float:
-    """Images per second of one core reading, decoding (libjpeg-turbo through simplejpeg, or
-    Pillow, with the reduced-size JPEG decoding the Dataset uses) and resizing the first
-    ``images`` images of ``index`` to ``size x size`` - best of ``repeats`` passes (torch on
-    the one thread :func:`bench_loader` sets: the resize kernel is torch's)."""
+    """Images per second of one core reading, decoding (as the Dataset does) and resizing the
+    first ``images`` images of ``index`` to ``size x size``, best of ``repeats`` passes."""
     resize = Resize((size, size))
     hint = functools.partial(min_input_size, (resize,))
     count, best = min(images, len(index)), 0.0
@@ -107,8 +100,8 @@ def bench_loader(
 ) -> None:
     """Fill ``report``'s loader figures and ratios (``root``: the annotation folder, for the
     baselines that read VOC files themselves; ``workdir``: a folder for torchvision's VOC
-    tree). The main process runs torch on one thread, as the workers do: torch's intra-op
-    threads would compete with the workers and the decoding for the same cores. ``cache``
+    tree). The main process runs torch on one thread, as the workers do (its intra-op threads
+    would compete with the decoding for the same cores). ``cache``
     (``"disk"`` or ``"ram"``): also time the store's build and the loader reading it."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

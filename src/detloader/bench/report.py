@@ -1,8 +1,5 @@
-"""A benchmark's report: figures per section, ratios against baselines measured in the same run.
-
-Every ratio is ``a / b`` of two figures of this run, labelled, so that a reader (and a test)
-can check it; ``a`` is the side that is better when the ratio is above 1 (a rate of ours
-against a baseline's, or a baseline's seconds against ours).
+"""A benchmark's report: figures per section, and ratios ``a / b`` of two labelled figures of
+the same run, ``a`` the side that is better when the ratio is above 1.
 """
 
 from __future__ import annotations

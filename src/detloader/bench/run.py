@@ -1,8 +1,5 @@
-"""``run_bench``: every section of ``detloader bench`` in one run, on one data set.
-
-Without a path the data is synthetic (:func:`detloader.synth.make_synthetic`, written to a
-temporary folder): an image set for the loader section and an XML-only set for the index
-section. Index caches go to a temporary folder, so the run leaves nothing behind.
+"""``run_bench``: every section of ``detloader bench`` in one run, on one data set (synthetic
+without a path); index caches go to a temporary folder, so the run leaves nothing behind.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """The sampler section: :class:`~detloader.balance.WeightedSampler` against torch's
-``WeightedRandomSampler`` over the same float64 weights (log-normal, seed 0).
-
-Two figures per side: **first** - construction plus the first ``draws`` indices of
-``iter(sampler)`` as Python ints (torch draws the whole epoch in ``__iter__`` first; ours
-draws chunks as they are reached); **epoch** - one epoch of ``n`` draws as an array
-(``torch.multinomial`` / ``WeightedSampler.indices()``). Peak memory is the largest rise of
-the resident set over the weights alone, sampled every millisecond. torch refuses more than
-2**24 categories; that is noted and ours is reported alone.
+``WeightedRandomSampler`` over the same log-normal float64 weights: construction plus the first
+``draws`` indices, one epoch as an array, and the peak memory over the weights. torch refuses
+more than 2**24 categories; ours is then reported alone. See docs/benchmarks.md.
 """
 
 from __future__ import annotations
