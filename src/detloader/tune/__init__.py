@@ -1,10 +1,7 @@
 """Tune the loader for the machine: how many workers, decode threads, pinned memory, prefetch, and why.
 
-Read in this order: ``probe`` (what the machine and the dataset can do), ``measure`` (one
-setting, timed on a real loader), ``search`` (which settings to measure), ``explain`` (the
-reasons in words, the plot), ``result`` (TuneResult, JSON), ``store`` (stored results per
-machine x dataset x transform x batch size, the load re-check and the untuned default: all
-that ``make_loader(num_workers="auto")`` reads), ``tuner`` (``tune_loader``: all of it).
+Read in this order: ``probe``, ``measure`` (one setting), ``search``, ``explain``, ``result``,
+``store`` (all that ``make_loader(num_workers="auto")`` reads), ``tuner``. See docs/tuning.md.
 """
 
 from detloader.errors import StaleTuneWarning, TuneWarning

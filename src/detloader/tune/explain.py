@@ -1,10 +1,5 @@
-"""The recommendation in words and in a picture, from the measured figures.
-
-The explanation is one line per fact a decision rests on: the CPUs, the cost of one image, the
-choice, every other setting measured with its images/s and its difference to the choice,
-memory, pinning, persistent workers, the consumer, the search, and the noise when other
-processes' load moved while measuring. The plot shows images/s and worker memory against
-``num_workers`` (matplotlib, imported only when drawing).
+"""The recommendation in words (one line per fact a decision rests on: docs/tuning.md, "What the
+tuner does", step 4) and in a picture (matplotlib, imported only when drawing).
 """
 
 from __future__ import annotations
@@ -124,10 +119,10 @@ def summary(r: TuneResult) -> str:
 
 
 def plot_trials(trials: Sequence[Trial], chosen: Trial, title: str, path: str | os.PathLike[str]) -> str:
-    """Two panels over ``num_workers``: images/s per family of settings (prefetch x pinning;
-    the line joins each setting's best window, dots are every window, ``chosen`` is circled)
-    and the memory all workers hold (USS x workers). Saved to ``path``; returns the path.
-    Raises :class:`~detloader._plotting.MissingExtraError` without matplotlib."""
+    """Images/s per family of settings (prefetch x pinning; the line joins best windows, dots
+    are every window, ``chosen`` is circled) and worker memory (USS x workers) over
+    ``num_workers``, saved to ``path``; returns the path. Raises
+    :class:`~detloader._plotting.MissingExtraError` without matplotlib."""
     windows: dict[str, list[tuple[int, float]]] = defaultdict(list)
     best: dict[str, dict[int, float]] = defaultdict(dict)
     memory: dict[str, dict[int, float]] = defaultdict(dict)

@@ -1,9 +1,5 @@
-"""What the machine and the dataset can do, measured before any loader runs.
-
-:func:`probe_machine`: the CPUs this process may use (affinity, cgroup quota), those other
-processes keep busy over a short window, memory (with the cgroup limit), the accelerator.
-:func:`probe_dataset`: the single-core cost of ``dataset[i]`` and of collating, and the bytes
-of a batch.
+"""What the machine (:func:`probe_machine`) and the dataset (:func:`probe_dataset`) can do,
+measured before any loader runs (docs/tuning.md, "What the tuner does", steps 1 and 2).
 """
 
 from __future__ import annotations

@@ -18,19 +18,12 @@ RESULT_VERSION = 1
 
 @dataclass
 class TuneResult:
-    """The outcome of :func:`detloader.tune_loader`.
+    """The outcome of :func:`detloader.tune_loader` (fields: docs/tuning.md, "API").
 
-    ``recommended``: DataLoader keyword arguments ``num_workers``, ``pin_memory``,
-    ``prefetch_factor`` (None with 0 workers), ``persistent_workers``, ready for
-    ``DataLoader(dataset, **result.recommended)``; ``decode_threads``: the
-    :class:`~detloader.dataset.DetectionDataset` setting measured with them
-    (``make_loader(num_workers="auto")`` applies it). ``explanation``: the reasons with the
-    numbers. ``trials``: every measured setting in order; ``chosen`` indexes the recommended
-    one. ``stop``: why the search ended (``converged``, ``cap``, ``budget``, ``memory``,
-    ``grid``). ``worker_cap`` / ``cap_reason``: the most workers tried and why (``usable``
-    CPUs, ``busy``: only the free ones, ``max_workers``, ``candidates``). ``key``: what the
-    store files it under (machine, dataset, transform, batch size); ``from_cache``: read from
-    the store, not measured by this call.
+    ``recommended`` is ready for ``DataLoader(dataset, **result.recommended)``; ``trials``:
+    every measured setting in order, ``chosen`` indexes the recommended one; ``stop``: why the
+    search ended (as :class:`~detloader.tune.search.SearchOutcome`); ``cap_reason``: ``usable``,
+    ``busy``, ``max_workers`` or ``candidates``; ``key``: what the store files it under.
     """
 
     recommended: dict[str, Any]

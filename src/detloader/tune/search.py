@@ -1,17 +1,7 @@
-"""Search the loader settings (docs/tuning.md tells why each step is there):
-
-1. **climb** ``num_workers`` = 0, 1, 2, 4, 8, ... up to the cap, stopping from 2 on at the first
-   rung that does not beat the best so far by more than ``tolerance``;
-2. **refine**: bisect between the best rung and the one below it for the fewest workers that
-   reach the best rate within ``tolerance`` (64 CPUs, knee at 12: 0 1 2 4 8 16 32 | 12 10 11);
-3. **decode threads** (a factory that takes ``decode_threads``): 2, 4, 8, ... threads in the
-   main process, with the climb's stopping rule, then 2 threads in each of the chosen workers;
-4. **extras** at the chosen count: ``prefetch_factor=4`` and the other ``pin_memory``, kept on a
-   win by more than ``tolerance`` confirmed by one more window of both;
-5. **recheck**: one more window each for the choice and its rivals, back to back.
-
-:func:`choose` takes the cheapest setting within ``tolerance`` of the fastest, each rated by its
-best window; a setting that would not fit in ``budget_s`` is not started.
+"""Search the loader settings: climb ``num_workers`` 0, 1, 2, 4, ..., refine between the best rung
+and the one below it, decode threads, extras (prefetch, pinning), recheck. docs/tuning.md, "What
+the tuner does", step 3, tells why each step is there. :func:`choose` takes the cheapest setting
+within ``tolerance`` of the fastest, each rated by its best window.
 """
 
 from __future__ import annotations
@@ -180,11 +170,9 @@ def search_settings(
 
     ``cap``: most workers to try; ``can_pin``: try ``pin_memory`` (the climb runs pinned);
     ``consumer_for(pin_memory)``: the per-batch work in the main process (None: the loader
-    alone); ``candidates``: measure exactly these settings (a grid); ``progress(seconds spent,
-    budget seconds)``; ``measure_fn``: replaces
-    :func:`~detloader.tune.measure.measure_setting` (same signature), e.g. with a model of a
-    machine; ``threads_cap``: most ``decode_threads`` to try (below 2: none; a setting with
-    threads holds a ``decode_threads`` key, one without has none).
+    alone); ``candidates``: measure exactly these settings; ``measure_fn``: replaces
+    :func:`~detloader.tune.measure.measure_setting` (same signature); ``threads_cap``: most
+    ``decode_threads`` to try (below 2: none; only a setting with threads has the key).
     """
     if budget_s <= 0:
         raise DetloaderValueError(f"budget_s={budget_s} must be > 0")

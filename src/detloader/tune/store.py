@@ -1,17 +1,8 @@
-"""Loader settings without measuring: what ``make_loader(num_workers="auto")`` reads. It
-never waits: files and instant figures only (docs/tuning.md tells the whole story).
-
-* **The store**: one JSON file per :func:`cache_key` (machine, dataset, transform, batch size)
-  in ``<user cache folder>/tune/`` (``$DETLOADER_CACHE_DIR/tune`` when set).
-* **The load**: a result was measured with ``result.machine.free_cpus`` free; every reuse
-  compares that with the free CPUs now, from the kernel's load figures (:func:`check_load`).
-* **The default** without a result (:func:`heuristic_loader_kwargs`): CPUs per loader = free
-  CPUs / training processes here (``LOCAL_WORLD_SIZE``), rounded; with 3 or more, CPUs - 1
-  workers (one stays with training; at most :data:`MAX_HEURISTIC_WORKERS`, and what fits in
-  half the available memory at :data:`WORKER_MEMORY_GUESS` each); with fewer, no worker and
-  2 decode threads in the training process when it has 2 usable CPUs, however busy (on 2
-  CPUs the fastest setting idle and near the best busy: threads cost no process); pinning
-  with a CUDA/XPU device; ``prefetch_factor=2``, persistent workers.
+"""Loader settings without measuring: what ``make_loader(num_workers="auto")`` reads. It never
+waits: files and instant figures only. The store (one JSON file per :func:`cache_key` in
+:func:`tune_cache_dir`), the load re-check (:func:`check_load`) and the default without a result
+(:func:`heuristic_loader_kwargs`): docs/tuning.md, "When the load changes" and "The default
+without tuning".
 """
 
 from __future__ import annotations
@@ -121,11 +112,9 @@ def _identity(dataset: Any, depth: int = 0) -> tuple[dict[str, Any], list[str]]:
 
 
 def cache_key(dataset: Any, batch_size: int) -> dict[str, Any]:
-    """What a result is stored under: the ``machine`` hash (host, CPU counts and affinity,
-    quotas, RAM, accelerator, torch: not the load), the ``dataset`` hash (an index's identity,
-    else type, length and :func:`describe`; with the datasets it wraps and its ``indices``), the
-    ``transform`` text (the ``transform``, ``transforms``, ``target_transform`` attributes of
-    it and of those it wraps, by :func:`describe`; ``"None"`` without any) and ``batch_size``."""
+    """What a result is stored under: the ``machine`` hash (not the load), the ``dataset`` hash,
+    the ``transform`` text (``"None"`` without any) and ``batch_size`` (docs/tuning.md, "Your
+    own dataset")."""
     content, transforms = _identity(dataset)
     transform = "; ".join(transforms) if transforms else "None"
     if len(transforms) == 1 and transform.startswith("transform="):
@@ -228,11 +217,13 @@ def fit_to_load(recommended: dict[str, Any], check: LoadCheck) -> dict[str, Any]
 def heuristic_loader_kwargs(
     *, free: float, memory_available: int, can_pin: bool, processes: int = 1, usable: int | None = None
 ) -> tuple[dict[str, Any], str]:
-    """The default of the module docstring (``decode_threads`` included) and its reason.
-
-    ``free``: CPUs free for this machine's training processes; ``processes``: how many share
-    it (each with its own loader); ``memory_available``: bytes; ``usable``: CPUs this process
-    may use, whatever the load (default: ``free``, rounded)."""
+    """The default without a tuning result (``decode_threads`` included) and its reason: with 3
+    or more CPUs per loader, CPUs - 1 workers (at most :data:`MAX_HEURISTIC_WORKERS`, and what
+    fits in half the memory at :data:`WORKER_MEMORY_GUESS` each); with fewer, no worker and 2
+    decode threads when ``usable`` allows. ``free``: CPUs free for this machine's training
+    processes; ``processes``: how many share it (each with its own loader);
+    ``memory_available``: bytes; ``usable``: CPUs this process may use, whatever the load
+    (default: ``free``, rounded)."""
     if processes < 1:
         raise DetloaderValueError(f"processes={processes} must be >= 1")
     cpus = int(free / processes + 0.5)
@@ -256,15 +247,13 @@ def auto_loader_kwargs(
     decode_threads: bool = False,
 ) -> tuple[dict[str, Any], str]:
     """DataLoader keyword arguments ``num_workers``, ``pin_memory``, ``prefetch_factor``,
-    ``persistent_workers`` for ``dataset`` at ``batch_size``, and a one-line reason.
+    ``persistent_workers`` for ``dataset`` at ``batch_size``, and a one-line reason. Never waits.
 
-    The stored :func:`detloader.tune_loader` result when there is one, its load re-checked (a
-    change: a :class:`StaleTuneWarning`, and on a busier machine no more workers than are free
-    now); else the default of this module and, with ``warn``, a :class:`TuneWarning` (once per
-    process by Python's default filter) pointing ``stacklevel`` frames up. With
-    ``decode_threads`` the dict also holds ``decode_threads`` (the
-    :class:`~detloader.dataset.DetectionDataset` setting, not a DataLoader argument). Never
-    waits: only files and instant figures are read.
+    The stored :func:`detloader.tune_loader` result, its load re-checked (a change: a
+    :class:`StaleTuneWarning`, and on a busier machine no more workers than are free now); else
+    :func:`heuristic_loader_kwargs` and, with ``warn``, a :class:`TuneWarning` pointing
+    ``stacklevel`` frames up. With ``decode_threads`` the dict also holds ``decode_threads`` (the
+    :class:`~detloader.dataset.DetectionDataset` setting, not a DataLoader argument).
     """
     if batch_size < 1:
         raise DetloaderValueError(f"batch_size={batch_size} must be >= 1")

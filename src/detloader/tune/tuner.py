@@ -115,26 +115,18 @@ def tune_loader(
     progress: Progress | None = None,
 ) -> TuneResult:
     """Measure the loader on this machine and recommend ``num_workers``, ``pin_memory``,
-    ``prefetch_factor``, ``persistent_workers`` (and ``decode_threads``), with the reasons.
-
-    Probes the machine (usable, busy and free CPUs, memory, accelerator) and the dataset (cost
-    per image, batch bytes), then searches real loaders within ``budget_s`` seconds
-    (:mod:`detloader.tune.search`).
+    ``prefetch_factor``, ``persistent_workers`` (and ``decode_threads``), with the reasons,
+    within ``budget_s`` seconds (docs/tuning.md).
 
     ``loader_factory``: a callable taking the settings as keyword arguments and returning an
     iterable of batches (default: ``make_loader(dataset, batch_size=..., shuffle=True,
-    collate_fn=...)``, which also takes ``decode_threads``); ``collate_fn`` defaults to
-    ``collate_detection`` for a ``DetectionDataset`` or items that are ``Sample``s.
-    ``step_time``: the training step, as seconds per batch (slept) or a callable run on each
-    batch: is the loader the bottleneck? ``device``: copy each batch there ("auto": the
-    CUDA/XPU device if any; None: no copy). ``candidates``: measure exactly these settings
-    (partial dicts are completed). ``respect_busy``: no more workers than free CPUs.
-    ``tolerance``: fewer workers win within this fraction of the best throughput. ``cache``:
-    True reads and writes the store, "refresh" measures again and writes, False neither. A
-    stored result measured under another load (:mod:`detloader.tune.store`) is measured again
-    (``on_load_change="retune"``), returned with a ``StaleTuneWarning`` (``"warn"``) or as it
-    is (``"ignore"``). ``dataset`` is any map-style dataset: the store's key is its content
-    and transform chain, so ``make_loader(dataset, num_workers="auto")`` finds the result.
+    collate_fn=...)``). ``step_time``: the training step, as seconds per batch (slept) or a
+    callable run on each batch. ``device``: copy each batch there ("auto": the CUDA/XPU device
+    if any; None: no copy). ``candidates``: measure exactly these settings (partial dicts are
+    completed). ``tolerance``: fewer workers win within this fraction of the best throughput.
+    ``cache``: True reads and writes the store, "refresh" measures again and writes, False
+    neither; ``on_load_change``: a stored result measured under another load is measured again
+    (``"retune"``), returned with a ``StaleTuneWarning`` (``"warn"``) or as it is (``"ignore"``).
     """
     if batch_size < 1:
         raise DetloaderValueError(f"batch_size={batch_size} must be >= 1")
