@@ -1,6 +1,6 @@
-"""Small facts about the machine that several stages need: CPUs for worker pools, memory, the
-accelerator. Read in this order: ``cgroups`` (where the limits are; its parsers are reached
-through the module), ``cpus``, ``memory``, ``accelerator``.
+"""Small facts about the machine that several stages need: CPUs, memory, the accelerator.
+Read in this order: ``cgroups`` (its parsers are reached through the module), ``cpus``,
+``memory``, ``accelerator``.
 """
 
 from detloader._system.accelerator import PINNABLE, accelerator_available, accelerator_info, accelerator_kind

@@ -1,8 +1,6 @@
-"""The accelerator torch sees: one probe, CUDA (and ROCm, which torch calls CUDA) first, then
-whatever ``torch.accelerator`` reports (MPS, XPU, ...).
-
-Nothing here creates a CUDA context (safe before DataLoader workers fork) except
-:func:`accelerator_info` asking for the device name.
+"""The accelerator torch sees: CUDA (and ROCm, which torch calls CUDA) first, then whatever
+``torch.accelerator`` reports. Nothing here creates a CUDA context (safe before DataLoader
+workers fork) except :func:`accelerator_info` asking for the device name.
 """
 
 from __future__ import annotations

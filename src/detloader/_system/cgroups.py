@@ -1,10 +1,8 @@
 """cgroups: where this process's cgroup is, and the CPU quota and memory limit set on it.
 
-A process's cgroup is found from ``/proc/self/cgroup`` (``hierarchy:controllers:path`` lines;
-cgroup v2 is the single ``0::/path`` line) and the mount points in ``/proc/self/mountinfo``. A
-limit set on any ancestor cgroup applies too, so limits are read at every level from the
-process's cgroup up to the mount point and the smallest one wins. Parsers take text and are pure;
-readers take the folders to read, so tests point them at fixtures.
+A limit on any ancestor cgroup applies too, so limits are read at every level from the process's
+cgroup up to the mount point and the smallest wins (docs/tuning.md, "What the tuner does").
+Parsers take text and are pure; readers take the folders to read, so tests point them at fixtures.
 """
 
 from __future__ import annotations
@@ -21,12 +19,9 @@ _UNLIMITED_BYTES = 1 << 60
 # -- discovery ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CgroupMount:
-    """One cgroup file system mount from ``/proc/self/mountinfo``.
-
-    ``root`` is the cgroup path that the mount point shows (``/`` on the host; a container's
-    own cgroup when the mount is a bind of a sub-tree), ``controllers`` the v1 controllers of
-    the hierarchy (empty for cgroup v2).
-    """
+    """One cgroup file system mount: ``root`` is the cgroup path the mount point shows (``/`` on
+    the host; a container's own cgroup when the mount binds a sub-tree), ``controllers`` the v1
+    controllers of the hierarchy (empty for cgroup v2)."""
 
     mount_point: Path
     root: str
@@ -87,11 +82,7 @@ def parse_mountinfo(text: str) -> list[CgroupMount]:
     return mounts
 
 
-def cgroup_chain(
-    controller: str,
-    proc_cgroup: str,
-    mountinfo: str,
-) -> tuple[int, list[Path]]:
+def cgroup_chain(controller: str, proc_cgroup: str, mountinfo: str) -> tuple[int, list[Path]]:
     """Folders of this process's cgroup for ``controller``, leaf first, up to the mount point.
 
     Returns ``(version, folders)``; cgroup v1 is preferred when the controller is mounted
@@ -198,16 +189,14 @@ def _smallest(controller: str, read: Callable[[Path, bool], float | None], cgrou
 
 
 def cgroup_cpu_limit(cgroup_root: str | None = None, proc_self: str = "/proc/self") -> float | None:
-    """CPU quota of this process's cgroup in CPUs (e.g. 1.5), or None when unlimited/unknown:
-    v2 ``cpu.max``, v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``, the smallest from the
-    process's cgroup up to the mount point. ``cgroup_root``: read only that folder, as inside a
-    container whose own cgroup is mounted at ``/sys/fs/cgroup``."""
+    """CPU quota of this process's cgroup in CPUs (e.g. 1.5), or None when unlimited/unknown.
+    ``cgroup_root``: read only that folder, as inside a container whose own cgroup is mounted
+    at ``/sys/fs/cgroup``."""
     return _smallest("cpu", _cpu_at, cgroup_root, proc_self)
 
 
 def cgroup_memory_limit(cgroup_root: str | None = None, proc_self: str = "/proc/self") -> int | None:
-    """Memory limit of this process's cgroup in bytes, or None when unlimited/unknown: v2
-    ``memory.max``, v1 ``memory.limit_in_bytes``, the smallest up to the mount point.
+    """Memory limit of this process's cgroup in bytes, or None when unlimited/unknown.
     ``cgroup_root``: as for :func:`cgroup_cpu_limit`."""
     limit = _smallest("memory", _memory_at, cgroup_root, proc_self)
     return int(limit) if limit is not None else None

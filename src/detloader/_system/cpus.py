@@ -1,8 +1,6 @@
 """CPUs: how many this process may use (affinity, cgroup quota), and how many others keep busy.
-
-Everything here is cheap (a few small files under ``/proc`` and ``/sys/fs/cgroup``, psutil, the
-kernel's load average), except :func:`busy_cpus`, which watches the machine for a short window
-on purpose (``detloader tune`` uses it; ``make_loader`` never does).
+All cheap except :func:`busy_cpus`, which watches the machine on purpose (``detloader tune`` uses
+it; ``make_loader`` never does).
 """
 
 from __future__ import annotations
@@ -121,12 +119,9 @@ def load_figures() -> tuple[float, int | None]:
 
 def busy_now() -> float:
     """CPUs of our affinity set kept busy by other processes, from the kernel's load figures
-    (instant: nothing is watched). Both count runnable tasks on the whole machine: the smaller
-    of the 1-minute average and the tasks runnable right now is taken (a load that is steady
-    shows in both; the average still remembers work that just ended, such as a tuning run's
-    workers), one task is taken away for this process, and the rest is scaled to our share
-    of the machine's CPUs, clamped to ``[0, affinity CPUs]``. Coarse; 0 where there are no
-    load figures."""
+    (instant, coarse; 0 without them): the smaller of the 1-minute average and the tasks
+    runnable now (the average still remembers a tuning run's just-stopped workers), less one
+    for this process, scaled to our share of the machine's CPUs, clamped to ``[0, affinity]``."""
     average, running = load_figures()
     load = min(average, running) if running is not None else average
     mine = affinity_cpus()
