@@ -1,12 +1,9 @@
-"""Image checks for ``detloader validate``: every image's header (missing, not a regular file,
-over the size cap, zero-byte, not an image, declared size vs the annotation, over the pixel
-cap), and optionally a full decode. Files are refused by their type and size before a byte
-is read (:func:`~detloader.images.image_bytes`).
+"""Image checks for ``detloader validate``: every image's header, and optionally a full decode.
 
-Results are :class:`~detloader.annotations.problems.Problem` rows (annotation file, field,
-value), the same report style as the annotation checks. Each image file is checked once, and
-what the reader already reported is left out, so one missing or broken image is one row per
-kind.
+Files are refused by type and size before a byte is read (:func:`~detloader.images.image_bytes`).
+Each image file is checked once, and what the reader already reported is left out, so one
+missing or broken image is one row per kind (docs/reliability.md, "``detloader validate`` and
+images").
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Stage 1, annotations: files on disk -> a validated, cached :class:`AnnotationIndex`.
 
-``readers/`` (one ``Reader`` per format) -> ``checks`` (the shared rules, pure; ``ReadOptions``)
--> ``builder`` (per-file typed columns -> ``Partial``) -> ``parse`` (files in parallel, merged in
-file order with global vocabularies) -> ``index`` (flat arrays laid out by ``fields``, per-image
-``view``, ``splits``) -> ``cache`` (one memory-mapped file, built once per node); ``read`` is the
-entry point; ``problems`` holds the error policy and report; ``landmarks`` the landmark schemas;
-``writers`` turns an index back into VOC, COCO or YOLO.
+``read`` is the entry point; the modules and the path of one record through them:
+docs/architecture.md.
 """
 
 from detloader.annotations.index import MISSING, AnnotationIndex

@@ -2,7 +2,7 @@
 
 Layout of a ``.dlindex`` file (little-endian)::
 
-    8 bytes   magic b"DLINDEX\\n"
+    8 bytes   magic b"DLINDEX\n"
     4 bytes   uint32 format version (CACHE_VERSION)
     4 bytes   uint32 CRC-32 of the JSON header
     8 bytes   uint64 length of the JSON header
@@ -10,21 +10,9 @@ Layout of a ``.dlindex`` file (little-endian)::
               dtype, shape and byte offset, and ``data_crc32``: the CRC-32 of the array area
     arrays    raw C-order data, each starting on a 64-byte boundary
 
-Loading checks both CRCs (``zlib.crc32``, a few GB/s: about 10 ms for a 100k-image index, see
-docs/reliability.md) and maps the file read-only: the arrays are views into one ``mmap``, so
-DataLoader workers share its pages. A file that fails any check raises :class:`CacheError`
-(never ``MemoryError`` or ``OverflowError``), and the reader rebuilds it with a warning.
-Files are written by :func:`detloader._files.atomic_write`, with the mode ``open()`` would give
-them (``0666 & ~umask``), so the group that reads the dataset can read its cache.
-
-The file for a dataset lives in ``<root>/.detloader-cache/`` when that folder can be written,
-else in the user cache folder (``$XDG_CACHE_HOME/detloader`` or ``~/.cache/detloader``); the
-environment variable ``DETLOADER_CACHE_DIR`` overrides both. Its name carries a hash of the
-reading options; its header carries the *key* (:func:`content_key`, :func:`folders_key`), a hash
-of the annotation files' names, sizes, times and inodes, the dataset folder's identity and its
-image folders' (docs/index.md, "The cache"): a different key means the dataset changed and the
-index is rebuilt (:func:`load_current` maps the file only when its key is current). One process
-per node builds it (:func:`build_lock`).
+A file that fails any check raises :class:`CacheError` (never ``MemoryError`` or
+``OverflowError``) and is rebuilt. Where the file lives, what its key holds and the lock:
+docs/index.md ("The cache"); the checks and their cost: docs/reliability.md ("Cache integrity").
 """
 
 from __future__ import annotations
@@ -33,6 +21,7 @@ import array
 import contextlib
 import hashlib
 import json
+import math
 import mmap
 import os
 import struct
@@ -203,12 +192,9 @@ def _read_header(path: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
 class MappedIndex(AnnotationIndex):
     """An index whose arrays are read-only views of a cache file's memory map.
 
-    It pickles as its file name (plus root, key and checksum), so DataLoader worker processes
-    map the same file instead of receiving a copy of the arrays. If the file is gone, or was
-    replaced since it was mapped (another process rebuilt the cache: a new inode), it pickles
-    its arrays like any index, so workers keep using the arrays their parent has. A file
-    replaced between pickling and the worker's load fails once, with a :class:`CacheError`
-    naming the file.
+    It pickles as its file name, so DataLoader workers map the same file; once the file is gone
+    or replaced (a new inode), it pickles its arrays instead (docs/reliability.md, "A cache rebuilt
+    while workers run").
     """
 
     _file_id: tuple[int, int] | None = None
@@ -237,12 +223,9 @@ def load_index_file(
 ) -> MappedIndex:
     """Map a cache file and return its index (arrays are read-only views of the mapping).
 
-    ``expect_key`` / ``expect_checksum``: refuse the file if its key or data CRC differs (it
-    was rebuilt since the index that asks was loaded; this is how worker processes re-open
-    their parent's index).
-
-    Raises:
-        CacheError: the file is damaged (any check of the module docstring) or was rebuilt.
+    ``expect_key`` / ``expect_checksum``: refuse the file if its key or data CRC differs (it was
+    rebuilt since the index that asks was loaded; this is how workers re-open their parent's
+    index). :class:`CacheError` when the file is damaged or was rebuilt.
     """
     path = os.fspath(path)
     header, data_start = _read_header(path)
@@ -271,9 +254,7 @@ def load_index_file(
             dt = np.dtype(dtype)
             if dt.hasobject or any(int(n) < 0 for n in shape) or int(offset) < 0:
                 raise DetloaderValueError("negative or object")
-            count = 1
-            for n in shape:
-                count *= int(n)
+            count = math.prod(int(n) for n in shape)
             start = data_start + int(offset)
         except (TypeError, ValueError, OverflowError) as err:
             raise CacheError(f"{path}: array {name} has a damaged entry {entry!r} ({err})") from None

@@ -1,22 +1,12 @@
 """The one table of an index's array fields: name, dtype, level, trailing shape, fill value.
 
-Everything that handles an index's arrays column by column (the index's constructor, its
-shape/dtype checks, ``arrays()``, ``subset``, the cache's save/load, the builder's columns and
-``merge``) walks :data:`FIELDS` instead of naming the arrays again.
-
-Levels: ``"image"`` arrays have one row per image (``[n, ...]``), ``"object"`` arrays one row
-per object (``[m, ...]``); ``"string"`` fields are one string per image, stored as a UTF-8 blob
-(``{name}_blob`` uint8) with int64 offsets (``{name}_offsets`` ``[n + 1]``). The structural
-``object_offsets`` int64 ``[n + 1]`` (objects of image i: ``[off[i], off[i+1])``) is not in the
-table: it is what relates the two levels.
-
-A trailing dimension is a number or the name of the vocabulary that sizes it
-(``"landmarks"``: K points of the landmark schema; ``"image_attributes"`` /
-``"object_attributes"``: one column per attribute). ``vocab`` names the vocabulary a field's
-values or columns refer to, which is how :func:`~detloader.annotations.parse.merge` remaps it.
-
-The names behind the ids: :class:`Vocabulary` (an index's), :class:`LocalVocab` and
-:class:`AttributeCells` (a chunk's, while the builder fills it).
+Everything that handles an index's arrays column by column (the index's constructor and checks,
+``arrays()``, ``subset``, the cache, the builder's columns and ``merge``) walks :data:`FIELDS`
+instead of naming the arrays again. Levels: ``"image"`` (``[n, ...]``), ``"object"``
+(``[m, ...]``) and ``"string"`` (one UTF-8 blob ``{name}_blob`` with int64 ``{name}_offsets``
+``[n + 1]``). ``object_offsets`` relates the two levels and is not in the table. A trailing
+dimension is a number or the vocabulary that sizes it; ``vocab`` names the vocabulary a field's
+values refer to, which is how :func:`~detloader.annotations.parse.merge` remaps it.
 """
 
 from __future__ import annotations

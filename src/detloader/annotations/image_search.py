@@ -1,16 +1,9 @@
 """Finding the image folder when the place the layout gives holds (almost) none of the images.
 
-Exports put images where their tool likes: a COCO JSON with a custom name in ``annotations/``
-and the images in ``train2017/`` or ``valid/`` beside it, a CVAT export whose images are in a
-folder of its own name, a folder that holds ``VOCdevkit/``. When the folders a reader looked
-in hold fewer than :data:`FEW_FOUND` of the images the annotations name,
-:func:`find_image_folder` walks the folders below the dataset root (at most
-:data:`SEARCH_DEPTH` levels, :data:`SEARCH_MAX_FOLDERS` folders; it compares file names and
-opens no image) and returns the one holding the most of the names not found.
-:func:`detloader.read_annotations` then reads with that folder as ``image_dir``, keeps the
-result when it finds more images, and says so: an ``images_found_elsewhere`` problem of
-repaired severity, ``index.meta["image_search"]`` and an :class:`ImageFolderWarning`.
-An explicit ``image_dir`` (or ``check_images=False``) turns the search off.
+:func:`find_image_folder` compares file names below the dataset root (no image is opened) and
+returns the folder holding the most of the names not found; :func:`detloader.read_annotations`
+rereads with it as ``image_dir``. When it runs and what it reports: docs/formats.md ("Where the
+images are").
 """
 
 from __future__ import annotations

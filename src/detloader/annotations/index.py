@@ -1,21 +1,9 @@
 """AnnotationIndex: a whole detection dataset as a few flat numpy arrays.
 
-Conventions (said once, here):
-
-* **Boxes** are float32 ``xyxy`` in pixel units of the original image, as written in the
-  annotation file (``read_annotations(..., one_based=True)`` converts VOC's 1-based pixel
-  indices by subtracting 1 from ``xmin`` and ``ymin``). ``xmin < xmax`` and ``ymin < ymax``
-  always hold in an index; boxes lie inside ``[0, width] x [0, height]``.
-* **Landmarks** are float32 ``[n_objects, K, 2]`` (x, y in pixels) with uint8 visibility
-  ``[n_objects, K]``: 0 absent, 1 labelled but hidden, 2 visible (as COCO). A dataset has one
-  :class:`~detloader.annotations.landmarks.LandmarkSchema` (ordered names, left/right flip
-  pairs); a point that an object lacks keeps its slot with visibility 0 and coordinates 0.
-* **Categorical values** (object class, image class, attribute values) are int32 ids into the
-  vocabularies held by the index; :data:`MISSING` (-1) marks "no value".
-* Images and their objects: objects of image ``i`` are rows
-  ``object_offsets[i]:object_offsets[i + 1]`` of every per-object array.
-
-Nothing per image is kept as a Python object: paths are one UTF-8 byte blob with offsets, and
+Units, dtypes and ids (boxes float32 xyxy pixels, landmark visibility 0/1/2, :data:`MISSING`):
+docs/index.md ("Conventions (once)"). Objects of image ``i`` are rows
+``object_offsets[i]:object_offsets[i + 1]`` of every per-object array. Nothing per image is
+kept as a Python object: paths are one UTF-8 byte blob with offsets, and
 :meth:`AnnotationIndex.image` builds a small view on demand. Loaded from the cache, the arrays
 are read-only memory maps, shared (not copied) by DataLoader worker processes.
 """
@@ -55,20 +43,10 @@ from detloader.errors import (
 class AnnotationIndex:
     """One dataset: images, objects, landmarks and vocabularies as flat arrays.
 
-    Build one with :func:`detloader.read_annotations`. Per image (``n = len(index)``):
-
-    ========================  ===================  =========================================
-    ``width``, ``height``     int32 ``[n]``        image size in pixels
-    ``image_labels``          int32 ``[n]``        image-level class id or MISSING
-    ``image_attributes``      int32 ``[n, A]``     value ids, one column per image attribute
-    ``verified``              bool ``[n]``         labelImg's ``verified="yes"``
-    ``object_offsets``        int64 ``[n + 1]``    objects of image i: ``[off[i], off[i+1])``
-    ========================  ===================  =========================================
-
-    Per object (``m = index.num_objects``): ``boxes`` float32 ``[m, 4]`` xyxy, ``labels``
-    int32 ``[m]``, ``difficult``/``truncated``/``occluded`` bool ``[m]``,
-    ``object_attributes`` int32 ``[m, B]``, ``landmarks`` float32 ``[m, K, 2]``,
-    ``visibility`` uint8 ``[m, K]``.
+    Build one with :func:`detloader.read_annotations`. The arrays are those of
+    :data:`~detloader.annotations.fields.FIELDS` (per image ``[n, ...]``, per object
+    ``[m, ...]``) plus ``object_offsets`` int64 ``[n + 1]``; units and dtypes: docs/index.md
+    ("Conventions (once)").
     """
 
     # per-image and per-object arrays, set from the field table (see fields.FIELDS)

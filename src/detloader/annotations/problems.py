@@ -1,22 +1,8 @@
 """Problems found while reading annotations, and what to do about them.
 
-Every reader reports what is wrong with its input as a :class:`Problem` that names the file,
-the element or field, and the bad value, e.g.::
-
-    Annotations/0001.xml: object[2]/bndbox: xmax=10 <= xmin=12 (object skipped)
-
-A problem is either an *error* (the item cannot be used as written: it is dropped, or the read
-fails) or a *repair* (the item was fixed and kept: a box clipped to the image, a missing
-``<size>`` read from the image header). The caller chooses the policy for errors:
-
-``on_error="raise"``
-    the first error (in file order) raises :class:`AnnotationError`; repairs never raise.
-``on_error="warn"``
-    errors drop their item, one ``warnings.warn`` summarises the report.
-``on_error="skip"``
-    errors drop their item silently; the report is still kept on the index.
-
-Either way the full :class:`ProblemReport` stays on the index (``index.problems``).
+A :class:`Problem` names the file, the element and the bad value; it is an *error* (the item is
+dropped, or the read fails under ``on_error="raise"``) or a *repair* (the item was fixed and
+kept). The policies and the report: docs/index.md ("Validation").
 """
 
 from __future__ import annotations

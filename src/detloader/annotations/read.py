@@ -171,7 +171,7 @@ def read_annotations(
             folders; docs/index.md) or ``"content"`` (also a hash of every annotation file's
             bytes: certainty, at the cost of reading them all on every load).
         progress: ``progress(done_files, total_files)`` during a cold build.
-        **format_options: options of one reader (see its module docstring).
+        **format_options: options of one reader (the reader options table of docs/formats.md).
     """
     check_on_error(on_error)
     if cache not in (True, False, "rebuild"):

@@ -1,13 +1,9 @@
 """Splits: found where the layout keeps them, or made once (seeded, stratified), recorded.
 
-* pure functions on an index's arrays: :func:`stratified_split`, :func:`rarest_class_per_image`
-  (:meth:`~detloader.annotations.index.AnnotationIndex.random_split` applies them);
-* what every read does after the reader's own splits, :func:`settle_splits`: ``splits.json``
-  at the root wins, else the reader's split files, else ``train/ val/ test/`` folders; bad
-  lines, unknown ids, repeats and train/val/test overlaps become problems; where each split
-  came from goes to ``index.meta["split_sources"]``;
-* :func:`make_splits` (``detloader split``): seeded, stratified splits written once, where the
-  layout keeps them (``ImageSets/Main`` of a VOC dataset, else ``splits.json``).
+:func:`settle_splits` runs after every read (``splits.json``, else the reader's split files,
+else split folders); :func:`make_splits` writes them once; :func:`stratified_split` is the pure
+rule both :func:`make_splits` and ``AnnotationIndex.random_split`` cut with. The order, the
+problems and the files written: docs/index.md ("Splits: found or made").
 """
 
 from __future__ import annotations
@@ -49,9 +45,8 @@ def check_fractions(fractions: Mapping[str, float]) -> None:
     """ValueError unless ``fractions`` is non-empty, every value finite and >= 0, sum > 0."""
     if not fractions:
         raise DetloaderValueError("random_split: fractions={} is empty")
-    if any(f < 0 or not math.isfinite(f) for f in fractions.values()) or sum(
-        fractions.values()
-    ) <= 0:
+    values = list(fractions.values())
+    if any(f < 0 or not math.isfinite(f) for f in values) or sum(values) <= 0:
         raise DetloaderValueError(f"random_split: fractions={dict(fractions)} must be >= 0, sum > 0")
 
 
@@ -88,11 +83,10 @@ def rarest_class_per_image(
 ) -> np.ndarray:
     """int64 ``[n_images]``: per image, its object class with the fewest objects in the whole
     dataset (MISSING for images without objects)."""
-    counts = np.bincount(labels, minlength=n_classes) if len(labels) else []
     out = np.full(n_images, MISSING, dtype=np.int64)
     if len(labels) == 0:
         return out
-    freq = np.asarray(counts)[labels]
+    freq = np.bincount(labels, minlength=n_classes)[labels]
     img = object_image
     # for each image, the label with the smallest global frequency
     order = np.lexsort((freq, img))
@@ -259,15 +253,12 @@ def make_splits(
     """Split ``index`` into train / val (/ test) once, write the split where the layout keeps
     splits, and return the index with them (``meta["split_sources"]`` says where).
 
-    Seeded and stratified: images are grouped by their rarest object class (images without
-    objects by their image class) and every group with at least as many images as there are
-    parts reaches each part. Written (atomically) to ``ImageSets/Main/{train,val,test}.txt``
-    for a VOC dataset with an annotation folder and unique file stems (and no
-    ``splits.json``), else to ``splits.json`` at the root (image paths relative to it, and how
-    the split was made); every later :func:`~detloader.read_annotations` sees it. With
-    ``force``, existing train / val / test split files of ``ImageSets/Main`` not written
-    again are removed. :class:`SplitsExistError` when the dataset has train / val / test
-    splits and not ``force``."""
+    Seeded and stratified (:func:`stratified_split` by each image's rarest class); written
+    atomically to ``ImageSets/Main`` of a VOC dataset with an annotation folder and unique file
+    stems, else to ``splits.json`` (docs/index.md, "Making them once"). With ``force``, existing
+    train / val / test files of ``ImageSets/Main`` not written again are removed.
+    :class:`SplitsExistError` when the dataset has train / val / test splits and not ``force``.
+    """
     for name, value in (("val", val), ("test", test)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
             raise DetloaderValueError(f"make_splits: {name}={value!r} is not a fraction in [0, 1)")

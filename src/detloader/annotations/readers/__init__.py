@@ -1,12 +1,7 @@
-"""Annotation readers, one module per format; each defines a :class:`Reader` (the protocol is in
-:mod:`~detloader.annotations.readers.common`) that feeds the same
-:class:`~detloader.annotations.builder.ChunkBuilder`. A new format is a new module here plus
-one line in :data:`READERS`.
-
-The other modules serve the format modules: ``common`` (Reader, Source, file scans, value
-parsers), ``locate`` (finding images and their sizes), ``safe_xml`` (untrusted XML: parsing,
-streaming, sniffing, one problem per unreadable file), and the parts of the larger formats:
-``cvat_shapes``, ``voc_objects``, ``yolo_config``.
+"""Annotation readers, one module per format, each a :class:`Reader` (protocol in ``common``)
+feeding the same :class:`~detloader.annotations.builder.ChunkBuilder`. A new format is a new
+module here plus one line in :data:`READERS`; the other modules serve the format modules
+(docs/architecture.md).
 """
 
 from detloader.annotations.readers.coco import CocoReader

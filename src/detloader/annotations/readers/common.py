@@ -1,16 +1,6 @@
-"""What a reader is (:class:`Reader`, :class:`Source`) and the helpers readers share (XML ones live in
-:mod:`~detloader.annotations.readers.safe_xml`, finding images and their sizes in
-:mod:`~detloader.annotations.readers.locate`).
-
-* :class:`Reader` (the protocol every format meets), :class:`Source` (what it found) and
-  :func:`scan_files` / :func:`stat_entry` (the files whose change rebuilds the index; special
-  files and symlink loops become problems);
-  :func:`file_source` for a one-file format;
-* :func:`read_head` lets ``sniff`` look at a file without reading it whole; :func:`read_capped`
-  reads one under a size cap (:class:`FileTooLargeError`); neither opens a FIFO or device;
-* value parsers: :func:`parse_flag` / :func:`flag_value` (0/1 flags), :func:`int_or_none`
-  (sizes), :func:`is_number` / :func:`parse_floats` (coordinate lists, a ``bad_value``
-  problem naming the first token that is not a number).
+"""What a reader is (:class:`Reader`, :class:`Source`) and the helpers readers share: the file scan
+whose stamps key the cache, capped reads that never open a FIFO or device, value parsers. XML
+helpers live in ``safe_xml``, finding images and their sizes in ``locate``.
 """
 
 from __future__ import annotations

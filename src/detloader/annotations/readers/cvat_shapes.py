@@ -1,9 +1,8 @@
 """CVAT shapes inside an ``<image>``: boxes, points, skeletons, and how landmarks join boxes.
 
-The mapping rules are stated once, in :mod:`~detloader.annotations.readers.cvat`'s docstring;
-element paths (``where``) are built by the caller (``image[id=12]/box[3]``). Landmarks are
-``(name, x, y, visibility)`` tuples in pixels, visibility 0 absent (then x = y = 0), 1 hidden,
-2 visible.
+The mapping rules: docs/formats.md ("What each format maps to"). Element paths (``where``) are
+built by the caller (``image[id=12]/box[3]``); landmarks are ``(name, x, y, visibility)``
+tuples in pixels.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Where the image an annotation names lies, and its size when the annotation has none.
-
-* :class:`ImageLocator` finds the image among candidate folders (name as written, base
-  name, same stem with the usual :data:`IMAGE_EXTENSIONS`);
-* :func:`declared_size` / :func:`size_from_header` take ``(width, height)`` in pixels from the
-  annotation or the image header (:func:`detloader.images.header_size`), as a problem of the
-  current file when neither gives one.
+"""Where the image an annotation names lies (:class:`ImageLocator`), and its size in pixels from
+the annotation or, when it has none, the image header (:func:`declared_size`,
+:func:`size_from_header`).
 """
 
 from __future__ import annotations
@@ -78,16 +74,12 @@ class ImageLocator:
     """Finds the image file an annotation names.
 
     ``folders`` are tried in order (relative to ``root``), the folder of the last hit first, so
-    that a dataset whose images all live in one place costs one ``stat`` per image. Each
-    folder is tried with the name as written, then its base name, then the same stem with the
-    usual image extensions. A name that leaves the dataset (absolute outside the root, or
-    ``..`` above it) is not followed: only its base name is looked for in the folders;
-    :attr:`escaped` holds the name (else None) for the caller to report, :attr:`followed`
-    the path as written when it exists (relative to the root), :attr:`special` a FIFO,
-    socket or device met on the way (never opened). With ``check=False`` nothing is looked
-    up: the name is joined to the first folder. A name is tried as written before it is
-    tidied (spaces around it, ``\\`` as a separator), so that ``" padded .jpg"`` and
-    ``back\\slash.jpg`` are found.
+    that a dataset whose images all live in one place costs one ``stat`` per image; in each, the
+    name as written (then tidied: spaces stripped, ``\\`` as a separator), its base name, then the
+    same stem with the usual image extensions. A name that leaves the dataset is not followed:
+    only its base name is looked for; :attr:`escaped` holds the name for the caller to report,
+    :attr:`followed` the path as written when it exists, :attr:`special` a FIFO, socket or device
+    met on the way (never opened). With ``check=False`` the name is joined to the first folder.
     """
 
     def __init__(self, root: str | os.PathLike[str], folders: Sequence[str], check: bool) -> None:
@@ -149,29 +141,23 @@ class ImageLocator:
         if not self.check:
             return os.path.normpath(os.path.join(self.folders[0], names[0]))
         order = [self._last] + [i for i in range(len(self.folders)) if i != self._last]
-        for i in order:
-            folder = self.folders[i]
-            for n in names:
-                rel = os.path.normpath(os.path.join(folder, n))
-                if self._exists(rel):
-                    self._last = i
-                    return rel
-        for i in order:
-            folder = self.folders[i]
-            for n in names:
-                base = os.path.basename(n)
-                if base != n:
-                    rel = os.path.normpath(os.path.join(folder, base))
-                    if self._exists(rel):
-                        self._last = i
-                        return rel
-                stem, _ = os.path.splitext(n)
-                for ext in IMAGE_EXTENSIONS:
-                    rel = os.path.normpath(os.path.join(folder, stem + ext))
-                    if self._exists(rel):
-                        self._last = i
-                        return rel
+        # every folder with the names as written, then every folder with base names and other extensions
+        for fallback in (False, True):
+            for i in order:
+                for n in names:
+                    for c in _fallbacks(n) if fallback else (n,):
+                        rel = os.path.normpath(os.path.join(self.folders[i], c))
+                        if self._exists(rel):
+                            self._last = i
+                            return rel
         return None
+
+
+def _fallbacks(name: str) -> list[str]:
+    """The base name (when ``name`` has folders), then the same stem with each image extension."""
+    base = os.path.basename(name)
+    stem = os.path.splitext(name)[0]
+    return ([base] if base != name else []) + [stem + ext for ext in IMAGE_EXTENSIONS]
 
 
 def find_image(

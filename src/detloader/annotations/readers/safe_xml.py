@@ -1,17 +1,11 @@
 """Parsing XML that comes from strangers, and what the XML readers share.
 
-Annotation files are untrusted input. Before lxml sees a byte we refuse document type
-declarations with an internal subset (where entity declarations live: the "billion laughs"
-attack) or with an external identifier (SYSTEM/PUBLIC: file or network access). The parser
-itself is configured with no entity resolution, no DTD loading and no network, as a second
-line of defence. A size cap bounds memory. A plain ``<!DOCTYPE annotation>`` is accepted.
-
-The VOC, CVAT and imglab readers share the rest of this module: :func:`root_tag` /
-:func:`sniff_xml` / :func:`annotation_xml` look at files without parsing them,
-:func:`iter_xml` streams the records of a large file in bounded memory, and
-:func:`report_xml_error` / :func:`stream_records` turn a file that cannot be read (unsafe,
-not well-formed, too large, unreadable, wrong root) into one problem naming the file, the
-line and the value.
+Before lxml sees a byte, a DOCTYPE with an internal subset (entity declarations: "billion
+laughs") or an external identifier (file or network access) is refused; a plain
+``<!DOCTYPE annotation>`` is accepted. The parser also runs without entities, DTDs or network,
+as a second line of defence, and a size cap bounds memory (docs/index.md, "Untrusted XML").
+The rest serves the VOC, CVAT and imglab readers: sniffing without parsing, streaming large
+files (:func:`iter_xml`), and one problem per file that cannot be read (:func:`stream_records`).
 """
 
 from __future__ import annotations
@@ -31,11 +25,9 @@ _DOCTYPE = re.compile(rb"<!DOCTYPE\b([^>\[]*)(\[)?", re.IGNORECASE)
 _EXTERNAL = re.compile(rb"\b(SYSTEM|PUBLIC)\b")
 
 
-
 def check_prolog(head: bytes) -> None:
-    """Refuse a DOCTYPE with an internal subset or an external identifier.
-
-    ``head`` is the start of the document, up to (at least) the root element's start tag.
+    """Refuse a DOCTYPE with an internal subset or an external identifier in ``head``, the start of
+    the document up to (at least) the root start tag.
     """
     match = _DOCTYPE.search(head)
     if match is None:
@@ -50,8 +42,6 @@ def check_prolog(head: bytes) -> None:
 
 #: lxml settings for untrusted input: no entities, no network, no DTD, no comments or PIs.
 _SAFE = dict(resolve_entities=False, no_network=True, load_dtd=False, remove_comments=True, remove_pis=True)
-
-
 _PARSER = etree.XMLParser(dtd_validation=False, huge_tree=False, **_SAFE)
 
 
@@ -106,11 +96,8 @@ def _check_parsed(root: etree._Element) -> None:
 
 
 def parse_xml_bytes(data: bytes) -> etree._Element:
-    """Parse one small XML document held in memory and return its root element.
-
-    Raises:
-        UnsafeXMLError: DTD with entities or external identifiers.
-        etree.XMLSyntaxError: not well-formed (the caller turns it into a Problem).
+    """The root element of one small XML document held in memory; :class:`UnsafeXMLError` or
+    ``etree.XMLSyntaxError`` (the caller turns it into a problem).
     """
     head = _ascii_head(data)
     check_prolog(head[: prolog_end(head)])
@@ -121,13 +108,9 @@ def parse_xml_bytes(data: bytes) -> etree._Element:
 
 
 def iterparse_safe(path: str, tag: str | tuple[str, ...], events: tuple[str, ...] = ("end",)):
-    """Stream a large XML file element by element (for single-file formats such as CVAT).
-
-    The prolog is checked first; the parser runs with the same restrictions as
-    :func:`parse_xml_bytes` plus ``huge_tree`` so that long text nodes are allowed. A
-    generator that owns the open file: it is closed when the iteration ends, fails or is
-    abandoned (``close()``, or the generator going out of use), never left to the garbage
-    collector (no ``ResourceWarning``).
+    """Stream an XML file element by element, the prolog checked first and the parser as
+    restricted as :func:`parse_xml_bytes` (plus ``huge_tree`` for long text nodes). The generator
+    owns the open file and closes it when the iteration ends, fails or is abandoned.
     """
     with open_regular(path) as fh:  # a FIFO would block here
         head = _ascii_head(fh.read(64 * 1024))
@@ -190,10 +173,8 @@ def annotation_xml(path: Path, tag: str, kind: str, preferred: str | None = None
 def iter_xml(path: str, tags: str | tuple[str, ...]) -> Iterator[etree._Element]:
     """Yield each complete element named ``tags`` of a (large) XML file, in document order.
 
-    After the caller is done with an element it is cleared and every earlier sibling is
-    removed from the partial tree, so memory stays bounded by one record, not the file: a
-    few hundred MB stream in constant space. Errors propagate (``etree.XMLSyntaxError`` with
-    its line, :class:`~detloader.annotations.readers.safe_xml.UnsafeXMLError`).
+    Once the caller is done with an element it is cleared and its earlier siblings removed, so
+    memory is bounded by one record, not the file. Errors propagate.
     """
     for _event, element in iterparse_safe(path, tags, events=("end",)):
         yield element
@@ -209,13 +190,8 @@ STREAM_ERRORS = (UnsafeXMLError, etree.XMLSyntaxError, OSError)
 
 
 def report_xml_error(b: ChunkBuilder, err: Exception, *, streamed: bool) -> None:
-    """Report an XML file that cannot be read as one problem of the current file.
-
-    ``err`` is an :class:`UnsafeXMLError` (``unsafe_xml``), an ``etree.XMLSyntaxError``
-    (``unparseable`` at ``line N``; with ``streamed`` the records before it are kept, so the
-    action is "rest of the file skipped"), a
-    :class:`~detloader.annotations.readers.common.FileTooLargeError` (``file_too_large``) or
-    an ``OSError`` (``unreadable_file``).
+    """Report an XML file that cannot be read as one problem of the current file (``streamed``:
+    the records before the error are kept, so the rest of the file is what is skipped).
     """
     if isinstance(err, UnsafeXMLError):
         b.problem("unsafe_xml", "", str(err), "file skipped")
@@ -234,11 +210,8 @@ def report_xml_error(b: ChunkBuilder, err: Exception, *, streamed: bool) -> None
 def stream_records(
     path: str, tags: tuple[str, ...], root: str, b: ChunkBuilder, record: Callable[[etree._Element], None]
 ) -> bool:
-    """Call ``record`` on each element named ``tags`` of the XML file ``path`` (streamed with
-    :func:`iter_xml`); report a root element other than ``<root>`` (``unsupported``).
-
-    Returns False when the file could not be read to its end (the problem is reported with
-    :func:`report_xml_error`), True otherwise.
+    """Call ``record`` on each element named ``tags`` of the file (:func:`iter_xml`); report a root
+    other than ``<root>``. False when the file could not be read to its end (one problem), else True.
     """
     seen_root = False
     try:

@@ -126,9 +126,8 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
             "repaired",
         )
         filename = base
-    literal = (
-        written if "/" not in written and filename == written.strip() else ""
-    )  # " a .jpg", "a\\b.jpg": a name as written
+    # " a .jpg", "a\\b.jpg": a name as written
+    literal = written if "/" not in written and filename == written.strip() else ""
     image_rel = _resolve_image(
         root, image_dir, sub, filename, stem, child_text(top, "path"), opts.check_images, literal
     )
@@ -262,7 +261,7 @@ class VocReader(Reader):
             root = path.parent
             image_dir = Path(options.image_dir) if options.image_dir else root
             source = _source(root, root, image_dir, [stat_entry(path, root)], None)
-            source.one_file = True  # the images beside it are other files' business
+            source.one_file = True
             return source
         year = None if find_child_dir(path, ANNOTATION_DIRS) else _single_year_folder(path)
         root = year if year is not None else path
@@ -301,13 +300,8 @@ class VocReader(Reader):
         return problems + capped("unannotated_image", alone, "not in the index")
 
     def splits(self, source: VocSource, index: AnnotationIndex) -> dict[str, np.ndarray]:
-        """ImageSets/Main/NAME.txt -> image positions, matched by annotation file stem.
-
-        A file whose lines are mostly ``id 1|-1|0`` is a per-class file and ignored. In the others
-        each line is one id; a line holding whitespace (``split_bad_line``), an id without an image
-        in the index (``split_mismatch``: no annotation file, or one that was skipped) and a
-        repeated id (``split_duplicate``) are problems naming the line; the other lines are kept.
-        """
+        """ImageSets/Main/NAME.txt -> image positions, matched by annotation file stem; per-class
+        files (lines mostly ``id 1|-1|0``) are ignored, bad lines reported (docs/index.md, "Splits")."""
         if not source.split_files:
             return {}
         stems = [_stem(index.annotation_path(i)) for i in range(len(index))]

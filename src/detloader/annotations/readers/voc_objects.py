@@ -1,12 +1,9 @@
-"""One VOC ``<object>`` into the builder: box, flags, ``<attributes>`` (of objects and
-images) and the three landmark dialects (see :mod:`~detloader.annotations.readers.voc`): named
-``<keypoints><keypoint .../>``, RetinaFace's ``<lm><x1/><y1/>..</lm>`` and a bare coordinate
-list ``<keypoints>x1,y1,...</keypoints>``.
+"""One VOC ``<object>`` into the builder: box, flags, ``<attributes>`` (of objects and images) and
+the three landmark dialects (docs/index.md, "VOC dialects read").
 
-Landmarks are ``(name, x, y, visibility)`` tuples in pixels; visibility 0 absent (x = y = 0),
-1 hidden, 2 visible. Element access goes through :func:`first_children`: one pass over the
-children, the first of each tag, which is much cheaper than repeated ``find()`` on files with
-many objects.
+Landmarks are ``(name, x, y, visibility)`` tuples in pixels. Element access goes through
+:func:`first_children`: one pass over the children, the first of each tag, which is much
+cheaper than repeated ``find()`` on files with many objects.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from detloader.annotations.readers.common import (
     Stamp,
     check_options,
     find_child_dir,
+    is_number,
     parse_floats,
     read_head,
     stat_entry,
@@ -115,11 +116,7 @@ def _parse_image(
 def _line(
     tokens: list[str], where: str, names: list[str], kpt: dict[str, Any] | None, w: int, h: int, b: ChunkBuilder
 ) -> None:
-    try:
-        raw_class = float(tokens[0])
-    except ValueError:
-        b.problem("bad_value", where, f"class={tokens[0]!r} is not a class id", "object skipped")
-        return
+    raw_class = float(tokens[0]) if is_number(tokens[0]) else -1.0
     if not raw_class.is_integer() or raw_class < 0:
         b.problem("bad_value", where, f"class={tokens[0]!r} is not a class id", "object skipped")
         return

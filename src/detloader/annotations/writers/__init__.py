@@ -1,17 +1,8 @@
 """Write an :class:`~detloader.annotations.index.AnnotationIndex` as Pascal VOC, COCO JSON or YOLO.
 
-``write_annotations(index, out, "voc" | "coco" | "yolo")`` (the ``detloader convert``
-command) writes a new dataset folder ``out``; reading it back gives the same index (boxes,
-classes, landmarks, and whatever else the target format can hold; see each writer). Images
-are placed under ``out`` as hard links (``images="link"``, a copy where a link is refused),
-copies (``"copy"``) or symbolic links (``"symlink"``), or left where they are and named by a
-path relative to the annotation (``"none"``; VOC and COCO only). Their layout below the image
-folder mirrors the source images below their common folder, so equal base names in
-different folders stay apart.
-
-Numbers are written exactly: a float32 coordinate is written with the fewest digits that read
-back to the same float32 (VOC), or as the float64 that holds it (COCO), and YOLO's normalised
-values carry full float64 precision.
+``write_annotations(index, out, "voc" | "coco" | "yolo")`` (``detloader convert``) writes a new
+dataset folder that reads back as the same index, as far as the target holds it. Layouts, image
+placement and number precision: docs/formats.md ("Writing").
 """
 
 from detloader.annotations.writers.coco import write_coco

@@ -32,14 +32,10 @@ def write_coco(
     """Write ``out/<file_name>`` and ``out/images/<image>`` (unless ``images="none"``); return
     the JSON's path.
 
-    Categories get ids 1..C in class order; a category with landmarked objects carries the
-    landmark names as ``keypoints`` and a ``skeleton`` (COCO's limbs for the COCO person
-    schema, else empty: flip pairs are symmetries, not limbs). Objects: ``bbox`` xywh,
-    ``area`` w*h, ``iscrowd`` from the object attribute ``iscrowd``, ``keypoints`` (x, y, v
-    triples, v 0/1/2) and ``num_keypoints``; other attributes and the flags in an
-    ``attributes`` object (as CVAT writes it). Images carry their size and, in
-    ``attributes``, their image attributes and class. Flip pairs are inferred again from the
-    names on reading (left/right spelling, or the iBUG 68-point preset).
+    Categories get ids 1..C in class order, with the landmark names as ``keypoints`` and a
+    ``skeleton`` (COCO's limbs for the COCO person schema, else empty: flip pairs are symmetries,
+    not limbs). Flags and attributes go in ``attributes`` objects (as CVAT writes them); what is
+    kept and dropped: docs/formats.md ("Writing").
     """
     placer = ImagePlacer(index, images)
     root = prepare_out(out, overwrite)

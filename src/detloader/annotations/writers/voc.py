@@ -49,13 +49,9 @@ def write_voc(
     """Write ``out/Annotations/<image>.xml``, ``out/JPEGImages/<image>`` (unless
     ``images="none"``) and ``out/ImageSets/Main/<split>.txt``; return ``out``.
 
-    Everything in the index is kept: the image class (as the image attribute
-    ``image_class_attribute``), image and object attributes in ``<attributes>`` (CVAT's and
-    Datumaro's VOC dialect; ``pose`` also in ``<pose>``), difficult / truncated / occluded,
-    labelImg's ``verified``, and landmarks as ``<keypoints><keypoint name x y visible/>`` on
-    each object that has a labelled point (all K slots, so the schema order survives). Flip
-    pairs are not stored in VOC: reading back infers them from left/right names (pass
-    ``landmark_schema=`` for others, such as the iBUG 68 points).
+    Everything in the index is kept but flip pairs, which reading back infers from left/right
+    names (docs/formats.md, "Writing"); landmarks are written with all K slots on each object
+    that has a labelled point, so the schema order survives.
     """
     placer = ImagePlacer(index, images)
     root = prepare_out(out, overwrite)

@@ -36,23 +36,15 @@ def write_yolo(
     val_fraction: float | None = None,
     seed: int = 0,
 ) -> Path:
-    """Write ``out/images/<image>``, ``out/labels/<image>.txt`` and ``out/data.yaml``; return
-    the YAML's path.
+    """Write ``out/images/<image>``, ``out/labels/<image>.txt``, ``<split>.txt`` lists and
+    ``out/data.yaml``; return the YAML's path.
 
-    Labels: ``class cx cy w h`` normalised by the image size, plus ``K x (px py v)`` when the
-    index has landmarks (YOLO-pose; objects without points get zeros, v = 0). data.yaml:
-    ``names``, ``nc``, and with landmarks ``kpt_shape: [K, 3]``, ``flip_idx`` (from the flip
-    pairs) and ``kpt_names``. Every split becomes a ``<split>.txt`` image list; those named
-    train / val / test (or training, valid, validation, testing), when not empty, are
-    data.yaml's keys; ``train`` is ``images`` (every image) without a train split. YOLO holds
-    no flags, attributes or image classes. ``images="none"`` is refused: YOLO finds a label
-    from its image's path.
-
-    Ultralytics requires a ``val`` key. ``val_fraction`` holds out that fraction of the
-    training images (the train split, or every image) at random, seeded by ``seed``, as
-    ``train.txt`` and ``val.txt`` (refused when the index has a val split already). Without it and without a val split,
-    ``val`` names the training images and a :class:`YoloExportWarning` says so (validation scores would be on training
-    data).
+    Boxes, classes and landmarks (YOLO-pose ``kpt_shape: [K, 3]``, ``flip_idx``, ``kpt_names``)
+    are kept; flags, attributes and image classes are not. ``images="none"`` is refused: YOLO
+    finds a label from its image's path. ``val_fraction`` holds out that seeded fraction of the
+    training images as ``val.txt`` (refused when the index has a val split); without it or a val
+    split, ``val`` names the training images and a :class:`YoloExportWarning` says so
+    (docs/formats.md, "Writing").
     """
     if images == "none":
         raise DetloaderValueError("images='none' is not possible for YOLO (labels are found from image paths); "
