@@ -92,26 +92,14 @@ def cgroup_chain(controller: str, proc_cgroup: str, mountinfo: str) -> tuple[int
     """
     paths = parse_proc_cgroup(proc_cgroup)
     mounts = parse_mountinfo(mountinfo)
-    choice: tuple[int, CgroupMount, str] | None = None
-    for m in mounts:
-        if m.version == 1 and controller in m.controllers and controller in paths:
-            choice = (1, m, paths[controller])
-            break
-    if choice is None and "" in paths:
-        for m in mounts:
-            if m.version == 2:
-                choice = (2, m, paths[""])
-                break
-    if choice is None:
+    v1 = [(1, m, paths[controller]) for m in mounts if m.version == 1 and controller in m.controllers
+          and controller in paths]
+    v2 = [(2, m, paths[""]) for m in mounts if m.version == 2 and "" in paths]
+    if not v1 + v2:
         return 0, []
-    version, mount, path = choice
+    version, mount, path = (v1 + v2)[0]
     root = mount.root.rstrip("/")
-    if root and (path == root or path.startswith(root + "/")):
-        rel = path[len(root):]
-    elif not root:
-        rel = path
-    else:
-        rel = ""
+    rel = path[len(root):] if not root or path == root or path.startswith(root + "/") else ""
     parts = [p for p in rel.split("/") if p and p not in (".", "..")]
     chain = [mount.mount_point.joinpath(*parts[:i]) for i in range(len(parts), -1, -1)]
     return version, chain

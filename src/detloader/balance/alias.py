@@ -40,24 +40,16 @@ def default_threads() -> int:
 
 
 def alias_table(weights: np.ndarray, chunk: int = 1 << 16, threads: int = 1) -> np.ndarray:
-    """Walker alias table of float64 ``weights`` ``[n]`` (n < 2**31), packed as the module says.
+    """Walker alias table of float64 ``weights`` ``[n]`` (n < 2**31), packed as the module says:
+    every index's probability is ``w_i / sum(w)`` within ``1.5 * 2**-32 / n`` (absolute), and
+    the table is the same for any ``chunk`` and ``threads``.
 
-    Construction, in exact integer arithmetic: ``Q_i = round(w_i * n * 2**32 / sum(w))``, the
-    rounding residual spread one unit each over the last indices, so that
-    ``sum(Q) = n * 2**32`` exactly. Buckets of ``Q < 2**32`` ("smalls") keep ``Q`` and give the
-    rest of their unit to a "large"; a large that has given away all but ``r < 2**32`` becomes
-    a small itself, with alias the next large (Vose's order). In cumulative terms, with ``D``
-    the running deficit ``2**32 - Q`` of the smalls and ``E`` the running excess
-    ``Q - 2**32`` of the larges (both in index order, int64): small ``k``'s alias is the first
+    Construction (docs/balancing.md, "Exact weighted sampling beyond 2**24" states the rule):
+    ``Q_i`` in exact int64, then with ``D`` the running deficit ``2**32 - Q`` of the smalls
+    and ``E`` the running excess ``Q - 2**32`` of the larges, small ``k``'s alias is the first
     large ``m`` with ``E_m >= D_{k-1}``; large ``m`` keeps ``2**32 + E_m - D_k`` for the first
-    ``k`` with ``D_k > E_m`` and its alias is large ``m + 1``. With per-chunk totals known
-    first, every chunk is then independent: its ``D`` starts from the chunk's prefix, and its
-    merge with the window of ``E`` it reaches is local. O(n) work on ``threads`` threads,
-    ``12 * n_large`` bytes of temporary memory besides the table; the table is the same for
-    any ``chunk`` and ``threads``.
-
-    So every index's probability is ``w_i / sum(w)`` within ``1.5 * 2**-32 / n`` (absolute):
-    a relative error below 1e-9 for any weight above half the mean weight.
+    ``k`` with ``D_k > E_m``, alias large ``m + 1``. With per-chunk totals known first, every
+    chunk's merge with the window of ``E`` it reaches is local.
     """
     n = len(weights)
     unit = 1 << 32

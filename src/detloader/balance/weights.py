@@ -117,14 +117,9 @@ def _explicit(
 def image_weights(
     groups: Groups, group_weights: np.ndarray, *, aggregate: Aggregate = "max", background: float | None = None
 ) -> np.ndarray:
-    """float64 ``[n]``: one weight per image from the weights of its units' groups.
-
-    Per-object keys: the image weight is the ``max`` (default), ``mean`` or ``sum`` over its
-    objects that belong to a group. Images with no such object (and, for image keys, images
-    whose value is MISSING) get ``background``; ``None`` means the smallest positive weight
-    of the groups that occur, so an empty image is drawn as often as one of the commonest
-    group (1.0 if no group occurs).
-    """
+    """float64 ``[n]``: per image, the ``max``, ``mean`` or ``sum`` of its units' group weights.
+    Images with no grouped unit get ``background``; ``None``: the smallest positive weight of
+    the groups that occur (1.0 if none occurs)."""
     if aggregate not in AGGREGATES:
         raise DetloaderValueError(f"aggregate={aggregate!r} is not one of {AGGREGATES}")
     gw = np.asarray(group_weights, dtype=np.float64)
@@ -166,12 +161,9 @@ def repeat_factors(
     aggregate: Aggregate = "max",
     background: float = 1.0,
 ) -> np.ndarray:
-    """float64 ``[n]``: LVIS repeat factor of each image, ``>= 1`` (expected copies per epoch).
-
-    ``r_c = max(1, sqrt(threshold / f_c))``, ``f_c`` = fraction of images containing group
-    ``c``; an image's factor is the ``max`` over its groups; images with no group get
-    ``background`` (1.0: drawn once).
-    """
+    """float64 ``[n]``: LVIS repeat factor of each image, ``>= 1`` (expected copies per epoch):
+    ``r_c = max(1, sqrt(threshold / f_c))``, ``f_c`` the fraction of images containing group
+    ``c``, aggregated over an image's groups; images with no group get ``background``."""
     _check_threshold(threshold)
     groups = balance_groups(index, by)
     f = group_counts(groups, "images") / max(len(index), 1)

@@ -21,16 +21,11 @@ PARTNER_EPOCHS = 1 << 32
 
 
 class DistributedSamplerWrapper(EpochSampler):
-    """Makes a user's sampler distributed: every rank runs the wrapped sampler for the epoch,
-    gets the same sequence, and keeps positions ``rank::world_size`` (padded by wrapping or cut).
-
-    Before each epoch the wrapper calls the wrapped sampler's ``set_epoch(epoch)`` if it has
-    one (for a ``BatchSampler``: its inner sampler's). A sampler with a ``generator``
-    attribute (torch's ``RandomSampler``, ``WeightedRandomSampler``, ``SubsetRandomSampler``)
-    gets, with ``reseed=True``, a fresh ``torch.Generator`` seeded from (seed, epoch), so that
-    all ranks draw the same sequence; any other randomness in the wrapped sampler must already
-    be the same on every rank. Works for index samplers and for batch samplers (yielding
-    lists: whole batches are shared out).
+    """Makes a user's index or batch sampler distributed: every rank runs it for the epoch and
+    keeps positions ``rank::world_size`` (padded by wrapping or cut). Its (or a
+    ``BatchSampler``'s inner sampler's) ``set_epoch`` is called; a ``generator`` attribute
+    (torch's samplers) gets, with ``reseed=True``, a ``torch.Generator`` seeded from (seed,
+    epoch). Any other randomness in it must already be the same on every rank.
     """
 
     def __init__(self, sampler: Any, *, seed: int = 0, rank: int | None = None, world_size: int | None = None,
