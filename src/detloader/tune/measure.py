@@ -147,9 +147,8 @@ def _cycle(loader: Iterable[Any], iterators: list[Iterator[Any]]) -> Generator[A
 
 
 def _stop_workers(loader: Any, iterators: list[Iterator[Any]]) -> None:
-    """Stop the workers now, not when the collector gets to them, so that the next setting
-    starts on idle CPUs (``_shutdown_workers`` is what DataLoader's iterator runs in
-    ``__del__``; a custom iterable without it is left to the collector)."""
+    """Stop the workers now, so that the next setting starts on idle CPUs
+    (``_shutdown_workers`` is what DataLoader's iterator runs in ``__del__``)."""
     for it in iterators:
         try:
             getattr(it, "_shutdown_workers", lambda: None)()
@@ -280,14 +279,11 @@ def measure_setting(
 
 
 def steady_rate(arrivals: list[float], waits: list[float], counts: list[int], wall: float) -> tuple[int, int, float]:
-    """``(images, batches, seconds)`` to count the rate over, from one window's batches.
-
-    Batch ``i`` arrived at ``arrivals[i]`` after a wait of ``waits[i]`` and holds
-    ``counts[i]`` images. Workers that start together deliver in bursts, and a window that
-    cuts a burst miscounts it; but between two batches the consumer *waited* for (the queue
-    was empty) the loader delivered exactly what it produced. So the rate runs from the first
-    waited-for batch to the last one when that span covers a third of the window or more;
-    else (a consumer slower than the loader never waits) over every batch of the window.
+    """``(images, batches, seconds)`` to count the rate over: batch ``i`` arrived at
+    ``arrivals[i]`` after a wait of ``waits[i]`` and holds ``counts[i]`` images. Between two
+    batches the consumer *waited* for (an empty queue), the loader delivered exactly what it
+    produced, bursts or not; so the rate runs from the first waited-for batch to the last when
+    that span covers a third of the window, else (a consumer that never waits) over all of it.
     """
     n = len(arrivals)
     if n < 2:

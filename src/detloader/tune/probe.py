@@ -64,9 +64,9 @@ class MachineProbe(Record):
 
 @dataclass(frozen=True)
 class DatasetProbe(Record):
-    """The single-core cost of this dataset's samples, measured in the main process with one
-    intra-op thread, as a worker runs them: ``ms_per_image`` for ``dataset[i]`` (read + decode
-    + transform), the collate function's share per image, the bytes of one collated batch."""
+    """The single-core cost of this dataset's samples (one intra-op thread, as a worker runs
+    them): ``ms_per_image`` for ``dataset[i]``, the collate function's share per image, the
+    bytes of one collated batch."""
 
     images: int
     ms_per_image: float

@@ -56,8 +56,7 @@ def normalise_candidate(candidate: Mapping[str, Any]) -> dict[str, Any]:
 
 def default_loader_factory(dataset: Any, batch_size: int, collate_fn: Callable[[list[Any]], Any] | None,
                            seed: int = 0) -> LoaderFactory:
-    """``make_loader(dataset, batch_size=..., shuffle=True, collate_fn=..., seed=...)`` awaiting
-    the settings: the loader the user will train with."""
+    """``make_loader(dataset, ...)`` awaiting the settings: the loader the user will train with."""
     from detloader.loader import make_loader  # lazy: loader imports tune (num_workers="auto")
 
     return functools.partial(make_loader, dataset, batch_size=batch_size, shuffle=True, collate_fn=collate_fn,
@@ -84,9 +83,8 @@ def _step_label(step_time: float | Consumer | None) -> float | str | None:
 
 def worker_cap(machine: MachineProbe, max_workers: int | None, respect_busy: bool) -> tuple[int, str]:
     """Most workers worth trying, and why (``usable``, ``busy`` or ``max_workers``): the usable
-    CPUs; with ``respect_busy`` only the free ones (rounded, at least 1), since more workers
-    than free CPUs take time slices from the other processes, which a greedy measurement
-    would even reward. ``max_workers`` replaces both."""
+    CPUs; with ``respect_busy`` only the free ones (rounded, at least 1: docs/tuning.md tells
+    why). ``max_workers`` replaces both."""
     if max_workers is not None:
         if max_workers < 0:
             raise DetloaderValueError(f"max_workers={max_workers} must be >= 0")
