@@ -99,9 +99,8 @@ def epoch_items(sampler: Any, epoch: int) -> np.ndarray:
 
 
 def sampler_config(sampler: Any) -> dict[str, Any]:
-    """A wrapped sampler's state without its position (what fixes its draws), or its kind:
-    part of a wrapper's ``state_dict``, so that a state is refused by a wrapper of another
-    sampler."""
+    """A wrapped sampler's state without its position (what fixes its draws), or its kind: part
+    of a wrapper's ``state_dict``, so that a wrapper of another sampler refuses the state."""
     state = getattr(sampler, "state_dict", None)
     if not callable(state):
         return {"kind": type(sampler).__name__}
@@ -155,9 +154,8 @@ class EpochSampler(Sampler[Any]):
         return self._rank_items()
 
     def _item_slices(self, start: int) -> Iterator[np.ndarray]:
-        """This rank's items of the epoch from position ``start`` on, as consecutive numpy
-        slices. Here: slices of :meth:`_rank_items`; a sampler that can draw part of an epoch
-        by itself yields them as it draws (:class:`~detloader.balance.WeightedSampler`)."""
+        """This rank's items of the epoch from position ``start`` on, as consecutive numpy slices
+        (a sampler that can draw part of an epoch yields them as it draws: WeightedSampler)."""
         items = self._rank_items()
         for lo in range(start, len(items), _YIELD_SLICE):
             yield items[lo : lo + _YIELD_SLICE]

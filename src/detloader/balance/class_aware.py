@@ -84,15 +84,11 @@ class ClassSampler(EpochSampler):
 
 
 class ClassAwareSampler(ClassSampler):
-    """Class-aware sampling: visit classes round-robin (a new random class order each round),
-    and on each visit take the next image of that class from its own shuffled list (reshuffled
-    when used up). Every class gets the same number of draws per epoch (+-1).
-
-    Args:
-        class_members: per class, the ids of the items that contain it (an item may be in
-            several); classes without members are skipped. From an index:
-            :meth:`from_index`; from one label per item: :func:`members_from_labels`.
-        num_samples: draws per epoch over all ranks (default: the number of distinct items).
+    """Class-aware sampling: classes round-robin (a new random order each round), on each visit
+    the next image of that class from its own shuffled list. Every class gets the same number
+    of draws per epoch (+-1). ``class_members``: per class, the ids of the items that contain
+    it (:meth:`from_index`, or :func:`members_from_labels` from one label per item);
+    ``num_samples``: draws per epoch over all ranks (default: the number of distinct items).
     """
 
     def __init__(self, class_members: Sequence[Any], num_samples: int | None = None, *, seed: int = 0,

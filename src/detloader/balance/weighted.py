@@ -131,10 +131,8 @@ class WeightedSampler(EpochSampler):
         return alias_draw(self._table, x)
 
     def _draw_replacement(self, rank: int, world_size: int) -> np.ndarray:
-        """This rank's draws: global positions ``rank::world_size`` of the epoch. Position
-        ``p`` (chunk ``k = p // CHUNK``) depends only on its chunk's stream, so a rank draws
-        only its own positions, a shorter epoch is a prefix of a longer one, and chunks can
-        be drawn on several threads."""
+        """This rank's draws: global positions ``rank::world_size`` of the epoch (position ``p``
+        depends only on chunk ``p // CHUNK``'s stream, so chunks are drawn on threads)."""
         los, firsts, offsets = self._chunk_layout(rank, world_size)
         out = np.empty(offsets[-1], dtype=index_dtype(len(self.weights)))
 
@@ -145,10 +143,8 @@ class WeightedSampler(EpochSampler):
         return out
 
     def _item_slices(self, start: int) -> Iterator[np.ndarray]:
-        """With replacement, and unless this epoch's share was already drawn: the chunks
-        from the one holding ``start`` on, drawn as they are reached (``threads`` chunks at
-        a time), so the first indices of a long epoch come without drawing the rest. The
-        items are those of :meth:`indices` (of the epoch set when the iteration started)."""
+        """With replacement, and unless this epoch's share was already drawn: the chunks from
+        the one holding ``start`` on, drawn as they are reached; the items of :meth:`indices`."""
         if not self.replacement or (self._cache is not None and self._cache[0] == self.epoch):
             yield from super()._item_slices(start)
             return

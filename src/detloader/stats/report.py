@@ -32,9 +32,8 @@ def default_unit(groups: Groups) -> Unit:
 
 
 def group_totals(groups: Groups, per_image: np.ndarray, unit: Unit = "objects") -> np.ndarray:
-    """float64 ``[G]``: per group, the objects (``unit="objects"``) or images containing it
-    (``"images"``) in a draw where image ``i`` appears ``per_image[i]`` times (a count or an
-    expectation). For image-level keys both units count images."""
+    """float64 ``[G]``: per group, the objects or the images containing it (``unit``; image keys
+    count images) in a draw where image ``i`` appears ``per_image[i]`` times."""
     e = np.asarray(per_image, dtype=np.float64)
     if e.shape != (groups.num_images,):
         raise DetloaderValueError(f"per_image has shape {e.shape}, expected ({groups.num_images},)")
@@ -64,9 +63,8 @@ class BalanceReport:
     epoch_length: dict[str, float]
     seed: int
     notes: list[str] = field(default_factory=list)
-    #: the image drawn most often per epoch in expectation (path relative to the root) and
-    #: how often; over :data:`REPEAT_WARNING` (``balance_report(repeat_warning=)``) it is in
-    #: ``warnings``
+    #: the image drawn most often per epoch in expectation (path relative to the root) and how
+    #: often; over ``balance_report(repeat_warning=)`` it is in ``warnings``
     most_repeated: str = ""
     max_repeats: float = 0.0
     warnings: list[str] = field(default_factory=list)

@@ -28,16 +28,12 @@ Consumer = Callable[[Any], None]
 @dataclass
 class Trial(Record):
     """What one setting measured: rates per second of wall time, CPU in cores, memory in MiB,
-    latencies in milliseconds.
-
-    ``latency_*_ms``: the wait inside ``next(iterator)`` per batch (an accelerator's idle
-    time); ``startup_s``: ``iter(loader)`` to the first batch; ``worker_uss_mib`` /
-    ``worker_pss_mib``: mean per worker of its unique / proportional set size;
-    ``wait_fraction``: with a consumer, the share of the window spent waiting for data;
-    ``others_cpu``: CPUs other processes kept busy during the window (a change from one
-    setting to the next means the load moved under the measurement); ``error``: why the
-    setting could not be measured. ``images`` / ``batches`` / ``seconds``: the span the rate
-    is counted over (:func:`steady_rate`); CPU figures cover the whole window.
+    latencies in milliseconds. ``latency_*_ms``: the wait inside ``next(iterator)`` per batch;
+    ``startup_s``: ``iter(loader)`` to the first batch; ``worker_uss_mib`` / ``worker_pss_mib``:
+    mean per worker; ``wait_fraction``: with a consumer, the share of the window spent waiting;
+    ``others_cpu``: CPUs other processes kept busy during the window; ``error``: why the setting
+    could not be measured. ``images`` / ``batches`` / ``seconds``: the span the rate is counted
+    over (:func:`steady_rate`); CPU figures cover the whole window.
     """
 
     settings: dict[str, Any]
