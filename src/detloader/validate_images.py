@@ -75,13 +75,9 @@ def check_images(
     progress: Callable[[int, int], None] | None = None,
     reported: Iterable[Problem] = (),
 ) -> list[Problem]:
-    """:func:`check_image` for every distinct image file of ``index`` (an image named by
-    several rows is checked once, against its first annotation), in index order;
-    ``workers > 1`` runs them in worker processes; ``progress(done, total)`` after each image.
-
-    ``reported``: problems already found (the reader's, ``index.problems``); a problem of
-    the same kind for the same annotation file (``a.json#img.jpg`` counts as ``a.json``) whose
-    message names the same image file is not reported again.
+    """:func:`check_image` for every distinct image file of ``index``, once each (against its first
+    annotation), in index order; ``workers > 1`` runs them in worker processes. A problem already
+    in ``reported`` (same kind, same annotation file, same image named) is not reported again.
     """
     calls: dict[str, tuple[str, str, tuple[int, int], bool]] = {}
     for i in range(len(index)):

@@ -208,10 +208,7 @@ class MappedIndex(AnnotationIndex):
             except OSError:
                 st = None
             if st is not None and (st.st_dev, st.st_ino) == self._file_id:
-                return (
-                    load_index_file,
-                    (path, str(self.root), self.meta.get("cache_key"), self._checksum),
-                )
+                return (load_index_file, (path, str(self.root), self.meta.get("cache_key"), self._checksum))
         return super().__reduce__()
 
 
@@ -323,9 +320,7 @@ def content_key(name: str, options_json: str, source: Source, verify: str = "sta
     also of the files' bytes."""
     root = os.stat(source.root)
     h = hashlib.blake2b(digest_size=16)
-    h.update(
-        f"{READER_VERSION}\0{CACHE_VERSION}\0{name}\0{options_json}\0{root.st_dev}\0{root.st_ino}\0".encode()
-    )
+    h.update(f"{READER_VERSION}\0{CACHE_VERSION}\0{name}\0{options_json}\0{root.st_dev}\0{root.st_ino}\0".encode())
     image_dirs = [dir_identity(source.root / d) for d in source.image_dirs or ()]  # images added or removed
     h.update(json.dumps([source.facts(), image_dirs], sort_keys=True).encode())
     names, *numbers = zip(*source.stamp) if source.stamp else ((),)

@@ -69,9 +69,7 @@ def parse_number(value: Any, fieldname: str, action: str, *, text: bool = True) 
 
 def check_size(width: Any, height: Any) -> Finding | None:
     """An image needs integer ``0 < width, height <= MAX_SIDE`` (else it is skipped)."""
-    ok = all(
-        isinstance(v, Integral) and not isinstance(v, bool) and 0 < v <= MAX_SIDE for v in (width, height)
-    )
+    ok = all(isinstance(v, Integral) and not isinstance(v, bool) and 0 < v <= MAX_SIDE for v in (width, height))
     if ok:
         return None
     return Finding("bad_value", f"width={width!r} height={height!r}", "image skipped")
@@ -80,13 +78,11 @@ def check_size(width: Any, height: Any) -> Finding | None:
 def check_box(
     box: Any, width: int, height: int, *, one_based: bool, clip: bool
 ) -> tuple[Box | None, Finding | None]:
-    """The box to store (float32 values, inside the image) or None when it is rejected, and
-    what was found.
+    """The box to store (float32, inside the image) or None when it is rejected, and what was found.
 
-    ``one_based`` subtracts 1 from xmin and ymin first. The values are checked as float32 (two
-    close float64 values can round to one). Non-finite or empty boxes are rejected; a box partly
-    outside the image is clipped (``box_clipped``, repaired) when ``clip``, else rejected
-    (``box_outside_image``), as is a box wholly outside.
+    ``one_based`` subtracts 1 from xmin and ymin first. Checked as float32 (two close float64 values
+    can round to one). A box partly outside the image is clipped (``box_clipped``) when ``clip``,
+    else rejected (``box_outside_image``).
     """
     try:
         x1, y1, x2, y2 = (float(v) for v in box)
@@ -103,10 +99,7 @@ def check_box(
         return None, Finding("empty_box", msg, "object skipped")
     w, h = width, height
     if x1 < 0 or y1 < 0 or x2 > w or y2 > h:
-        desc = (
-            f"box ({fmt(x1)}, {fmt(y1)}, {fmt(x2)}, {fmt(y2)}) outside image "
-            f"width={w} height={h}"
-        )
+        desc = f"box ({fmt(x1)}, {fmt(y1)}, {fmt(x2)}, {fmt(y2)}) outside image width={w} height={h}"
         cx1, cy1, cx2, cy2 = max(x1, 0.0), max(y1, 0.0), min(x2, float(w)), min(y2, float(h))
         if cx2 <= cx1 or cy2 <= cy1 or not clip:
             return None, Finding("box_outside_image", desc, "object skipped")
@@ -145,13 +138,11 @@ def _span(lo: float, hi: float, limit: float) -> tuple[float, float]:
 
 
 def box_from_points(points: Sequence[tuple[float, float]], width: int, height: int, mode: str) -> Box | None:
-    """The box of an object that has landmarks but no box, or None when there is nothing to
-    box it by.
+    """The box of an object that has landmarks but no box, or None when there is nothing to box.
 
-    ``points`` are the object's labelled points (visibility 1 or 2, already inside the image:
-    absent points have no position). ``mode="enclose"``: their enclosing box, no margin, each
-    side at least :data:`POINTS_BOX_MIN_SIDE` (one point, points on a line), inside the image;
-    None without points. ``mode="image"``: the whole image.
+    ``points`` are its labelled points (already inside the image). ``mode="enclose"``: their
+    enclosing box, each side at least :data:`POINTS_BOX_MIN_SIDE`, inside the image;
+    ``mode="image"``: the whole image (docs/formats.md, "Points without boxes").
     """
     if mode == "image":
         return (0.0, 0.0, float(width), float(height))

@@ -78,9 +78,7 @@ class AnnotationIndex:
     ) -> None:
         self.root = Path(root)
         self.vocab = vocab
-        self.splits: dict[str, np.ndarray] = {
-            k: np.asarray(v, dtype=np.int64) for k, v in (splits or {}).items()
-        }
+        self.splits: dict[str, np.ndarray] = {k: np.asarray(v, dtype=np.int64) for k, v in (splits or {}).items()}
         self.problems = problems if problems is not None else ProblemReport()
         self.meta: dict[str, Any] = dict(meta or {})
         self._source_file = source_file  # the cache file the arrays are mapped from, if any
@@ -116,9 +114,7 @@ class AnnotationIndex:
             if arr.shape != shape:
                 raise DetloaderValueError(f"AnnotationIndex: {name} has shape {arr.shape}, expected {shape}")
             if arr.dtype != np.dtype(dtype):
-                raise DetloaderValueError(
-                    f"AnnotationIndex: {name} has dtype={arr.dtype}, expected {np.dtype(dtype)}"
-                )
+                raise DetloaderValueError(f"AnnotationIndex: {name} has dtype={arr.dtype}, expected {np.dtype(dtype)}")
         if int(self.object_offsets[-1]) != m or (n and int(self.object_offsets[0]) != 0):
             raise DetloaderValueError(
                 f"AnnotationIndex: object_offsets run {int(self.object_offsets[0])}.."
@@ -285,11 +281,8 @@ class AnnotationIndex:
     ) -> dict[str, AnnotationIndex]:
         """Split by ratio, reproducibly: ``index.random_split({"train": .8, "val": .2}, seed=0)``.
 
-        Fractions are normalised to sum to 1. ``stratify="image_class"`` keeps the image-class
-        proportions in every part; ``stratify="class"`` uses each image's rarest object class (an
-        image without objects: its image class), as ``detloader split`` does.
-        Per group, sizes are rounded down, the remainder going to the largest shares; a group
-        with at least as many images as parts with a fraction > 0 reaches each of them.
+        Fractions are normalised to sum to 1; ``stratify="image_class"`` groups images by image class,
+        ``"class"`` by their rarest object class, as ``detloader split`` does (:func:`stratified_split`).
         """
         check_fractions(fractions)
         if stratify is None:

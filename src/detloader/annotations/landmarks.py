@@ -132,9 +132,7 @@ class LandmarkSchema:
 
 
 #: The 5-point face schema (RetinaFace order; also the synthetic dataset's).
-FACE5 = LandmarkSchema(
-    ("left_eye", "right_eye", "nose", "left_mouth", "right_mouth"), ((0, 1), (3, 4))
-)
+FACE5 = LandmarkSchema(("left_eye", "right_eye", "nose", "left_mouth", "right_mouth"), ((0, 1), (3, 4)))
 
 
 def _mirror_name(name: str) -> str | None:

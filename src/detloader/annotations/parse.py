@@ -159,11 +159,8 @@ def _classes(partials: Sequence[Partial], options: ReadOptions) -> tuple[str, ..
 
 
 def check_class_map(partials: Sequence[Partial], options: ReadOptions) -> None:
-    """Refuse ``class_map`` keys that match no class of any file (:class:`ClassMapError`).
-
-    Checked once every file is read (a key may match a class of any file). A cached index
-    needs no check of its own: it exists only for a class_map that passed here (the options,
-    class_map included, are part of its key).
+    """Refuse ``class_map`` keys that match no class of any file (:class:`ClassMapError`), once every
+    file is read. A cached index needs no check: its key holds the class_map that passed here.
     """
     if not options.class_map:
         return
@@ -253,13 +250,10 @@ def merge(
 ) -> AnnotationIndex:
     """Concatenate chunks (in file order) into one index with global vocabularies.
 
-    Classes: ``options.classes`` when given; else the classes the files declare, in their
-    order, then the other names found, sorted (numbers by value). Landmarks: ``options.landmark_schema``; else
-    ``default_landmarks`` when every name found belongs to it (readers pass a declared or
-    preset schema); else the names in order of first appearance, flip pairs by spelling.
-    Images annotated more than once keep their first annotation; the others are reported as
-    ``duplicate_image`` errors and dropped. ``class_map`` keys that match no class of any file
-    are refused (:func:`check_class_map`).
+    Classes: ``options.classes`` when given; else the classes the files declare, in their order,
+    then the other names found, sorted (numbers by value). Landmarks: ``options.landmark_schema``,
+    else ``default_landmarks`` when every name found belongs to it, else the names in order of
+    first appearance. An image annotated again is a ``duplicate_image`` error, the first kept.
     """
     check_class_map(partials, options)
     problems = [p for part in partials for p in part.problems]

@@ -145,7 +145,7 @@ def read_annotations(
         path: a dataset folder (VOCdevkit, annotations/ + images/, XML beside images) or file;
             with ``format="auto"``, also the folder right above a dataset (:func:`find_dataset`).
         format: ``"auto"`` or a reader name (see :func:`available_formats`).
-        on_error: ``"raise"`` | ``"skip"`` | ``"warn"``; see :mod:`detloader.annotations.problems`.
+        on_error: ``"raise"`` | ``"skip"`` | ``"warn"`` (docs/index.md, "Validation").
         classes: fixed class list (id order); other classes become ``unknown_class`` errors.
         class_map: ``{name_in_file: new_name}`` to rename or merge, ``{name: None}`` to drop;
             a key that matches no class of any file is refused (:class:`ClassMapError`).
@@ -154,22 +154,19 @@ def read_annotations(
         clip_boxes: clip partly-outside boxes (reported) instead of dropping them.
         check_images: check that image files exist.
         image_class_attribute: the image attribute that holds the image-level class.
-        image_dir: image folder, when it is not where the layout says; a relative one is
-            relative to the dataset root (else to the working directory). Without it, when the
-            layout's folders hold (almost) none of the images, the folders below the root are
-            searched (:mod:`detloader.annotations.image_search`).
+        image_dir: image folder, when it is not where the layout says; relative to the dataset
+            root (else the working directory). Without it, missing images are searched for below
+            the root (docs/formats.md, "Where the images are").
         allow_outside_images: follow image names that leave the dataset (``../``, absolute);
             by default they are ``outside_dataset`` problems (docs/reliability.md).
-        boxes_from_points: what an object with landmarks but no box becomes: ``"enclose"``
-            (boxed by its labelled points), ``"image"`` (boxed by the whole image) or
-            ``"skip"``; reported once per file (``box_from_points``, docs/formats.md).
+        boxes_from_points: ``"enclose"``, ``"image"`` or ``"skip"``: the box of an object with
+            landmarks and no box (docs/formats.md, "Points without boxes").
         max_file_bytes: size cap of one annotation file.
         workers: processes for the cold build (default: the usable CPUs).
         cache: True (use and write the cache), False (neither) or ``"rebuild"``.
-        verify: how the cache is known to be current: ``"stat"`` (size, mtime, ctime and inode
-            of every annotation file, the identity of the dataset folder and of the image
-            folders; docs/index.md) or ``"content"`` (also a hash of every annotation file's
-            bytes: certainty, at the cost of reading them all on every load).
+        verify: how the cache is known to be current: ``"stat"`` (file stamps and folder
+            identities) or ``"content"`` (also a hash of every annotation file's bytes, read on
+            every load); docs/index.md, "The cache".
         progress: ``progress(done_files, total_files)`` during a cold build.
         **format_options: options of one reader (the reader options table of docs/formats.md).
     """

@@ -250,14 +250,10 @@ def settle_splits(index: AnnotationIndex, found: Mapping[str, np.ndarray], defau
 def make_splits(
     index: AnnotationIndex, val: float = 0.2, test: float = 0.0, seed: int = 0, force: bool = False
 ) -> AnnotationIndex:
-    """Split ``index`` into train / val (/ test) once, write the split where the layout keeps
-    splits, and return the index with them (``meta["split_sources"]`` says where).
-
-    Seeded and stratified (:func:`stratified_split` by each image's rarest class); written
-    atomically to ``ImageSets/Main`` of a VOC dataset with an annotation folder and unique file
-    stems, else to ``splits.json`` (docs/index.md, "Making them once"). With ``force``, existing
-    train / val / test files of ``ImageSets/Main`` not written again are removed.
-    :class:`SplitsExistError` when the dataset has train / val / test splits and not ``force``.
+    """Split ``index`` into train / val (/ test) once, write them where the layout keeps splits
+    (docs/index.md, "Making them once") and return the index with them. With ``force``, old
+    train / val / test files of ``ImageSets/Main`` not written again are removed; without it a
+    dataset with such splits raises :class:`SplitsExistError`.
     """
     for name, value in (("val", val), ("test", test)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:

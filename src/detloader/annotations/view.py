@@ -90,11 +90,7 @@ class ImageView:
     def attributes(self) -> dict[str, str]:
         """Image attributes that are set, name -> value."""
         row = self._index.image_attributes[self.id]
-        return {
-            name: values[v]
-            for (name, values), v in zip(self._index.vocab.image_attributes, row)
-            if v != MISSING
-        }
+        return {name: values[v] for (name, values), v in zip(self._index.vocab.image_attributes, row) if v != MISSING}
 
     @property
     def object_attributes(self) -> list[dict[str, str]]:

@@ -110,9 +110,7 @@ def _list_keypoints(text: str, where: str, b: ChunkBuilder) -> list[tuple[str, f
     if names is None:
         return None
     pts = np.asarray(values).reshape(-1, 2)
-    return [
-        (n, float(x), float(y), 0 if (x < 0 and y < 0) else 2) for n, (x, y) in zip(names, pts)
-    ]
+    return [(n, float(x), float(y), 0 if (x < 0 and y < 0) else 2) for n, (x, y) in zip(names, pts)]
 
 
 def _retinaface_points(lm: etree._Element, where: str, b: ChunkBuilder) -> list[tuple[str, float, float, int]] | None:

@@ -30,12 +30,8 @@ def write_coco(
     file_name: str = "annotations.json",
 ) -> Path:
     """Write ``out/<file_name>`` and ``out/images/<image>`` (unless ``images="none"``); return
-    the JSON's path.
-
-    Categories get ids 1..C in class order, with the landmark names as ``keypoints`` and a
-    ``skeleton`` (COCO's limbs for the COCO person schema, else empty: flip pairs are symmetries,
-    not limbs). Flags and attributes go in ``attributes`` objects (as CVAT writes them); what is
-    kept and dropped: docs/formats.md ("Writing").
+    the JSON's path. Categories get ids 1..C in class order; what is kept: docs/formats.md
+    ("Writing").
     """
     placer = ImagePlacer(index, images)
     root = prepare_out(out, overwrite)

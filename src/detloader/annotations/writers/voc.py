@@ -46,12 +46,10 @@ def write_voc(
     overwrite: bool = False,
     image_class_attribute: str = "class",
 ) -> Path:
-    """Write ``out/Annotations/<image>.xml``, ``out/JPEGImages/<image>`` (unless
-    ``images="none"``) and ``out/ImageSets/Main/<split>.txt``; return ``out``.
-
-    Everything in the index is kept but flip pairs, which reading back infers from left/right
-    names (docs/formats.md, "Writing"); landmarks are written with all K slots on each object
-    that has a labelled point, so the schema order survives.
+    """Write ``out/Annotations/<image>.xml``, ``out/JPEGImages/<image>`` (unless ``images="none"``)
+    and ``out/ImageSets/Main/<split>.txt``; return ``out``. Landmarks are written with all K slots
+    on each object that has a labelled point, so the schema order survives (docs/formats.md,
+    "Writing").
     """
     placer = ImagePlacer(index, images)
     root = prepare_out(out, overwrite)
@@ -66,9 +64,7 @@ def write_voc(
         target = placer.place(i, img_dir)
         xml_path = ann_dir / f"{stems[i]}.xml"
         xml_path.parent.mkdir(parents=True, exist_ok=True)
-        filename = (
-            os.path.relpath(target, xml_path.parent) if images == "none" else os.path.basename(target)
-        )
+        filename = os.path.relpath(target, xml_path.parent) if images == "none" else os.path.basename(target)
         attrs = image_attributes(index, image_attrs, i, image_class_attribute)
         lines = [
             '<annotation verified="yes">' if index.verified[i] else "<annotation>",

@@ -39,12 +39,9 @@ def write_yolo(
     """Write ``out/images/<image>``, ``out/labels/<image>.txt``, ``<split>.txt`` lists and
     ``out/data.yaml``; return the YAML's path.
 
-    Boxes, classes and landmarks (YOLO-pose ``kpt_shape: [K, 3]``, ``flip_idx``, ``kpt_names``)
-    are kept; flags, attributes and image classes are not. ``images="none"`` is refused: YOLO
-    finds a label from its image's path. ``val_fraction`` holds out that seeded fraction of the
-    training images as ``val.txt`` (refused when the index has a val split); without it or a val
-    split, ``val`` names the training images and a :class:`YoloExportWarning` says so
-    (docs/formats.md, "Writing").
+    ``images="none"`` is refused: YOLO finds a label from its image's path. ``val_fraction`` holds
+    out a seeded fraction of the training images as ``val.txt`` (refused with a val split); what is
+    kept and why ``val`` may name the training images: docs/formats.md ("Writing").
     """
     if images == "none":
         raise DetloaderValueError("images='none' is not possible for YOLO (labels are found from image paths); "
