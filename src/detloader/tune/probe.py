@@ -91,8 +91,7 @@ def device_synchronizer(device: str) -> Callable[[], None]:
 
 
 def free_cpus(usable: int, affinity: int, busy: float) -> float:
-    """CPUs left for us: the CPUs we may run on minus those others keep busy, capped by our
-    quota (``usable``)."""
+    """CPUs left for us: affinity CPUs minus those others keep busy, capped by ``usable``."""
     return max(0.0, min(float(usable), affinity - busy))
 
 

@@ -57,8 +57,7 @@ class TuneResult:
 
     @property
     def cpus(self) -> dict[str, Any]:
-        """CPU facts: ``usable`` (affinity and quota), ``busy`` (by other processes during the
-        probe), ``free``, ``logical``, ``physical``."""
+        """The CPU counts of :attr:`machine` (``busy``: by other processes during the probe)."""
         m = self.machine
         return {"usable": m.usable_cpus, "busy": m.busy_cpus, "free": m.free_cpus, "logical": m.logical_cpus,
                 "physical": m.physical_cpus}
