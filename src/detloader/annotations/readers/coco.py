@@ -92,13 +92,9 @@ def _load(full: str, cap: int, b: ChunkBuilder) -> Any:
 def _id(value: Any) -> int | str | None:
     """A COCO id as a dictionary key: an int or a string (an integral float reads as the
     int); None for anything else (lists, objects, booleans, fractions, NaN, infinity)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, str)):
-        return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    return None
+    return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
 
 
 def _bad_id(b: ChunkBuilder, where: str, field: str, value: Any, action: str) -> None:
@@ -243,20 +239,18 @@ def _bbox(bbox: Any, where: str, b: ChunkBuilder) -> tuple[float, float, float, 
 def _keypoints(
     values: Any, names: list[str] | None, where: str, b: ChunkBuilder
 ) -> list[tuple[str, float, float, int]] | None:
-    if values is None:
-        return None
     if not isinstance(values, list) or len(values) % 3:
-        shown = len(values) if isinstance(values, list) else type(values).__name__
-        b.problem("landmark_count", where, f"{shown} values is not x,y,v triples", "landmarks skipped")
+        if values is not None:
+            shown = len(values) if isinstance(values, list) else type(values).__name__
+            b.problem("landmark_count", where, f"{shown} values is not x,y,v triples", "landmarks skipped")
         return None
     if not values:
         return None
     n = len(values) // 3
     if names is None:
-        got = b.positional_names(n, where)
-        if got is None:
+        names = b.positional_names(n, where)
+        if names is None:
             return None
-        names = got
     elif len(names) != n:
         b.problem("landmark_count", where, f"{n} points, category names {len(names)} keypoints", "landmarks skipped")
         return None
@@ -292,9 +286,7 @@ class CocoReader(Reader):
         annotations."""
         if path.is_file():
             return path.suffix.lower() == ".json" and _looks_like_coco(path)
-        if not path.is_dir():
-            return False
-        return bool(_coco_files(path))
+        return path.is_dir() and bool(_coco_files(path))
 
     def discover(self, path: Path, options: ReadOptions) -> CocoSource:
         """The COCO JSON at ``path`` (or its files of distinct splits), the dataset root and the

@@ -39,20 +39,16 @@ class Source:
     """What a reader found at the user's path, before parsing anything.
 
     Attributes:
-        root: the dataset root; image and annotation paths in the index are relative to it.
+        root: the dataset root; paths in the index are relative to it.
         files: annotation files relative to ``root``, sorted: the units of (parallel) work.
-        stamp: the :data:`Stamp` of every file whose change must rebuild the index
-            (annotation files, split files, class-name files).
-        image_dirs: the folders (relative to ``root``) the images are looked for in, in order;
-            None for a reader whose files are the images (YOLO). Their identities are in the
-            cache key; the image-folder search looks elsewhere.
+        stamp: the :data:`Stamp` of every file whose change must rebuild the index.
+        image_dirs: the folders (relative to ``root``) images are looked for in, in order; None
+            when the files are the images (YOLO).
         labelled: False when the files are images of which not one has a label file (YOLO).
-        problems: what the reader found before parsing (special files, symlink loops, images
-            without annotations); they join the index's problems.
+        problems: what the reader found before parsing; they join the index's problems.
 
-    A reader subclasses it with the facts of its format (``VocSource.annotation_dir``), as JSON
-    values: with ``image_dirs`` and ``labelled`` they are :meth:`facts`, part of the cache key
-    and of ``index.meta["source"]``.
+    A subclass adds its format's facts as JSON values; with ``image_dirs`` and ``labelled`` they
+    are :meth:`facts`, part of the cache key and of ``index.meta["source"]``.
     """
 
     root: Path
@@ -162,16 +158,9 @@ def scan_files(
                         found.append(Problem("not_a_regular_file", prefix + name, "", message, "skipped"))
             except OSError as err:  # a link loop the kernel refuses (ELOOP), a dangling link
                 loop = err.errno == errno.ELOOP
-                found.append(
-                    Problem(
-                        "symlink_loop" if loop else "unreadable_file",
-                        prefix + name,
-                        "",
-                        f"cannot be followed: {err.strerror or err}",
-                        "skipped",
-                        "repaired" if loop else "error",
-                    )
-                )
+                kind, severity = ("symlink_loop", "repaired") if loop else ("unreadable_file", "error")
+                message = f"cannot be followed: {err.strerror or err}"
+                found.append(Problem(kind, prefix + name, "", message, "skipped", severity))
     out.sort(key=itemgetter(0))  # names are unique; comparing them alone is twice as fast
     return out
 

@@ -79,13 +79,7 @@ def _point_labels(xml: Path) -> list[str]:
                     break
                 if event == "end":
                     for label in el.iterfind(".//labels/label"):
-                        labels.append(
-                            (
-                                (label.findtext("name") or "").strip(),
-                                (label.findtext("type") or "").strip(),
-                                (label.findtext("parent") or "").strip(),
-                            )
-                        )
+                        labels.append(tuple((label.findtext(k) or "").strip() for k in ("name", "type", "parent")))
                     break
     except STREAM_ERRORS:
         return []  # parse() reports the problem
@@ -176,12 +170,8 @@ def _image(
             image_class = label
             attrs.update(tag_attrs)
         else:
-            b.problem(
-                "unsupported",
-                where,
-                f"tag label={label!r}: the image already has class {image_class!r} (one class per image)",
-                "tag ignored",
-            )
+            message = f"tag label={label!r}: the image already has class {image_class!r} (one class per image)"
+            b.problem("unsupported", where, message, "tag ignored")
     if image_class is None and b.options.image_class_attribute in attrs:
         image_class = attrs.pop(b.options.image_class_attribute)
     subset = image.get("subset")
@@ -250,21 +240,12 @@ class CvatReader(Reader):
         if not stream_records(os.path.join(root, rel), ("image", "track"), ROOT_TAG, b, record):
             return
         if tracks:
-            b.problem(
-                "unsupported",
-                "track",
-                f"{tracks} <track> elements: CVAT for video is not read; export as CVAT for images",
-                "tracks ignored",
-            )
+            message = f"{tracks} <track> elements: CVAT for video is not read; export as CVAT for images"
+            b.problem("unsupported", "track", message, "tracks ignored")
         for tag, (count, first) in ignored.items():
             b.count(f"ignored_{tag}", count)
-            b.problem(
-                "unsupported",
-                tag,
-                f"{count} <{tag}> shapes (first: {first}) carry no box",
-                "ignored",
-                "repaired",
-            )
+            message = f"{count} <{tag}> shapes (first: {first}) carry no box"
+            b.problem("unsupported", tag, message, "ignored", "repaired")
 
     def splits(self, source: Source, index: AnnotationIndex) -> dict[str, np.ndarray]:
         """One split per ``subset`` value (project exports)."""

@@ -86,24 +86,15 @@ def parse_box(child: etree._Element, where: str, b: ChunkBuilder) -> BoxShape | 
         if degrees is None:
             return None
         if not math.isfinite(degrees):
-            b.problem(
-                "non_finite", f"{where}/rotation", f"rotation={rotation.strip()!r} is not finite", "object skipped"
-            )
+            message = f"rotation={rotation.strip()!r} is not finite"
+            b.problem("non_finite", f"{where}/rotation", message, "object skipped")
             return None
         if degrees % 360 != 0:
             box = _rotated_bounds(box, degrees)
-            b.problem(
-                "unsupported",
-                f"{where}/rotation",
-                f"rotation={degrees:g} degrees",
-                "replaced by its axis-aligned bounds",
-                "repaired",
-            )
+            repair = "replaced by its axis-aligned bounds"
+            b.problem("unsupported", f"{where}/rotation", f"rotation={degrees:g} degrees", repair, "repaired")
     attrs = parse_attributes(child, where, b)
-    flags = {}
-    for name in _FLAG_ATTRIBUTES:
-        text = attrs.pop(name, None)
-        flags[name] = _flag(child, name, where, b, text) if text is not None else False
+    flags = {name: name in attrs and _flag(child, name, where, b, attrs.pop(name)) for name in _FLAG_ATTRIBUTES}
     return BoxShape(
         element=where,
         label=label,
@@ -165,10 +156,9 @@ def parse_points(child: etree._Element, where: str, b: ChunkBuilder) -> PointsSh
     if len(coords) == 1:
         names = [label]
     else:
-        got = b.positional_names(len(coords), where)
-        if got is None:
+        names = b.positional_names(len(coords), where)
+        if names is None:
             return None
-        names = got
     pts = [(n, x, y, v) if v else (n, 0.0, 0.0, 0) for n, (x, y) in zip(names, coords)]
     return PointsShape(where, label, (child.get("group_id") or "").strip(), pts)
 
@@ -223,12 +213,8 @@ def link_points(boxes: list[BoxShape], points: list[PointsShape], link: str, b: 
         if len(group) == 1:
             target = group[0]
         elif len(group) > 1:
-            b.problem(
-                "unsupported",
-                pts.element,
-                f"group_id={pts.group} holds {len(group)} boxes; the landmarks fit none of them alone",
-                "points skipped",
-            )
+            message = f"group_id={pts.group} holds {len(group)} boxes; the landmarks fit none of them alone"
+            b.problem("unsupported", pts.element, message, "points skipped")
             continue
         elif link == "group_or_inside" and any(v for *_, v in pts.points):
             inside = [box for box in boxes if _contains(box.box, pts.points)]
@@ -245,12 +231,8 @@ def _merge_points(box: BoxShape, pts: PointsShape, b: ChunkBuilder) -> None:
     have = {name for name, *_ in box.points}
     for point in pts.points:
         if point[0] in have:
-            b.problem(
-                "bad_value",
-                pts.element,
-                f"landmark {point[0]!r} given twice for {box.element}",
-                "second point skipped",
-            )
+            message = f"landmark {point[0]!r} given twice for {box.element}"
+            b.problem("bad_value", pts.element, message, "second point skipped")
             continue
         have.add(point[0])
         box.points.append(point)

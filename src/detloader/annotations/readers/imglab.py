@@ -78,14 +78,9 @@ def _box(box: etree._Element, where: str, default_class: str, b: ChunkBuilder) -
             values.append(v)
         top, left, width, height = values
         rect = (left, top, left + width, top + height)
-    flags: dict[str, bool] = {}
-    for field in _FLAGS:
-        flags[field] = flag_value(b, box.get(field), where, field)
-    attrs = {
-        key: value.strip()
-        for key, value in box.attrib.items()
-        if key not in _BOX_FIELDS and key not in _FLAGS and value.strip()
-    }
+    flags = {field: flag_value(b, box.get(field), where, field) for field in _FLAGS}
+    own = (*_BOX_FIELDS, *_FLAGS)
+    attrs = {key: value.strip() for key, value in box.attrib.items() if key not in own and value.strip()}
     if flags["ignore"]:
         attrs["ignore"] = "1"
     label = box.findtext("label")

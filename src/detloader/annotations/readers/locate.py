@@ -73,13 +73,12 @@ def stays_inside(folder: str, name: str) -> bool:
 class ImageLocator:
     """Finds the image file an annotation names.
 
-    ``folders`` are tried in order (relative to ``root``), the folder of the last hit first, so
-    that a dataset whose images all live in one place costs one ``stat`` per image; in each, the
-    name as written (then tidied: spaces stripped, ``\\`` as a separator), its base name, then the
-    same stem with the usual image extensions. A name that leaves the dataset is not followed:
-    only its base name is looked for; :attr:`escaped` holds the name for the caller to report,
-    :attr:`followed` the path as written when it exists, :attr:`special` a FIFO, socket or device
-    met on the way (never opened). With ``check=False`` the name is joined to the first folder.
+    ``folders`` are tried in order, the folder of the last hit first (one ``stat`` per image when
+    they all live in one place), each with the name as written, tidied, its base name, then the
+    same stem with the usual extensions. A name that leaves the dataset is not followed; then
+    :attr:`escaped` holds it, :attr:`followed` the path as written when it exists. :attr:`special`
+    is a FIFO, socket or device met on the way (never opened). With ``check=False`` the name is
+    joined to the first folder.
     """
 
     def __init__(self, root: str | os.PathLike[str], folders: Sequence[str], check: bool) -> None:
@@ -171,16 +170,11 @@ def find_image(
     if locator.escaped is not None and b.options.allow_outside_images and locator.followed is not None:
         return locator.followed
     if locator.escaped is not None:
+        message = f"{shown} leaves the dataset; not followed"
         if rel is None:
-            b.problem("outside_dataset", where, f"{shown} leaves the dataset; not followed", "image skipped")
+            b.problem("outside_dataset", where, message, "image skipped")
             return None
-        b.problem(
-            "outside_dataset",
-            where,
-            f"{shown} leaves the dataset; not followed",
-            f"found {rel!r} inside it",
-            "repaired",
-        )
+        b.problem("outside_dataset", where, message, f"found {rel!r} inside it", "repaired")
         return rel
     if rel is None and locator.special is not None:
         rel_special, kind = locator.special

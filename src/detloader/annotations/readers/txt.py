@@ -180,12 +180,8 @@ def parse_retinaface(lines: Iterator[tuple[int, str]], locator: ImageLocator, b:
         if values is None:
             continue
         if len(values) not in (4, 5, 19, 20):
-            b.problem(
-                "bad_value",
-                where,
-                f"{len(values)} values: expected x y w h [+ 5 x (x y flag) + score]",
-                "object skipped",
-            )
+            message = f"{len(values)} values: expected x y w h [+ 5 x (x y flag) + score]"
+            b.problem("bad_value", where, message, "object skipped")
             continue
         x, y, w, h = values[:4]
         points = None
@@ -213,12 +209,8 @@ def parse_wider(lines: Iterator[tuple[int, str]], locator: ImageLocator, b: Chun
             b.problem("missing_field", where, f"{path!r}: the face count line is missing", "image skipped")
             return
         if not INTEGER.match(count_text):
-            b.problem(
-                "unparseable",
-                f"line {n_count}",
-                f"face count {count_text!r} is not an integer",
-                "rest of the file skipped",
-            )
+            message = f"face count {count_text!r} is not an integer"
+            b.problem("unparseable", f"line {n_count}", message, "rest of the file skipped")
             return
         count = int(count_text)
         rows: list[tuple[int, str]] = []
@@ -228,12 +220,8 @@ def parse_wider(lines: Iterator[tuple[int, str]], locator: ImageLocator, b: Chun
             except StopIteration:
                 break
         if count == 0 and rows and set(rows[0][1].split()) != {"0"}:
-            b.problem(
-                "unparseable",
-                f"line {rows[0][0]}",
-                "expected a line of zeros after a count of 0",
-                "rest of the file skipped",
-            )
+            message = "expected a line of zeros after a count of 0"
+            b.problem("unparseable", f"line {rows[0][0]}", message, "rest of the file skipped")
             return
         if len(rows) < count:
             b.problem("missing_field", where, f"{path!r}: {count} faces announced, {len(rows)} given", "image skipped")
@@ -257,12 +245,8 @@ def _wider_face(text: str, where: str, b: ChunkBuilder) -> None:
     for (name, words), value in zip(WIDER_ATTRIBUTES, values[4:]):
         code = int(value) if value.is_integer() else -1
         if not 0 <= code < len(words):
-            b.problem(
-                "bad_value",
-                f"{where}/{name}",
-                f"{name}={value:g} is not one of 0..{len(words) - 1}",
-                "attribute skipped",
-            )
+            message = f"{name}={value:g} is not one of 0..{len(words) - 1}"
+            b.problem("bad_value", f"{where}/{name}", message, "attribute skipped")
             continue
         codes[name] = code
         attrs[name] = words[code]

@@ -118,13 +118,8 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
     stem = os.path.splitext(os.path.basename(rel))[0]
     if filename and not opts.allow_outside_images and not stays_inside(os.path.join(image_dir, sub), filename):
         base = ntpath.basename(filename)
-        b.problem(
-            "outside_dataset",
-            "filename",
-            f"filename={filename!r} leaves the dataset; not followed",
-            f"looked for {base!r} inside it",
-            "repaired",
-        )
+        message = f"filename={filename!r} leaves the dataset; not followed"
+        b.problem("outside_dataset", "filename", message, f"looked for {base!r} inside it", "repaired")
         filename = base
     # " a .jpg", "a\\b.jpg": a name as written
     literal = written if "/" not in written and filename == written.strip() else ""

@@ -34,9 +34,8 @@ def parse_landmarks(
         return _list_keypoints(kp.text or "", f"{element}/keypoints", b), "keypoints"
     lm = f.get("lm")
     if lm is not None:
-        has_el = f.get("has_lm")
-        has = None if has_el is None else (has_el.text or "")
-        if has is not None and parse_flag(has) is False:
+        has = f.get("has_lm")
+        if has is not None and parse_flag(has.text or "") is False:
             return None, "lm"
         return _retinaface_points(lm, f"{element}/lm", b), "lm"
     return None, "keypoints"
@@ -176,9 +175,7 @@ def parse_object(obj: etree._Element, element: str, b: ChunkBuilder) -> None:
                 if b.number(text, f"{element}/bndbox", field, "object skipped") is None:
                     return
                 coords.append(float(text))  # type: ignore[arg-type]
-    flags = []
-    for field in ("difficult", "truncated", "occluded"):
-        flags.append(flag_value(b, child_text(f, field), element, field))
+    flags = [flag_value(b, child_text(f, field), element, field) for field in ("difficult", "truncated", "occluded")]
     attrs = parse_attributes(f.get("attributes"), f"{element}/attributes", b)
     pose = (child_text(f, "pose") or "").strip()
     if pose and pose.lower() != "unspecified" and "pose" not in attrs:

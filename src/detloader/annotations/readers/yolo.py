@@ -134,12 +134,8 @@ def _line(
         if len(values) == expected:
             points = _keypoints(values[4:], kpt, where, w, h, b)
         else:
-            b.problem(
-                "landmark_count",
-                where,
-                f"{len(values)} values after the class; kpt_shape needs 4 or {expected}",
-                "landmarks skipped",
-            )
+            message = f"{len(values)} values after the class; kpt_shape needs 4 or {expected}"
+            b.problem("landmark_count", where, message, "landmarks skipped")
         box_values = values[:4]
     elif len(values) == 4:
         box_values = values

@@ -22,21 +22,13 @@ NAMES_FILES = ("classes.txt", "obj.names", "names.txt", "classes.names")
 
 def find_yaml(folder: Path) -> Path | None:
     """``data.yaml`` (or one of :data:`YAML_NAMES`) in ``folder``, None when absent."""
-    for name in YAML_NAMES:
-        if (folder / name).is_file():
-            return folder / name
-    return None
+    return next((folder / name for name in YAML_NAMES if (folder / name).is_file()), None)
 
 
 def find_names_file(*folders: Path | None) -> Path | None:
     """The first class-names file (:data:`NAMES_FILES`) in ``folders``, in order."""
-    for folder in folders:
-        if folder is None:
-            continue
-        for name in NAMES_FILES:
-            if (folder / name).is_file():
-                return folder / name
-    return None
+    found = (folder / name for folder in folders if folder is not None for name in NAMES_FILES)
+    return next((path for path in found if path.is_file()), None)
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
@@ -75,11 +67,10 @@ def kpt_config(data: dict[str, Any], where: str) -> dict[str, Any] | None:
     shape = data.get("kpt_shape")
     if shape is None:
         return None
-    if not (isinstance(shape, list) and len(shape) == 2 and all(isinstance(v, int) for v in shape)):
+    two_ints = isinstance(shape, list) and len(shape) == 2 and all(isinstance(v, int) for v in shape)
+    if not two_ints or shape[0] < 1 or shape[1] not in (2, 3):
         raise YoloConfigError(f"{where}: kpt_shape={shape!r} is not [K, 2] or [K, 3]")
     k, d = shape
-    if k < 1 or d not in (2, 3):
-        raise YoloConfigError(f"{where}: kpt_shape={shape!r} is not [K, 2] or [K, 3]")
     flip = data.get("flip_idx")
     pairs: list[list[int]] = []
     if flip is not None:
@@ -102,11 +93,8 @@ def kpt_config(data: dict[str, Any], where: str) -> dict[str, Any] | None:
 def images_under(folder: Path, root: Path, problems: list[Problem] | None = None) -> list[Stamp]:
     """Stamps of the (non-hidden) images below ``folder``, relative to ``root``; special files
     and symlink loops go to ``problems`` (:func:`~detloader.annotations.readers.common.scan_files`)."""
-    return [
-        entry
-        for entry in scan_files(folder, IMAGE_SUFFIXES, root=root, problems=problems)
-        if not os.path.basename(entry[0]).startswith(".")
-    ]
+    found = scan_files(folder, IMAGE_SUFFIXES, root=root, problems=problems)
+    return [entry for entry in found if not os.path.basename(entry[0]).startswith(".")]
 
 
 def split_images(entry: str, root: Path, where: str, problems: list[Problem] | None = None) -> list[Stamp]:
