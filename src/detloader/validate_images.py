@@ -50,14 +50,8 @@ def check_image(
         return [Problem("unreadable_image", annotation, "filename", f"image={p} is not an image (no readable header)")]
     out: list[Problem] = []
     if expected_size is not None and all(expected_size) and tuple(expected_size) not in (size, size[::-1]):
-        out.append(
-            Problem(
-                "size_mismatch",
-                annotation,
-                "size",
-                f"annotation {expected_size[0]}x{expected_size[1]} != image header {size[0]}x{size[1]}",
-            )
-        )
+        message = f"annotation {expected_size[0]}x{expected_size[1]} != image header {size[0]}x{size[1]}"
+        out.append(Problem("size_mismatch", annotation, "size", message))
     if decode:
         try:
             decode_image(data, source=str(p), expected_size=expected_size)

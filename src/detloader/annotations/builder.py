@@ -54,10 +54,9 @@ def _column_array(col: array, f: Field, rows: int) -> np.ndarray:
 class Partial:
     """One chunk of a dataset as arrays, with chunk-local vocabularies (see ``merge``).
 
-    ``arrays``: every image/object field of ``FIELDS`` plus ``object_offsets``, ids local to
-    the chunk; ``strings``: the string fields as lists; ``vocabs``: for each vocabulary a
-    field refers to (``Field.vocab``), the local names in id order (for attribute tables, a
-    list of ``(attribute, values)``); ``missing_names``: the first images not found, as named.
+    ``arrays``: every field of ``FIELDS`` plus ``object_offsets``, with chunk-local ids;
+    ``vocabs``: for each vocabulary a field refers to, the local names in id order (attribute
+    tables: ``(attribute, values)`` pairs); ``missing_names``: the first images not found.
     """
 
     arrays: dict[str, np.ndarray]
@@ -78,11 +77,9 @@ class Partial:
 
 
 class ChunkBuilder:
-    """Collects images and objects of one chunk of files, validating as it goes.
-
-    Readers call, per annotation file: :meth:`begin_file`; per image :meth:`add_image` (which
-    returns False when the image is rejected, then its objects are skipped); per object
-    :meth:`add_object`. Anything wrong goes through :meth:`problem`.
+    """Collects images and objects of one chunk of files, validating as it goes: per file
+    :meth:`begin_file`, per image :meth:`add_image` (False: rejected, skip its objects), per object
+    :meth:`add_object`; anything wrong goes through :meth:`problem`.
     """
 
     def __init__(self, options: ReadOptions) -> None:
@@ -132,13 +129,8 @@ class ChunkBuilder:
             "image": "boxed by the whole image",
             "skip": "skipped",
         }[mode]
-        self.problem(
-            "box_from_points",
-            "",
-            f"{n} objects with landmarks and no box (first: {first})",
-            f"{what}, boxes_from_points={mode!r}",
-            "repaired",
-        )
+        message = f"{n} objects with landmarks and no box (first: {first})"
+        self.problem("box_from_points", "", message, f"{what}, boxes_from_points={mode!r}", "repaired")
         self._from_points = (0, "")
 
     def problem(
@@ -157,10 +149,8 @@ class ChunkBuilder:
         self.problem(finding.kind, element, finding.message, finding.action, finding.severity)
 
     def declare_classes(self, names: Sequence[str]) -> None:
-        """Class names the file declares, in its id order (COCO categories, YOLO ``names``).
-
-        They keep that order in the index and stay in the vocabulary without objects; names
-        found but not declared follow, sorted. ``class_map`` applies to them too.
+        """Class names the file declares, in its id order (COCO categories, YOLO ``names``): they keep
+        that order and stay without objects; names found but not declared follow, sorted.
         """
         for name in names:
             name = name.strip()
@@ -181,9 +171,9 @@ class ChunkBuilder:
         self.stats[name] = self.stats.get(name, 0) + n
 
     def number(self, text: Any, element: str, fieldname: str, action: str, *, json: bool = False) -> float | None:
-        """Parse a coordinate (text, or with ``json`` a JSON value: see
-        :func:`~detloader.annotations.checks.parse_number`); report ``missing_field`` /
-        ``bad_value`` and return None."""
+        """A coordinate (text, or with ``json`` a JSON value: :func:`~detloader.annotations.checks.parse_number`);
+        None, with a ``missing_field`` / ``bad_value`` problem, when it is not one.
+        """
         value = parse_number(text, fieldname, action, text=not json)
         if isinstance(value, Finding):
             self.report(value, element)
@@ -318,12 +308,8 @@ class ChunkBuilder:
         count matches), else ``default`` (when its length is n), else ``p0 .. p{n-1}``."""
         if self._schema is not None:
             if len(self._schema.names) != n:
-                self.problem(
-                    "landmark_count",
-                    element,
-                    f"{n} points, landmark schema has {len(self._schema.names)}",
-                    "landmarks skipped",
-                )
+                message = f"{n} points, landmark schema has {len(self._schema.names)}"
+                self.problem("landmark_count", element, message, "landmarks skipped")
                 return None
             return list(self._schema.names)
         if default is not None and len(default) == n:

@@ -69,8 +69,7 @@ def parse_number(value: Any, fieldname: str, action: str, *, text: bool = True) 
 
 def check_size(width: Any, height: Any) -> Finding | None:
     """An image needs integer ``0 < width, height <= MAX_SIDE`` (else it is skipped)."""
-    ok = all(isinstance(v, Integral) and not isinstance(v, bool) and 0 < v <= MAX_SIDE for v in (width, height))
-    if ok:
+    if all(isinstance(v, Integral) and not isinstance(v, bool) and 0 < v <= MAX_SIDE for v in (width, height)):
         return None
     return Finding("bad_value", f"width={width!r} height={height!r}", "image skipped")
 
@@ -97,10 +96,9 @@ def check_box(
     if x2 <= x1 or y2 <= y1:
         msg = f"xmax={fmt(x2)} <= xmin={fmt(x1)}" if x2 <= x1 else f"ymax={fmt(y2)} <= ymin={fmt(y1)}"
         return None, Finding("empty_box", msg, "object skipped")
-    w, h = width, height
-    if x1 < 0 or y1 < 0 or x2 > w or y2 > h:
-        desc = f"box ({fmt(x1)}, {fmt(y1)}, {fmt(x2)}, {fmt(y2)}) outside image width={w} height={h}"
-        cx1, cy1, cx2, cy2 = max(x1, 0.0), max(y1, 0.0), min(x2, float(w)), min(y2, float(h))
+    if x1 < 0 or y1 < 0 or x2 > width or y2 > height:
+        desc = f"box ({fmt(x1)}, {fmt(y1)}, {fmt(x2)}, {fmt(y2)}) outside image width={width} height={height}"
+        cx1, cy1, cx2, cy2 = max(x1, 0.0), max(y1, 0.0), min(x2, float(width)), min(y2, float(height))
         if cx2 <= cx1 or cy2 <= cy1 or not clip:
             return None, Finding("box_outside_image", desc, "object skipped")
         return (cx1, cy1, cx2, cy2), Finding("box_clipped", desc, "clipped to the image", "repaired")
@@ -150,8 +148,7 @@ def box_from_points(points: Sequence[tuple[float, float]], width: int, height: i
         raise DetloaderValueError(f"boxes_from_points={mode!r} is not one of {', '.join(BOXES_FROM_POINTS)}")
     if not points:
         return None
-    xs = [x for x, _ in points]
-    ys = [y for _, y in points]
+    xs, ys = zip(*points)
     x1, x2 = _span(min(xs), max(xs), float(width))
     y1, y2 = _span(min(ys), max(ys), float(height))
     return (x1, y1, x2, y2)
@@ -163,11 +160,9 @@ MAX_FILE_BYTES = 16 * 1024 * 1024
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """How annotations are read: the options of :func:`~detloader.annotations.read.read_annotations`
-    of the same names (its docstring says what each does), as hashable values (``classes`` and
-    ``class_map`` as tuples, ``landmark_schema`` as a :class:`LandmarkSchema`, ``image_dir``
-    absolute); ``extra`` holds the format options (``option(name)``). Every field takes part in
-    the cache key (:meth:`to_json`)."""
+    """The options of :func:`~detloader.annotations.read.read_annotations` of the same names, as
+    hashable values (``image_dir`` absolute); ``extra`` holds the format options (:meth:`option`).
+    Every field takes part in the cache key (:meth:`to_json`)."""
 
     classes: tuple[str, ...] | None = None
     class_map: tuple[tuple[str, str | None], ...] = ()

@@ -339,11 +339,7 @@ class AnnotationIndex:
     def summary(self) -> dict[str, Any]:
         """Plain-data summary: images, objects, classes (name -> objects), problems (kind ->
         count), image classes, landmark schema, splits, empty images."""
-        visible = (
-            np.bincount(self.visibility.reshape(-1), minlength=3)[:3].tolist()
-            if self.visibility.size
-            else [0, 0, 0]
-        )
+        visible = np.bincount(self.visibility.reshape(-1), minlength=3)[:3].tolist()
         return {
             "root": str(self.root),
             "format": self.meta.get("format", ""),

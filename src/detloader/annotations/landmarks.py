@@ -189,11 +189,7 @@ PRESETS: tuple[LandmarkSchema, ...] = (IBUG68, COCO17)
 
 def preset_schema(names: Sequence[str]) -> LandmarkSchema | None:
     """The preset whose names are exactly ``names`` (as a set), else None."""
-    wanted = set(names)
-    for preset in PRESETS:
-        if wanted == set(preset.names):
-            return preset
-    return None
+    return next((preset for preset in PRESETS if set(names) == set(preset.names)), None)
 
 
 def skeleton_for(schema: LandmarkSchema) -> list[list[int]]:

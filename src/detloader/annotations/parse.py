@@ -41,9 +41,8 @@ def _parse_chunk(reader_name: str, source: Source, files: Sequence[str], options
         try:
             reader.parse_file(source, rel, builder)
         except Exception as err:  # last resort: a reader gap costs one file, never the read
-            builder.problem(
-                "reader_error", "", f"{type(err).__name__}: {err}", "rest of the file skipped", file=builder.file or rel
-            )
+            message = f"{type(err).__name__}: {err}"
+            builder.problem("reader_error", "", message, "rest of the file skipped", file=builder.file or rel)
     return builder.finish()
 
 
@@ -92,8 +91,7 @@ def build_index(
             if progress is not None:
                 progress(min(start + step, total), total)
     if missing_names is not None:
-        for part in partials:
-            missing_names.extend(part.missing_names)
+        missing_names.extend(name for part in partials for name in part.missing_names)
     index = merge(
         partials,
         options,
@@ -150,17 +148,14 @@ def _merge_attr_tables(
 def _classes(partials: Sequence[Partial], options: ReadOptions) -> tuple[str, ...]:
     if options.classes is not None:
         return tuple(options.classes)
-    declared: dict[str, None] = {}
-    for part in partials:
-        for name in part.declared_classes:
-            declared.setdefault(name, None)
+    declared = dict.fromkeys(name for part in partials for name in part.declared_classes)
     found = {c for part in partials for c in part.vocabs["classes"]}
     return tuple(declared) + tuple(sorted(found - set(declared), key=natural_key))
 
 
 def check_class_map(partials: Sequence[Partial], options: ReadOptions) -> None:
-    """Refuse ``class_map`` keys that match no class of any file (:class:`ClassMapError`), once every
-    file is read. A cached index needs no check: its key holds the class_map that passed here.
+    """Refuse ``class_map`` keys that match no class of any file (:class:`ClassMapError`). A cached
+    index needs no check: its key holds the class_map that passed here.
     """
     if not options.class_map:
         return
@@ -225,15 +220,9 @@ def _drop_duplicates(
         if j == i:
             keep.append(i)
         else:
-            duplicates.append(
-                Problem(
-                    "duplicate_image",
-                    annotation_paths[i],
-                    "filename",
-                    f"image {path!r} is already annotated by {annotation_paths[j]}",
-                    "annotation skipped",
-                )
-            )
+            message = f"image {path!r} is already annotated by {annotation_paths[j]}"
+            problem = Problem("duplicate_image", annotation_paths[i], "filename", message, "annotation skipped")
+            duplicates.append(problem)
     if duplicates:
         index = index.subset(keep)
         index.problems = ProblemReport(problems + duplicates)
