@@ -129,28 +129,17 @@ class Batch:
 
     def targets(self, label_offset: int = 0, format: str = "torchvision") -> Any:
         """The objects in the layout a model family takes; ``label_offset`` is added to every
-        class id. ``format``:
+        class id (1 for torchvision's detectors, which reserve 0 for the background). ``format``:
 
-        * ``"torchvision"``: one dict per image, as torchvision's detectors take them:
-          ``boxes`` float32 ``[N, 4]`` xyxy pixels, ``labels`` int64 ``[N]``, ``keypoints``
-          float32 ``[N, K, 3]`` (x, y, visibility) when ``K > 0``, ``image_label`` and
-          ``image_id`` int64 scalars (boxes and labels are views into the batch). Its
-          detectors (Faster, Mask and Keypoint R-CNN, SSD, ...) reserve label 0 for the
-          background: ``targets(label_offset=1)`` with ``num_classes=len(index.classes) + 1``,
-          and the images from :meth:`image_list`.
-        * ``"detr"``: one dict per image, as the DETR family in transformers takes them:
-          ``class_labels`` int64 ``[N]``, ``boxes`` float32 ``[N, 4]`` (cx, cy, w, h) divided
-          by the padded width ``W`` and height ``H`` of :attr:`images` (what its image
-          processors give for padded images; :meth:`valid_mask` is the ``pixel_mask``).
-        * ``"yolo"``: ``{"targets": float32 [M, 6], "keypoints": float32 [M, K, 3]}``: one row
-          per object, (batch_idx, cls, cx, cy, w, h) with the box divided by ``W`` and ``H``
-          as for ``"detr"``, and its landmarks (x / W, y / H, visibility) beside, as
-          Ultralytics' losses take them.
+        * ``"torchvision"``: one dict per image: ``boxes`` float32 ``[N, 4]`` xyxy pixels,
+          ``labels`` int64 ``[N]``, ``keypoints`` float32 ``[N, K, 3]`` when ``K > 0``,
+          ``image_label``, ``image_id`` (boxes and labels are views into the batch).
+        * ``"detr"``: one dict per image: ``class_labels`` int64 ``[N]``, ``boxes`` float32
+          ``[N, 4]`` (cx, cy, w, h) divided by the padded ``W`` and ``H`` of :attr:`images`.
+        * ``"yolo"``: ``{"targets": float32 [M, 6], "keypoints": float32 [M, K, 3]}``: rows
+          (batch_idx, cls, cx, cy, w, h) divided as for ``"detr"``, landmarks (x / W, y / H, v).
 
-        Numbers: in a batch padded to ``W, H = 100, 80``, the box (10, 20, 50, 60) xyxy of class
-        2 in image 1 is ``boxes`` [10, 20, 50, 60] with label 2 (torchvision), ``boxes``
-        [0.3, 0.5, 0.4, 0.5] with class label 2 (detr), the row [1, 2, 0.3, 0.5, 0.4, 0.5]
-        (yolo); its landmark (30, 40) is [0.3, 0.5, v] (yolo)."""
+        Worked numbers: docs/loader.md, "collate_detection and Batch"."""
         if format not in TARGET_FORMATS:
             raise DetloaderValueError(f"format={format!r} is not one of {TARGET_FORMATS}")
         counts, b = list(self.object_counts), self.boxes
@@ -345,9 +334,7 @@ def collate_detection(
         too_big = np.flatnonzero((sizes[:, 0] > pw) | (sizes[:, 1] > ph))
         if len(too_big):
             j = int(too_big[0])
-            raise DetloaderValueError(
-                f"samples[{j}]: image {sizes[j, 0]}x{sizes[j, 1]} is larger than pad_to={pad_to}"
-            )
+            raise DetloaderValueError(f"samples[{j}]: image {sizes[j, 0]}x{sizes[j, 1]} is larger than pad_to={pad_to}")
     else:
         pw, ph = int(sizes[:, 0].max()), int(sizes[:, 1].max())
     pw, ph = -(-pw // size_divisor) * size_divisor, -(-ph // size_divisor) * size_divisor  # rounded up

@@ -211,16 +211,16 @@ class DetectionDataset(torch.utils.data.Dataset):
         check_decode_threads(decode_threads)
         if int(decode_threads) == self.decode_threads:
             return self
-        twin = copy.copy(self)
-        twin.decode_threads = int(decode_threads)
-        twin._warned = set()
-        return twin
+        return self._twin(decode_threads=int(decode_threads))
 
     def with_mix(self, mosaic: Mosaic | None = None, mixup: MixUp | None = None) -> DetectionDataset:
         """A copy whose index groups (``dataset[[i, p1, ...]]``, ``group_size(mosaic, mixup)``
         long) are mosaics and mixups; it shares the index, the transform and the epoch."""
-        twin = copy.copy(self)
-        twin.mosaic, twin.mixup, twin._warned = mosaic, mixup, set()
+        return self._twin(mosaic=mosaic, mixup=mixup)
+
+    def _twin(self, **changes: Any) -> DetectionDataset:
+        twin = copy.copy(self)  # shallow: the index, transform, epoch and skip flags are shared
+        twin.__dict__.update(changes, _warned=set())
         return twin
 
     # -- access -----------------------------------------------------------------------------

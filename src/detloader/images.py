@@ -368,9 +368,7 @@ def _to_rgb(img: Image.Image) -> np.ndarray:
     return np.array(img.convert("RGB"))
 
 
-def _decode_pillow(
-    data: bytes, expected_size: tuple[int, int] | None, exif: ExifPolicy, source: str
-) -> Decoded:
+def _decode_pillow(data: bytes, expected_size: tuple[int, int] | None, exif: ExifPolicy, source: str) -> Decoded:
     from PIL import Image, UnidentifiedImageError
 
     try:

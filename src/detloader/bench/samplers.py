@@ -97,7 +97,5 @@ def bench_samplers(report: BenchReport, n: int, draws: int) -> None:
         t, o = fig["torch"], fig["ours"]
         what = f"{n:,} weights"
         for key, step in (("first_s", f"first {draws:,} indices"), ("epoch_s", "one epoch as an array")):
-            report.add(
-                SECTION, f"{what}, {step}: torch / detloader", ("torch", t[key]), ("detloader", o[key]), "s"
-            )
+            report.add(SECTION, f"{what}, {step}: torch / detloader", ("torch", t[key]), ("detloader", o[key]), "s")
     report.figures[SECTION] = fig

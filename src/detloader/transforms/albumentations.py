@@ -168,9 +168,7 @@ class AlbumentationsTransform:
         kept = np.asarray(out[BOX_FIELD], dtype=np.int64).reshape(-1)
         boxes = np.asarray(out["bboxes"], dtype=np.float32).reshape(len(kept), -1)[:, :4]
         oh, ow = image.shape[:2]
-        landmarks, visibility = invalidate_outside(
-            np.nan_to_num(landmarks[kept]), visibility[kept], ow, oh
-        )
+        landmarks, visibility = invalidate_outside(np.nan_to_num(landmarks[kept]), visibility[kept], ow, oh)
         data.image = image
         data.boxes = clip_boxes(boxes, ow, oh)
         data.labels = data.labels[kept]

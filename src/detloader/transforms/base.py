@@ -1,11 +1,7 @@
-"""The record transforms work on, the transform contract, and composition.
-
-:class:`Annotated` is one image with its objects while transforms run; a transform is any
-callable ``transform(data, rng) -> data`` (:class:`Transform`) that draws its random numbers
-only from ``rng``. Two optional attributes tell :class:`~detloader.dataset.DetectionDataset`
-how small a JPEG may be decoded: ``preserves_size = True`` (flips, colour: look past it) and
-``min_input_size(width, height)`` (a resize: decode at least this large). The parameter
-checks at the end are shared by the transform classes. Conventions: :mod:`detloader.transforms`.
+"""The record transforms work on (:class:`Annotated`), the transform contract, composition,
+and the parameter checks the transform classes share. Two optional attributes of a transform
+tell the dataset how small a JPEG may be decoded: ``preserves_size = True`` (flips, colour:
+look past it) and ``min_input_size(width, height)`` (a resize: decode at least this large).
 """
 
 from __future__ import annotations
@@ -74,9 +70,7 @@ class Annotated:
         :class:`~detloader.dataset.DetectionDataset`. Missing visibility means 2 (visible)."""
         image = np.asarray(image)
         if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
-            raise DetloaderValueError(
-                f"image: dtype={image.dtype}, shape={image.shape}; expected uint8 [H, W, 3]"
-            )
+            raise DetloaderValueError(f"image: dtype={image.dtype}, shape={image.shape}; expected uint8 [H, W, 3]")
         b = np.array(boxes if boxes is not None else np.zeros((0, 4)), dtype=np.float32)
         b = b.reshape(-1, 4)
         n = len(b)
@@ -119,9 +113,7 @@ class Annotated:
         self.visibility = self.visibility[keep]
         self.object_ids = self.object_ids[keep]
 
-    def crop(
-        self, x0: int, y0: int, width: int, height: int, min_visibility: float, fill: int = 0
-    ) -> None:
+    def crop(self, x0: int, y0: int, width: int, height: int, min_visibility: float, fill: int = 0) -> None:
         """Cut the ``width x height`` window at ``(x0, y0)`` out, in place (parts outside the
         image are ``fill``): boxes keeping less than ``min_visibility`` of their area are
         dropped with their labels and landmarks, kept boxes are clipped, landmarks outside get
@@ -150,15 +142,11 @@ class Annotated:
             # clipping, without the float64 round trip of the map (same values for boxes
             # with x1 <= x2, which an index always holds)
             self.boxes = clip_boxes(self.boxes, self.width, self.height)
-            self.landmarks, self.visibility = clip_points(
-                self.landmarks, self.visibility, self.width, self.height
-            )
+            self.landmarks, self.visibility = clip_points(self.landmarks, self.visibility, self.width, self.height)
             return
         self.boxes = clip_boxes(affine_boxes(self.boxes, sx, sy, ox, oy), self.width, self.height)
         points = affine_points(self.landmarks, self.visibility, sx, sy, ox, oy)
-        self.landmarks, self.visibility = clip_points(
-            points, self.visibility, self.width, self.height
-        )
+        self.landmarks, self.visibility = clip_points(points, self.visibility, self.width, self.height)
         self.affine = compose_affine(self.affine, sx, sy, ox, oy)
 
 
@@ -197,9 +185,7 @@ class Compose:
         return f"Compose([\n    {inner}\n])"
 
 
-def min_input_size(
-    transforms: Sequence[object], width: int, height: int
-) -> tuple[int, int] | None:
+def min_input_size(transforms: Sequence[object], width: int, height: int) -> tuple[int, int] | None:
     """How small an image of ``width x height`` may be decoded for ``transforms`` without
     losing output detail; None when no transform says (decode at full size)."""
     for t in transforms:
@@ -228,9 +214,7 @@ def size_pair(name: str, size: int | Sequence[int]) -> tuple[int, int]:
 def check_interpolation(interpolation: str) -> None:
     """ValueError unless ``interpolation`` is one of :data:`INTERPOLATIONS`."""
     if interpolation not in INTERPOLATIONS:
-        raise DetloaderValueError(
-            f"interpolation={interpolation!r} is not one of {', '.join(INTERPOLATIONS)}"
-        )
+        raise DetloaderValueError(f"interpolation={interpolation!r} is not one of {', '.join(INTERPOLATIONS)}")
 
 
 def check_fraction(name: str, value: float) -> None:

@@ -42,9 +42,7 @@ def chw_tensor(image: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(planes)
 
 
-def resize_image(
-    image: np.ndarray, width: int, height: int, interpolation: Interpolation = "bilinear"
-) -> np.ndarray:
+def resize_image(image: np.ndarray, width: int, height: int, interpolation: Interpolation = "bilinear") -> np.ndarray:
     """``image`` (uint8 ``[H, W, 3]``) resized to ``[height, width, 3]``, pixel-centre aligned
     (``x -> x * width / W`` is exact); antialiased when shrinking more than 2x. Runs on torch's
     uint8 kernel (2-3x faster than Pillow); the result is an ``[H, W, 3]`` view of
@@ -61,9 +59,7 @@ def resize_image(
         out = F.interpolate(x, size=(height, width), mode="nearest-exact")
     else:
         antialias = width * 2 < w or height * 2 < h
-        out = F.interpolate(
-            x, size=(height, width), mode="bilinear", align_corners=False, antialias=antialias
-        )
+        out = F.interpolate(x, size=(height, width), mode="bilinear", align_corners=False, antialias=antialias)
     return out[0].permute(1, 2, 0).numpy()
 
 
@@ -148,9 +144,7 @@ def blend_images(a: np.ndarray, b: np.ndarray, weight: float) -> np.ndarray:
     return np.rint(out).astype(np.uint8)
 
 
-def compose_affine(
-    affine: np.ndarray, sx: float, sy: float, ox: float, oy: float
-) -> np.ndarray:
+def compose_affine(affine: np.ndarray, sx: float, sy: float, ox: float, oy: float) -> np.ndarray:
     """float64 ``[4]`` ``(sx, sy, ox, oy)``: the map ``affine`` followed by
     ``x' = x*sx + ox``, ``y' = y*sy + oy``."""
     a = affine
@@ -211,9 +205,7 @@ def hflip_landmarks(
     return points[:, permutation], np.asarray(visibility)[:, permutation]
 
 
-def crop_image(
-    image: np.ndarray, x0: int, y0: int, width: int, height: int, fill: int = 0
-) -> np.ndarray:
+def crop_image(image: np.ndarray, x0: int, y0: int, width: int, height: int, fill: int = 0) -> np.ndarray:
     """The ``width x height`` window at ``(x0, y0)``; parts outside the image are ``fill``.
     A view when the window lies inside the image."""
     h, w = image.shape[:2]
@@ -244,15 +236,11 @@ def crop_boxes(
     return clipped, keep
 
 
-def pad_image(
-    image: np.ndarray, width: int, height: int, left: int, top: int, fill: int = 0
-) -> np.ndarray:
+def pad_image(image: np.ndarray, width: int, height: int, left: int, top: int, fill: int = 0) -> np.ndarray:
     """A ``[height, width, 3]`` canvas of ``fill`` with ``image`` placed at ``(left, top)``."""
     h, w = image.shape[:2]
     if left < 0 or top < 0 or left + w > width or top + h > height:
-        raise DetloaderValueError(
-            f"pad_image: a {w}x{h} image at left={left}, top={top} does not fit {width}x{height}"
-        )
+        raise DetloaderValueError(f"pad_image: a {w}x{h} image at left={left}, top={top} does not fit {width}x{height}")
     if (w, h) == (width, height):
         return image
     out = _canvas_like(image, width, height, fill)

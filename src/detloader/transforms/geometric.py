@@ -68,9 +68,7 @@ class Resize:
         else:
             self.size = size_pair("size", size)
         if max_size is not None and (mode != "shorter" or max_size < self.size[0]):
-            raise DetloaderValueError(
-                f"max_size={max_size!r} applies to mode='shorter' only and must be >= size"
-            )
+            raise DetloaderValueError(f"max_size={max_size!r} applies to mode='shorter' only and must be >= size")
         if not 0 <= fill <= 255:
             raise DetloaderValueError(f"fill={fill!r} must be in 0..255")
         self.mode = mode
@@ -171,9 +169,7 @@ class RandomCrop:
     """A ``size`` window at a uniformly drawn position; where the image is smaller than the
     window it is padded with ``fill``. Objects as :meth:`Annotated.crop`."""
 
-    def __init__(
-        self, size: int | Sequence[int], *, min_visibility: float = 0.25, fill: int = 0
-    ) -> None:
+    def __init__(self, size: int | Sequence[int], *, min_visibility: float = 0.25, fill: int = 0) -> None:
         self.size = size_pair("size", size)
         check_fraction("min_visibility", min_visibility)
         self.min_visibility = float(min_visibility)

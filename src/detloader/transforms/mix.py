@@ -61,9 +61,7 @@ class Mosaic:
         self.scale = (float(scale[0]), float(scale[1]))
         self.epochs = _check_epochs(epochs)
 
-    def __call__(
-        self, tiles: Sequence[Annotated], width: int, height: int, rng: np.random.Generator
-    ) -> Annotated:
+    def __call__(self, tiles: Sequence[Annotated], width: int, height: int, rng: np.random.Generator) -> Annotated:
         """The mosaic of four ``tiles`` (changed in place) on a ``width x height`` canvas."""
         cx = min(max(round(width * rng.uniform(*self.center)), 1), width - 1)
         cy = min(max(round(height * rng.uniform(*self.center)), 1), height - 1)
