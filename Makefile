@@ -48,7 +48,7 @@ test-integration: $(VENV_INT)/.installed
 # examples per reader, 150 per decoder test).
 FUZZ_EXAMPLES ?= 5000
 fuzz: $(STAMP)
-	DETLOADER_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz_readers.py tests/test_fuzz_decode.py
+	DETLOADER_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/robustness/test_fuzz_readers.py tests/robustness/test_fuzz_decode.py
 
 bench: $(STAMP)
 	$(PY) -m detloader bench

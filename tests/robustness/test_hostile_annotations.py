@@ -255,7 +255,7 @@ def test_unforeseen_reader_error_becomes_a_problem_of_that_file(tmp_path, monkey
 # -- the hostile corpus -----------------------------------------------------------------------
 # Each case is one broken annotation file, written into a dataset that also holds one good
 # image; the read must finish with the listed problem kind (or none, where the file is valid)
-# and never raise anything but AnnotationError. ``python tests/test_hostile_annotations.py``
+# and never raise anything but AnnotationError. ``python tests/robustness/test_hostile_annotations.py``
 # prints the table of docs/reliability.md (behaviour, time and peak memory per case).
 _DTD_BOMB = (
     '<!DOCTYPE r [<!ENTITY a "aaaaaaaaaa">'
@@ -426,7 +426,7 @@ def _measure_main() -> None:  # pragma: no cover - prints the table of docs/reli
     import tempfile
 
     code = (
-        "import sys, time, resource, pathlib; sys.path[:0] = ['tests', 'src'];"
+        "import sys, time, resource, pathlib; sys.path[:0] = ['tests/robustness', 'tests', 'src'];"
         "import test_hostile_annotations as t; fmt, case = sys.argv[1], sys.argv[2];"
         "data = next(d for f, c, d, _ in t._CORPUS if f == fmt and c == case);"
         "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss;"

@@ -22,7 +22,7 @@ from detloader.cli import main
 from detloader.cli._common import PIPE_WIDTH, console, print_table, table_lines
 from detloader.cli.parser import EXIT_CLOSED_PIPE
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 #: longer than a terminal line on its own
 LONG = "a_very_long_annotation_file_name_that_goes_well_past_eighty_columns_of_any_terminal"
 RARE = "a_rare_class_whose_name_alone_is_longer_than_the_eighty_columns_rich_assumes_in_a_pipe"
