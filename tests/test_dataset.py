@@ -15,13 +15,7 @@ from PIL import Image
 
 from detloader import MISSING, read_annotations
 from detloader.dataset import DetectionDataset, Sample
-from detloader.transforms import (
-    ColorJitter,
-    Compose,
-    RandomHorizontalFlip,
-    RandomResizedCrop,
-    Resize,
-)
+from detloader.transforms import ColorJitter, Compose, RandomHorizontalFlip, RandomResizedCrop, Resize
 
 
 @pytest.fixture

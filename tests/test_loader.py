@@ -17,13 +17,7 @@ from detloader._system import accelerator_available
 from detloader.collate import Batch
 from detloader.dataset import DetectionDataset
 from detloader.loader import LoaderOptions, make_loader
-from detloader.transforms import (
-    ColorJitter,
-    Compose,
-    RandomHorizontalFlip,
-    RandomResizedCrop,
-    Resize,
-)
+from detloader.transforms import ColorJitter, Compose, RandomHorizontalFlip, RandomResizedCrop, Resize
 
 
 @pytest.fixture

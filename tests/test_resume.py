@@ -10,12 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, TensorDataset
 
-from detloader.balance import (
-    BalancedBatchSampler,
-    ClassAwareSampler,
-    RepeatFactorSampler,
-    WeightedSampler,
-)
+from detloader.balance import BalancedBatchSampler, ClassAwareSampler, RepeatFactorSampler, WeightedSampler
 from detloader.resume import ResumableLoader
 
 N = 60

@@ -12,13 +12,7 @@ from hypothesis import strategies as st
 
 import detloader
 from detloader.balance.groups import balance_groups, group_counts
-from detloader.balance.weights import (
-    image_weights,
-    parse_strategy,
-    repeat_factors,
-    sample_weights,
-    strategy_weights,
-)
+from detloader.balance.weights import image_weights, parse_strategy, repeat_factors, sample_weights, strategy_weights
 
 
 @pytest.fixture

@@ -249,12 +249,7 @@ def test_index_cache_on_a_full_disk(tmp_path: Path, full_disk: None) -> None:
 
 
 def test_checkpoint_on_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from detloader.train.checkpoint import (
-        CHECKPOINT_KEYS,
-        PREVIOUS,
-        load_checkpoint,
-        save_checkpoint,
-    )
+    from detloader.train.checkpoint import CHECKPOINT_KEYS, PREVIOUS, load_checkpoint, save_checkpoint
 
     state = {k: 0 for k in CHECKPOINT_KEYS}
     last = tmp_path / "run" / "last.pt"

@@ -19,25 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from detloader.annotations.fields import (
-    FIELDS,
-    MISSING,
-    OFFSETS,
-    Vocabulary,
-    fields_at,
-    unpack_string,
-    unpack_strings,
-)
+from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Vocabulary, fields_at, unpack_string, unpack_strings
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.annotations.problems import ProblemReport
 from detloader.annotations.splits import check_fractions, class_groups, stratified_split
 from detloader.annotations.view import ImageView
-from detloader.errors import (
-    DetloaderIndexError,
-    DetloaderKeyError,
-    DetloaderValueError,
-    SplitNotFoundError,
-)
+from detloader.errors import DetloaderIndexError, DetloaderKeyError, DetloaderValueError, SplitNotFoundError
 
 
 class AnnotationIndex:

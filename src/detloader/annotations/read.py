@@ -21,14 +21,7 @@ from detloader.annotations.image_search import find_image_folder, search_message
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.annotations.parse import ProgressFn, build_index
-from detloader.annotations.problems import (
-    OnError,
-    Problem,
-    ProblemReport,
-    apply_policy,
-    check_choice,
-    check_on_error,
-)
+from detloader.annotations.problems import OnError, Problem, ProblemReport, apply_policy, check_choice, check_on_error
 from detloader.annotations.readers import READERS
 from detloader.annotations.readers.common import Reader, Source, stat_entry
 from detloader.annotations.splits import SPLITS_JSON

@@ -22,14 +22,7 @@ from detloader.annotations.checks import ReadOptions
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
 from detloader.annotations.problems import check_choice
-from detloader.annotations.readers.common import (
-    Reader,
-    Source,
-    candidate_dirs,
-    check_options,
-    file_source,
-    int_or_none,
-)
+from detloader.annotations.readers.common import Reader, Source, candidate_dirs, check_options, file_source, int_or_none
 from detloader.annotations.readers.cvat_shapes import (
     BoxShape,
     PointsShape,

@@ -19,14 +19,7 @@ from lxml import etree
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.checks import ReadOptions
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
-from detloader.annotations.readers.common import (
-    Reader,
-    Source,
-    candidate_dirs,
-    check_options,
-    file_source,
-    flag_value,
-)
+from detloader.annotations.readers.common import Reader, Source, candidate_dirs, check_options, file_source, flag_value
 from detloader.annotations.readers.locate import ImageLocator, locate_image
 from detloader.annotations.readers.safe_xml import annotation_xml, sniff_xml, stream_records
 

@@ -26,18 +26,8 @@ from detloader.annotations.landmarks import FACE5, LandmarkSchema
 from detloader.annotations.problems import Problem, capped
 from detloader.annotations.readers.common import Reader, Source, Stamp, find_child_dir, scan_files, stat_entry
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, size_from_header, stays_inside
-from detloader.annotations.readers.safe_xml import (
-    UnsafeXMLError,
-    parse_xml_bytes,
-    report_xml_error,
-    root_tag,
-)
-from detloader.annotations.readers.voc_objects import (
-    child_text,
-    first_children,
-    parse_attributes,
-    parse_object,
-)
+from detloader.annotations.readers.safe_xml import UnsafeXMLError, parse_xml_bytes, report_xml_error, root_tag
+from detloader.annotations.readers.voc_objects import child_text, first_children, parse_attributes, parse_object
 from detloader.annotations.splits import match_entries, report
 from detloader.errors import DetloaderValueError
 

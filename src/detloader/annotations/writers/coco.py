@@ -12,12 +12,7 @@ import numpy as np
 from detloader._files import atomic_write
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import skeleton_for
-from detloader.annotations.writers.common import (
-    ImagePlacer,
-    attribute_rows,
-    image_attributes,
-    prepare_out,
-)
+from detloader.annotations.writers.common import ImagePlacer, attribute_rows, image_attributes, prepare_out
 
 
 def write_coco(

@@ -11,12 +11,7 @@ import numpy as np
 
 from detloader._files import write_file
 from detloader.annotations.index import AnnotationIndex
-from detloader.annotations.writers.common import (
-    ImagePlacer,
-    attribute_rows,
-    image_attributes,
-    prepare_out,
-)
+from detloader.annotations.writers.common import ImagePlacer, attribute_rows, image_attributes, prepare_out
 
 
 def shortest_float32(value: float) -> str:
