@@ -195,7 +195,7 @@ class TuneWarning(DetloaderWarning):
 
 class StaleTuneWarning(TuneWarning):
     """The cached tuning result was measured under another load than the machine has now
-    (see :mod:`detloader.tune.store`)."""
+    (see :mod:`detloader.tune.saved`)."""
 
 
 class RunDirError(DetloaderValueError):

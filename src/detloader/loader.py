@@ -30,7 +30,7 @@ from detloader.collate import collate_detection
 from detloader.dataset import check_decode_threads
 from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError
 from detloader.transforms.mix import MixUp, Mosaic, group_size
-from detloader.tune.store import auto_loader_kwargs
+from detloader.tune.saved import auto_loader_kwargs
 
 
 class WorkerInit:

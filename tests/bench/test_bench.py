@@ -10,7 +10,7 @@ import pytest
 
 from detloader._system import usable_cpus
 from detloader.bench import BenchReport, BenchSettings
-from detloader.bench import loader as bench_loader_module
+from detloader.bench import loader_speed as bench_loader_module
 from detloader.cli.parser import main
 
 

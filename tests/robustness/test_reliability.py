@@ -283,7 +283,7 @@ class _Tiny(Dataset):
 
 def test_tune_loader_returns_its_result_on_a_full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
     from detloader import _system
-    from detloader.tune import store, tune_loader, tuner
+    from detloader.tune import saved, tune_loader, tuner
 
     monkeypatch.setattr(tuner, "BUSY_WINDOW_S", 0.1)
     monkeypatch.setattr(_system, "busy_cpus", lambda window_s=0.5: 0.0)
@@ -292,7 +292,7 @@ def test_tune_loader_returns_its_result_on_a_full_disk(monkeypatch: pytest.Monke
     monkeypatch.setattr(_files, "os", _FullDisk())
     with pytest.warns(RuntimeWarning, match="tuning result not saved, measured again next time: .*no space left"):
         result = tune_loader(ds, batch_size=8, loader_factory=factory, budget_s=0.5, max_workers=0)
-    assert result.recommended["num_workers"] == 0 and not store.cache_file(result.key).exists()
+    assert result.recommended["num_workers"] == 0 and not saved.cache_file(result.key).exists()
 
 
 # -- images without annotations -------------------------------------------------------------

@@ -33,14 +33,14 @@ from detloader.tune import (
     auto_loader_kwargs,
     probe_dataset,
     probe_machine,
-    store,
+    saved,
     tune_loader,
     tuner,
 )
 from detloader.tune import search as search_module
 from detloader.tune.measure import loader_kwargs, measure_setting
+from detloader.tune.saved import WORKER_MEMORY_GUESS, heuristic_loader_kwargs
 from detloader.tune.search import choose, search_settings, worker_ladder
-from detloader.tune.store import WORKER_MEMORY_GUESS, heuristic_loader_kwargs
 from detloader.tune.tuner import grid_candidates, normalise_candidate, worker_cap
 
 GIB = 2**30
@@ -439,15 +439,15 @@ def test_tune_loader_on_a_tiny_dataset(fast_probe: None) -> None:
     assert again.to_dict() == r.to_dict()
     assert again.recommended == r.recommended and again.trials == r.trials
     # cached: the same call returns the stored result without measuring
-    assert store.cache_file(r.key).is_file()
+    assert saved.cache_file(r.key).is_file()
     t = time.perf_counter()
     cached = tune_loader(ds, batch_size=8, loader_factory=factory, budget_s=2.5)
     assert time.perf_counter() - t < 1.0
     assert cached.created == r.created and cached.recommended == r.recommended
     assert cached.from_cache and not r.from_cache
     # a different batch size or transform is another entry
-    assert store.cache_key(ds, 16)["batch_size"] == 16
-    assert store.load_result(store.cache_key(ds, 16)) is None
+    assert saved.cache_key(ds, 16)["batch_size"] == 16
+    assert saved.load_result(saved.cache_key(ds, 16)) is None
     # make_loader(num_workers="auto") uses it
     kwargs, reason = auto_loader_kwargs(ds, 8)
     assert kwargs == r.recommended and reason.startswith("tuned:")
@@ -461,7 +461,7 @@ def test_tune_loader_refresh_and_grid(fast_probe: None) -> None:
     time.sleep(1.1)
     fresh = tune_loader(ds, batch_size=8, loader_factory=factory, budget_s=2.0, cache="refresh")
     assert fresh.created != first.created
-    assert store.load_result(first.key).created == fresh.created
+    assert saved.load_result(first.key).created == fresh.created
     grid = tune_loader(ds, batch_size=8, loader_factory=factory, budget_s=60.0,
                        candidates=[{"num_workers": 0}, {"num_workers": 1}, {"num_workers": 2, "prefetch_factor": 4}])
     assert grid.stop == "grid" and [t.num_workers for t in grid.trials] == [0, 1, 2]
@@ -511,16 +511,16 @@ def test_result_json_refuses_other_versions_and_missing_fields(monkeypatch: pyte
 def test_cache_round_trip_and_damage(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     r = _tune_on_model(monkeypatch, machine(4), knee(2))
     ds = SpinDataset(64, ms=0.0)
-    r.key = store.cache_key(ds, 8)
-    path = store.save_result(r)
-    assert path.parent == store.tune_cache_dir()
-    assert store.load_result(r.key).to_dict() == r.to_dict()
+    r.key = saved.cache_key(ds, 8)
+    path = saved.save_result(r)
+    assert path.parent == saved.tune_cache_dir()
+    assert saved.load_result(r.key).to_dict() == r.to_dict()
     path.write_text("{ damaged")
-    assert store.load_result(r.key) is None  # measured again, not an error
-    assert store.load_result({**r.key, "batch_size": 9}) is None
+    assert saved.load_result(r.key) is None  # measured again, not an error
+    assert saved.load_result({**r.key, "batch_size": 9}) is None
     r.key = {}
     with pytest.raises(ValueError, match="no key"):
-        store.save_result(r)
+        saved.save_result(r)
 
 
 def test_keys_ignore_memory_addresses() -> None:
@@ -529,20 +529,20 @@ def test_keys_ignore_memory_addresses() -> None:
             super().__init__(8)
             self.transform = transform
 
-    key = store.cache_key(WithTransform(lambda x: x), 4)
+    key = saved.cache_key(WithTransform(lambda x: x), 4)
     assert " at 0x" not in key["transform"] and "lambda" in key["transform"]
-    assert store.cache_key(SpinDataset(8), 4) == store.cache_key(SpinDataset(8), 4)
-    assert store.cache_key(SpinDataset(8), 4)["dataset"] != store.cache_key(SpinDataset(9), 4)["dataset"]
-    assert store.cache_key(SpinDataset(8), 4)["transform"] == "None"
+    assert saved.cache_key(SpinDataset(8), 4) == saved.cache_key(SpinDataset(8), 4)
+    assert saved.cache_key(SpinDataset(8), 4)["dataset"] != saved.cache_key(SpinDataset(9), 4)["dataset"]
+    assert saved.cache_key(SpinDataset(8), 4)["transform"] == "None"
 
 
 def test_index_key_follows_the_annotations(small_synth_root) -> None:
     from detloader import read_annotations
 
     index = read_annotations(small_synth_root)
-    key = store.cache_key(FileDataset(index), 4)["dataset"]
-    assert key == store.cache_key(FileDataset(read_annotations(small_synth_root)), 4)["dataset"]
-    assert key != store.cache_key(FileDataset(index.subset(np.arange(5))), 4)["dataset"]
+    key = saved.cache_key(FileDataset(index), 4)["dataset"]
+    assert key == saved.cache_key(FileDataset(read_annotations(small_synth_root)), 4)["dataset"]
+    assert key != saved.cache_key(FileDataset(index.subset(np.arange(5))), 4)["dataset"]
 
 
 # -- heuristic ----------------------------------------------------------------------------------

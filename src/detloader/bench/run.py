@@ -22,7 +22,7 @@ from detloader.annotations.cache import CACHE_DIR_ENV
 from detloader.annotations.read import read_annotations
 from detloader.bench.baselines import voc_layout
 from detloader.bench.index_speed import bench_index
-from detloader.bench.loader import bench_loader
+from detloader.bench.loader_speed import bench_loader
 from detloader.bench.report import BenchReport
 from detloader.bench.samplers import bench_samplers
 from detloader.errors import DetloaderValueError

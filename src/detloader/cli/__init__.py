@@ -1,5 +1,5 @@
 """The ``detloader`` command. ``parser`` holds the entry point; the sub-commands live by
-concern: ``data`` (synth, index, validate, split, convert, show), ``stats``, ``measure`` (tune,
+concern: ``data`` (synth, index, validate, split, convert, show), ``stats``, ``speed`` (tune,
 bench), ``train`` (train, evaluate), ``demo``; ``_common`` is what they share (dataset options,
 progress bars, tables on a terminal or in a pipe, JSON). Each ``add_<command>(subparsers)``
 adds its parser with ``func(args) -> int`` (the exit status). Library code stays quiet; the

@@ -17,7 +17,7 @@ from typing import Any
 
 from detloader.cli._common import console
 from detloader.cli.data import print_summary
-from detloader.cli.measure import print_result
+from detloader.cli.speed import print_result
 from detloader.cli.stats import print_balance
 from detloader.cli.train import print_metrics
 from detloader.errors import DetloaderValueError, TuneWarning

@@ -9,13 +9,13 @@ import warnings
 from collections.abc import Sequence
 
 from detloader import __version__
-from detloader.cli import data, demo, measure, stats, train
+from detloader.cli import data, demo, speed, stats, train
 
 #: Sub-commands in the order ``--help`` lists them, each added to the parser by its module's
 #: ``add_<command>``.
 _ADDERS = (
     demo.add_demo, data.add_synth, data.add_index, data.add_validate, data.add_split, data.add_convert,
-    data.add_show, measure.add_tune, stats.add_stats, train.add_train, train.add_evaluate, measure.add_bench,
+    data.add_show, speed.add_tune, stats.add_stats, train.add_train, train.add_evaluate, speed.add_bench,
 )
 COMMANDS = tuple(add.__name__.removeprefix("add_") for add in _ADDERS)
 

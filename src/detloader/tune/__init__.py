@@ -8,7 +8,7 @@ from detloader.errors import StaleTuneWarning, TuneWarning
 from detloader.tune.measure import Trial
 from detloader.tune.probe import DatasetProbe, MachineProbe, probe_dataset, probe_machine
 from detloader.tune.result import TuneResult
-from detloader.tune.store import auto_loader_kwargs
+from detloader.tune.saved import auto_loader_kwargs
 from detloader.tune.tuner import tune_loader
 
 __all__ = [

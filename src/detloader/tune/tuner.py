@@ -15,13 +15,13 @@ from detloader.tune.explain import explain, summary
 from detloader.tune.measure import Consumer, LoaderFactory, loader_kwargs, make_consumer
 from detloader.tune.probe import MachineProbe, probe_dataset, probe_machine
 from detloader.tune.result import TuneResult
+from detloader.tune.saved import cache_key, check_load, load_result, save_result
 from detloader.tune.search import Progress, search_settings
-from detloader.tune.store import cache_key, check_load, load_result, save_result
 
 #: Seconds the probe watches the CPUs to count those busy with other processes.
 BUSY_WINDOW_S = 1.0
 CACHE_CHOICES = (True, False, "refresh")
-#: What a stored result measured under another load does (see :mod:`detloader.tune.store`).
+#: What a stored result measured under another load does (see :mod:`detloader.tune.saved`).
 LOAD_CHANGE_CHOICES = ("retune", "warn", "ignore")
 _SETTING_NAMES = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "decode_threads")
 

@@ -16,9 +16,9 @@ from detloader import _system
 from detloader.dataset import DetectionDataset, Sample
 from detloader.loader import make_loader
 from detloader.transforms import Compose, RandomHorizontalFlip, Resize
-from detloader.tune import TuneWarning, auto_loader_kwargs, store, tune_loader, tuner
+from detloader.tune import TuneWarning, auto_loader_kwargs, saved, tune_loader, tuner
 from detloader.tune.measure import loader_kwargs
-from detloader.tune.store import LoadCheck, StaleTuneWarning, check_load, fit_to_load, load_tolerance
+from detloader.tune.saved import LoadCheck, StaleTuneWarning, check_load, fit_to_load, load_tolerance
 
 
 class Load:
@@ -90,7 +90,7 @@ def test_load_is_stored_and_reuse_retunes_or_warns_when_it_changed(small_synth_r
     usable = _system.usable_cpus()
     first = _tune(ds)
     assert not first.from_cache and first.machine.free_cpus == pytest.approx(min(usable, _system.affinity_cpus()))
-    stored = store.load_result(first.key)
+    stored = saved.load_result(first.key)
     assert stored is not None and stored.machine.free_cpus == first.machine.free_cpus  # the load seen
     assert _tune(ds).from_cache  # same load: reused
     load.busy = float(_system.affinity_cpus())  # every CPU busy with other jobs now
@@ -100,7 +100,7 @@ def test_load_is_stored_and_reuse_retunes_or_warns_when_it_changed(small_synth_r
     assert _tune(ds, on_load_change="ignore").from_cache
     retuned = _tune(ds)  # the default: measure again under this load, and replace the result
     assert not retuned.from_cache and retuned.machine.free_cpus == 0.0
-    assert store.load_result(first.key).machine.free_cpus == 0.0
+    assert saved.load_result(first.key).machine.free_cpus == 0.0
     assert _tune(ds).from_cache  # and that one is now fresh
     with pytest.raises(ValueError, match="on_load_change='maybe'"):
         _tune(ds, on_load_change="maybe")
@@ -110,7 +110,7 @@ def test_make_loader_auto_warns_and_caps_workers_when_busier(small_synth_root: P
     ds = _dataset(small_synth_root)
     result = _tune(ds)
     result.recommended = loader_kwargs(3, prefetch_factor=2, persistent_workers=True)  # as if measured so
-    store.save_result(result)
+    saved.save_result(result)
     with warnings.catch_warnings():
         warnings.simplefilter("error", TuneWarning)
         kwargs, reason = auto_loader_kwargs(ds, 4)
@@ -177,6 +177,6 @@ def test_auto_finds_the_result_of_a_users_own_dataset(small_synth_root: Path, lo
     assert next(iter(loader)).images.shape == (4, 3, 64, 64)
     for other in (MyDataset(base, [keep]), MyDataset(_dataset(small_synth_root, amount=30), [keep, invert]),
                   torch.utils.data.Subset(mine, range(5))):
-        assert store.cache_key(other, 4) != result.key
+        assert saved.cache_key(other, 4) != result.key
         with pytest.warns(TuneWarning, match="heuristic"):
             auto_loader_kwargs(other, 4)
