@@ -25,14 +25,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from detloader.errors import DataMismatchError, DetloaderValueError
+from detloader.errors import DataMismatchError, DetloaderValueError, RunDirError
 from detloader.train.checkpoint import load_checkpoint, save_checkpoint
 from detloader.train.config import TrainConfig
 from detloader.train.distributed import DistEnv, all_gather_objects, broadcast_object, running_distributed
 from detloader.train.inference import evaluate_model
 from detloader.train.model import CenterNet, ModelConfig
-from detloader.train.runs import RunDirError, RunLock, check_out_dir, data_changes, prepare_data
-from detloader.train.runs import train_loader as _train_loader
+from detloader.train.runs import RunLock, check_out_dir, data_changes, prepare_data, train_loader
 from detloader.train.task import REFERENCE, EpochInfo, StartInfo, StepInfo, Task, as_task, centernet_task
 
 
@@ -173,7 +172,7 @@ def _train(
         task = centernet_task(CenterNet(shape), config.loss_weights, config.landmark_loss)  # type: ignore[arg-type]
     task = as_task(task, train_index)
     model = task.model.to(env.device)
-    loader = _train_loader(config, train_index, env)
+    loader = train_loader(config, train_index, env)
     steps_per_epoch = len(loader)
     if steps_per_epoch == 0:
         raise DetloaderValueError(
