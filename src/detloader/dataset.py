@@ -26,8 +26,14 @@ import torch
 
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.annotations.splits import rarest_class_per_image
-from detloader.errors import DetloaderIndexError, DetloaderRuntimeWarning, DetloaderTypeError, DetloaderValueError
-from detloader.images import ExifPolicy, ImageDecodeError, MinSize, check_exif_policy, read_image
+from detloader.errors import (
+    DetloaderIndexError,
+    DetloaderRuntimeWarning,
+    DetloaderTypeError,
+    DetloaderValueError,
+    ImageDecodeError,
+)
+from detloader.images import ExifPolicy, MinSize, check_exif_policy, read_image
 from detloader.store import CacheKind, ImageStore, cache_size_from, decode_to_size
 from detloader.transforms.base import Annotated, min_input_size
 from detloader.transforms.functional import affine_boxes, affine_points, chw_tensor

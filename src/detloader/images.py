@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
 
-from detloader._files import FileTooLargeError, read_capped
-from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError, ImageDecodeError
+from detloader._files import read_capped
+from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError, FileTooLargeError, ImageDecodeError
 
 if TYPE_CHECKING:
     from PIL import Image

@@ -34,8 +34,8 @@ from typing import Any, Literal
 import numpy as np
 
 from detloader.annotations.index import AnnotationIndex
-from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError, StoreTooLargeError
-from detloader.images import ExifPolicy, ImageDecodeError, read_image
+from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError, ImageDecodeError, StoreTooLargeError
+from detloader.images import ExifPolicy, read_image
 
 CacheKind = Literal["disk", "ram"]
 CACHE_CHOICES: tuple[str, ...] = ("disk", "ram")

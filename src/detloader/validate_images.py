@@ -12,11 +12,11 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from detloader._files import FileTooLargeError, NotRegularFileError
 from detloader._pool import run_in_processes
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.problems import Problem
-from detloader.images import ImageDecodeError, check_pixels, decode_image, image_bytes
+from detloader.errors import FileTooLargeError, ImageDecodeError, NotRegularFileError
+from detloader.images import check_pixels, decode_image, image_bytes
 
 _READ_ERRORS = {
     FileNotFoundError: "missing_image",

@@ -237,7 +237,8 @@ def add_convert(sub: argparse._SubParsersAction) -> None:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from detloader.annotations.writers import YoloExportWarning, write_annotations
+    from detloader.annotations.writers import write_annotations
+    from detloader.errors import YoloExportWarning
 
     index = read_index(args, reports_problems=True)  # summed up below
     require_images(index, "convert")

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from detloader._files import FileTooLargeError, read_capped
+from detloader._files import read_capped
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.checks import ReadOptions
 from detloader.annotations.index import AnnotationIndex
@@ -35,7 +35,7 @@ from detloader.annotations.readers.common import (
 )
 from detloader.annotations.readers.locate import ImageLocator, locate_image
 from detloader.annotations.splits import files_as_splits, split_role
-from detloader.errors import DetloaderValueError
+from detloader.errors import DetloaderValueError, FileTooLargeError
 
 NAME = "coco"
 #: Format options this reader accepts (``read_annotations(path, **options)``).

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from lxml import etree
 
-from detloader._files import FileTooLargeError, open_regular
+from detloader._files import open_regular
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.readers.common import read_head
-from detloader.errors import DetloaderTypeError, DetloaderValueError, UnsafeXMLError
+from detloader.errors import DetloaderTypeError, DetloaderValueError, FileTooLargeError, UnsafeXMLError
 
 _DOCTYPE = re.compile(rb"<!DOCTYPE\b([^>\[]*)(\[)?", re.IGNORECASE)
 _EXTERNAL = re.compile(rb"\b(SYSTEM|PUBLIC)\b")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from lxml import etree
 
-from detloader._files import FileTooLargeError, read_capped
+from detloader._files import read_capped
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.checks import MAX_SIDE, ReadOptions
 from detloader.annotations.index import AnnotationIndex
@@ -26,10 +26,10 @@ from detloader.annotations.landmarks import FACE5, LandmarkSchema
 from detloader.annotations.problems import Problem, capped
 from detloader.annotations.readers.common import Reader, Source, Stamp, find_child_dir, scan_files, stat_entry
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, size_from_header, stays_inside
-from detloader.annotations.readers.safe_xml import UnsafeXMLError, parse_xml_bytes, report_xml_error, root_tag
+from detloader.annotations.readers.safe_xml import parse_xml_bytes, report_xml_error, root_tag
 from detloader.annotations.readers.voc_objects import child_text, first_children, parse_attributes, parse_object
 from detloader.annotations.splits import match_entries, report
-from detloader.errors import DetloaderValueError
+from detloader.errors import DetloaderValueError, FileTooLargeError, UnsafeXMLError
 
 NAME = "voc"
 ANNOTATION_DIRS = ("Annotations", "annotations", "xml", "xmls", "labels_xml")

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from detloader._files import NotRegularFileError, read_capped
+from detloader._files import read_capped
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.checks import ReadOptions
 from detloader.annotations.index import AnnotationIndex
@@ -35,7 +35,6 @@ from detloader.annotations.readers.common import (
 )
 from detloader.annotations.readers.locate import IMAGE_SUFFIXES, size_from_header
 from detloader.annotations.readers.yolo_config import (
-    YoloConfigError,
     class_names,
     find_names_file,
     find_yaml,
@@ -45,6 +44,7 @@ from detloader.annotations.readers.yolo_config import (
     split_images,
 )
 from detloader.annotations.splits import match_entries
+from detloader.errors import NotRegularFileError, YoloConfigError
 
 NAME = "yolo"
 #: Format options this reader accepts (``read_annotations(path, **options)``).
