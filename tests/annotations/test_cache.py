@@ -266,7 +266,8 @@ from pathlib import Path
 import detloader.annotations.read as read_module
 from detloader import read_annotations
 
-root, marks, rank = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+root, marks, rank = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[4]
+cache = True if sys.argv[3] == "True" else sys.argv[3]
 real = read_module.build_index
 
 
@@ -281,14 +282,16 @@ read_module.build_index = counted
 (marks / f"ready-{rank}").touch()
 while len(list(marks.glob("ready-*"))) < 2:
     time.sleep(0.01)
-index = read_annotations(root)
+index = read_annotations(root, cache=cache)
 print(len(index), index.num_objects, index.source_file)
 """
 
 
-def test_two_processes_build_the_index_once_and_both_map_it(tmp_path):
+@pytest.mark.parametrize("cache", [True, "rebuild"])
+def test_two_processes_build_the_index_once_and_both_map_it(tmp_path, cache):
     """Under torchrun every rank calls read_annotations at once: one builds (under the lock
-    beside the cache file), the other waits and maps the same file."""
+    beside the cache file), the other waits and maps the same file; with cache="rebuild" too
+    (the file built while it waited is the rebuild it asked for)."""
     import subprocess
     import sys
 
@@ -298,6 +301,7 @@ def test_two_processes_build_the_index_once_and_both_map_it(tmp_path):
     script = tmp_path / "rank.py"
     script.write_text(_RANK)
     command = [sys.executable, str(script), str(root), str(marks)]
+    command = [*command, str(cache)]
     procs = [subprocess.Popen([*command, str(rank)], stdout=subprocess.PIPE, text=True) for rank in range(2)]
     outputs = [proc.communicate(timeout=120)[0].split() for proc in procs]
     assert [proc.returncode for proc in procs] == [0, 0]

@@ -102,6 +102,15 @@ def build_lock(cache_file: Path) -> Iterator[None]:
         lock.release()
 
 
+def file_stamp(path: Path) -> tuple[int, int] | None:
+    """``(inode, mtime_ns)`` of ``path`` (a save replaces the file: a new inode), None when absent."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
 def _writable(folder: Path) -> bool:
     """Writable for us, and not marked read-only by its mode bits (which root would ignore)."""
     try:

@@ -217,9 +217,12 @@ def read_annotations(
     if cache_file is None:
         index = build()
     else:
-        # one process per node builds (torchrun ranks, DataLoader workers): the others wait here, then map its file
+        # one process per node builds (torchrun ranks, DataLoader workers): the others wait here, then map its file;
+        # for a rebuild, a file another process wrote while this one waited is that rebuild
+        before = _cache.file_stamp(cache_file)
         with _cache.build_lock(cache_file):
-            index = _cache.load_current(cache_file, key, source.root) if cache != "rebuild" else None
+            current = cache != "rebuild" or _cache.file_stamp(cache_file) not in (None, before)
+            index = _cache.load_current(cache_file, key, source.root) if current else None
             if index is None:
                 index = build()
                 full_key = _cache.folders_key(key, source.root, {os.path.dirname(p) for p in index.image_paths()})
