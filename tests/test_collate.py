@@ -221,6 +221,28 @@ def test_batch_pickles_and_empty_batches_work() -> None:
     assert torch.equal(copy.images, batch.images) and copy.object_counts == (0, 0)
 
 
+def test_batch_leaves_a_worker_as_one_shared_file(dataset: DetectionDataset, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the images cross in shared memory (one descriptor round trip per batch); the
+    targets travel by value and come back as equal tensors of the same dtypes."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing.reductions as reductions
+
+    batch = collate_detection([dataset[i] for i in range(4)])
+    shared: list[object] = []
+    original = reductions.reduce_storage
+    monkeypatch.setattr(reductions, "reduce_storage", lambda s: shared.append(s) or original(s))
+    ForkingPickler.register(torch.UntypedStorage, reductions.reduce_storage)
+    try:
+        copy = ForkingPickler.loads(ForkingPickler.dumps(batch))
+    finally:
+        ForkingPickler.register(torch.UntypedStorage, original)
+    assert len(shared) == 1
+    for name in ("images", "boxes", "labels", "landmarks", "visibility", "scale", "image_ids", "object_ids"):
+        a, b = getattr(batch, name), getattr(copy, name)
+        assert a.dtype == b.dtype and torch.equal(a, b), name
+
+
 @pytest.mark.skipif(not accelerator_available(), reason="pinning needs an accelerator")
 def test_pin_memory_and_non_blocking_copy(dataset: DetectionDataset) -> None:
     batch = collate_detection([dataset[i] for i in range(2)]).pin_memory()

@@ -86,6 +86,18 @@ class Batch:
         }
         return Batch(**values)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles the small CPU tensors (all but the images, in practice) by value: a batch
+        leaves a DataLoader worker with one shared-memory file, not thirteen, and each file
+        costs a descriptor round trip with the worker (docs/benchmarks.md, "Where the time
+        goes")."""
+        values = {
+            f.name: v.numpy() if isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.nbytes <= _INLINE else v
+            for f in fields(self)
+            for v in (getattr(self, f.name),)
+        }
+        return _unpickle_batch, (values,)
+
     def pin_memory(self) -> Batch:
         """A copy in page-locked memory (DataLoader's ``pin_memory=True`` calls this)."""
         return self._apply(lambda t: t.pin_memory())
@@ -254,6 +266,14 @@ def _from_parts(
         img, b, lab, lm, vis, int(image_label), MISSING, (w, h), (1.0, 1.0), (0.0, 0.0),
         np.full(n, MISSING, dtype=np.int64),
     )
+
+
+#: Bytes up to which a tensor of a :class:`Batch` pickles by value.
+_INLINE = 1 << 16
+
+
+def _unpickle_batch(values: dict[str, Any]) -> Batch:
+    return Batch(**{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in values.items()})
 
 
 def _item(sample: Any, position: int) -> Sample:
