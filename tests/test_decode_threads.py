@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,7 +18,7 @@ from torch.utils.data import Dataset
 from tune_helpers import model
 
 from detloader import DetectionDataset, make_loader, read_annotations, set_epoch, tune_loader
-from detloader.collate import Batch
+from detloader.collate import Batch, collate_detection
 from detloader.transforms import ColorJitter, Compose, RandomHorizontalFlip, Resize
 from detloader.transforms.base import Annotated
 from detloader.transforms.functional import chw_tensor, crop_image, pad_image, resize_image
@@ -98,6 +100,65 @@ def test_getitems_loads_on_threads_and_matches_getitem(small_synth_root) -> None
     transform.threads.clear()
     sequential.__getitems__([1, 2])
     assert transform.threads == [threading.current_thread().name] * 2
+
+
+class _Timed(Compose):
+    """Records when each image starts its transform (a slow one: 20 ms)."""
+
+    def __init__(self, transforms: list[Any]) -> None:
+        super().__init__(transforms)
+        self.started: list[float] = []
+
+    def __call__(self, data: Annotated, rng: np.random.Generator) -> Annotated:
+        self.started.append(time.monotonic())
+        time.sleep(0.02)
+        return super().__call__(data, rng)
+
+
+def _decode_threads_alive(wait: float = 0.0) -> int:
+    """The decode threads alive, after waiting up to ``wait`` s for them to end."""
+    deadline = time.monotonic() + wait
+    while True:
+        alive = sum(t.name.startswith("detloader-decode") for t in threading.enumerate())
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.01)
+
+
+def test_loader_loads_the_next_batch_while_the_loop_uses_this_one(small_synth_root) -> None:
+    """num_workers=0 with decode threads: batch k + 1 is loading on the threads before the
+    loop asks for it; the threads end with the epoch, or when the iterator is dropped."""
+    index = read_annotations(small_synth_root)
+    transform = _Timed([Resize(32)])
+    dataset = DetectionDataset(index, transform, seed=0, decode_threads=2)
+    loader = make_loader(dataset, batch_size=4, decode_threads=2)
+    it = iter(loader)
+    next(it)
+    time.sleep(0.3)  # the training step
+    asked = time.monotonic()
+    next(it)
+    assert sum(t < asked for t in transform.started) == 8  # batches 0 and 1: 1 loaded during the step
+    assert _decode_threads_alive() == 2
+    assert len(list(it)) == len(index) // 4 - 2
+    assert _decode_threads_alive(wait=5) == 0
+    it = iter(loader)
+    next(it)
+    del it
+    gc.collect()
+    assert _decode_threads_alive(wait=5) == 0
+
+
+def test_set_epoch_between_batches_loads_the_new_epoch(small_synth_root) -> None:
+    index = read_annotations(small_synth_root)
+    dataset = DetectionDataset(index, _augment(), seed=3, decode_threads=2)
+    loader = make_loader(dataset, batch_size=4, decode_threads=2)
+    it = iter(loader)
+    next(it)
+    loader.dataset.set_epoch(1)  # the second batch was loading for epoch 0
+    got = next(it)
+    loader.dataset.set_epoch(1)
+    expected = collate_detection(loader.dataset.__getitems__(list(range(4, 8))))
+    assert _same(got, expected)
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "2"])

@@ -74,7 +74,7 @@ def test_seed_fixes_the_order_and_none_leaves_it_random(dataset: DetectionDatase
 
 def test_returns_a_plain_dataloader_with_the_options(dataset: DetectionDataset) -> None:
     loader = make_loader(dataset, batch_size=4, drop_last=True, num_workers=1, timeout=30, prefetch_factor=3)
-    assert type(loader) is DataLoader
+    assert isinstance(loader, DataLoader)
     assert loader.batch_size == 4 and loader.drop_last and loader.num_workers == 1
     assert loader.timeout == 30 and loader.prefetch_factor == 3
     assert len(loader) == len(dataset) // 4

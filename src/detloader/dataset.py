@@ -17,7 +17,7 @@ import operator
 import os
 import warnings
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -373,16 +373,22 @@ class DetectionDataset(torch.utils.data.Dataset):
 
     def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
         """``[dataset[i] for i in indices]``, on ``decode_threads`` threads when set."""
-        ids = [self._checked(i) for i in indices]
-        epoch = self.epoch  # read once: every sample of the batch sees the same epoch
-        threads = min(self.decode_threads, len(ids))
-        if threads < 2:
-            return [self.load_sample(i, epoch) for i in ids]
+        if min(self.decode_threads, len(indices)) < 2:
+            epoch = self.epoch  # read once: every sample of the batch sees the same epoch
+            return [self.load_sample(i, epoch) for i in [self._checked(i) for i in indices]]
         # A pool per batch: starting two threads costs ~0.1 ms (under 1 % of a batch), and no
         # thread outlives the call, so DataLoader workers can still be forked safely and the
         # dataset pickles as before.
-        with ThreadPoolExecutor(threads, thread_name_prefix="detloader-decode") as pool:
-            return list(pool.map(self.load_sample, ids, [epoch] * len(ids)))
+        with ThreadPoolExecutor(min(self.decode_threads, len(indices)), thread_name_prefix="detloader-decode") as pool:
+            return [f.result() for f in self.submit(indices, pool)]
+
+    def submit(self, indices: Sequence[int], pool: Executor) -> list[Future[Sample]]:
+        """Start loading ``indices`` (checked first) of the current epoch on ``pool``: how a
+        ``num_workers=0`` loader from :func:`detloader.make_loader` loads the next batch on the
+        decode threads while the loop uses the current one."""
+        ids = [self._checked(i) for i in indices]
+        epoch = self.epoch
+        return [pool.submit(self.load_sample, i, epoch) for i in ids]
 
     def load_sample(self, i: int | Sequence[int], epoch: int) -> Sample:
         """Sample ``i`` (``0 <= i < len``) of ``epoch``, the function ``__getitem__`` and the

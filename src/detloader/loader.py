@@ -1,4 +1,4 @@
-"""make_loader: a plain ``torch.utils.data.DataLoader`` with detection defaults and checks.
+"""make_loader: a ``torch.utils.data.DataLoader`` with detection defaults and checks.
 
 It adds ``collate_detection``, conflicting options refused by name before any worker starts,
 one intra-op thread per worker, and a ``seed`` that fixes the shuffle order and worker seeds.
@@ -13,6 +13,7 @@ import random
 import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import field, fields, make_dataclass, replace
 from inspect import signature
 from typing import Any, Literal
@@ -20,6 +21,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
+from torch.utils.data._utils.pin_memory import pin_memory as pin_batch
+from torch.utils.data.dataloader import _BaseDataLoaderIter, _SingleProcessDataLoaderIter
 
 from detloader._pool import worker_context
 from detloader._system import accelerator_available
@@ -52,6 +55,53 @@ class WorkerInit:
         np.random.seed(seed % 2**32)
         if self.user_fn is not None:
             self.user_fn(worker_id)
+
+
+class DetectionLoader(DataLoader):  # type: ignore[type-arg]
+    """The ``DataLoader`` :func:`make_loader` returns: the same class in every way but one.
+    With ``num_workers=0`` and a dataset with decode threads (and ``submit``, as
+    :class:`~detloader.dataset.DetectionDataset` has), the threads load the next batch while
+    the loop uses the current one (the training step, the collate), as worker processes
+    do. The batches are the same as without."""
+
+    def _get_iterator(self) -> _BaseDataLoaderIter:
+        if (self.num_workers == 0 and self._auto_collation and getattr(self.dataset, "decode_threads", 0)
+                and callable(getattr(self.dataset, "submit", None))):
+            return _LoadAhead(self)
+        return super()._get_iterator()
+
+
+class _LoadAhead(_SingleProcessDataLoaderIter):
+    """One batch ahead on the dataset's decode threads; the threads end with the epoch or
+    when the iterator is dropped."""
+
+    def __init__(self, loader: DetectionLoader) -> None:
+        super().__init__(loader)
+        self._pool = ThreadPoolExecutor(loader.dataset.decode_threads, thread_name_prefix="detloader-decode")  # type: ignore[attr-defined]
+        self._ahead: tuple[int, list[int], list[Future[Any]]] | None = None  # the next batch
+
+    def _submit(self) -> tuple[int, list[int], list[Future[Any]]] | None:
+        """The next batch started on the threads; None at the end of the epoch."""
+        try:
+            index = self._next_index()
+        except StopIteration:
+            return None
+        return self._dataset.epoch, index, self._dataset.submit(index, self._pool)
+
+    def _next_data(self) -> Any:
+        current = self._ahead or self._submit()
+        if current is None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            raise StopIteration
+        self._ahead = self._submit()
+        epoch, index, futures = current
+        if epoch != self._dataset.epoch:  # set_epoch between two batches: this epoch's samples
+            futures = self._dataset.submit(index, self._pool)
+        data = self._collate_fn([f.result() for f in futures])
+        return pin_batch(data, self._pin_memory_device) if self._pin_memory else data
+
+    def __del__(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 #: What ``make_loader(balance=...)`` takes: a strategy name, ``{group: weight}`` or a sampler.
@@ -372,7 +422,7 @@ def make_loader(
         size = batch_size if batch_sampler is None else getattr(batch_sampler, "batch_size", 1)
         options = resolve_auto_workers(dataset, options, int(size or 1))
     kwargs = dataloader_kwargs(dataset, options)
-    return DataLoader(with_decode_threads(dataset, options.decode_threads), **kwargs)
+    return DetectionLoader(with_decode_threads(dataset, options.decode_threads), **kwargs)
 
 
 #: make_loader's parameters that decide the order and the dataset (resolved first); every other
