@@ -170,6 +170,38 @@ def test_iteration_draws_chunk_by_chunk_the_same_items_as_indices(world_size, ra
         assert resumed.state_dict()["offset"] == len(whole)
 
 
+def test_many_weights_start_without_the_alias_table(monkeypatch):
+    """Above FAST_START_WEIGHTS the first FAST_START positions of every epoch come from the
+    block inverse CDF and the table is built when a later position first needs it; the
+    draws still follow the weights, and iteration, indices(), resumes and ranks agree."""
+    from detloader.balance import weighted
+    from detloader.balance.base import CHUNK
+
+    monkeypatch.setattr(weighted, "FAST_START_WEIGHTS", 500)
+    monkeypatch.setattr(weighted, "FAST_START", 2 * CHUNK)
+    w = np.random.default_rng(4).lognormal(0, 1, 1000)
+    w[::9] = 0.0
+    kw = dict(num_samples=4 * CHUNK, seed=3, threads=2)
+    lazy = WeightedSampler(w, **kw)
+    it = iter(lazy)
+    head = [next(it) for _ in range(2 * CHUNK - 1)]
+    assert "_table" not in vars(lazy)  # the first two chunks needed no table
+    rest = list(it)
+    assert "_table" in vars(lazy)
+    whole = WeightedSampler(w, **kw).indices()
+    assert head + rest == whole.tolist()
+    for part in (whole[: 2 * CHUNK], whole[2 * CHUNK :]):  # block draws, then alias draws
+        counts = np.bincount(part, minlength=len(w))
+        assert chi_square_test(counts, len(part) * w / w.sum()).p_value > P_MIN
+    for offset in (5, 2 * CHUNK + 7):
+        resumed = WeightedSampler(w, **kw)
+        resumed.load_state_dict({"epoch": 0, "offset": offset})
+        assert list(resumed) == whole[offset:].tolist()
+    ranks = [WeightedSampler(w, **kw, rank=r, world_size=3).indices() for r in range(3)]
+    assert np.array_equal(WeightedSampler(w, **kw, world_size=3, rank=0).global_indices()[: len(whole)],
+                          np.stack(ranks, 1).reshape(-1)[: len(whole)])
+
+
 def test_an_iteration_keeps_the_epoch_it_started_with():
     """set_epoch while an iterator is still running does not change what it yields."""
     from detloader.balance.base import CHUNK

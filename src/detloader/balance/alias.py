@@ -1,4 +1,5 @@
-"""Walker's alias method, exact: the table in int64 arithmetic, built and drawn chunk by chunk.
+"""Walker's alias method, exact: the table in int64 arithmetic, built and drawn chunk by chunk;
+and the block inverse CDF that serves the first draws of an epoch over many weights without it.
 
 A table of ``n`` weights (``n <= MAX_WEIGHTS``) is uint64 ``[n]``; entry ``b`` packs
 ``(threshold << 32) | alias``. A draw is one uniform uint64 ``x`` in ``[0, n * 2**32)``:
@@ -20,6 +21,11 @@ from detloader._system import local_world_size, usable_cpus
 
 #: Most weights a table takes: n * 2**32 must fit the int64 running sums.
 MAX_WEIGHTS = (1 << 31) - 1
+#: Above this many weights (where the table takes over a second to build) a sampler draws the
+#: first ``FAST_START`` positions of every epoch by :func:`block_draw` and builds the table
+#: when a later position first needs it: the first batches do not wait for it.
+FAST_START_WEIGHTS, FAST_START = 1 << 24, 1 << 20
+_BLOCK = 16  # weights per block of block_cdf
 _MASK32 = np.uint64(0xFFFFFFFF)
 _SHIFT32 = np.uint64(32)
 
@@ -180,3 +186,41 @@ def alias_draw(table: np.ndarray, x: np.ndarray) -> np.ndarray:
     rec &= _MASK32  # the alias
     np.copyto(rec, bucket, where=accept)
     return rec
+
+
+def block_cdf(weights: np.ndarray) -> np.ndarray:
+    """float64 running sums of float64 ``weights`` by blocks of 16 (the last may be shorter):
+    all :func:`block_draw` needs, from one pass over the weights."""
+    n, full = len(weights), len(weights) // _BLOCK
+    sums = np.empty(-(-n // _BLOCK), dtype=np.float64)
+    np.sum(weights[: full * _BLOCK].reshape(full, _BLOCK), axis=1, out=sums[:full])
+    if full < len(sums):
+        sums[full] = np.sum(weights[full * _BLOCK :])
+    return np.cumsum(sums, out=sums)
+
+
+def block_draw(weights: np.ndarray, cdf: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The indices (int64) that uniform uint64 draws ``x`` in ``[0, n * 2**32)`` pick by
+    inverse CDF: the block by binary search in ``cdf`` (:func:`block_cdf`; the draws sorted
+    first, which makes the search walk the array), then the index by a running sum within
+    the block. Exact up to float64 rounding (far below the table's ``2**-32 / n``); a zero
+    weight is never drawn (its interval is empty, and a target rounded past a block's last
+    sum takes the block's last positive weight)."""
+    n, full = len(weights), len(weights) // _BLOCK
+    target = x.astype(np.float64)
+    target *= cdf[-1] / (float(n) * 2.0**32)
+    order = np.argsort(target)
+    target = target[order]
+    block = np.searchsorted(cdf, target, side="right")
+    np.minimum(block, len(cdf) - 1, out=block)  # a target rounded up to the total
+    target -= np.where(block > 0, cdf[block - 1], 0.0)  # now the offset within the block
+    rows = np.zeros((len(x), _BLOCK), dtype=np.float64)
+    inside = block < full
+    rows[inside] = np.take(weights[: full * _BLOCK].reshape(full, _BLOCK), block[inside], axis=0)
+    rows[~inside, : n - full * _BLOCK] = weights[full * _BLOCK :]
+    at = np.count_nonzero(np.cumsum(rows, axis=1) <= target[:, None], axis=1)
+    past = np.flatnonzero(at == _BLOCK)
+    at[past] = _BLOCK - 1 - np.argmax(rows[past, ::-1] > 0, axis=1)
+    out = np.empty(len(x), dtype=np.int64)
+    out[order] = block * _BLOCK + at
+    return out

@@ -1,8 +1,9 @@
 """The samplers driven by one number per image: :class:`WeightedSampler` (a probability) and
 :class:`RepeatFactorSampler` (expected copies per epoch).
 
-With replacement: Walker's alias method (:mod:`detloader.balance.alias`); without: the order of
-exponential keys ``E_i / w_i``. Both exact below 2**31 weights (docs/balancing.md, "Exact
+With replacement: Walker's alias method (:mod:`detloader.balance.alias`; above 2**24 weights the
+first 2**20 positions of an epoch by block inverse CDF); without: the order of exponential keys
+``E_i / w_i``. Both exact below 2**31 weights (docs/balancing.md, "Exact
 weighted sampling beyond 2**24").
 """
 
@@ -17,7 +18,17 @@ import numpy as np
 import torch
 
 from detloader.annotations.index import AnnotationIndex
-from detloader.balance.alias import MAX_WEIGHTS, alias_draw, alias_table, default_threads, thread_map
+from detloader.balance.alias import (
+    FAST_START,
+    FAST_START_WEIGHTS,
+    MAX_WEIGHTS,
+    alias_draw,
+    alias_table,
+    block_cdf,
+    block_draw,
+    default_threads,
+    thread_map,
+)
 from detloader.balance.base import (
     CHUNK,
     STREAM_NO_REPLACEMENT,
@@ -88,7 +99,24 @@ class WeightedSampler(EpochSampler):
         if not self.replacement and self.num_samples > self._positive:
             raise DetloaderValueError(f"num_samples={num_samples} > {self._positive} positive weights: without "
                                       "replacement each index is drawn at most once")
-        self._table = alias_table(self.weights, threads=self.threads) if self.replacement else None
+        #: chunks at the start of every epoch drawn by block_draw (no alias table needed)
+        self._block_chunks = FAST_START // CHUNK if len(self.weights) > FAST_START_WEIGHTS else 0
+        self._ready(1)
+
+    def _ready(self, chunks: int) -> None:
+        """Build what drawing chunks ``0 .. chunks - 1`` needs, before any thread draws."""
+        if self.replacement and self._block_chunks:
+            _ = self._cdf
+        if self.replacement and chunks > self._block_chunks:
+            _ = self._table
+
+    @cached_property
+    def _table(self) -> np.ndarray:
+        return alias_table(self.weights, threads=self.threads)
+
+    @cached_property
+    def _cdf(self) -> np.ndarray:
+        return block_cdf(self.weights)
 
     @cached_property
     def _positive(self) -> int:
@@ -121,19 +149,19 @@ class WeightedSampler(EpochSampler):
     def _draw_chunk(self, epoch: int, k: int, lo: int, first: int, world_size: int) -> np.ndarray:
         """The draws of chunk ``k`` of ``epoch`` (global positions ``lo, lo + 1, ...``) at
         positions ``first::world_size`` of the chunk. Each chunk has its own stream."""
-        assert self._table is not None
         n = len(self.weights)
         span = n << 32  # x uniform in [0, n * 2**32): bucket x >> 32, coin x & (2**32 - 1)
         rng = epoch_generator(self.seed, epoch, STREAM_WEIGHTED, k)
         x = rng.integers(0, span, size=min(CHUNK, self.total_size - lo), dtype=np.uint64)
         if world_size > 1:
             x = x[first::world_size]
-        return alias_draw(self._table, x)
+        return block_draw(self.weights, self._cdf, x) if k < self._block_chunks else alias_draw(self._table, x)
 
     def _draw_replacement(self, rank: int, world_size: int) -> np.ndarray:
         """This rank's draws: global positions ``rank::world_size`` of the epoch (position ``p``
         depends only on chunk ``p // CHUNK``'s stream, so chunks are drawn on threads)."""
         los, firsts, offsets = self._chunk_layout(rank, world_size)
+        self._ready(len(los))  # first: the build's peak memory and the epoch's do not add up
         out = np.empty(offsets[-1], dtype=index_dtype(len(self.weights)))
 
         def draw(k: int) -> None:
@@ -157,13 +185,16 @@ class WeightedSampler(EpochSampler):
         def draw(k: int) -> np.ndarray:
             return self._draw_chunk(epoch, k, los[k], firsts[k], self.world_size)
 
-        for at in range(k0, len(los), step):
-            ks = range(at, min(at + step, len(los)))
+        at = k0
+        while at < len(los):  # a round ends where the block draws do: the table waits for it
+            ks = range(at, min(at + step, len(los), self._block_chunks if at < self._block_chunks else len(los)))
+            self._ready(ks[-1] + 1)
             parts = thread_map(lambda j, at=at: draw(at + j), len(ks), self.threads)
             for k, part in zip(ks, parts):
                 skip = max(0, start - offsets[k])
                 if skip < len(part):
                     yield part[skip:].astype(dtype, copy=False)
+            at = ks[-1] + 1
 
     def _order_no_replacement(self) -> np.ndarray:
         """The first ``total_size`` indices of this epoch's weighted random order (all ranks)."""
