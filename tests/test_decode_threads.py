@@ -148,6 +148,22 @@ def test_loader_loads_the_next_batch_while_the_loop_uses_this_one(small_synth_ro
     assert _decode_threads_alive(wait=5) == 0
 
 
+def test_load_ahead_collates_on_the_threads(small_synth_root) -> None:
+    """The collate runs on the decode threads too: the loop's thread only waits for batches
+    (with torch's intra-op threads on busy cores, a collate in the loop's thread made the
+    threads wait for it, docs/tuning.md)."""
+    index = read_annotations(small_synth_root)
+    seen: list[str] = []
+
+    def collate(samples: list[Any]) -> Batch:
+        seen.append(threading.current_thread().name)
+        return collate_detection(samples)
+
+    loader = make_loader(DetectionDataset(index, Resize(32)), batch_size=8, decode_threads=2, collate_fn=collate)
+    assert len(list(loader)) == 3
+    assert len(seen) == 3 and all(name.startswith("detloader-decode") for name in seen), seen
+
+
 def test_set_epoch_between_batches_loads_the_new_epoch(small_synth_root) -> None:
     index = read_annotations(small_synth_root)
     dataset = DetectionDataset(index, _augment(), seed=3, decode_threads=2)

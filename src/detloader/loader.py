@@ -78,15 +78,19 @@ class _LoadAhead(_SingleProcessDataLoaderIter):
     def __init__(self, loader: DetectionLoader) -> None:
         super().__init__(loader)
         self._pool = ThreadPoolExecutor(loader.dataset.decode_threads, thread_name_prefix="detloader-decode")  # type: ignore[attr-defined]
-        self._ahead: tuple[int, list[int], list[Future[Any]]] | None = None  # the next batch
+        self._ahead: tuple[int, list[int], Future[Any]] | None = None  # the next batch
 
-    def _submit(self) -> tuple[int, list[int], list[Future[Any]]] | None:
-        """The next batch started on the threads; None at the end of the epoch."""
+    def _submit(self) -> tuple[int, list[int], Future[Any]] | None:
+        """The next batch started on the threads, its collate too; None at the end of the epoch."""
         try:
             index = self._next_index()
         except StopIteration:
             return None
-        return self._dataset.epoch, index, self._dataset.submit(index, self._pool)
+        return self._dataset.epoch, index, self._collated(self._dataset.submit(index, self._pool))
+
+    def _collated(self, samples: list[Future[Any]]) -> Future[Any]:
+        # queued after the samples: it starts once all of them have, so it never waits for a free thread
+        return self._pool.submit(lambda: self._collate_fn([f.result() for f in samples]))
 
     def _next_data(self) -> Any:
         current = self._ahead or self._submit()
@@ -94,10 +98,10 @@ class _LoadAhead(_SingleProcessDataLoaderIter):
             self._pool.shutdown(wait=False, cancel_futures=True)
             raise StopIteration
         self._ahead = self._submit()
-        epoch, index, futures = current
+        epoch, index, batch = current
         if epoch != self._dataset.epoch:  # set_epoch between two batches: this epoch's samples
-            futures = self._dataset.submit(index, self._pool)
-        data = self._collate_fn([f.result() for f in futures])
+            batch = self._collated(self._dataset.submit(index, self._pool))
+        data = batch.result()
         return pin_batch(data, self._pin_memory_device) if self._pin_memory else data
 
     def __del__(self) -> None:
