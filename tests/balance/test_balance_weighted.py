@@ -174,11 +174,11 @@ def test_many_weights_start_without_the_alias_table(monkeypatch):
     """Above FAST_START_WEIGHTS the first FAST_START positions of every epoch come from the
     block inverse CDF and the table is built when a later position first needs it; the
     draws still follow the weights, and iteration, indices(), resumes and ranks agree."""
-    from detloader.balance import weighted
+    from detloader.balance import alias
     from detloader.balance.base import CHUNK
 
-    monkeypatch.setattr(weighted, "FAST_START_WEIGHTS", 500)
-    monkeypatch.setattr(weighted, "FAST_START", 2 * CHUNK)
+    monkeypatch.setattr(alias, "FAST_START_WEIGHTS", 500)
+    monkeypatch.setattr(alias, "FAST_START", 2 * CHUNK)
     w = np.random.default_rng(4).lognormal(0, 1, 1000)
     w[::9] = 0.0
     kw = dict(num_samples=4 * CHUNK, seed=3, threads=2)

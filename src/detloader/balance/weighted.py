@@ -18,17 +18,7 @@ import numpy as np
 import torch
 
 from detloader.annotations.index import AnnotationIndex
-from detloader.balance.alias import (
-    FAST_START,
-    FAST_START_WEIGHTS,
-    MAX_WEIGHTS,
-    alias_draw,
-    alias_table,
-    block_cdf,
-    block_draw,
-    default_threads,
-    thread_map,
-)
+from detloader.balance import alias
 from detloader.balance.base import (
     CHUNK,
     STREAM_NO_REPLACEMENT,
@@ -54,8 +44,8 @@ def as_weights(weights: Any) -> np.ndarray:
     w = np.asarray(weights, dtype=np.float64)
     if w.ndim != 1 or len(w) == 0:
         raise DetloaderValueError(f"weights must be a non-empty 1-D sequence, got shape {w.shape}")
-    if len(w) > MAX_WEIGHTS:
-        raise DetloaderValueError(f"len(weights)={len(w)} exceeds {MAX_WEIGHTS}")
+    if len(w) > alias.MAX_WEIGHTS:
+        raise DetloaderValueError(f"len(weights)={len(w)} exceeds {alias.MAX_WEIGHTS}")
     total = float(np.sum(w))
     if not (math.isfinite(total) and float(np.min(w)) >= 0):  # NaN fails both
         bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
@@ -91,7 +81,7 @@ class WeightedSampler(EpochSampler):
                  threads: int | None = None) -> None:
         super().__init__(seed=seed, rank=rank, world_size=world_size, drop_last=drop_last)
         if threads is None:
-            threads = default_threads()
+            threads = alias.default_threads()
         self.threads = check_int("threads", threads, 1, " (or None: the usable CPUs)")
         self.weights = as_weights(weights)
         self.num_samples = check_int("num_samples", len(self.weights) if num_samples is None else num_samples, 1)
@@ -100,7 +90,7 @@ class WeightedSampler(EpochSampler):
             raise DetloaderValueError(f"num_samples={num_samples} > {self._positive} positive weights: without "
                                       "replacement each index is drawn at most once")
         #: chunks at the start of every epoch drawn by block_draw (no alias table needed)
-        self._block_chunks = FAST_START // CHUNK if len(self.weights) > FAST_START_WEIGHTS else 0
+        self._block_chunks = alias.FAST_START // CHUNK if len(self.weights) > alias.FAST_START_WEIGHTS else 0
         self._ready(1)
 
     def _ready(self, chunks: int) -> None:
@@ -112,11 +102,11 @@ class WeightedSampler(EpochSampler):
 
     @cached_property
     def _table(self) -> np.ndarray:
-        return alias_table(self.weights, threads=self.threads)
+        return alias.alias_table(self.weights, threads=self.threads)
 
     @cached_property
     def _cdf(self) -> np.ndarray:
-        return block_cdf(self.weights)
+        return alias.block_cdf(self.weights)
 
     @cached_property
     def _positive(self) -> int:
@@ -155,7 +145,9 @@ class WeightedSampler(EpochSampler):
         x = rng.integers(0, span, size=min(CHUNK, self.total_size - lo), dtype=np.uint64)
         if world_size > 1:
             x = x[first::world_size]
-        return block_draw(self.weights, self._cdf, x) if k < self._block_chunks else alias_draw(self._table, x)
+        if k < self._block_chunks:
+            return alias.block_draw(self.weights, self._cdf, x)
+        return alias.alias_draw(self._table, x)
 
     def _draw_replacement(self, rank: int, world_size: int) -> np.ndarray:
         """This rank's draws: global positions ``rank::world_size`` of the epoch (position ``p``
@@ -167,7 +159,7 @@ class WeightedSampler(EpochSampler):
         def draw(k: int) -> None:
             out[offsets[k] : offsets[k + 1]] = self._draw_chunk(self.epoch, k, los[k], firsts[k], world_size)
 
-        thread_map(draw, len(los), self.threads)
+        alias.thread_map(draw, len(los), self.threads)
         return out
 
     def _item_slices(self, start: int) -> Iterator[np.ndarray]:
@@ -189,7 +181,7 @@ class WeightedSampler(EpochSampler):
         while at < len(los):  # a round ends where the block draws do: the table waits for it
             ks = range(at, min(at + step, len(los), self._block_chunks if at < self._block_chunks else len(los)))
             self._ready(ks[-1] + 1)
-            parts = thread_map(lambda j, at=at: draw(at + j), len(ks), self.threads)
+            parts = alias.thread_map(lambda j, at=at: draw(at + j), len(ks), self.threads)
             for k, part in zip(ks, parts):
                 skip = max(0, start - offsets[k])
                 if skip < len(part):
@@ -210,7 +202,7 @@ class WeightedSampler(EpochSampler):
             with np.errstate(divide="ignore"):
                 np.divide(part, w, out=part)  # w = 0: inf, drawn last (never, see want)
 
-        thread_map(fill, -(-n // CHUNK), self.threads)
+        alias.thread_map(fill, -(-n // CHUNK), self.threads)
         want = min(self.total_size, self._positive)
         if want < n // 4:
             top = np.argpartition(keys, want - 1)[:want]
