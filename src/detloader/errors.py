@@ -110,9 +110,7 @@ class ClassMapError(DetloaderValueError):
         shown = ", ".join(repr(c) for c in self.classes[: self.SHOWN]) or "none"
         if len(self.classes) > self.SHOWN:
             shown += f", ... ({len(self.classes)} in all)"
-        super().__init__(
-            f"class_map: {', '.join(parts)} matches no class in the files; classes found: {shown}"
-        )
+        super().__init__(f"class_map: {', '.join(parts)} matches no class in the files; classes found: {shown}")
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (ClassMapError, (self.keys, self.classes))

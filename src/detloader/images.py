@@ -76,10 +76,7 @@ def oriented_size(width: int, height: int, orientation: int) -> tuple[int, int]:
 
 
 def should_apply_orientation(
-    orientation: int,
-    raw_size: tuple[int, int],
-    expected_size: tuple[int, int] | None,
-    exif: ExifPolicy = "auto",
+    orientation: int, raw_size: tuple[int, int], expected_size: tuple[int, int] | None, exif: ExifPolicy = "auto"
 ) -> bool:
     """The EXIF rule of this module (see its docstring) as a pure function."""
     if orientation not in range(2, 9) or exif == "ignore":
@@ -311,11 +308,7 @@ def read_image(
 
 
 def _decode_jpeg(
-    data: bytes,
-    expected_size: tuple[int, int] | None,
-    exif: ExifPolicy,
-    min_size: MinSize,
-    source: str,
+    data: bytes, expected_size: tuple[int, int] | None, exif: ExifPolicy, min_size: MinSize, source: str
 ) -> Decoded | None:
     import simplejpeg
 

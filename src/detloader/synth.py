@@ -107,9 +107,7 @@ def _draw(rng: np.random.Generator, w: int, h: int, scene: str, faces: Sequence[
     return np.asarray(img)
 
 
-def _xml(
-    stem: str, w: int, h: int, scene: str, faces: Sequence[_Face], classes: Sequence[str]
-) -> str:
+def _xml(stem: str, w: int, h: int, scene: str, faces: Sequence[_Face], classes: Sequence[str]) -> str:
     out = [
         '<annotation verified="yes">',
         "  <folder>JPEGImages</folder>",

@@ -19,17 +19,12 @@ from detloader.errors import FileTooLargeError, ImageDecodeError, NotRegularFile
 from detloader.images import check_pixels, decode_image, image_bytes
 
 _READ_ERRORS = {
-    FileNotFoundError: "missing_image",
-    NotRegularFileError: "not_a_regular_file",
-    FileTooLargeError: "file_too_large",
+    FileNotFoundError: "missing_image", NotRegularFileError: "not_a_regular_file", FileTooLargeError: "file_too_large"
 }
 
 
 def check_image(
-    path: str | os.PathLike[str],
-    annotation: str,
-    expected_size: tuple[int, int] | None,
-    decode: bool = False,
+    path: str | os.PathLike[str], annotation: str, expected_size: tuple[int, int] | None, decode: bool = False
 ) -> list[Problem]:
     """Problems of the image at ``path`` (reported against ``annotation``); header only unless
     ``decode``, which decodes the whole file (truncated and corrupt data)."""

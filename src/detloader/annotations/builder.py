@@ -125,9 +125,7 @@ class ChunkBuilder:
             return
         mode = self.options.boxes_from_points
         what = {
-            "enclose": "boxed by the extent of their points",
-            "image": "boxed by the whole image",
-            "skip": "skipped",
+            "enclose": "boxed by the extent of their points", "image": "boxed by the whole image", "skip": "skipped"
         }[mode]
         message = f"{n} objects with landmarks and no box (first: {first})"
         self.problem("box_from_points", "", message, f"{what}, boxes_from_points={mode!r}", "repaired")

@@ -74,9 +74,7 @@ def check_size(width: Any, height: Any) -> Finding | None:
     return Finding("bad_value", f"width={width!r} height={height!r}", "image skipped")
 
 
-def check_box(
-    box: Any, width: int, height: int, *, one_based: bool, clip: bool
-) -> tuple[Box | None, Finding | None]:
+def check_box(box: Any, width: int, height: int, *, one_based: bool, clip: bool) -> tuple[Box | None, Finding | None]:
     """The box to store (float32, inside the image) or None when it is rejected, and what was found.
 
     ``one_based`` subtracts 1 from xmin and ymin first. Checked as float32 (two close float64 values

@@ -238,12 +238,7 @@ class AnnotationIndex:
             pos = position[members]
             splits[name] = np.sort(pos[pos >= 0])
         return AnnotationIndex(
-            root=self.root,
-            arrays=arrays,
-            vocab=self.vocab,
-            splits=splits,
-            problems=self.problems,
-            meta=self.meta,
+            root=self.root, arrays=arrays, vocab=self.vocab, splits=splits, problems=self.problems, meta=self.meta
         )
 
     def split(self, name: str) -> AnnotationIndex:
@@ -260,11 +255,7 @@ class AnnotationIndex:
         return self.subset(self.splits[name])
 
     def random_split(
-        self,
-        fractions: Mapping[str, float],
-        *,
-        seed: int = 0,
-        stratify: str | None = None,
+        self, fractions: Mapping[str, float], *, seed: int = 0, stratify: str | None = None
     ) -> dict[str, AnnotationIndex]:
         """Split by ratio, reproducibly: ``index.random_split({"train": .8, "val": .2}, seed=0)``.
 

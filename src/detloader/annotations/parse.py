@@ -285,10 +285,6 @@ def merge(
         landmarks=schema,
     )
     index = AnnotationIndex(
-        root=root,
-        arrays=arrays,
-        vocab=vocab,
-        problems=ProblemReport(problems),
-        meta={**meta, "stats": stats},
+        root=root, arrays=arrays, vocab=vocab, problems=ProblemReport(problems), meta={**meta, "stats": stats}
     )
     return _drop_duplicates(index, problems, strings)

@@ -78,9 +78,7 @@ def stratified_split(
     return {k: np.sort(np.concatenate(v)) for k, v in parts.items()}
 
 
-def rarest_class_per_image(
-    labels: np.ndarray, object_image: np.ndarray, n_images: int, n_classes: int
-) -> np.ndarray:
+def rarest_class_per_image(labels: np.ndarray, object_image: np.ndarray, n_images: int, n_classes: int) -> np.ndarray:
     """int64 ``[n_images]``: per image, its object class with the fewest objects in the whole
     dataset (MISSING for images without objects)."""
     out = np.full(n_images, MISSING, dtype=np.int64)

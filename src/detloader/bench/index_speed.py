@@ -70,8 +70,6 @@ def bench_index(report: BenchReport, root: Path, **kwargs: Any) -> None:
     what = f"{len(index)} VOC files"
     baseline = ("ElementTree", base_s)
     for step, label, seconds in (
-        ("cold build in 1 process", "cold", serial_s),
-        ("cold build", "cold", cold_s),
-        ("warm reload", "warm", warm_s),
+        ("cold build in 1 process", "cold", serial_s), ("cold build", "cold", cold_s), ("warm reload", "warm", warm_s)
     ):
         report.add(SECTION, f"{step}, {what}: ElementTree loop / detloader", baseline, (label, seconds), "s")

@@ -57,10 +57,7 @@ class BenchReport:
 
     def table(self) -> str:
         """A Markdown table of the ratios, then the notes."""
-        lines = [
-            "| section | comparison | a | b | a / b |",
-            "|---|---|---|---|---|",
-        ]
+        lines = ["| section | comparison | a | b | a / b |", "|---|---|---|---|---|"]
         for r in self.ratios:
             lines.append(
                 f"| {r.section} | {r.what} | {r.a_label}: {_num(r.a)} {r.unit} | "

@@ -258,9 +258,7 @@ def print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
-def count_table(
-    title: str, header: Sequence[str], rows: Iterable[Sequence[Any]], justify: str = "left"
-) -> Table:
+def count_table(title: str, header: Sequence[str], rows: Iterable[Sequence[Any]], justify: str = "left") -> Table:
     """A table of rows that start with a name (never read as markup); the other cells as
     ``str`` gives them, aligned by ``justify``."""
     from rich.table import Table

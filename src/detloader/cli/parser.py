@@ -22,8 +22,7 @@ COMMANDS = tuple(add.__name__.removeprefix("add_") for add in _ADDERS)
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="detloader",
-        description="Detection + landmark + classification data pipeline for PyTorch.",
+        prog="detloader", description="Detection + landmark + classification data pipeline for PyTorch."
     )
     parser.add_argument("--version", action="version", version=f"detloader {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

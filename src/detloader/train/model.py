@@ -193,9 +193,7 @@ class Detections:
 
 
 @torch.no_grad()
-def decode(
-    outputs: dict[str, torch.Tensor], stride: int, top_k: int = 100, min_score: float = 0.01
-) -> Detections:
+def decode(outputs: dict[str, torch.Tensor], stride: int, top_k: int = 100, min_score: float = 0.01) -> Detections:
     """Detections from :class:`~detloader.train.model.CenterNet` outputs (see the module
     docstring); ``stride`` input pixels per output cell."""
     heat = outputs["heatmap"].float().sigmoid()

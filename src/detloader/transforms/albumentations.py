@@ -96,8 +96,7 @@ class AlbumentationsTransform:
             import albumentations as A
         except ImportError as err:
             raise MissingExtraError(
-                "AlbumentationsTransform.build needs albumentations: "
-                "pip install 'detloader[albumentations]'"
+                "AlbumentationsTransform.build needs albumentations: pip install 'detloader[albumentations]'"
             ) from err
 
         def params(cls_: Any, fmt: str, **kw: Any) -> Any:
@@ -107,8 +106,7 @@ class AlbumentationsTransform:
                 return cls_(coord_format=fmt, **kw)
 
         bbox = params(
-            A.BboxParams, "pascal_voc", label_fields=[BOX_FIELD],
-            min_visibility=min_visibility, min_area=min_area,
+            A.BboxParams, "pascal_voc", label_fields=[BOX_FIELD], min_visibility=min_visibility, min_area=min_area
         )
         keypoints = params(A.KeypointParams, "xy", label_fields=[POINT_FIELD], remove_invisible=False)
         compose = A.Compose(list(transforms), bbox_params=bbox, keypoint_params=keypoints, **compose_kwargs)

@@ -40,8 +40,7 @@ class ColorJitter:
         if rng.random() >= self.p:
             return data
         b, c, s = (
-            rng.uniform(1 - v, 1 + v) if v > 0 else 1.0
-            for v in (self.brightness, self.contrast, self.saturation)
+            rng.uniform(1 - v, 1 + v) if v > 0 else 1.0 for v in (self.brightness, self.contrast, self.saturation)
         )
         hue = rng.uniform(-self.hue, self.hue) if self.hue > 0 else 0.0
         data.image = adjust_colour(data.image, b, c, s, hue)

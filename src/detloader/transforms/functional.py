@@ -259,8 +259,7 @@ def _canvas_like(image: np.ndarray, width: int, height: int, fill: int) -> np.nd
 
 
 def adjust_colour(
-    image: np.ndarray, brightness: float = 1.0, contrast: float = 1.0, saturation: float = 1.0,
-    hue: float = 0.0,
+    image: np.ndarray, brightness: float = 1.0, contrast: float = 1.0, saturation: float = 1.0, hue: float = 0.0
 ) -> np.ndarray:
     """Brightness, contrast and saturation factors (1 = unchanged) as torchvision defines
     them, in that order, on uint8, then a hue shift of ``hue`` turns: brightness and contrast

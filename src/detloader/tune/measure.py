@@ -73,8 +73,7 @@ def loader_kwargs(
     if num_workers < 0:
         raise DetloaderValueError(f"num_workers={num_workers} must be >= 0")
     if num_workers == 0:
-        return {"num_workers": 0, "pin_memory": bool(pin_memory), "prefetch_factor": None,
-                "persistent_workers": False}
+        return {"num_workers": 0, "pin_memory": bool(pin_memory), "prefetch_factor": None, "persistent_workers": False}
     if prefetch_factor is None or prefetch_factor < 1:
         raise DetloaderValueError(f"prefetch_factor={prefetch_factor} must be >= 1 when num_workers > 0")
     return {"num_workers": int(num_workers), "pin_memory": bool(pin_memory),
@@ -296,5 +295,4 @@ def steady_rate(arrivals: list[float], waits: list[float], counts: list[int], wa
 
 def failed_trial(settings: Mapping[str, Any], error: str, phase: str = "") -> Trial:
     """A trial that produced nothing, with the reason."""
-    return Trial(dict(settings), 0.0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, None, None, 0.0,
-                 phase=phase, error=error)
+    return Trial(dict(settings), 0.0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, None, None, 0.0, phase=phase, error=error)

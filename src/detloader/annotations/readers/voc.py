@@ -181,14 +181,7 @@ def _int_or_zero(text: str | None) -> int | None:
 
 
 def _resolve_image(
-    root: str,
-    image_dir: str,
-    sub: str,
-    filename: str,
-    stem: str,
-    path_text: str | None,
-    check: bool,
-    literal: str = "",
+    root: str, image_dir: str, sub: str, filename: str, stem: str, path_text: str | None, check: bool, literal: str = ""
 ) -> str | None:
     """Relative image path for an annotation, or None when no candidate exists; ``literal``,
     the file name exactly as written, is tried first."""

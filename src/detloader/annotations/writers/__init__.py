@@ -12,6 +12,5 @@ from detloader.annotations.writers.voc import write_voc
 from detloader.annotations.writers.yolo import YoloExportWarning, write_yolo
 
 __all__ = [
-    "EXPORT_FORMATS", "IMAGE_MODES", "YoloExportWarning", "write_annotations", "write_coco",
-    "write_voc", "write_yolo",
+    "EXPORT_FORMATS", "IMAGE_MODES", "YoloExportWarning", "write_annotations", "write_coco", "write_voc", "write_yolo"
 ]

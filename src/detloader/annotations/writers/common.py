@@ -68,9 +68,7 @@ class ImagePlacer:
         return dst
 
 
-def attribute_rows(
-    table: np.ndarray, vocab: Sequence[tuple[str, Sequence[str]]]
-) -> Callable[[int], dict[str, str]]:
+def attribute_rows(table: np.ndarray, vocab: Sequence[tuple[str, Sequence[str]]]) -> Callable[[int], dict[str, str]]:
     """``row(i) -> {name: value}`` of an index attribute table (``MISSING`` cells left out)."""
     def row(i: int) -> dict[str, str]:
         return {name: values[v] for (name, values), v in zip(vocab, table[i]) if v != MISSING}
