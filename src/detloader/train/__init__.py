@@ -11,10 +11,7 @@ This stage only reads the ones above it. Entry points::
     metrics = evaluate_checkpoint("runs/a/last.pt", "data/VOC2007")  # the run's own val split
     metrics = score_predictions(predictions, index.split("val"))     # any model's predictions
 
-Modules: ``task`` (the protocol), ``model`` (network; outputs -> detections), ``losses``
-(Batch -> targets -> loss terms), ``metrics`` (mAP, NME, image class, any predictions scored),
-``inference``, ``checkpoint``, ``distributed`` (torchrun), ``config``, ``runs`` (run folders,
-the data a checkpoint knows), ``loop``. See ``docs/training.md``.
+What each module does: docs/training.md, "Files".
 """
 
 from __future__ import annotations

@@ -25,56 +25,9 @@ BALANCE_NAMES: tuple[str, ...] = ("none", "inverse", "sqrt", "power", "effective
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything a run depends on.
-
-    Attributes:
-        data: dataset path (anything :func:`detloader.read_annotations` reads); None: the
-            embedded synthetic dataset, written to ``out/synthetic``.
-        out: folder for checkpoints (``last.pt``), ``metrics.json`` and ``config.json``.
-        read_options: keyword arguments of ``read_annotations`` (``format``, ``on_error``...).
-        on_decode_error: images that fail to decode during training: ``"raise"`` or ``"skip"``
-            (a substitute of the same class group; ``DetectionDataset(on_decode_error=)``).
-        train_split, val_split: split names (see ``detloader split``). A dataset without
-            both gets a seeded, stratified 80/20 split of its ``train_split`` (or of every
-            image outside a ``test`` split), said in ``on_start`` and recorded in the
-            checkpoint, so that ``evaluate`` scores the same validation images.
-        synthetic_images, synthetic_seed: size and seed of the synthetic dataset.
-        size: letterbox side of the network input, pixels (a multiple of 32).
-        batch_size: images per step and process.
-        epochs: passes over the (balanced) training sampler.
-        lr, weight_decay, warmup_steps: AdamW with linear warm-up then cosine decay to 5 %.
-        balance: ``"none"`` (a seeded shuffle) or a strategy of ``make_loader(balance=)``:
-            ``inverse``, ``sqrt``, ``power:P``, ``effective[:BETA]``, ``repeat_factor[:T]``,
-            ``class_aware``.
-        balance_by: grouping of the balance (``"class"``, ``"image_class"``, ...).
-        num_workers: DataLoader workers, or ``"auto"`` (tuned for the machine).
-        device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
-        amp: mixed precision on CUDA (bfloat16 when supported, else float16 with a scaler);
-            ignored on CPU.
-        seed: seeds the model initialisation, the sampler and the augmentations.
-        width: channels of the first backbone stage (model size).
-        landmark_loss: ``"l1"`` or ``"wing"``.
-        mosaic: share of training samples that are mosaics of four images (0: none), the
-            partners drawn from the balanced sampler's own stream (``make_loader(mosaic=)``).
-        close_mosaic: no mosaic in the last this many epochs (the model sees whole images
-            before it is evaluated), as detection trainers do.
-        affine: a random scale (0.5-1.5) and translation (10 %) of each training image,
-            landmarks moved with it (``RandomAffine``).
-        loss_weights: :class:`~detloader.train.losses.LossWeights`. ``width``,
-            ``landmark_loss`` and ``loss_weights`` are the reference model's: a run with
-            ``train(config, task=...)`` does not use them.
-        checkpoint_every: also save ``last.pt`` every this many steps (0: at epoch ends only).
-        max_steps: stop (with a checkpoint) once the run has made this many steps in all,
-            counting those before a resume, as if killed: for resume tests and smoke runs;
-            None: train all epochs.
-        resume: checkpoint to continue from (mid-epoch, no sample lost or repeated). Its
-            data record must match the dataset's (classes, training images, annotations).
-        allow_data_change: resume even when the data differs from the checkpoint's.
-        exist_ok: write into an ``out`` that holds another run (overwriting it); without it
-            such an ``out`` is refused unless ``resume`` is a checkpoint in it.
-        score_threshold: operating point of the per-class precision / recall.
-        eval_backend: ``"auto"``, ``"faster_coco_eval"`` or ``"pycocotools"``.
-        evaluate: evaluate on the validation split at the end.
+    """Everything a run depends on. What each field means: docs/training.md, "Settings: ``TrainConfig``" (a
+    field added here goes into that table too). ``width``, ``landmark_loss`` and ``loss_weights`` are the
+    reference model's: a run with ``train(config, task=...)`` does not use them.
     """
 
     data: str | None = None

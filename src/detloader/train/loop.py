@@ -115,12 +115,8 @@ def train(
     resume on data other than the checkpoint's is refused with what differs
     (:class:`DataMismatchError`) unless ``config.allow_data_change``.
 
-    The metrics: :func:`~detloader.train.metrics.compute_metrics`' (without
-    ``config.evaluate``, none of them), ``data_wait_fraction`` (all steps of this run, rank 0),
-    ``epochs`` (per-epoch history), ``samples_per_rank`` (this run's), ``world_size``,
-    ``device``, ``num_workers``, ``train_seconds``, ``steps``, ``stopped_early`` (``max_steps``
-    or a signal), ``stopped_by`` (``"SIGTERM"``, ``"SIGINT"`` or None), ``split`` and
-    ``train_split`` (name, images, source), ``classes`` and ``config``.
+    The metrics: :func:`~detloader.train.metrics.compute_metrics`' (without ``config.evaluate``, none of
+    them) and the run's figures: the ``metrics.json`` keys of docs/training.md, "Evaluation".
     """
     with running_distributed(config.device) as env, ExitStack() as stack:
         refusal = None

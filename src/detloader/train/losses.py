@@ -7,12 +7,10 @@ radius rule (a box shifted by the radius still overlaps the true one with IoU >=
 cell the head regresses the box size, the centre's sub-cell offset and the landmark offsets
 from the integer centre cell, in output cells.
 
-Each term is a mean over what it is defined on (heatmap: per centre; regression: per valid
-object coordinate; landmarks: per coordinate with visibility > 0, so absent points never
-train; image class: per labelled image), so that the weights (:class:`LossWeights`,
-CenterNet's multi-pose values and 1 for GIoU and image class) keep their meaning whatever the
-batch holds. A term with nothing to average is an exact zero that still touches its head's
-outputs (DDP needs a gradient, even 0, for every parameter).
+Each term is a mean over what it is defined on (heatmap: per centre; regression: per valid object coordinate;
+landmarks: per coordinate with visibility > 0; image class: per labelled image; docs/training.md, "Losses").
+A term with nothing to average is an exact zero that still touches its head's outputs (DDP needs a gradient,
+even 0, for every parameter).
 """
 
 from __future__ import annotations
@@ -218,10 +216,7 @@ def _masked_mean(values: torch.Tensor, mask: torch.Tensor, touch: torch.Tensor) 
 
 
 def multitask_loss(
-    outputs: Mapping[str, torch.Tensor],
-    targets: Targets,
-    weights: LossWeights,
-    landmark_loss: LandmarkLoss = "l1",
+    outputs: Mapping[str, torch.Tensor], targets: Targets, weights: LossWeights, landmark_loss: LandmarkLoss = "l1"
 ) -> dict[str, torch.Tensor]:
     """Each unweighted term, a scalar tensor; the loss is ``sum(weights.<name> * term)``
     (:meth:`detloader.train.task.Task.total`).

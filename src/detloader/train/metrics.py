@@ -1,13 +1,6 @@
-"""Metrics of predictions on an annotated split (docs/training.md, "Evaluation").
-
-* **Boxes**: COCO mAP@0.5 and mAP@0.5:0.95 by faster-coco-eval or pycocotools (the ``eval``
-  extra), not a home-made matcher; per class AP and precision / recall at ``score_threshold``,
-  read off the same precision-recall curve at IoU 0.5.
-* **Landmarks**: NME over ground-truth objects matched by a detection (same class, IoU >= 0.5,
-  greedy by score), labelled points only, divided by a normaliser that is always named:
-  ``"inter_ocular"`` when the schema has a left and a right eye, else ``"box_diagonal"`` (as
-  mmpose's ``keypoint_2d_metrics``).
-* **Image class**: accuracy and per-class recall over images with an image-level label.
+"""Metrics of predictions on an annotated split: COCO box mAP (faster-coco-eval or pycocotools, the ``eval``
+extra, not a home-made matcher), per-class precision / recall, landmark NME (normaliser as mmpose's
+``keypoint_2d_metrics``), image-class accuracy; what each is: docs/training.md, "Evaluation".
 
 Ground truth comes from the index (annotation coordinates); predictions must already be mapped
 back to them (``Batch.boxes_to_original``). Undefined figures (no landmark head, no image
@@ -138,9 +131,7 @@ def _backend(name: str) -> str:
     )
 
 
-def coco_evaluate(
-    gt: dict[str, Any], detections: list[dict[str, Any]], backend: Backend = "auto"
-) -> dict[str, Any]:
+def coco_evaluate(gt: dict[str, Any], detections: list[dict[str, Any]], backend: Backend = "auto") -> dict[str, Any]:
     """COCO bbox evaluation, quietly: ``{"backend", "stats" [12], "precision" [T, R, C],
     "scores" [T, R, C], "recall" [T, C]}`` (area "all", 100 detections; -1 where a class
     has no ground truth). No detections at all give zeros."""
@@ -293,11 +284,7 @@ def _image_class(index: Any, predictions: Sequence[ImagePredictions]) -> tuple[f
 
 # -- all together -----------------------------------------------------------------------------
 def compute_metrics(
-    index: Any,
-    predictions: Sequence[ImagePredictions],
-    *,
-    score_threshold: float = 0.3,
-    backend: Backend = "auto",
+    index: Any, predictions: Sequence[ImagePredictions], *, score_threshold: float = 0.3, backend: Backend = "auto"
 ) -> dict[str, Any]:
     """Every metric of the module docstring as a JSON-ready dict (keys ``map50``,
     ``map50_95``, ``per_class``, ``score_threshold``, ``nme``, ``nme_normaliser``,

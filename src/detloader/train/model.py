@@ -19,10 +19,7 @@ Shapes (input ``[B, 3, H, W]`` float, ``H`` and ``W`` multiples of :data:`INPUT_
 ``landmarks`` is absent when ``num_landmarks == 0``, ``image_logits`` when
 ``num_image_classes == 0`` (those heads are not built at all).
 
-Decoding (:func:`decode`) reads the outputs back as detections: a peak is a cell that equals
-the 3x3 max-pool of its heatmap (CenterNet's NMS-free rule); the ``top_k`` highest peaks per
-image over all classes are kept, down to ``min_score``, with the box, landmarks and image class
-read at each; :func:`decode_predictions` maps them to annotation coordinates.
+Decoding (:func:`decode`, then :func:`decode_predictions` to annotation coordinates): docs/training.md, "Model".
 """
 
 from __future__ import annotations

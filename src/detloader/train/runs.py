@@ -1,21 +1,14 @@
-"""A run's folder, the data it trains on and the loader that serves it.
+"""A run's folder, the data it trains on and the loader that serves it; what a user sees: docs/training.md,
+"Run folders" and "Resume on the same data".
 
-* **One training per folder.** ``out/.train.lock`` is held (an OS file lock, released by the
-  kernel when the process dies) for the whole run; ``out/.train.owner.json`` names the holder.
-  A second training on the same ``out`` is refused with the holder's pid; an owner file left
-  by a process that died is taken over with a warning.
-* **A run is never overwritten.** ``out`` holding a run (``last.pt``, ``config.json`` or
-  ``metrics.json``) is refused unless the run resumes a checkpoint of that folder or
-  ``exist_ok`` says to overwrite it; the message names the ways out.
-* **The data a run trains on**: :func:`prepare_data` reads the dataset (rank 0 first) and
-  takes its train / val splits, or makes a seeded, stratified one when it has none.
-* **A checkpoint knows its data**: :func:`data_record` is stored in every checkpoint (key
-  ``"data"``): classes, image classes, landmark names, a digest of the image paths and of the
-  annotations, and the train / validation splits (name, size, digest, how they were found or
-  made, and their image paths). ``--resume`` compares it with :func:`data_changes`;
-  ``evaluate`` reads the validation split back from it with :func:`recorded_rows`.
-* **The loader**: :func:`train_loader` puts the training part behind :func:`balanced_loader`,
-  distributed and resumable whatever the balance (also the Lightning DataModule's).
+* **One training per folder**: ``out/.train.lock`` (an OS file lock, released by the kernel when the process
+  dies) is held for the whole run; ``out/.train.owner.json`` names the holder.
+* **The data**: :func:`prepare_data` reads the dataset (rank 0 first) and takes its train / val splits, or
+  makes a seeded, stratified one. :func:`data_record` (checkpoint key ``"data"``; also image classes) is
+  what ``--resume`` compares with :func:`data_changes`; ``evaluate`` reads the validation split back from it
+  with :func:`recorded_rows`.
+* **The loader**: :func:`train_loader` puts the training part behind :func:`balanced_loader`, distributed and
+  resumable whatever the balance (also the Lightning DataModule's).
 """
 
 from __future__ import annotations
