@@ -2,25 +2,16 @@
 with its annotations; samples of a dataset (as stored or after its transform), and
 predictions beside the truth.
 
-What a tile shows, and how:
+A tile (what the marks mean for a user: README.md, "Looking at a dataset"): a caption band at the top (the
+image's index row, its image class and, for predictions, probability, and any note: ``flipped``, ``truth``,
+``prediction``); the image scaled to fit the rest of the ``tile x tile`` square, left-aligned on
+:data:`BACKGROUND`; boxes in their class's colour (:func:`class_color`), :data:`BOX_WIDTH` px, labelled with
+the class name (and score) above the box; landmarks with one hue per flip pair (:func:`landmark_colors`), the
+*first* point of a pair (``left_*``) a filled disc and the second a ring, so that a flip that forgets the swap
+shows at once; unpaired points filled squares; visibility 1 dimmed, 0 not drawn.
 
-* a caption band at the top: the image's row in the index, its image class (and probability,
-  for predictions) and any note (``flipped``, ``truth``, ``prediction``);
-* the image below it, scaled to fit the rest of the ``tile x tile`` square (left-aligned; the
-  rest is dark grey);
-* **boxes** in their class's colour (:func:`class_color`), 2 px, with the class name (and the
-  score, for predictions) on a label of the same colour above the box;
-* **landmarks**: each left/right flip pair has one hue (:func:`landmark_colors`): the *first*
-  point of the pair (``left_*`` in the usual schemas) is a filled disc, the second a ring of
-  the same hue, so a flip that swaps the slots keeps each hue on its own feature and a flip that
-  forgets the swap shows at once. Points outside any pair (nose, chin) have their own hues and
-  are filled squares. Visibility 2 is drawn at full colour, 1 (labelled but hidden) dimmed,
-  0 not at all.
-
-Layout: ``cols`` tiles per row with ``GAP`` pixels around and between them, so a grid of ``n``
-tiles is ``cols * tile + (cols + 1) * GAP`` wide and ``rows * tile + (rows + 1) * GAP`` high,
-``rows = ceil(n / cols)``; ``cols`` defaults to ``ceil(sqrt(n))`` (for prediction pairs: an
-even number, truth on the left).
+Layout: :func:`grid_size` (``GAP`` pixels around and between tiles); ``cols`` defaults to ``ceil(sqrt(n))``
+(for prediction pairs: an even number, truth on the left).
 """
 
 from __future__ import annotations
@@ -210,9 +201,7 @@ def grid_size(n: int, tile: int, cols: int) -> tuple[int, int]:
     return cols * tile + (cols + 1) * GAP, rows * tile + (rows + 1) * GAP
 
 
-def pick_images(
-    index: AnnotationIndex, n: int, *, class_name: str | None = None, seed: int = 0
-) -> np.ndarray:
+def pick_images(index: AnnotationIndex, n: int, *, class_name: str | None = None, seed: int = 0) -> np.ndarray:
     """Up to ``n`` rows of ``index`` (sorted), drawn without replacement with ``seed``;
     ``class_name``: only images holding an object of that class, or of that image class."""
     if n < 1:
