@@ -57,12 +57,10 @@ class DetectionDataModule(LightningDataModule):
     :func:`detloader.make_loader` takes them; ``"none"`` is a seeded shuffle, distributed and
     resumable like the balanced samplers.
 
-    The training loader drops the last incomplete batch (every rank makes the same number
-    of steps); rank ``r`` takes positions ``r, r + W, ...`` of one balanced draw, which
-    ``set_epoch(trainer.current_epoch)`` renews each epoch; its position is in this module's
-    ``state_dict`` (so in every Lightning checkpoint): a run resumed mid-epoch sees exactly the
-    batches the interrupted one had not. The validation loader is a plain ``DataLoader`` in order (main process), which
-    Lightning shares out as any validation loader.
+    The training loader drops the last incomplete batch (every rank makes the same number of steps); rank ``r``
+    takes positions ``r, r + W, ...`` of one balanced draw; new draws each epoch and the position in this
+    module's ``state_dict``: docs/training.md, "Your own model in the loop" (**Lightning**). The validation
+    loader is a plain ``DataLoader`` in order (main process), which Lightning shares out as any validation loader.
     """
 
     def __init__(

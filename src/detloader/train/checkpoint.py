@@ -12,8 +12,7 @@ plain Python data and tensors, so ``torch.load(weights_only=True)`` reads it:
 ``scaler``       the AMP gradient scaler's state (float16 on CUDA only), else absent
 ``data``         what the run was trained on (:func:`detloader.train.runs.data_record`)
 
-Saving keeps the checkpoint it replaces as ``previous.pt`` beside it, so that a damaged
-``last.pt`` (a full disk, a copy cut short) still leaves a good one to resume from.
+Saving keeps the checkpoint it replaces as ``previous.pt`` (docs/training.md, "Damaged checkpoints").
 """
 
 from __future__ import annotations
