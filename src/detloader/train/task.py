@@ -5,11 +5,7 @@ of :func:`~detloader.train.loop.train` (:class:`StartInfo`, :class:`StepInfo`,
 
     model(images) -> outputs                        # images: float [B, 3, H, W], Batch.normalize()
     loss(outputs, batch) -> {name: scalar tensor}   # the terms; the loss is their weighted sum
-    decode(outputs, batch) -> [per image, in batch order]   # predictions, annotation coordinates
-
-``decode`` returns :class:`~detloader.train.metrics.ImagePredictions` or dicts
-(:func:`~detloader.train.metrics.as_predictions`) in annotation coordinates. Under DDP every
-parameter must get a gradient from the loss (even 0), as ``DistributedDataParallel`` requires.
+    decode(outputs, batch) -> [per image, in batch order]   # ImagePredictions or dicts, annotation coordinates
 """
 
 from __future__ import annotations
