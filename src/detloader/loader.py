@@ -89,7 +89,7 @@ class _LoadAhead(_SingleProcessDataLoaderIter):
         return self._dataset.epoch, index, self._collated(self._dataset.submit(index, self._pool))
 
     def _collated(self, samples: list[Future[Any]]) -> Future[Any]:
-        # queued after the samples: it starts once all of them have, so it never waits for a free thread
+        # queued after its samples, it starts once they all have: it waits only for running ones
         return self._pool.submit(lambda: self._collate_fn([f.result() for f in samples]))
 
     def _next_data(self) -> Any:
