@@ -78,25 +78,20 @@ class Batch:
     def device(self) -> torch.device:
         return self.images.device
 
+    def _mapped(self, fn: Callable[[torch.Tensor], Any]) -> dict[str, Any]:
+        """The fields by name, ``fn`` applied to the tensors."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {name: fn(v) if isinstance(v, torch.Tensor) else v for name, v in values.items()}
+
     def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
-        values = {
-            f.name: fn(v) if isinstance(v, torch.Tensor) else v
-            for f in fields(self)
-            for v in (getattr(self, f.name),)
-        }
-        return Batch(**values)
+        return Batch(**self._mapped(fn))
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles the small CPU tensors (all but the images, in practice) by value: a batch
         leaves a DataLoader worker with one shared-memory file, not thirteen, and each file
-        costs a descriptor round trip with the worker (docs/benchmarks.md, "Where the time
-        goes")."""
-        values = {
-            f.name: v.numpy() if isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.nbytes <= _INLINE else v
-            for f in fields(self)
-            for v in (getattr(self, f.name),)
-        }
-        return _unpickle_batch, (values,)
+        costs a descriptor round trip with the worker (docs/loader.md, "collate_detection and
+        Batch")."""
+        return _unpickle_batch, (self._mapped(_by_value),)
 
     def pin_memory(self) -> Batch:
         """A copy in page-locked memory (DataLoader's ``pin_memory=True`` calls this)."""
@@ -270,6 +265,10 @@ def _from_parts(
 
 #: Bytes up to which a tensor of a :class:`Batch` pickles by value.
 _INLINE = 1 << 16
+
+
+def _by_value(t: torch.Tensor) -> torch.Tensor | np.ndarray:
+    return t.numpy() if t.device.type == "cpu" and t.nbytes <= _INLINE else t
 
 
 def _unpickle_batch(values: dict[str, Any]) -> Batch:
