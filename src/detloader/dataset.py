@@ -373,13 +373,14 @@ class DetectionDataset(torch.utils.data.Dataset):
 
     def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
         """``[dataset[i] for i in indices]``, on ``decode_threads`` threads when set."""
-        if min(self.decode_threads, len(indices)) < 2:
+        threads = min(self.decode_threads, len(indices))
+        if threads < 2:
             epoch = self.epoch  # read once: every sample of the batch sees the same epoch
             return [self.load_sample(i, epoch) for i in [self._checked(i) for i in indices]]
         # A pool per batch: starting two threads costs ~0.1 ms (under 1 % of a batch), and no
         # thread outlives the call, so DataLoader workers can still be forked safely and the
         # dataset pickles as before.
-        with ThreadPoolExecutor(min(self.decode_threads, len(indices)), thread_name_prefix="detloader-decode") as pool:
+        with ThreadPoolExecutor(threads, thread_name_prefix="detloader-decode") as pool:
             return [f.result() for f in self.submit(indices, pool)]
 
     def submit(self, indices: Sequence[int], pool: Executor) -> list[Future[Sample]]:

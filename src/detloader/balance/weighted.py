@@ -178,8 +178,11 @@ class WeightedSampler(EpochSampler):
             return self._draw_chunk(epoch, k, los[k], firsts[k], self.world_size)
 
         at = k0
-        while at < len(los):  # a round ends where the block draws do: the table waits for it
-            ks = range(at, min(at + step, len(los), self._block_chunks if at < self._block_chunks else len(los)))
+        while at < len(los):
+            end = min(at + step, len(los))
+            if at < self._block_chunks:  # a round ends where the block draws do: the table waits for it
+                end = min(end, self._block_chunks)
+            ks = range(at, end)
             self._ready(ks[-1] + 1)
             parts = alias.thread_map(lambda j, at=at: draw(at + j), len(ks), self.threads)
             for k, part in zip(ks, parts):
