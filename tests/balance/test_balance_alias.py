@@ -10,6 +10,12 @@ from hypothesis import strategies as st
 from detloader.balance.alias import alias_table, block_cdf, block_draw
 
 
+def _weights(max_size: int) -> st.SearchStrategy[list[float]]:
+    """Lists of weights, zeros among them, not all zero."""
+    weight = st.one_of(st.just(0.0), st.floats(1e-6, 1e6, allow_nan=False, allow_infinity=False))
+    return st.lists(weight, min_size=1, max_size=max_size).filter(lambda w: any(w))
+
+
 def alias_probabilities(table: np.ndarray) -> np.ndarray:
     """float64 ``[n]``: the exact draw probabilities an alias table encodes."""
     n = len(table)
@@ -21,14 +27,7 @@ def alias_probabilities(table: np.ndarray) -> np.ndarray:
 
 
 @settings(max_examples=150, deadline=None)
-@given(
-    st.lists(
-        st.one_of(st.just(0.0), st.floats(1e-6, 1e6, allow_nan=False, allow_infinity=False)),
-        min_size=1,
-        max_size=80,
-    ).filter(lambda w: any(w)),
-    st.sampled_from([1, 2, 7, 1 << 20]),
-)
+@given(_weights(max_size=80), st.sampled_from([1, 2, 7, 1 << 20]))
 def test_alias_table_encodes_the_weights_exactly(weights, chunk):
     """The probabilities a table encodes equal w / sum(w) within 1.5 * 2**-32 / n, for any
     chunking of the build; zero weights are never drawn."""
@@ -51,14 +50,7 @@ def test_alias_table_heavy_tail_is_exact_relative_to_each_weight():
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    st.lists(
-        st.one_of(st.just(0.0), st.floats(1e-6, 1e6, allow_nan=False, allow_infinity=False)),
-        min_size=1,
-        max_size=70,
-    ).filter(lambda w: any(w)),
-    st.integers(0, 2**32 - 1),
-)
+@given(_weights(max_size=70), st.integers(0, 2**32 - 1))
 def test_block_draw_is_the_inverse_cdf(weights, seed):
     """Every draw lands where the uniform falls in the running sum of the weights (up to
     float64 rounding), never on a zero weight, and the extreme draws stay in range."""
