@@ -243,6 +243,55 @@ def test_batch_leaves_a_worker_as_one_shared_file(dataset: DetectionDataset, mon
         assert a.dtype == b.dtype and torch.equal(a, b), name
 
 
+def test_worker_buffers_are_reused_once_the_main_process_lets_go() -> None:
+    """A buffer is handed out again only after its flag is cleared; a larger batch gets a
+    larger buffer; with every buffer out, new memory (no flag)."""
+    from detloader.collate import _WorkerBuffers
+
+    pool = _WorkerBuffers()
+    first, i = pool.take((2, 3, 4, 4))
+    second, j = pool.take((2, 3, 4, 4))
+    assert (i, j) == (0, 1) and first.data_ptr() != second.data_ptr()
+    pool.held[i] = 0  # what the main process does when the batch is dropped
+    again, k = pool.take((1, 3, 4, 4))
+    assert k == i and again.data_ptr() == first.data_ptr() and again.shape == (1, 3, 4, 4)
+    pool.held[k] = 0
+    larger, k = pool.take((4, 3, 4, 4))
+    assert k == i and larger.numel() == 192 and pool.held.tolist()[:2] == [1, 1]
+    for _ in range(pool.SLOTS - 2):
+        pool.take((1, 3, 1, 1))
+    extra, none = pool.take((1, 3, 1, 1))
+    assert none is None and extra.is_shared() and all(pool.held.tolist())
+
+
+def _with_slot(samples: list[object]) -> tuple[Batch, int | None]:
+    """The batch and the worker buffer its images lie in (None: new memory)."""
+    batch = collate_detection(samples)
+    buffer = getattr(batch, "_buffer", None)
+    return batch, None if buffer is None else buffer[1]
+
+
+def test_worker_batches_stay_intact_while_held_and_reuse_memory_once_dropped(dataset: DetectionDataset) -> None:
+    """Batches from worker processes equal the in-process ones, whether the loop keeps them
+    all (each worker runs out of buffers and takes new memory) or drops each (the workers
+    take their buffers again)."""
+    from torch.utils.data import DataLoader
+
+    expected = [b.images.clone() for b in DataLoader(dataset, batch_size=1, collate_fn=collate_detection)]
+    loader = DataLoader(dataset, batch_size=1, num_workers=2, collate_fn=_with_slot)
+    kept = list(loader)
+    assert len(kept) == len(expected) > 2 * 8  # more batches than the workers' buffers
+    assert all(torch.equal(b.images, e) for (b, _), e in zip(kept, expected))
+    assert sum(slot is None for _, slot in kept) == len(kept) - 2 * 8
+    del kept
+    slots = []
+    for (batch, slot), e in zip(loader, expected):
+        assert torch.equal(batch.images, e)
+        slots.append(slot)
+        del batch
+    assert None not in slots and len(set(slots)) < 8
+
+
 @pytest.mark.skipif(not accelerator_available(), reason="pinning needs an accelerator")
 def test_pin_memory_and_non_blocking_copy(dataset: DetectionDataset) -> None:
     batch = collate_detection([dataset[i] for i in range(2)]).pin_memory()

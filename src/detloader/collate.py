@@ -10,6 +10,7 @@ and Batch".
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -90,8 +91,8 @@ class Batch:
         """Pickles the small CPU tensors (all but the images, in practice) by value: a batch
         leaves a DataLoader worker with one shared-memory file, not thirteen, and each file
         costs a descriptor round trip with the worker (docs/loader.md, "collate_detection and
-        Batch")."""
-        return _unpickle_batch, (self._mapped(_by_value),)
+        Batch"). A batch made in a worker also carries its image buffer's release flag."""
+        return _unpickle_batch, (self._mapped(_by_value), getattr(self, "_buffer", None))
 
     def pin_memory(self) -> Batch:
         """A copy in page-locked memory (DataLoader's ``pin_memory=True`` calls this)."""
@@ -271,8 +272,12 @@ def _by_value(t: torch.Tensor) -> torch.Tensor | np.ndarray:
     return t.numpy() if t.device.type == "cpu" and t.nbytes <= _INLINE else t
 
 
-def _unpickle_batch(values: dict[str, Any]) -> Batch:
-    return Batch(**{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in values.items()})
+def _unpickle_batch(values: dict[str, Any], buffer: tuple[torch.Tensor, int] | None = None) -> Batch:
+    batch = Batch(**{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in values.items()})
+    if buffer is not None:  # the worker may reuse the images' memory once nothing here holds it
+        held, i = buffer
+        weakref.finalize(batch.images.untyped_storage(), held.__setitem__, i, 0)
+    return batch
 
 
 def _item(sample: Any, position: int) -> Sample:
@@ -300,15 +305,51 @@ def _item(sample: Any, position: int) -> Sample:
     )
 
 
-def _shared_uint8(shape: tuple[int, ...]) -> torch.Tensor:
-    """An uninitialised uint8 tensor, in shared memory inside a DataLoader worker so that
-    sending it to the main process costs no copy (what torch's default_collate does)."""
-    if torch.utils.data.get_worker_info() is not None:
+def _new_shared(numel: int) -> torch.Tensor:
+    base = torch.empty(0, dtype=torch.uint8)
+    return base.new(base._typed_storage()._new_shared(numel, device=base.device))
+
+
+class _WorkerBuffers:
+    """The shared-memory image buffers of one DataLoader worker (up to ``SLOTS``), each reused
+    once the main process has dropped every tensor over the batch it went out in: a new
+    shared-memory file costs the kernel a zeroed page per 4 KiB, several times the collate's
+    copy. ``held[i]`` (shared memory) is 1 while buffer ``i`` is out: the worker sets it, the
+    main process clears it (:func:`_unpickle_batch`). With every buffer out, new memory."""
+
+    SLOTS = 8
+
+    def __init__(self) -> None:
+        self.held = _new_shared(self.SLOTS).zero_()
+        self.buffers: list[torch.Tensor | None] = [None] * self.SLOTS
+
+    def take(self, shape: tuple[int, ...]) -> tuple[torch.Tensor, int | None]:
         numel = int(np.prod(shape))
-        base = torch.empty(0, dtype=torch.uint8)
-        storage = base._typed_storage()._new_shared(numel, device=base.device)
-        return base.new(storage).view(shape)
-    return torch.empty(shape, dtype=torch.uint8)
+        held = self.held.numpy()
+        free = [i for i in range(self.SLOTS) if not held[i]]
+        if not free:
+            return _new_shared(numel).view(shape), None
+        i = next((i for i in free if self.buffers[i] is not None and len(self.buffers[i]) >= numel), free[0])  # type: ignore[arg-type]
+        if self.buffers[i] is None or len(self.buffers[i]) < numel:  # type: ignore[arg-type]
+            self.buffers[i] = _new_shared(numel)
+        held[i] = 1
+        return self.buffers[i][:numel].view(shape), i  # type: ignore[index]
+
+
+_worker_buffers: _WorkerBuffers | None = None
+
+
+def _image_buffer(shape: tuple[int, ...]) -> tuple[torch.Tensor, tuple[torch.Tensor, int] | None]:
+    """An uninitialised uint8 tensor for a batch's images; inside a DataLoader worker, in
+    shared memory so that sending it to the main process costs no copy, with the release
+    flag of the reused buffer it lies in (None: not reused)."""
+    global _worker_buffers
+    if torch.utils.data.get_worker_info() is None:
+        return torch.empty(shape, dtype=torch.uint8), None
+    if _worker_buffers is None:
+        _worker_buffers = _WorkerBuffers()
+    images, i = _worker_buffers.take(shape)
+    return images, None if i is None else (_worker_buffers.held, i)
 
 
 def collate_detection(
@@ -358,7 +399,7 @@ def collate_detection(
         pw, ph = int(sizes[:, 0].max()), int(sizes[:, 1].max())
     pw, ph = -(-pw // size_divisor) * size_divisor, -(-ph // size_divisor) * size_divisor  # rounded up
     b = len(items)
-    images = _shared_uint8((b, 3, ph, pw))
+    images, buffer = _image_buffer((b, 3, ph, pw))
     for j, it in enumerate(items):
         w, h = int(sizes[j, 0]), int(sizes[j, 1])
         images[j, :, :h, :w].copy_(it.image)
@@ -374,7 +415,7 @@ def collate_detection(
             return torch.from_numpy(np.zeros((0, *shape), dtype=dtype))
         return torch.from_numpy(np.concatenate(arrays).astype(dtype, copy=False).reshape(m, *shape))
 
-    return Batch(
+    batch = Batch(
         images=images,
         image_sizes=torch.from_numpy(sizes),
         orig_sizes=torch.tensor([it.orig_size for it in items], dtype=torch.int64).view(b, 2),
@@ -390,3 +431,6 @@ def collate_detection(
         object_ids=cat([it.object_ids for it in items], (), np.int64),
         object_counts=tuple(int(c) for c in counts),
     )
+    if buffer is not None:
+        object.__setattr__(batch, "_buffer", buffer)  # read by __reduce__ as the batch leaves
+    return batch
