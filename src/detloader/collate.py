@@ -311,17 +311,18 @@ def _new_shared(numel: int) -> torch.Tensor:
 
 
 class _WorkerBuffers:
-    """The shared-memory image buffers of one DataLoader worker (up to ``SLOTS``), each reused
-    once the main process has dropped every tensor over the batch it went out in: a new
-    shared-memory file costs the kernel a zeroed page per 4 KiB, several times the collate's
-    copy. ``held[i]`` (shared memory) is 1 while buffer ``i`` is out: the worker sets it, the
-    main process clears it (:func:`_unpickle_batch`). With every buffer out, new memory."""
+    """The shared-memory image buffers of one DataLoader worker, up to ``SLOTS`` (what a loop
+    with ``prefetch_factor=2`` has out at once), each reused once the main process has dropped
+    every tensor over the batch it went out in: a new shared-memory file costs the kernel a
+    zeroed page per 4 KiB, several times the collate's copy. ``held[i]`` (shared memory) is 1
+    while buffer ``i`` is out: the worker sets it, the main process clears it
+    (:func:`_unpickle_batch`). With every buffer out, new memory."""
 
-    SLOTS = 8
+    SLOTS = 4
 
     def __init__(self) -> None:
         self.held = _new_shared(self.SLOTS).zero_()
-        self.buffers: list[torch.Tensor | None] = [None] * self.SLOTS
+        self.buffers = [torch.empty(0, dtype=torch.uint8)] * self.SLOTS
 
     def take(self, shape: tuple[int, ...]) -> tuple[torch.Tensor, int | None]:
         numel = int(np.prod(shape))
@@ -329,11 +330,11 @@ class _WorkerBuffers:
         free = [i for i in range(self.SLOTS) if not held[i]]
         if not free:
             return _new_shared(numel).view(shape), None
-        i = next((i for i in free if self.buffers[i] is not None and len(self.buffers[i]) >= numel), free[0])  # type: ignore[arg-type]
-        if self.buffers[i] is None or len(self.buffers[i]) < numel:  # type: ignore[arg-type]
+        i = next((i for i in free if len(self.buffers[i]) >= numel), free[0])
+        if len(self.buffers[i]) < numel:
             self.buffers[i] = _new_shared(numel)
         held[i] = 1
-        return self.buffers[i][:numel].view(shape), i  # type: ignore[index]
+        return self.buffers[i][:numel].view(shape), i
 
 
 _worker_buffers: _WorkerBuffers | None = None
