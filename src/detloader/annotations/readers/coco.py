@@ -200,14 +200,11 @@ def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> Non
             return
     attrs = _attributes(ann.get("attributes"), f"{where}/attributes", b)
     flags = {}
-    for flag in _FLAGS:
-        text = attrs.pop(flag, None)
-        value = parse_flag(text) if text is not None else False
-        if value is None:
-            message = f"{flag}={text!r} is not a boolean"
-            b.problem("bad_value", f"{where}/attributes/{flag}", message, "treated as false")
-            value = False
-        flags[flag] = value
+    for key in _FLAGS:
+        text = attrs.pop(key, None)
+        if (value := parse_flag(text)) is None:  # parse_flag(None) is False
+            b.problem("bad_value", f"{where}/attributes/{key}", f"{key}={text!r} is not a boolean", "treated as false")
+        flags[key] = bool(value)
     crowd = ann.get("iscrowd", 0)
     crowd_flag = parse_flag(_text(crowd)) if crowd is not None else False
     if crowd_flag is None:
@@ -324,9 +321,7 @@ class CocoReader(Reader):
         if not isinstance(data, dict):
             b.problem("unsupported", "", f"top level is a {type(data).__name__}, not a COCO object", "file skipped")
             return
-        images = _records(data, "images", b)
-        annotations = _records(data, "annotations", b)
-        cats = _records(data, "categories", b)
+        images, annotations, cats = (_records(data, key, b) for key in ("images", "annotations", "categories"))
         if images is None or annotations is None or cats is None:
             return
         categories = _categories(cats, b)

@@ -177,11 +177,7 @@ def find_child_dir(parent: Path, names: Iterable[str]) -> Path | None:
         children = {p.name.lower(): p for p in parent.iterdir() if p.is_dir()}
     except OSError:
         return None
-    for name in names:
-        hit = children.get(name.lower())
-        if hit is not None:
-            return hit
-    return None
+    return next((children[name.lower()] for name in names if name.lower() in children), None)
 
 
 _TRUE = {"1", "true", "yes", "y", "t"}
@@ -243,20 +239,12 @@ def read_head(path: Path, n: int = 4096) -> bytes:
 
 
 def file_source(
-    source_type: type[S],
-    annotation_file: Path | Sequence[Path],
-    root: Path,
-    image_dirs: Sequence[str],
-    *,
-    extra_files: Sequence[Path] = (),
-    **facts: Any,
+    source_type: type[S], annotation_file: Path | Sequence[Path], root: Path, image_dirs: Sequence[str], **facts: Any
 ) -> S:
     """The Source of a single-file format (or of several such files, one split each): the
-    file(s) (and ``extra_files``, such as a class list) in the stamp, the candidate image
-    folders, the format's ``facts``."""
+    file(s) in the stamp, the candidate image folders, the format's ``facts``."""
     files = [stat_entry(p, root) for p in ([annotation_file] if isinstance(annotation_file, Path) else annotation_file)]
-    stamp = list(files) + [stat_entry(p, root) for p in extra_files]
-    return source_type(root=root, files=[f[0] for f in files], stamp=stamp, image_dirs=list(image_dirs), **facts)
+    return source_type(root=root, files=[f[0] for f in files], stamp=files, image_dirs=list(image_dirs), **facts)
 
 
 def check_options(options: ReadOptions, reader: str, allowed: Sequence[str]) -> None:
@@ -274,13 +262,7 @@ def candidate_dirs(root: Path, names: Sequence[str], image_dir: str | None) -> l
     that exist (``""`` is the root itself), in order; never empty."""
     if image_dir:
         return [os.path.relpath(image_dir, root)]
-    found: list[str] = []
-    for name in names:
-        if name in found:
-            continue
-        if name == "" or (root / name).is_dir():
-            found.append(name)
-    return found or [""]
+    return [name for name in dict.fromkeys(names) if name == "" or (root / name).is_dir()] or [""]
 
 
 def int_or_none(text: str | None) -> int | None:

@@ -77,14 +77,9 @@ def _point_labels(xml: Path) -> list[str]:
     except STREAM_ERRORS:
         return []  # parse() reports the problem
     skeletons = {name for name, kind, _ in labels if kind == "skeleton"}
-    names: list[str] = []
-    for name, _kind, parent in labels:
-        if parent in skeletons and name and name not in names:
-            names.append(name)
-    for name, kind, parent in labels:
-        if kind == "points" and not parent and name and name not in names:
-            names.append(name)
-    return names
+    sub_labels = [name for name, _, parent in labels if parent in skeletons]
+    points = [name for name, kind, parent in labels if kind == "points" and not parent]
+    return [name for name in dict.fromkeys(sub_labels + points) if name]
 
 
 def _image_candidates(name: str, image_id: str, images_by: str) -> tuple[str, list[str]]:
@@ -138,12 +133,8 @@ def _image(
             box = parse_box(child, where, b)
             if box is not None:
                 boxes.append(box)
-        elif tag == "points":
-            pts = parse_points(child, where, b)
-            if pts is not None:
-                points.append(pts)
-        elif tag == "skeleton":
-            pts = parse_skeleton(child, where, b)
+        elif tag in ("points", "skeleton"):
+            pts = (parse_points if tag == "points" else parse_skeleton)(child, where, b)
             if pts is not None:
                 points.append(pts)
         elif tag == "tag":
@@ -156,20 +147,14 @@ def _image(
             entry = ignored.setdefault(tag, [0, where])
             entry[0] += 1
 
-    image_class = None
-    attrs: dict[str, str] = {}
-    for k, (where, label, tag_attrs) in enumerate(tags):
-        if k == 0:
-            image_class = label
-            attrs.update(tag_attrs)
-        else:
-            message = f"tag label={label!r}: the image already has class {image_class!r} (one class per image)"
-            b.problem("unsupported", where, message, "tag ignored")
+    image_class, attrs = (tags[0][1], tags[0][2]) if tags else (None, {})
+    for where, label, _ in tags[1:]:
+        message = f"tag label={label!r}: the image already has class {image_class!r} (one class per image)"
+        b.problem("unsupported", where, message, "tag ignored")
     if image_class is None and b.options.image_class_attribute in attrs:
         image_class = attrs.pop(b.options.image_class_attribute)
-    subset = image.get("subset")
-    if subset is not None and subset.strip():
-        attrs[SUBSET_ATTRIBUTE] = subset.strip()
+    if subset:
+        attrs[SUBSET_ATTRIBUTE] = subset
     if not b.add_image(rel, width, height, image_class=image_class, attributes=attrs, record=name or image_id):
         return
 
@@ -252,7 +237,6 @@ class CvatReader(Reader):
     def default_landmarks(self, source: CvatSource, names: Sequence[str]) -> LandmarkSchema | None:
         """The ``<meta>`` landmark order (flip pairs from left/right names) or a preset."""
         preset = preset_schema(names)
-        if preset is not None:
+        if preset is not None or not source.point_labels:
             return preset
-        declared = source.point_labels
-        return LandmarkSchema.from_names(declared) if declared else None
+        return LandmarkSchema.from_names(source.point_labels)

@@ -74,21 +74,13 @@ def _box(box: etree._Element, where: str, default_class: str, b: ChunkBuilder) -
     flags = {field: flag_value(b, box.get(field), where, field) for field in _FLAGS}
     own = (*_BOX_FIELDS, *_FLAGS)
     attrs = {key: value.strip() for key, value in box.attrib.items() if key not in own and value.strip()}
-    if flags["ignore"]:
+    if flags.pop("ignore"):  # an ignored box is kept as difficult, with the attribute ignore=1
         attrs["ignore"] = "1"
-    label = box.findtext("label")
-    name = label.strip() if label is not None and label.strip() else default_class
+        flags["difficult"] = True
+    name = (box.findtext("label") or "").strip() or default_class
+    landmarks = _parts(box, where, b) if rect is not None else parts
     b.add_object(
-        rect,
-        name,
-        element=where,
-        box_field="",
-        difficult=flags["difficult"] or flags["ignore"],
-        truncated=flags["truncated"],
-        occluded=flags["occluded"],
-        attributes=attrs,
-        landmarks=_parts(box, where, b) if rect is not None else parts,
-        landmark_field="part",
+        rect, name, element=where, box_field="", attributes=attrs, landmarks=landmarks, landmark_field="part", **flags
     )
 
 
@@ -112,10 +104,7 @@ def _parts(box: etree._Element, where: str, b: ChunkBuilder) -> list[tuple[str, 
         y = b.number(part.get("y"), at, f"{name}: y", "point skipped")
         if x is None or y is None:
             continue
-        if x in _NOT_PRESENT or y in _NOT_PRESENT:
-            points.append((name, 0.0, 0.0, 0))
-        else:
-            points.append((name, x, y, 2))
+        points.append((name, 0.0, 0.0, 0) if x in _NOT_PRESENT or y in _NOT_PRESENT else (name, x, y, 2))
     return points
 
 

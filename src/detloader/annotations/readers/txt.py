@@ -7,6 +7,7 @@ and layouts").
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -97,21 +98,13 @@ def detect_kind(path: Path) -> str | None:
 
 
 def _list_files(folder: Path) -> list[Path]:
-    found = []
-    for name in LIST_NAMES:
-        candidate = folder / f"{name}.txt"
-        if candidate.is_file() and detect_kind(candidate) is not None:
-            found.append(candidate)
-    return found
+    return [p for p in (folder / f"{name}.txt" for name in LIST_NAMES) if p.is_file() and detect_kind(p) is not None]
 
 
 def _names(value: Any, root: Path, stamp: list[Stamp]) -> list[str]:
     if value is None:
-        for name in NAMES_FILES:
-            if (root / name).is_file():
-                value = str(root / name)
-                break
-        else:
+        value = next((str(root / name) for name in NAMES_FILES if (root / name).is_file()), None)
+        if value is None:
             return []
     if isinstance(value, (list, tuple)):
         return [str(v) for v in value]
@@ -189,10 +182,7 @@ def parse_retinaface(lines: Iterator[tuple[int, str]], locator: ImageLocator, b:
             points = []
             for k, name in enumerate(FACE5.names):
                 px, py, flag = values[4 + 3 * k : 7 + 3 * k]
-                if px < 0 and py < 0:
-                    points.append((name, 0.0, 0.0, 0))
-                else:
-                    points.append((name, px, py, 1 if flag == 1.0 else 2))
+                points.append((name, 0.0, 0.0, 0) if px < 0 and py < 0 else (name, px, py, 1 if flag == 1.0 else 2))
         b.add_object(
             (x, y, x + w, y + h), FACE_CLASS, element=where, box_field="", landmarks=points, landmark_field="landmarks"
         )
@@ -213,12 +203,7 @@ def parse_wider(lines: Iterator[tuple[int, str]], locator: ImageLocator, b: Chun
             b.problem("unparseable", f"line {n_count}", message, "rest of the file skipped")
             return
         count = int(count_text)
-        rows: list[tuple[int, str]] = []
-        for _ in range(max(count, 1)):  # a count of 0 is followed by one line of zeros
-            try:
-                rows.append(next(lines))
-            except StopIteration:
-                break
+        rows = list(itertools.islice(lines, max(count, 1)))  # a count of 0 is followed by one line of zeros
         if count == 0 and rows and set(rows[0][1].split()) != {"0"}:
             message = "expected a line of zeros after a count of 0"
             b.problem("unparseable", f"line {rows[0][0]}", message, "rest of the file skipped")

@@ -37,16 +37,14 @@ IMAGE_DIRS = ("JPEGImages", "images", "imgs", "img", "pictures", "photos")
 _PER_CLASS = re.compile(r"^\S+\s+(?:-?1|0)$")  # a line of ImageSets/Main/CLASS_train.txt
 
 
-def _first_files(top: Path, suffix: str, limit: int) -> list[str]:
-    found: list[str] = []
+def _first_file(top: Path, suffix: str) -> str | None:
+    """The first file (in sorted walk order, hidden folders skipped) under ``top`` ending with ``suffix``."""
     for folder, dirs, files in os.walk(top):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(files):
             if name.lower().endswith(suffix):
-                found.append(os.path.join(folder, name))
-                if len(found) >= limit:
-                    return found
-    return found
+                return os.path.join(folder, name)
+    return None
 
 
 def _single_year_folder(path: Path) -> Path | None:
@@ -224,13 +222,10 @@ class VocReader(Reader):
             return path.suffix.lower() == ".xml" and root_tag(path) == "annotation"
         if not path.is_dir():
             return False
-        if find_child_dir(path, ANNOTATION_DIRS) is not None:
+        if find_child_dir(path, ANNOTATION_DIRS) is not None or _single_year_folder(path) is not None:
             return True
-        if _single_year_folder(path) is not None:
-            return True
-        for entry in _first_files(path, ".xml", limit=3):
-            return root_tag(Path(entry)) == "annotation"
-        return False
+        first = _first_file(path, ".xml")
+        return first is not None and root_tag(Path(first)) == "annotation"
 
     def discover(self, path: Path, options: ReadOptions) -> VocSource:
         """The VOC layout at ``path``: annotation files, image folder and ``ImageSets/Main`` splits."""
@@ -241,16 +236,13 @@ class VocReader(Reader):
             source = _source(root, root, image_dir, [stat_entry(path, root)], None)
             source.one_file = True
             return source
-        year = None if find_child_dir(path, ANNOTATION_DIRS) else _single_year_folder(path)
-        root = year if year is not None else path
+        root = path if find_child_dir(path, ANNOTATION_DIRS) else _single_year_folder(path) or path
         ann_dir = find_child_dir(root, ANNOTATION_DIRS)
-        if ann_dir is None:  # XML next to each image
-            ann_dir = root
-            image_dir = Path(options.image_dir) if options.image_dir else root
-        elif options.image_dir:
+        if options.image_dir:
             image_dir = Path(options.image_dir)
-        else:
-            image_dir = find_child_dir(root, IMAGE_DIRS) or ann_dir
+        else:  # no annotation folder: the XML lies next to each image
+            image_dir = root if ann_dir is None else find_child_dir(root, IMAGE_DIRS) or ann_dir
+        ann_dir = ann_dir or root
         problems: list[Problem] = []
         files = scan_files(ann_dir, (".xml",), root=root, problems=problems)
         return _source(root, ann_dir, image_dir, files, find_child_dir(root, ("ImageSets",)), problems)

@@ -42,13 +42,9 @@ def parse_landmarks(
 
 
 def _field(el: etree._Element, *names: str) -> str | None:
-    for name in names:
-        value = el.get(name)
-        if value is None:
-            value = el.findtext(name)
-        if value is not None:
-            return value
-    return None
+    """The first of ``names`` that ``el`` has, as an attribute or else a child element's text."""
+    values = (el.get(name) if el.get(name) is not None else el.findtext(name) for name in names)
+    return next((value for value in values if value is not None), None)
 
 
 def _visibility(text: str | None) -> int | None:
@@ -175,24 +171,14 @@ def parse_object(obj: etree._Element, element: str, b: ChunkBuilder) -> None:
                 if b.number(text, f"{element}/bndbox", field, "object skipped") is None:
                     return
                 coords.append(float(text))  # type: ignore[arg-type]
-    flags = [flag_value(b, child_text(f, field), element, field) for field in ("difficult", "truncated", "occluded")]
+    flags = {key: flag_value(b, child_text(f, key), element, key) for key in ("difficult", "truncated", "occluded")}
     attrs = parse_attributes(f.get("attributes"), f"{element}/attributes", b)
     pose = (child_text(f, "pose") or "").strip()
     if pose and pose.lower() != "unspecified" and "pose" not in attrs:
         attrs["pose"] = pose
     if box_el is not None:
         landmarks, lm_field = parse_landmarks(f, element, b)
-    b.add_object(
-        coords,
-        name,
-        element=element,
-        difficult=flags[0],
-        truncated=flags[1],
-        occluded=flags[2],
-        attributes=attrs,
-        landmarks=landmarks,
-        landmark_field=lm_field,
-    )
+    b.add_object(coords, name, element=element, attributes=attrs, landmarks=landmarks, landmark_field=lm_field, **flags)
 
 
 def parse_attributes(el: etree._Element | None, where: str, b: ChunkBuilder) -> dict[str, str]:

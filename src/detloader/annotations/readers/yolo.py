@@ -150,14 +150,7 @@ def _line(
     cx, cy, bw, bh = box_values
     x1, x2 = _snap(cx - bw / 2), _snap(cx + bw / 2)
     y1, y2 = _snap(cy - bh / 2), _snap(cy + bh / 2)
-    b.add_object(
-        (x1 * w, y1 * h, x2 * w, y2 * h),
-        name,
-        element=where,
-        box_field="",
-        landmarks=points,
-        landmark_field="keypoints",
-    )
+    b.add_object((x1 * w, y1 * h, x2 * w, y2 * h), name, element=where, box_field="", landmarks=points)
 
 
 def _keypoints(
@@ -173,17 +166,13 @@ def _keypoints(
         if d == 3:
             v = values[i * d + 2]
             if v not in (0.0, 1.0, 2.0):
-                b.problem(
-                    "bad_value", f"{where}/keypoints[{i + 1}]", f"{name}: v={v:g} is not 0, 1 or 2", "point skipped"
-                )
+                message = f"{name}: v={v:g} is not 0, 1 or 2"
+                b.problem("bad_value", f"{where}/keypoints[{i + 1}]", message, "point skipped")
                 continue
             vis = int(v)
         else:
             vis = 0 if x == 0.0 and y == 0.0 else 2
-        if vis == 0:
-            out.append((name, 0.0, 0.0, 0))
-        else:
-            out.append((name, _snap(x) * w, _snap(y) * h, vis))
+        out.append((name, 0.0, 0.0, 0) if vis == 0 else (name, _snap(x) * w, _snap(y) * h, vis))
     return out
 
 
