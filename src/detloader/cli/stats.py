@@ -82,7 +82,7 @@ def _stats(args: argparse.Namespace) -> int:
         report = balance_report(
             index, args.balance, by=by, unit=args.unit, seed=args.seed, num_samples=args.num_samples
         )
-    raw_report = report or _raw_only(index, by, args.unit)
+    body = report.to_dict() if report is not None else _raw_only(index, by, args.unit)  # what --json prints
     if args.plot:
         if report is None:
             raise DetloaderValueError("--plot needs --balance STRATEGY (the plot is raw vs balanced)")
@@ -92,14 +92,8 @@ def _stats(args: argparse.Namespace) -> int:
             print(f"detloader stats: error: {err}", file=sys.stderr)
             return 2
     if args.json:
-        data: dict[str, Any] = {"path": str(index.root), "by": list(by)}
-        if report is not None:
-            data.update(report.to_dict())
-        else:
-            data.update({"unit": raw_report["unit"], "raw": raw_report["raw"], "balanced": None})
-        data["stats"] = stats
-        data["problems"] = index.problems.counts()
-        print_json(data)
+        problems = index.problems.counts()
+        print_json({"path": str(index.root), "by": list(by), **body, "stats": stats, "problems": problems})
         return 0
     print_stats(index, stats)
     if report is not None:
@@ -128,7 +122,7 @@ def _raw_only(index: Any, by: tuple[str, ...], unit: str | None) -> dict[str, An
     groups = balance_groups(index, by)
     unit = unit or default_unit(groups)
     raw = group_totals(groups, np.ones(len(index)), unit)  # type: ignore[arg-type]
-    return {"unit": unit, "raw": {n: int(round(float(v))) for n, v in zip(groups.names, raw)}}
+    return {"unit": unit, "raw": {n: int(round(float(v))) for n, v in zip(groups.names, raw)}, "balanced": None}
 
 
 def _ratio(value: float | None) -> str:

@@ -20,10 +20,8 @@ def imbalance_ratio(counts: Sequence[float] | np.ndarray) -> float | None:
     return float(c.max() / c.min()) if len(c) else None
 
 
-def _quantiles(values: np.ndarray) -> list[float]:
-    if not len(values):
-        return []
-    return [round(float(v), 2) for v in np.quantile(values, QUANTILES)]
+def _quantiles(values: np.ndarray, digits: int = 2) -> list[float]:
+    return [round(float(v), digits) for v in np.quantile(values, QUANTILES)] if len(values) else []
 
 
 def dataset_stats(index: AnnotationIndex) -> dict[str, Any]:
@@ -73,9 +71,7 @@ def dataset_stats(index: AnnotationIndex) -> dict[str, Any]:
             "width": _quantiles(w),
             "height": _quantiles(h),
             "sqrt_area": _quantiles(area),
-            "relative_sqrt_area": [round(v, 4) for v in np.quantile(relative, QUANTILES).tolist()]
-            if len(relative)
-            else [],
+            "relative_sqrt_area": _quantiles(relative, 4),
         },
         "box_sqrt_area_median": per_class_median,
     }

@@ -80,9 +80,7 @@ class BalanceReport:
 
     def to_dict(self) -> dict[str, Any]:
         def table(values: np.ndarray | None, digits: int = 2) -> dict[str, float] | None:
-            if values is None:
-                return None
-            return {n: round(float(v), digits) for n, v in zip(self.names, values)}
+            return None if values is None else {n: round(float(v), digits) for n, v in zip(self.names, values)}
 
         dev = self.max_deviation()
         ratios = {"raw": _round(imbalance_ratio(self.raw)),

@@ -15,7 +15,7 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -120,11 +120,9 @@ def _backend(name: str) -> str:
         raise DetloaderValueError(f"backend={name!r} is not one of {BACKENDS}")
     order = ("faster_coco_eval", "pycocotools") if name == "auto" else (name,)
     for candidate in order:
-        try:
+        with contextlib.suppress(ImportError):
             __import__(candidate)
             return candidate
-        except ImportError:
-            continue
     raise MissingExtraError(
         f"backend={name!r}: {' or '.join(order)} is not installed; box mAP needs the 'eval' "
         "extra: pip install 'detloader[eval]'"
@@ -301,10 +299,7 @@ def compute_metrics(
     sub = index.subset(np.asarray(seen, dtype=np.int64)) if len(seen) != len(index) else index
     if sub is not index:  # renumber the predictions to the rows of the subset
         row = {old: new for new, old in enumerate(seen)}
-        predictions = [
-            ImagePredictions(row[p.image_id], p.boxes, p.scores, p.labels, p.landmarks, p.image_probs)
-            for p in predictions
-        ]
+        predictions = [replace(p, image_id=row[p.image_id]) for p in predictions]
     gt = coco_ground_truth(sub)
     result = coco_evaluate(gt, _detections(predictions), backend)
     counts = np.bincount(np.asarray(sub.labels, dtype=np.int64), minlength=len(sub.classes))
