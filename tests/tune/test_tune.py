@@ -552,8 +552,8 @@ def test_index_key_follows_the_annotations(small_synth_root) -> None:
         (16.0, 1, 64 * GIB, 8, 0),  # one CPU stays with the training process, at most 8 workers
         (4.0, 1, 64 * GIB, 3, 0),
         (3.0, 1, 64 * GIB, 2, 0),
-        (2.0, 1, 64 * GIB, 0, 2),  # 2 CPUs: decode threads in the main process (measured fastest)
-        (1.5, 1, 64 * GIB, 0, 2),  # 1.5 free CPUs count as 2
+        (2.0, 1, 64 * GIB, 2, 0),  # 2 CPUs: 2 workers (measured fastest, with their reused buffers)
+        (1.5, 1, 64 * GIB, 2, 0),  # 1.5 free CPUs count as 2
         (1.4, 1, 64 * GIB, 0, 0),  # a single CPU: loading in the main process
         (1.0, 1, 64 * GIB, 0, 0),
         (0.0, 1, 64 * GIB, 0, 0),
@@ -572,13 +572,13 @@ def test_heuristic(free: float, processes: int, memory: int, workers: int, threa
     ("affinity", "quota", "load", "workers", "threads"),
     [
         (1, None, 0.0, 0, 0),
-        (2, None, 0.0, 0, 2),
-        (2, None, 1.0, 0, 2),  # our own process is the load's one task
-        (2, None, 2.0, 0, 2),  # another job keeps one CPU busy: threads still (a busy 2-CPU machine)
+        (2, None, 0.0, 2, 0),
+        (2, None, 1.0, 2, 0),  # our own process is the load's one task
+        (2, None, 2.0, 0, 2),  # another job keeps one CPU busy: no process beyond the free CPU, threads
         (2, None, 5.0, 0, 2),
         (4, None, 0.0, 3, 0),
         (16, None, 0.0, 8, 0),
-        (16, 2.0, 0.0, 0, 2),  # 16 CPUs in the affinity mask, a cgroup quota of 2
+        (16, 2.0, 0.0, 2, 0),  # 16 CPUs in the affinity mask, a cgroup quota of 2
         (16, None, 9.0, 7, 0),  # 8 CPUs' worth of other tasks: 8 free
     ],
 )
@@ -642,8 +642,11 @@ def test_make_loader_auto_is_quick_and_never_watches_the_cpus(monkeypatch: pytes
 
 
 def test_heuristic_on_a_busy_machine_keeps_decode_threads() -> None:
-    kwargs, reason = heuristic_loader_kwargs(free=0.4, usable=2, memory_available=GIB, can_pin=False)
+    """Others keep half a CPU or more busy: threads in the main process instead of 2 workers."""
+    kwargs, reason = heuristic_loader_kwargs(free=0.4, usable=2, memory_available=8 * GIB, can_pin=False)
     assert (kwargs["num_workers"], kwargs["decode_threads"]) == (0, 2) and "0.4 of 2 CPUs free" in reason
+    kwargs, _ = heuristic_loader_kwargs(free=1.6, usable=2, memory_available=8 * GIB, can_pin=False)
+    assert (kwargs["num_workers"], kwargs["decode_threads"]) == (2, 0)
     assert heuristic_loader_kwargs(free=0.4, usable=1, memory_available=GIB, can_pin=False)[0]["decode_threads"] == 0
     assert heuristic_loader_kwargs(free=8.0, usable=8, processes=8, memory_available=GIB,
                                    can_pin=False)[0]["decode_threads"] == 0  # 1 CPU per loader

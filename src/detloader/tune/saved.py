@@ -218,19 +218,25 @@ def heuristic_loader_kwargs(
     *, free: float, memory_available: int, can_pin: bool, processes: int = 1, usable: int | None = None
 ) -> tuple[dict[str, Any], str]:
     """The default without a tuning result (``decode_threads`` included) and its reason: with 3
-    or more CPUs per loader, CPUs - 1 workers (at most :data:`MAX_HEURISTIC_WORKERS`, and what
-    fits in half the memory at :data:`WORKER_MEMORY_GUESS` each); with fewer, no worker and 2
-    decode threads when ``usable`` allows. ``free``: CPUs free for this machine's training
-    processes; ``processes``: how many share it (each with its own loader);
-    ``memory_available``: bytes; ``usable``: CPUs this process may use, whatever the load
-    (default: ``free``, rounded)."""
+    or more free CPUs per loader, CPUs - 1 workers (at most :data:`MAX_HEURISTIC_WORKERS`);
+    with fewer, 2 workers when ``usable`` gives the loader 2 CPUs and other processes keep less
+    than half a CPU busy; every worker must fit in half the memory at
+    :data:`WORKER_MEMORY_GUESS` each. No worker and 2 usable CPUs: 2 decode threads in the
+    main process. ``free``: CPUs free for this machine's training processes; ``processes``:
+    how many share it (each with its own loader); ``memory_available``: bytes; ``usable``:
+    CPUs this process may use, whatever the load (default: ``free``, rounded). The
+    measurements behind each rule: docs/tuning.md, "The default without tuning"."""
     if processes < 1:
         raise DetloaderValueError(f"processes={processes} must be >= 1")
     cpus = int(free / processes + 0.5)
     mem_workers = int(0.5 * max(0, memory_available) // WORKER_MEMORY_GUESS)
-    workers = max(0, min(cpus - 1, MAX_HEURISTIC_WORKERS, mem_workers)) if cpus >= 3 else 0
     usable_cpus = usable if usable is not None else cpus * processes
-    threads = 2 if workers == 0 and usable_cpus / processes >= 2 else 0
+    two, busy = usable_cpus / processes >= 2, free < usable_cpus - 0.5 * processes
+    if cpus >= 3:
+        workers = max(0, min(cpus - 1, MAX_HEURISTIC_WORKERS, mem_workers))
+    else:  # 2 quiet CPUs: 2 workers (1 is slower than threads in the main process)
+        workers = 2 if two and not busy and mem_workers >= 2 else 0
+    threads = 2 if workers == 0 and two else 0
     kwargs = {**loader_kwargs(workers, pin_memory=can_pin), "decode_threads": threads}
     per = f" / {processes} processes" if processes > 1 else ""
     return kwargs, (f"heuristic: {free:.1f} of {usable_cpus} CPUs free{per} -> num_workers={workers}, "
