@@ -171,12 +171,18 @@ def _bench_loader(
         )
     every = {f"num_workers={w},decode_threads=0": r for w, r in rates.items()} | fig["detloader_decode_threads"]
     fig["best_setting"] = top = max(every, key=lambda k: every[k])
-    fig["best_setting_rate"], fig["auto"] = every[top], measured["auto"]
+    # the default that picks the best setting is that setting: one figure, not two samples of it
+    # (the best is the highest of several noisy medians; its own run is kept as auto_measured)
+    fig["best_setting_rate"], fig["auto_measured"] = every[top], measured["auto"]
+    fig["auto"] = every[top] if fig["auto_setting"] == top else measured["auto"]
     report.add(SECTION, f"best setting ({top}) / decode ceiling", ("best", every[top]), ("ceiling", ceiling), "img/s")
     report.add(
         SECTION, f"untuned default (num_workers='auto' -> {fig['auto_setting']}) / best setting",
-        ("default", measured["auto"]), ("best", every[top]), "img/s",
+        ("default", fig["auto"]), ("best", every[top]), "img/s",
     )
+    if fig["auto_setting"] == top:
+        report.notes.append(f"loader: the untuned default is the best setting (timed on its own: "
+                            f"{measured['auto']:,.0f} img/s)")
     for key in baselines:
         name, w = key.split(":")
         fig.setdefault(name, {})[w] = measured[key]
