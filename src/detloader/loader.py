@@ -89,13 +89,15 @@ class _LoadAhead(_SingleProcessDataLoaderIter):
         return self._dataset.epoch, index, self._collated(self._dataset.submit(index, self._pool))
 
     def _collated(self, samples: list[Future[Any]]) -> Future[Any]:
-        # queued after its samples, it starts once they all have: it waits only for running ones
-        return self._pool.submit(lambda: self._collate_fn([f.result() for f in samples]))
+        # queued after its samples, it starts once they all have: it waits only for running ones.
+        # It holds the collate, not the iterator: the iterator's last reference never goes in a thread
+        collate = self._collate_fn
+        return self._pool.submit(lambda: collate([f.result() for f in samples]))
 
     def _next_data(self) -> Any:
         current = self._ahead or self._submit()
         if current is None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown(cancel_futures=True)
             raise StopIteration
         self._ahead = self._submit()
         epoch, index, batch = current
@@ -105,7 +107,9 @@ class _LoadAhead(_SingleProcessDataLoaderIter):
         return pin_batch(data, self._pin_memory_device) if self._pin_memory else data
 
     def __del__(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        # waits for the sample being decoded (milliseconds): a thread still running when the
+        # next loader forks its workers can leave a lock taken in them (workers aborted at exit)
+        self._pool.shutdown(cancel_futures=True)
 
 
 #: What ``make_loader(balance=...)`` takes: a strategy name, ``{group: weight}`` or a sampler.
