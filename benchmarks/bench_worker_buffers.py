@@ -2,7 +2,8 @@
 memory, against the workers' reused buffers (docs/loader.md, "collate_detection and Batch").
 
 The dataset hands out ready samples (no decode), so the figure is the cost of the collate and
-the crossing to the main process alone. Rounds alternate between the two, median of ``--runs``.
+the crossing to the main process alone. Rounds alternate between the two (``median_of``), median of
+``--runs``; each figure is ``_rate``'s images/s after the first batch, as in ``detloader bench``.
 
     python benchmarks/bench_worker_buffers.py --size 384 --batch-size 16 --runs 5
 """
@@ -10,14 +11,14 @@ the crossing to the main process alone. Rounds alternate between the two, median
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import functools
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from detloader.collate import _WorkerBuffers, collate_detection
+from detloader.bench.loader_speed import _rate, median_of
+from detloader.collate import Batch, _WorkerBuffers, collate_detection
 from detloader.dataset import Sample
 
 
@@ -41,21 +42,15 @@ def no_reuse(worker_id: int) -> None:
     _WorkerBuffers.SLOTS = 0  # every batch takes new shared memory, as before the buffers
 
 
-def rate(dataset: Ready, batch_size: int, reuse: bool, touch: bool) -> float:
-    """Images per second after the first batch; ``touch``: the loop reads every page of the
-    images, as a copy to the device does."""
-    loader = DataLoader(dataset, batch_size=batch_size, num_workers=2, collate_fn=collate_detection,
-                        worker_init_fn=None if reuse else no_reuse)
-    it = iter(loader)
-    next(it)
-    n, start = 0, time.perf_counter()
-    for batch in it:
-        if touch:
-            batch.images.view(-1)[::4096].sum()
-        n += len(batch)
-    elapsed = time.perf_counter() - start
-    del it
-    return n / elapsed
+def _loader(dataset: Ready, batch_size: int, reuse: bool) -> DataLoader:  # type: ignore[type-arg]
+    return DataLoader(dataset, batch_size=batch_size, num_workers=2, collate_fn=collate_detection,
+                      worker_init_fn=None if reuse else no_reuse)
+
+
+def _read(batch: Batch) -> int:
+    """The batch's size, after reading every page of its images (as a copy to the device does)."""
+    batch.images.view(-1)[::4096].sum()
+    return len(batch)
 
 
 def main() -> None:
@@ -67,14 +62,12 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     dataset = Ready(args.size, args.batch_size * (args.batches + 1))
-    for touch in (False, True):
-        runs: dict[bool, list[float]] = {True: [], False: []}
-        for _ in range(args.runs):
-            for reuse in (False, True):
-                runs[reuse].append(rate(dataset, args.batch_size, reuse, touch))
-        new, reused = statistics.median(runs[False]), statistics.median(runs[True])
-        what = "the loop reads the pixels" if touch else "the loop only counts"
-        print(f"{what}: new memory {new:,.0f} img/s, reused buffers {reused:,.0f} img/s, ratio {reused / new:.2f}")
+    for count, what in ((len, "the loop only counts"), (_read, "the loop reads the pixels")):
+        rates = median_of({name: functools.partial(_rate, functools.partial(_loader, dataset, args.batch_size, reuse),
+                                                   count, args.batches)
+                           for name, reuse in (("new", False), ("reused", True))}, args.runs)
+        print(f"{what}: new memory {rates['new']:,.0f} img/s, reused buffers {rates['reused']:,.0f} img/s, "
+              f"ratio {rates['reused'] / rates['new']:.2f}")
 
 
 if __name__ == "__main__":
