@@ -173,14 +173,15 @@ def _bench_loader(
     fig["best_setting"] = top = max(every, key=lambda k: every[k])
     # the default that picks the best setting is that setting: one figure, not two samples of it
     # (the best is the highest of several noisy medians; its own run is kept as auto_measured)
+    same = fig["auto_setting"] == top
     fig["best_setting_rate"], fig["auto_measured"] = every[top], measured["auto"]
-    fig["auto"] = every[top] if fig["auto_setting"] == top else measured["auto"]
+    fig["auto"] = every[top] if same else measured["auto"]
     report.add(SECTION, f"best setting ({top}) / decode ceiling", ("best", every[top]), ("ceiling", ceiling), "img/s")
     report.add(
         SECTION, f"untuned default (num_workers='auto' -> {fig['auto_setting']}) / best setting",
         ("default", fig["auto"]), ("best", every[top]), "img/s",
     )
-    if fig["auto_setting"] == top:
+    if same:
         report.notes.append(f"loader: the untuned default is the best setting (timed on its own: "
                             f"{measured['auto']:,.0f} img/s)")
     for key in baselines:
