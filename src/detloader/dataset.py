@@ -25,17 +25,19 @@ import numpy as np
 import torch
 
 from detloader.annotations.index import MISSING, AnnotationIndex
+from detloader.annotations.landmarks import ClassFlip, LandmarkSchema
 from detloader.annotations.splits import rarest_class_per_image
 from detloader.errors import (
     DetloaderIndexError,
     DetloaderRuntimeWarning,
     DetloaderTypeError,
     DetloaderValueError,
+    FlipPairWarning,
     ImageDecodeError,
 )
 from detloader.images import ExifPolicy, MinSize, check_exif_policy, read_image
 from detloader.store import CacheKind, ImageStore, cache_size_from, decode_to_size
-from detloader.transforms.base import Annotated, min_input_size
+from detloader.transforms.base import Annotated, may_mirror, min_input_size
 from detloader.transforms.functional import affine_boxes, affine_points, chw_tensor
 from detloader.transforms.geometric import Resize
 from detloader.transforms.mix import MIX_STREAM, MixUp, Mosaic, group_size, mix_choice
@@ -129,6 +131,16 @@ class DetectionDataset(torch.utils.data.Dataset):
             first :class:`~detloader.transforms.Resize` gives each image; required when it has
             none. The transform gets the stored pixels as a read-only view of the map
             (detloader's transforms never write into their input).
+        flip_pairs: the landmarks' left/right pairs a mirror swaps, by name or slot, in place of
+            the index schema's; ``[]`` says the points are symmetric (no pair owed).
+        class_flip_pairs: the classes a mirror swaps (``[("redleft", "redright")]``), in place of
+            the pairs inferred from the class names (:class:`ClassFlip`); ``[]`` says no class
+            has a side.
+
+    When the transform can mirror (:func:`~detloader.transforms.base.may_mirror`), doubtful
+    landmark pairs, landmarks without any pair and one-sided classes (``redleft`` without
+    ``redright``: an image holding one is never mirrored) are each warned once here, with
+    how many images they hold; docs/loader.md, "Flips: classes and points with a side".
 
     When the decoded image's size differs from the size the annotation states, annotations
     are scaled to the image (per axis) and a warning is given once per process.
@@ -150,6 +162,8 @@ class DetectionDataset(torch.utils.data.Dataset):
         decode_threads: int = 0,
         cache: CacheKind | None = None,
         cache_size: int | Resize | None = None,
+        flip_pairs: Sequence[tuple[str | int, str | int]] | None = None,
+        class_flip_pairs: Sequence[tuple[str | int, str | int]] | None = None,
     ) -> None:
         if not isinstance(index, AnnotationIndex):
             raise DetloaderTypeError(f"index={type(index).__name__}: expected an AnnotationIndex")
@@ -167,7 +181,15 @@ class DetectionDataset(torch.utils.data.Dataset):
         self.exif: ExifPolicy = exif
         self.reduced_decode = bool(reduced_decode)
         self.decode_threads = int(decode_threads)
-        self._flip_permutation = index.landmark_schema.flip_permutation()
+        schema = index.landmark_schema
+        if flip_pairs is not None:
+            schema = LandmarkSchema.from_names(schema.names, flip_pairs)
+        self.class_flip = ClassFlip.resolve(index.classes, class_flip_pairs)
+        mirrors = may_mirror(transform)
+        self._flip_permutation = schema.flip_permutation(warn=mirrors)
+        problem = self.class_flip.problem(index.labels, index.object_image, len(index)) if mirrors else None
+        if problem is not None:
+            warnings.warn(FlipPairWarning("class_partner_missing", problem), stacklevel=2)
         # One shared int64: set_epoch in the main process is seen by running workers.
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._warned: set[str] = set()
@@ -295,6 +317,7 @@ class DetectionDataset(torch.utils.data.Dataset):
             visibility=np.array(idx.visibility[lo:hi], dtype=np.uint8),
             object_ids=np.arange(lo, hi, dtype=np.int64),
             flip_permutation=self._flip_permutation,
+            class_flip=self.class_flip,
         )
         data.map_annotations(sx, sy, 0.0, 0.0)
         return data

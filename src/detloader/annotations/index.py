@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Vocabulary, fields_at, unpack_string, unpack_strings
-from detloader.annotations.landmarks import LandmarkSchema
+from detloader.annotations.landmarks import ClassFlip, LandmarkSchema
 from detloader.annotations.problems import ProblemReport
 from detloader.annotations.splits import check_fractions, class_groups, stratified_split
 from detloader.annotations.view import ImageView
@@ -316,8 +316,10 @@ class AnnotationIndex:
 
     def summary(self) -> dict[str, Any]:
         """Plain-data summary: images, objects, classes (name -> objects), problems (kind ->
-        count), image classes, landmark schema, splits, empty images."""
+        count), image classes, landmark schema, classes a flip swaps or must not mirror (as inferred
+        from the names), splits, empty images."""
         visible = np.bincount(self.visibility.reshape(-1), minlength=3)[:3].tolist()
+        flips = ClassFlip.infer(self.classes)
         return {
             "root": str(self.root),
             "format": self.meta.get("format", ""),
@@ -333,6 +335,10 @@ class AnnotationIndex:
                 "absent": visible[0],
                 "hidden": visible[1],
                 "visible": visible[2],
+            },
+            "class_flips": {
+                "pairs": [list(p) for p in flips.named_pairs()],
+                "one_sided": [self.classes[i] for i in flips.one_sided],
             },
             "object_attributes": {
                 n: self.attribute_counts(n, "object") for n, _ in self.vocab.object_attributes

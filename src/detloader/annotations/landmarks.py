@@ -1,4 +1,6 @@
-"""Landmark schemas that formats use by name: iBUG 300-W 68 points and COCO person 17.
+"""What a horizontal mirror does to names: landmark schemas (ordered points and their left/right
+flip pairs; the presets iBUG 300-W 68 points and COCO person 17) and :class:`ClassFlip`, the classes
+that swap with their mirror class (``redleft`` <-> ``redright``) or cannot be mirrored at all.
 
 Readers choose a fallback schema from the names they found (see ``default_landmarks`` in
 :mod:`detloader.annotations.readers`): names that are exactly a preset's take the preset, with its flip
@@ -10,7 +12,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,18 +34,32 @@ FLIP_PROBLEMS: dict[str, str] = {
     "schema: a flip keeps it in its slot, on the wrong side",
     "flip_pair_asymmetric": "a flip pair whose names do not mirror each other, or a side-named "
     "landmark that is not paired with its mirror",
+    "flip_pairs_missing": "two or more landmarks and no flip pair at all, and nobody said the points "
+    "are symmetric: a flip keeps every point in its slot",
+    "class_partner_missing": "a class named for one side (redleft) with no mirror class: images "
+    "holding it are never mirrored",
 }
+
+def flip_remedy(option: str) -> str:
+    """How to act on a flip warning about ``option`` (``"flip_pairs"`` or ``"class_flip_pairs"``),
+    in Python and on the command line."""
+    flag = "--" + option.replace("_", "-")
+    return (f"give the pairs ({option}=[('a', 'b')] of DetectionDataset or TrainConfig; {flag} A=B,C=D), say there "
+            f"are none ({option}=[]; {flag} none), or turn flipping off (RandomHorizontalFlip(p=0); --hflip 0)")
 
 
 @dataclass(frozen=True)
 class LandmarkSchema:
     """Ordered landmark names and the left/right pairs that a horizontal flip swaps.
 
-    ``flip_pairs`` holds index pairs ``(i, j)`` into ``names``.
+    ``flip_pairs`` holds index pairs ``(i, j)`` into ``names``. ``symmetric`` says that the
+    points have no left/right partners (no pair is owed): set where a user or a format said so
+    (``flip_pairs=[]``, YOLO's ``flip_idx``), never guessed from the names.
     """
 
     names: tuple[str, ...] = ()
     flip_pairs: tuple[tuple[int, int], ...] = ()
+    symmetric: bool = False
 
     def __post_init__(self) -> None:
         names = tuple(str(n) for n in self.names)
@@ -70,30 +86,21 @@ class LandmarkSchema:
     def from_names(
         cls, names: Sequence[str], flip_pairs: Sequence[tuple[str | int, str | int]] | None = None
     ) -> LandmarkSchema:
-        """Schema from names; ``flip_pairs`` by name or index, else inferred from the names
-        (:func:`infer_flip_pairs`: ``left_eye``/``right_eye``, ``l_ear``/``r_ear``,
-        ``eye_left``/``eye_right``, ``eyeL``/``eyeR``)."""
+        """Schema from names; ``flip_pairs`` by name or index (given: ``[]`` means the points
+        are symmetric), else inferred from the names (:func:`infer_flip_pairs`:
+        ``left_eye``/``right_eye``, ``l_ear``/``r_ear``, ``eye_left``/``eye_right``, ``eyeL``/``eyeR``)."""
         names = tuple(names)
         if flip_pairs is None:
             return cls(names, infer_flip_pairs(names))
-        lookup = {n: i for i, n in enumerate(names)}
-        pairs = []
-        for a, b in flip_pairs:
-            try:
-                pairs.append(tuple(x if isinstance(x, int) else lookup[x] for x in (a, b)))
-            except KeyError as err:
-                raise DetloaderValueError(
-                    f"LandmarkSchema: flip pair ({a!r}, {b!r}) names {err.args[0]!r}, "
-                    f"not one of {list(names)}"
-                ) from None
-        return cls(names, tuple(pairs))  # type: ignore[arg-type]
+        pairs = _pair_ids("LandmarkSchema: flip pair", names, flip_pairs)
+        return cls(names, pairs, symmetric=not pairs)
 
-    def flip_permutation(self) -> np.ndarray:
+    def flip_permutation(self, *, warn: bool = True) -> np.ndarray:
         """int64 ``[K]``: new slot ``k`` takes the point from slot ``perm[k]`` after a flip.
-        Warns a :class:`FlipPairWarning` for each of :meth:`flip_problems` (the dataset and
-        the mirroring transforms ask for it before they flip anything)."""
-        for kind, message in self.flip_problems():
-            warnings.warn(FlipPairWarning(kind, message), stacklevel=2)
+        With ``warn``, a :class:`FlipPairWarning` for each of :meth:`flip_problems` (the dataset
+        whose transform mirrors and the mirroring transforms ask for it before they flip anything)."""
+        for kind, message in self.flip_problems() if warn else ():
+            warnings.warn(FlipPairWarning(kind, f"{message}; {flip_remedy('flip_pairs')}"), stacklevel=2)
         perm = np.arange(len(self.names), dtype=np.int64)
         for a, b in self.flip_pairs:
             perm[a], perm[b] = b, a
@@ -103,8 +110,13 @@ class LandmarkSchema:
         """``(kind, message)`` for each doubtful pair, judged by the names' sides
         (:data:`FLIP_PROBLEMS`): a side-named point whose mirror name is absent and that has no
         pair; a pair whose names do not mirror; a point and its mirror that are not a pair.
-        Names without a side (``nose``, dlib's ``"00"``) are not judged."""
+        Names without a side (``nose``, dlib's ``"00"``) are not judged, but two or more points
+        without any pair (``p0`` .. ``p4``) are, unless the schema is ``symmetric``."""
         names, found = self.names, []
+        if len(names) > 1 and not self.flip_pairs and not self.symmetric:
+            shown = ", ".join(repr(n) for n in names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+            found.append(("flip_pairs_missing", f"landmarks {shown} have no left/right flip pair: a flip keeps "
+                          "each point in its slot, so a point that marked the left corner marks the right one"))
         lookup = {n: i for i, n in enumerate(names)}
         partner = dict(self.flip_pairs) | {b: a for a, b in self.flip_pairs}
         for i, name in enumerate(names):
@@ -124,11 +136,134 @@ class LandmarkSchema:
         return found
 
     def to_dict(self) -> dict[str, Any]:
-        return {"names": list(self.names), "flip_pairs": [list(p) for p in self.flip_pairs]}
+        out: dict[str, Any] = {"names": list(self.names), "flip_pairs": [list(p) for p in self.flip_pairs]}
+        return out | ({"symmetric": True} if self.symmetric else {})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LandmarkSchema:
-        return cls(tuple(data["names"]), tuple(tuple(p) for p in data["flip_pairs"]))
+        pairs = tuple(tuple(p) for p in data["flip_pairs"])
+        return cls(tuple(data["names"]), pairs, symmetric=bool(data.get("symmetric", False)))  # type: ignore[arg-type]
+
+
+def _pair_ids(
+    what: str, names: Sequence[str], pairs: Sequence[tuple[str | int, str | int]]
+) -> tuple[tuple[int, int], ...]:
+    """``pairs`` of names or indices as index pairs into ``names``; ValueError naming ``what``,
+    the pair and the names when a name is unknown."""
+    lookup = {n: i for i, n in enumerate(names)}
+    out = []
+    for pair in pairs:
+        if isinstance(pair, str) or len(pair) != 2:
+            raise DetloaderValueError(f"{what} {pair!r} is not two names")
+        try:
+            out.append(tuple(x if isinstance(x, int) else lookup[x] for x in pair))
+        except KeyError as err:
+            known = list(names)
+            raise DetloaderValueError(f"{what} {tuple(pair)!r} names {err.args[0]!r}, not one of {known}") from None
+    return tuple(out)  # type: ignore[return-value]
+
+
+#: A side in a class name: ``left`` / ``right`` in any case, also inside a word (``redleft``,
+#: ``LeftArrow``), except in words that merely contain them (``bright``, ``upright``, ``cleft``).
+_CLASS_SIDE = re.compile(r"(?<![bfw])(?<!up)(?<!al)(?<!out)(?<!down)(?<!forth)(?<!copy)right|(?<!c)left", re.I)
+
+
+def _mirror_class(name: str) -> str | None:
+    """``name`` with every side word swapped, in its case (``redLeft`` -> ``redRight``), or None
+    without one."""
+    if _CLASS_SIDE.search(name) is None:
+        return None
+
+    def swap(m: re.Match[str]) -> str:
+        word, other = m.group(), "right" if m.group().lower() == "left" else "left"
+        return other.upper() if word.isupper() else other.capitalize() if word[0].isupper() else other
+
+    return _CLASS_SIDE.sub(swap, name)
+
+
+@dataclass(frozen=True)
+class ClassFlip:
+    """What a horizontal mirror does to each class of ``classes``.
+
+    ``pairs`` (index pairs) swap: a mirrored ``redleft`` object is a ``redright`` one.
+    ``one_sided`` are classes named for a side whose mirror class does not exist: an image holding
+    one is never mirrored (its objects would be mislabelled). Every other class is the same in a
+    mirror. :meth:`infer` finds both from the names (case-insensitive, also inside a word:
+    ``redleft``/``redright``, ``left_hand``/``right_hand``, ``LeftArrow``/``RightArrow``);
+    :meth:`from_pairs` takes the user's pairs as the whole map (no class is one-sided).
+    """
+
+    classes: tuple[str, ...]
+    pairs: tuple[tuple[int, int], ...] = ()
+    one_sided: tuple[int, ...] = ()
+    _permutation: np.ndarray = field(init=False, repr=False, compare=False)
+    _fixed: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        perm = np.arange(len(self.classes), dtype=np.int64)
+        used = [i for pair in self.pairs for i in pair]
+        if not all(0 <= i < len(self.classes) for i in used):
+            raise DetloaderValueError(f"class_flip_pairs={list(self.pairs)}: class ids in 0..{len(self.classes) - 1}")
+        if len(set(used)) != len(used) or any(a == b for a, b in self.pairs):
+            raise DetloaderValueError(f"class_flip_pairs={self.named_pairs()} name a class twice")
+        for a, b in self.pairs:
+            perm[a], perm[b] = b, a
+        fixed = np.zeros(len(self.classes), dtype=bool)
+        fixed[list(self.one_sided)] = True
+        object.__setattr__(self, "_permutation", perm)
+        object.__setattr__(self, "_fixed", fixed)
+
+    @classmethod
+    def infer(cls, classes: Sequence[str]) -> ClassFlip:
+        """Pairs and one-sided classes found in the class names."""
+        classes = tuple(classes)
+        exact = {n: i for i, n in enumerate(classes)}
+        folded: dict[str, list[int]] = {}
+        for i, n in enumerate(classes):
+            folded.setdefault(n.lower(), []).append(i)
+        pairs, one_sided, seen = [], [], set()
+        for i, name in enumerate(classes):
+            mirror = _mirror_class(name)
+            if mirror is None or i in seen:
+                continue
+            j = exact.get(mirror)
+            if j is None and len(folded.get(mirror.lower(), ())) == 1:
+                j = folded[mirror.lower()][0]
+            if j is None or j == i or j in seen:
+                one_sided.append(i)
+            else:
+                pairs.append((i, j))
+                seen.update((i, j))
+        return cls(classes, tuple(pairs), tuple(one_sided))
+
+    @classmethod
+    def from_pairs(cls, classes: Sequence[str], pairs: Sequence[tuple[str | int, str | int]]) -> ClassFlip:
+        """Exactly ``pairs`` (class names or ids) swap; every other class is the same mirrored."""
+        return cls(tuple(classes), _pair_ids("class_flip_pairs: pair", tuple(classes), pairs))
+
+    @classmethod
+    def resolve(cls, classes: Sequence[str], pairs: Sequence[tuple[str | int, str | int]] | None) -> ClassFlip:
+        """:meth:`infer` when ``pairs`` is None, else :meth:`from_pairs`."""
+        return cls.infer(classes) if pairs is None else cls.from_pairs(classes, pairs)
+
+    def named_pairs(self) -> list[tuple[str, str]]:
+        return [(self.classes[a], self.classes[b]) for a, b in self.pairs]
+
+    def mirror(self, labels: np.ndarray) -> np.ndarray | None:
+        """int64 labels after a mirror, or None when one is :attr:`one_sided` (do not mirror)."""
+        if self.one_sided and self._fixed[labels].any():
+            return None
+        return self._permutation[labels] if self.pairs else labels
+
+    def problem(self, labels: np.ndarray, object_image: np.ndarray, images: int) -> str | None:
+        """The warning for :attr:`one_sided` classes among ``labels`` (of an index: its
+        ``labels`` and ``object_image``, ``images`` in all), with how many images a flip skips."""
+        if not self.one_sided:
+            return None
+        held = np.unique(object_image[self._fixed[labels]]).size
+        names = ", ".join(repr(self.classes[i]) for i in self.one_sided)
+        return (f"classes {names} are named for one side and have no mirror class: the {held} of {images} images "
+                f"holding them are never mirrored; {flip_remedy('class_flip_pairs')}")
 
 
 #: The 5-point face schema (RetinaFace order; also the synthetic dataset's).

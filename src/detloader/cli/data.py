@@ -110,6 +110,11 @@ def print_summary(summary: dict[str, Any], seconds: float | None = None) -> None
             f"landmarks: {len(lm['names'])} ({', '.join(lm['names'][:8])}{'...' if len(lm['names']) > 8 else ''}); "
             f"flip pairs {len(lm['flip_pairs'])}; visible {lm['visible']}, hidden {lm['hidden']}, absent {lm['absent']}"
         )
+    flips = summary["class_flips"]
+    if flips["pairs"] or flips["one_sided"]:
+        swapped = ", ".join(f"{a}<->{b}" for a, b in flips["pairs"]) or "none"
+        alone = ", ".join(flips["one_sided"]) or "none"
+        out.print(escape(f"classes with a side: a flip swaps {swapped}; never mirrored (no mirror class): {alone}"))
     print_attribute_counts(out, summary)
     if summary["splits"]:
         out.print("splits: " + ", ".join(f"{k} {v}" for k, v in summary["splits"].items()))

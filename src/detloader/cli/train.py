@@ -35,6 +35,16 @@ def _workers(value: str) -> int | str:
         raise argparse.ArgumentTypeError(f"num-workers={value!r} must be an int >= 0 or 'auto'") from None
 
 
+def _pairs(value: str) -> list[tuple[str, str]]:
+    """``A=B,C=D`` as name pairs; ``none`` as no pair."""
+    if value.strip().lower() == "none":
+        return []
+    pairs = [item.partition("=") for item in value.split(",") if item.strip()]
+    if not pairs or any(not a.strip() or not sep or not b.strip() for a, sep, b in pairs):
+        raise argparse.ArgumentTypeError(f"{value!r} is not A=B[,C=D...] or 'none'")
+    return [(a.strip(), b.strip()) for a, _, b in pairs]
+
+
 def add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train the reference detection + landmark + image-class model")
     add_read_arguments(
@@ -57,6 +67,20 @@ def add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mosaic", type=float, help="share of training samples that are 4-image mosaics (default 0)")
     p.add_argument("--close-mosaic", type=int, help="no mosaic in the last N epochs (default 2)")
     p.add_argument("--affine", action="store_true", help="random scale and translation of training images")
+    p.add_argument(
+        "--hflip", type=float, metavar="P",
+        help="horizontal flip probability (default 0.5; 0 turns flipping off): left/right landmarks and "
+        "mirror classes swap, images of a one-sided class (redleft without redright) are never mirrored",
+    )
+    p.add_argument(
+        "--flip-pairs", type=_pairs, metavar="A=B,...|none",
+        help="landmark pairs a flip swaps, by name, in place of the dataset's; 'none': the points are symmetric",
+    )
+    p.add_argument(
+        "--class-flip-pairs", type=_pairs, metavar="A=B,...|none",
+        help="classes a flip swaps (redleft=redright), in place of those found in the class names; "
+        "'none': no class has a side",
+    )
     p.add_argument("--synthetic-images", type=int, help="images of the synthetic dataset (default 400)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="also save every N steps (default: epoch ends)")
     p.add_argument(
@@ -92,6 +116,7 @@ def _config(args: argparse.Namespace) -> Any:
         "balance": args.balance, "epochs": args.epochs, "size": args.size, "batch_size": args.batch_size,
         "lr": args.lr, "width": args.width, "synthetic_images": args.synthetic_images, "max_steps": args.max_steps,
         "mosaic": args.mosaic, "close_mosaic": args.close_mosaic, "affine": args.affine or None,
+        "hflip": args.hflip, "flip_pairs": args.flip_pairs, "class_flip_pairs": args.class_flip_pairs,
     }
     changes.update({k: v for k, v in explicit.items() if v is not None})
     if not args.resume:

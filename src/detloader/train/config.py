@@ -55,6 +55,9 @@ class TrainConfig:
     mosaic: float = 0.0
     close_mosaic: int = 2
     affine: bool = False
+    hflip: float = 0.5
+    flip_pairs: tuple[tuple[str, str], ...] | None = None
+    class_flip_pairs: tuple[tuple[str, str], ...] | None = None
     loss_weights: LossWeights = field(default_factory=LossWeights)
     checkpoint_every: int = 0
     max_steps: int | None = None
@@ -76,8 +79,19 @@ class TrainConfig:
                           ("warmup_steps", 0), ("checkpoint_every", 0), ("close_mosaic", 0)):
             if not is_int(getattr(self, name), low):
                 raise DetloaderValueError(f"{name}={getattr(self, name)!r} must be an int >= {low}")
-        if isinstance(self.mosaic, bool) or not isinstance(self.mosaic, (int, float)) or not 0 <= self.mosaic <= 1:
-            raise DetloaderValueError(f"mosaic={self.mosaic!r} must be a share in [0, 1]")
+        for name in ("mosaic", "hflip"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise DetloaderValueError(f"{name}={value!r} must be a probability in [0, 1]")
+        for name in ("flip_pairs", "class_flip_pairs"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, (str, bytes)) or not all(
+                isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(n, str) for n in p) for p in value
+            ):
+                raise DetloaderValueError(f"{name}={value!r} must be None or a list of (name, name) pairs")
+            object.__setattr__(self, name, tuple((str(a), str(b)) for a, b in value))
         if not is_int(self.size, INPUT_MULTIPLE) or self.size % INPUT_MULTIPLE:
             raise DetloaderValueError(f"size={self.size!r} must be a positive multiple of {INPUT_MULTIPLE}")
         if self.max_steps is not None and (not isinstance(self.max_steps, int) or self.max_steps < 1):

@@ -225,12 +225,14 @@ def prepare_data(config: TrainConfig, env: DistEnv | None = None) -> RunData:
 
 
 # -- the loader it trains with ------------------------------------------------------------------
-def train_transform(size: int, affine: bool = False) -> Any:
-    """Training augmentation: horizontal flip (left/right landmarks swapped), colour jitter,
+def train_transform(size: int, affine: bool = False, hflip: float = 0.5) -> Any:
+    """Training augmentation: horizontal flip with probability ``hflip`` (left/right landmarks and
+    mirror classes swapped, images of one-sided classes kept as they are; 0: none), colour jitter,
     with ``affine`` a random scale (0.5-1.5) and translation (10 %), letterbox to ``size``."""
     from detloader.transforms import ColorJitter, Compose, RandomAffine, RandomHorizontalFlip, Resize
 
-    geometric = [RandomHorizontalFlip(), *([RandomAffine(translate=0.1, scale=(0.5, 1.5))] if affine else [])]
+    flip = [RandomHorizontalFlip(hflip)] if hflip > 0 else []
+    geometric = [*flip, *([RandomAffine(translate=0.1, scale=(0.5, 1.5))] if affine else [])]
     return Compose([*geometric, ColorJitter(), Resize(size, mode="letterbox")])
 
 
@@ -270,9 +272,10 @@ def train_loader(config: TrainConfig, index: Any, env: DistEnv) -> Any:
     :func:`balanced_loader`, full batches on every rank, workers that leave stop signals to the loop."""
     import detloader
 
-    transform = train_transform(config.size, config.affine)
+    transform = train_transform(config.size, config.affine, config.hflip)
     dataset = detloader.DetectionDataset(
-        index, transform, seed=config.seed, on_decode_error=config.on_decode_error  # type: ignore[arg-type]
+        index, transform, seed=config.seed, on_decode_error=config.on_decode_error,  # type: ignore[arg-type]
+        flip_pairs=config.flip_pairs, class_flip_pairs=config.class_flip_pairs,
     )
     mix: dict[str, Any] = {}
     if config.mosaic:  # partners from the sampler's own stream; off for the last close_mosaic epochs

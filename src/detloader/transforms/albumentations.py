@@ -5,8 +5,9 @@ declare ``BboxParams(format="pascal_voc", label_fields=["object_index"])`` and
 ``KeypointParams(format="xy", label_fields=["point_index"], remove_invisible=False)``
 (``coord_format=`` where albumentations renamed it): the index's pixel units, and the label
 fields that carry each box's and point's row through albumentations' filtering. Three probe
-points tell a reflection (then the schema's flip permutation applies) and re-estimate
-``Annotated.affine``. See docs/loader.md, "albumentations".
+points tell a reflection (then the schema's flip permutation and the mirror classes apply;
+an image holding a one-sided class is mirrored once more, so its map is no reflection) and
+re-estimate ``Annotated.affine``. See docs/loader.md, "albumentations".
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.errors import DetloaderTypeError, DetloaderValueError, MissingExtraError
 from detloader.transforms.base import Annotated
-from detloader.transforms.functional import clip_boxes, compose_affine, invalidate_outside
+from detloader.transforms.functional import clip_boxes, compose_affine, hflip_boxes, hflip_image, invalidate_outside
 
 BOX_FIELD = "object_index"
 POINT_FIELD = "point_index"
@@ -79,6 +80,19 @@ class AlbumentationsTransform:
             )
         self.compose = compose
         self.permutation = schema.flip_permutation() if schema is not None else None
+
+    @property
+    def mirrors(self) -> bool:
+        """Whether the pipeline holds a transform that can mirror (a flip, transpose or D4)."""
+
+        def walk(t: Any) -> bool:
+            inner = getattr(t, "transforms", None)
+            name = type(t).__name__
+            return any(k in name for k in ("Flip", "Transpose", "D4", "Symmetry")) or (
+                isinstance(inner, (list, tuple)) and any(walk(c) for c in inner)
+            )
+
+        return walk(self.compose)
 
     @classmethod
     def build(
@@ -152,6 +166,14 @@ class AlbumentationsTransform:
             return float((x1 - x0) * (y2 - y0) - (y1 - y0) * (x2 - x0))
 
         reflected = bool(np.isfinite(after).all() and orientation(after) * orientation(before) < 0)
+        labels = data.mirrored_labels() if reflected else data.labels
+        undo = reflected and labels is None  # a one-sided class: mirror back, the net map is no reflection
+        if undo:
+            iw = image.shape[1]
+            image = hflip_image(image)
+            moved[:, 0] = iw - moved[:, 0]
+            after = moved[n * k :]
+            reflected, labels = False, data.labels
         landmarks = moved[: n * k].reshape(n, k, 2)
         visibility = np.array(data.visibility, dtype=np.uint8)
         visibility[~np.isfinite(landmarks).all(axis=-1)] = 0
@@ -165,11 +187,12 @@ class AlbumentationsTransform:
             landmarks, visibility = landmarks[:, perm], visibility[:, perm]
         kept = np.asarray(out[BOX_FIELD], dtype=np.int64).reshape(-1)
         boxes = np.asarray(out["bboxes"], dtype=np.float32).reshape(len(kept), -1)[:, :4]
+        boxes = hflip_boxes(boxes, image.shape[1]) if undo else boxes
         oh, ow = image.shape[:2]
         landmarks, visibility = invalidate_outside(np.nan_to_num(landmarks[kept]), visibility[kept], ow, oh)
         data.image = image
         data.boxes = clip_boxes(boxes, ow, oh)
-        data.labels = data.labels[kept]
+        data.labels = labels[kept]
         data.object_ids = data.object_ids[kept]
         data.landmarks, data.visibility = landmarks, visibility
         data.affine = _affine_from_probes(data.affine, before, after)

@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from detloader.annotations.landmarks import LandmarkSchema
+from detloader.annotations.landmarks import ClassFlip, LandmarkSchema
 from detloader.errors import DetloaderTypeError, DetloaderValueError
 from detloader.transforms.functional import (
     INTERPOLATIONS,
@@ -44,6 +44,8 @@ class Annotated:
             a map that is not axis-aligned (rotation, shear) ``ox, oy`` are NaN (no such map
             back) and ``sx, sy`` its overall scale ``sqrt|det|``, ``sx < 0`` when it mirrors.
         flip_permutation: int64 ``[K]`` from the landmark schema, or None when unknown.
+        class_flip: what a mirror does to the labels (:class:`ClassFlip`: mirror classes swap,
+            an image holding a one-sided class is not mirrored); None: labels have no side.
     """
 
     image: np.ndarray
@@ -54,6 +56,7 @@ class Annotated:
     object_ids: np.ndarray
     affine: np.ndarray = field(default_factory=lambda: np.array([1.0, 1.0, 0.0, 0.0]))
     flip_permutation: np.ndarray | None = None
+    class_flip: ClassFlip | None = None
 
     @classmethod
     def create(
@@ -65,6 +68,7 @@ class Annotated:
         visibility: np.ndarray | None = None,
         *,
         schema: LandmarkSchema | None = None,
+        class_flip: ClassFlip | None = None,
     ) -> Annotated:
         """Build from loose arrays (copies them): the entry point when used without a
         :class:`~detloader.dataset.DetectionDataset`. Missing visibility means 2 (visible)."""
@@ -93,7 +97,7 @@ class Annotated:
             raise DetloaderValueError(f"landmarks: K={k} points but the schema has {len(schema)} names")
         lm[vis == 0] = 0.0
         perm = schema.flip_permutation() if schema is not None else None
-        return cls(image, b, lab, lm, vis, np.arange(n, dtype=np.int64), flip_permutation=perm)
+        return cls(image, b, lab, lm, vis, np.arange(n, dtype=np.int64), flip_permutation=perm, class_flip=class_flip)
 
     @property
     def width(self) -> int:
@@ -102,6 +106,11 @@ class Annotated:
     @property
     def height(self) -> int:
         return int(self.image.shape[0])
+
+    def mirrored_labels(self) -> np.ndarray | None:
+        """The labels after a horizontal mirror (mirror classes swapped), or None when an object's
+        class is one-sided and the image must not be mirrored (:class:`ClassFlip`)."""
+        return self.labels if self.class_flip is None else self.class_flip.mirror(self.labels)
 
     def select(self, keep: np.ndarray) -> None:
         """Keep only the objects where ``keep`` (bool ``[N]``) is True, in place."""
@@ -184,6 +193,15 @@ class Compose:
     def __repr__(self) -> str:
         inner = ",\n    ".join(repr(t) for t in self.transforms)
         return f"Compose([\n    {inner}\n])"
+
+
+def may_mirror(transform: object) -> bool:
+    """Whether ``transform`` (a :class:`Compose` looked into) can mirror an image: a transform
+    says so with a true ``mirrors`` attribute (flips with ``p > 0``, ``RandomAffine(mirror > 0)``,
+    an albumentations pipeline holding a flip)."""
+    if isinstance(transform, Compose):
+        return any(may_mirror(t) for t in transform.transforms)
+    return bool(getattr(transform, "mirrors", False))
 
 
 def min_input_size(transforms: Sequence[object], width: int, height: int) -> tuple[int, int] | None:

@@ -121,7 +121,10 @@ class Resize:
 
 class RandomHorizontalFlip:
     """Mirror left-right with probability ``p``, swapping left/right landmark slots by the
-    permutation of ``schema``, else the data's (:class:`DetectionDataset` sets it)."""
+    permutation of ``schema``, else the data's, and mirror classes by the data's
+    :class:`~detloader.annotations.landmarks.ClassFlip` (:class:`DetectionDataset` sets both).
+    An image holding an object of a one-sided class (``redleft`` without ``redright``) is left
+    as it is: mirrored, its label would lie. ``p=0`` turns flipping off."""
 
     preserves_size = True
 
@@ -130,13 +133,21 @@ class RandomHorizontalFlip:
         self.p = float(p)
         self.permutation = schema.flip_permutation() if schema is not None else None
 
+    @property
+    def mirrors(self) -> bool:
+        return self.p > 0
+
     def __call__(self, data: Annotated, rng: np.random.Generator) -> Annotated:
         if rng.random() >= self.p:
+            return data
+        labels = data.mirrored_labels()
+        if labels is None:
             return data
         perm = _flip_permutation(self, data)
         w = data.width
         data.image = hflip_image(data.image)
         data.boxes = hflip_boxes(data.boxes, w)
+        data.labels = labels
         data.landmarks, data.visibility = hflip_landmarks(data.landmarks, data.visibility, w, perm)
         data.affine = compose_affine(data.affine, -1.0, 1.0, float(w), 0.0)
         return data
@@ -259,7 +270,9 @@ class RandomAffine:
 
     ``M = T @ Shear @ R(angle, scale) @ Mirror @ C`` (``C`` moves the centre to the origin,
     ``T`` back, shifted), drawn per call in that order of parameters. Boxes become the boxes
-    around their transformed corners; a mirrored map swaps the left/right landmark slots;
+    around their transformed corners; a mirrored map swaps the left/right landmark slots and
+    the mirror classes, and is not drawn for an image holding a one-sided class (as
+    :class:`RandomHorizontalFlip`);
     ``Annotated.affine`` is exact while ``degrees`` and ``shear`` are 0, else NaN offsets.
     See docs/loader.md, "RandomAffine".
     """
@@ -292,13 +305,18 @@ class RandomAffine:
         self.fill, self.interpolation = int(fill), interpolation
         self.permutation = schema.flip_permutation() if schema is not None else None
 
-    def matrix(self, width: int, height: int, rng: np.random.Generator) -> np.ndarray:
-        """float64 ``[2, 3]``: the map of one call for a ``width x height`` image."""
+    @property
+    def mirrors(self) -> bool:
+        return self.mirror > 0
+
+    def matrix(self, width: int, height: int, rng: np.random.Generator, *, allow_mirror: bool = True) -> np.ndarray:
+        """float64 ``[2, 3]``: the map of one call for a ``width x height`` image (never a
+        mirror without ``allow_mirror``; the generator advances the same)."""
         angle = math.radians(rng.uniform(-self.degrees, self.degrees))
         s = rng.uniform(*self.scale)
         shx, shy = np.tan(np.radians(rng.uniform(-self.shear, self.shear, 2)))
         tx, ty = rng.uniform(-self.translate, self.translate, 2)
-        mirror = -1.0 if rng.random() < self.mirror else 1.0
+        mirror = -1.0 if rng.random() < self.mirror and allow_mirror else 1.0
         c, si = math.cos(angle) * s, math.sin(angle) * s
         shear, rotate = np.array([[1.0, shx], [shy, 1.0]]), np.array([[c, si], [-si, c]])
         linear = shear @ rotate @ np.diag([mirror, 1.0])
@@ -308,7 +326,8 @@ class RandomAffine:
 
     def __call__(self, data: Annotated, rng: np.random.Generator) -> Annotated:
         w, h = data.width, data.height
-        m = self.matrix(w, h, rng)
+        mirrored = data.mirrored_labels()
+        m = self.matrix(w, h, rng, allow_mirror=mirrored is not None)
         det = float(np.linalg.det(m[:, :2]))
         data.image = warp_image(data.image, m, w, h, self.fill, self.interpolation)
         boxes, keep = crop_boxes(warp_boxes(data.boxes, m), 0, 0, w, h, self.min_visibility)
@@ -317,6 +336,7 @@ class RandomAffine:
         if det < 0:
             perm = _flip_permutation(self, data)
             points, vis = points[:, perm], vis[:, perm]
+            data.labels = mirrored if mirrored is not None else data.labels  # None: only a shear past 45 degrees
         data.boxes, data.landmarks, data.visibility = boxes, points, vis
         data.select(keep)
         if m[0, 1] == 0 and m[1, 0] == 0:  # axis-aligned: the exact map

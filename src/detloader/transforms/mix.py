@@ -117,7 +117,9 @@ def _merge(parts: Sequence[Annotated], image: np.ndarray, affine: np.ndarray) ->
     """One record: ``image`` with the objects of all ``parts``."""
     fields = ("boxes", "labels", "landmarks", "visibility", "object_ids")
     columns = (np.concatenate([getattr(p, f) for p in parts]) for f in fields)
-    return Annotated(image, *columns, affine=affine, flip_permutation=parts[0].flip_permutation)
+    return Annotated(
+        image, *columns, affine=affine, flip_permutation=parts[0].flip_permutation, class_flip=parts[0].class_flip
+    )
 
 
 def group_size(mosaic: Mosaic | None, mixup: MixUp | None) -> int:

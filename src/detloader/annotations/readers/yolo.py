@@ -300,4 +300,5 @@ class YoloReader(Reader):
         kpt = source.kpt
         if kpt is None:
             return preset_schema(names)
-        return LandmarkSchema(tuple(kpt["names"]), tuple(tuple(p) for p in kpt["flip_pairs"]))
+        pairs = tuple(tuple(p) for p in kpt["flip_pairs"])
+        return LandmarkSchema(tuple(kpt["names"]), pairs, symmetric=kpt["symmetric"])  # type: ignore[arg-type]

@@ -62,8 +62,8 @@ def class_names(value: Any, where: str) -> list[str]:
 
 
 def kpt_config(data: dict[str, Any], where: str) -> dict[str, Any] | None:
-    """``{"k", "dims", "names", "flip_pairs"}`` from ``kpt_shape`` / ``flip_idx`` / ``kpt_names``;
-    None without ``kpt_shape``."""
+    """``{"k", "dims", "names", "flip_pairs", "symmetric"}`` from ``kpt_shape`` / ``flip_idx`` /
+    ``kpt_names`` (``symmetric``: a ``flip_idx`` that swaps nothing); None without ``kpt_shape``."""
     shape = data.get("kpt_shape")
     if shape is None:
         return None
@@ -87,7 +87,7 @@ def kpt_config(data: dict[str, Any], where: str) -> dict[str, Any] | None:
     names = [str(n) for n in names_value] if isinstance(names_value, list) else [f"p{i}" for i in range(k)]
     if len(names) != k or len(set(names)) != k:
         raise YoloConfigError(f"{where}: kpt_names={names_value!r} is not {k} distinct names")
-    return {"k": k, "dims": d, "names": names, "flip_pairs": pairs}
+    return {"k": k, "dims": d, "names": names, "flip_pairs": pairs, "symmetric": flip is not None and not pairs}
 
 
 def images_under(folder: Path, root: Path, problems: list[Problem] | None = None) -> list[Stamp]:
