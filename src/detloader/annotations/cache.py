@@ -293,7 +293,9 @@ def load_index_file(
 
 # -- the key: what rebuilds the index when it changes ---------------------------------------
 #: Bumped when what a reader produces changes, so that old caches are rebuilt (4: the key
-#: holds ctimes, inodes, the root's identity and the image folders').
+#: holds ctimes, inodes, the root's identity and the image folders'; 5: split folders are
+#: found two levels down, ``train_zip/train/``, every problem is listed, a YOLO ``flip_idx``
+#: that swaps nothing makes a symmetric landmark schema).
 READER_VERSION = 5
 
 

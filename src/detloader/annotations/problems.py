@@ -86,6 +86,7 @@ KINDS: dict[str, str] = {
     "split_duplicate": "a split file names the same image twice; counted once",
     "split_overlap": "an image in two of the train / val / test splits; kept in both",
     "split_unassigned": "images outside the train/ val/ test/ folders that split the others; in no split",
+    "split_nested": "images below two split folders of different roles (train/test/); in the shallowest one's split",
     "outside_dataset": "an image path leaves the dataset (absolute or ../); not followed",
     "reader_error": "a value the reader did not foresee; the rest of that file is skipped",
 }

@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 SPLITS_JSON = "splits.json"
 ROLES = ("train", "val", "test")
 _ROLE = re.compile(r"^(?:(train|training)|(val|valid|validation)|(test|testing))\d*$", re.IGNORECASE)
-#: Folders in front of a split folder that are skipped (``images/train/``, ``labels/val/``).
-_LEADING = ("images", "labels", "annotations")
+#: How many folders down a split folder may lie: ``train/``, ``images/train/``, ``train_zip/train/``.
+SPLIT_DEPTH = 2
 
 
 def split_role(name: str) -> str | None:
@@ -183,33 +183,51 @@ def _json_splits(index: AnnotationIndex) -> tuple[dict[str, np.ndarray], dict[st
     return out, dict.fromkeys(out, _made_text(data.get("made")))
 
 
-def _split_folder(path: str) -> tuple[str, str] | None:
-    """(role, folder) of the split folder that ``path`` (relative to the root) lies in: its
-    first folder, or the one after a leading ``images``/``labels``/``annotations``."""
+def _split_folders(path: str) -> list[tuple[str, str]]:
+    """(role, folder) of each split-named folder among the first :data:`SPLIT_DEPTH` folders of
+    ``path`` (relative to the root), shallowest first: ``train/a.jpg``, ``images/train/a.jpg``
+    and ``train_zip/train/a.jpg`` lie in train; ``a/b/test/c.jpg`` in none."""
     folders = path.replace(os.sep, "/").split("/")[:-1]
-    k = 1 if len(folders) > 1 and folders[0].lower() in _LEADING else 0
-    role = split_role(folders[k]) if k < len(folders) else None
-    return None if role is None else (role, "/".join(folders[: k + 1]) + "/")
+    out = []
+    for k, name in enumerate(folders[:SPLIT_DEPTH]):
+        role = split_role(name)
+        if role is not None:
+            out.append((role, "/".join(folders[: k + 1]) + "/"))
+    return out
 
 
 def _folder_splits(index: AnnotationIndex) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """Splits from ``train/ val/ test/`` folders (of the image path, else the annotation path);
-    images outside them are in no split (one problem counts them)."""
+    """Splits from ``train/ val/ test/`` folders one or two levels below the root (of the image
+    path, else the annotation path); images outside them are in no split (one problem counts
+    them). An image below two split folders of different roles (``train/test/a.jpg``) is in
+    the shallowest one's split only (one ``split_nested`` problem counts them)."""
     members: dict[str, list[int]] = {}
     folders: dict[str, set[str]] = {}
     outside: list[int] = []
+    nested: list[tuple[int, list[tuple[str, str]]]] = []
     for i in range(len(index)):
-        hit = _split_folder(index.relative_image_path(i)) or _split_folder(index.annotation_path(i).split("#", 1)[0])
-        if hit is None:
+        hits = _split_folders(index.relative_image_path(i)) or _split_folders(
+            index.annotation_path(i).split("#", 1)[0]
+        )
+        if not hits:
             outside.append(i)
-        else:
-            members.setdefault(hit[0], []).append(i)
-            folders.setdefault(hit[0], set()).add(hit[1])
+            continue
+        role, folder = hits[0]
+        members.setdefault(role, []).append(i)
+        folders.setdefault(role, set()).add(folder)
+        if any(other != role for other, _ in hits[1:]):
+            nested.append((i, hits))
     if members and outside:
         shown = ", ".join(sorted(set().union(*folders.values())))
         message = f"{len(outside)} images lie outside the split folders ({shown})"
         first = index.annotation_path(outside[0]).split("#", 1)[0]
         index.problems.add(Problem("split_unassigned", first, "", message, "in no split", "repaired"))
+    if nested:
+        i, hits = nested[0]
+        shown = " and ".join(folder for _, folder in hits)
+        message = f"{len(nested)} images lie below two split folders, as {index.relative_image_path(i)!r} below {shown}"
+        first = index.annotation_path(i).split("#", 1)[0]
+        index.problems.add(Problem("split_nested", first, "", message, "in the shallowest one's split", "repaired"))
     sources = {role: "folder " + ", ".join(sorted(found)) for role, found in folders.items()}
     return {role: np.asarray(ids, dtype=np.int64) for role, ids in members.items()}, sources
 

@@ -75,9 +75,10 @@ def _index(args: argparse.Namespace) -> int:
     require_images(index, "index")
     summary = index.summary()
     if args.json:
-        print_json({**summary, "seconds": round(seconds, 4), "cache_file": index.source_file})
+        sources = index.meta.get("split_sources", {})
+        print_json({**summary, "split_sources": sources, "seconds": round(seconds, 4), "cache_file": index.source_file})
     else:
-        print_summary(summary, seconds)
+        print_summary(summary, seconds, index.meta.get("split_sources"))
         if index.problems:
             from rich.markup import escape
 
@@ -86,8 +87,11 @@ def _index(args: argparse.Namespace) -> int:
     return 1 if index.problems.errors else 0
 
 
-def print_summary(summary: dict[str, Any], seconds: float | None = None) -> None:
-    """What ``detloader index`` prints of :meth:`AnnotationIndex.summary`."""
+def print_summary(
+    summary: dict[str, Any], seconds: float | None = None, split_sources: dict[str, str] | None = None
+) -> None:
+    """What ``detloader index`` prints of :meth:`AnnotationIndex.summary`; each split with where it
+    came from when ``split_sources`` (``index.meta["split_sources"]``) names it."""
     from rich.markup import escape
 
     out = console()
@@ -117,7 +121,9 @@ def print_summary(summary: dict[str, Any], seconds: float | None = None) -> None
         out.print(escape(f"classes with a side: a flip swaps {swapped}; never mirrored (no mirror class): {alone}"))
     print_attribute_counts(out, summary)
     if summary["splits"]:
-        out.print("splits: " + ", ".join(f"{k} {v}" for k, v in summary["splits"].items()))
+        sources = split_sources or {}
+        shown = (f"{k} {v}" + (f" ({sources[k]})" if k in sources else "") for k, v in summary["splits"].items())
+        out.print("splits: " + escape(", ".join(shown)))
 
 
 def add_validate(sub: argparse._SubParsersAction) -> None:

@@ -194,7 +194,9 @@ def prepare_data(config: TrainConfig, env: DistEnv | None = None) -> RunData:
 
     The dataset's ``train_split`` and ``val_split`` when it has both; otherwise a seeded 80/20
     split, stratified by each image's rarest class, of its ``train_split`` or, without one,
-    of every image outside a ``test`` split (never trained on)."""
+    of every image outside a ``test`` split. An image of a ``test`` split is never trained on:
+    one that a split file also lists in ``train_split`` is left out of it, and the source
+    recorded for the training part says how many were."""
     import detloader
     from detloader.annotations.splits import split_role
 
@@ -208,16 +210,25 @@ def prepare_data(config: TrainConfig, env: DistEnv | None = None) -> RunData:
         index = detloader.read_annotations(root, **options)
     t, v = config.train_split, config.val_split
     found = index.meta.get("split_sources", {})
+    held = [n for n in index.splits if split_role(n) == "test" and n not in (t, v)]
+    test_ids = np.unique(np.concatenate([index.splits[n] for n in held])) if held else np.zeros(0, np.int64)
+    kept_out = ""
+    if t in index.splits:
+        train_ids = index.splits[t][~np.isin(index.splits[t], test_ids)]
+        dropped = len(index.splits[t]) - len(train_ids)
+        kept_out = f"; {dropped} of its images also in split {held[0]!r} left out" if dropped else ""
     if t in index.splits and v in index.splits:
-        parts = {role: (index.split(n), n, found.get(n, "split file")) for role, n in (("train", t), ("val", v))}
+        parts = {
+            "train": (index.subset(train_ids), t, found.get(t, "split file") + kept_out),
+            "val": (index.split(v), v, found.get(v, "split file")),
+        }
     else:
         if t in index.splits:
-            pool, what = index.split(t), f"split {t!r}"
+            never = f"; split {held[0]!r}, {len(test_ids)} images, never trained on" if held else ""
+            pool, what = index.subset(train_ids), f"split {t!r} ({found.get(t, 'split file')}{kept_out}{never})"
         else:
-            held = [n for n in index.splits if split_role(n) == "test"]
-            out = np.concatenate([index.splits[n] for n in held]) if held else np.zeros(0, np.int64)
-            pool, what = index.subset(np.setdiff1d(np.arange(len(index)), out)), "every image"
-            what += f" outside split {held[0]!r}" if held else ""
+            pool, what = index.subset(np.setdiff1d(np.arange(len(index)), test_ids)), "every image"
+            what += f" outside split {held[0]!r} ({len(test_ids)} images, never trained on)" if held else ""
         cut = pool.random_split({t: 0.8, v: 0.2}, seed=config.seed, stratify="class")
         how = f"random 80/20 of {what} (seed {config.seed}, stratified by class; the dataset has no {v!r} split)"
         parts = {"train": (cut[t], t, how), "val": (cut[v], v, how)}

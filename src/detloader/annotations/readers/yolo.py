@@ -43,7 +43,7 @@ from detloader.annotations.readers.yolo_config import (
     load_yaml,
     split_images,
 )
-from detloader.annotations.splits import match_entries
+from detloader.annotations.splits import match_entries, split_role
 from detloader.errors import NotRegularFileError, YoloConfigError
 
 NAME = "yolo"
@@ -176,22 +176,42 @@ def _keypoints(
     return out
 
 
+def _has_labels(folder: Path) -> bool:
+    """Whether ``folder`` has a ``labels/`` folder with a ``.txt`` file in it (at any depth)."""
+    labels = find_child_dir(folder, ("labels",))
+    return labels is not None and next(labels.rglob("*.txt"), None) is not None
+
+
+def _split_labels(path: Path) -> bool:
+    """Whether a split folder one or two levels below ``path`` (``train/``, ``train_zip/train/``,
+    :func:`~detloader.annotations.splits.split_role`) has a ``labels/`` folder with labels."""
+    try:
+        children = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+        for child in children:
+            below = [child] if split_role(child.name) else [p for p in child.iterdir() if p.is_dir()]
+            if any(split_role(p.name) and _has_labels(p) for p in below):
+                return True
+    except OSError:
+        return False
+    return False
+
+
 class YoloReader(Reader):
     """YOLO txt labels with data.yaml (see the module docstring)."""
 
     name = NAME
 
     def sniff(self, path: Path) -> bool:
-        """A YAML file with YOLO keys; a folder with ``data.yaml``, a ``labels/`` folder, or a
-        class-names file and images with ``.txt`` labels beside them."""
+        """A YAML file with YOLO keys; a folder with ``data.yaml``, a ``labels/`` folder (also in
+        split folders one or two levels down: ``train/labels/``, ``train_zip/train/labels/``), or
+        a class-names file and images with ``.txt`` labels beside them."""
         if path.is_file():
             return path.suffix.lower() in (".yaml", ".yml") and bool(_YAML_KEY.search(read_head(path, 16384)))
         if not path.is_dir():
             return False
         if find_yaml(path) is not None:
             return True
-        labels = find_child_dir(path, ("labels",))
-        if labels is not None and next(labels.rglob("*.txt"), None) is not None:
+        if _has_labels(path) or _split_labels(path):
             return True
         if find_names_file(path) is not None:
             stems = {p.stem for p in path.iterdir() if p.suffix.lower() == ".txt"}
