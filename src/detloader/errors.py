@@ -23,7 +23,7 @@ __all__ = [
     "EmptyIndexError", "AnnotationWarning", "ImageFolderWarning", "FlipPairWarning",
     "YoloExportWarning", "NotRegularFileError", "FileTooLargeError", "DiskFullError",
     "ImageDecodeError", "StoreTooLargeError", "TuneWarning", "StaleTuneWarning", "RunDirError",
-    "DataMismatchError", "CheckpointError",
+    "DataMismatchError", "CheckpointError", "NonFiniteError", "NonFiniteLossError", "NonFiniteWeightsError",
 ]
 
 
@@ -207,3 +207,36 @@ class DataMismatchError(DetloaderValueError):
 class CheckpointError(DetloaderValueError):
     """A checkpoint file that cannot be read: ``str(err)`` names the file, what is wrong, and
     the previous checkpoint when one beside it loads."""
+
+
+class NonFiniteError(DetloaderError, RuntimeError):
+    """Training produced a NaN or an infinity; the run stops (``detloader train`` exits with 3)
+    and nothing non-finite is written: the last checkpoint saved before stays as it was."""
+
+
+class NonFiniteLossError(NonFiniteError):
+    """A loss term went NaN or infinite: ``str(err)`` names the step, the epoch, each such term
+    with its value, and what to try (a lower learning rate, more warm-up, AMP off, the data).
+    ``err.step`` is the step that failed (1-based, as ``StepInfo.global_step``), ``err.terms``
+    the non-finite terms and their values (``{"rank 1: heatmap": nan}`` under DDP when another
+    rank found them)."""
+
+    def __init__(self, message: str, step: int, terms: dict[str, float]) -> None:
+        super().__init__(message)
+        self.step = step
+        self.terms = dict(terms)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (NonFiniteLossError, (str(self), self.step, self.terms))
+
+
+class NonFiniteWeightsError(NonFiniteError):
+    """A checkpoint would hold NaN or infinite weights (model or optimiser state): it is not
+    written. ``str(err)`` names the tensors and the step; ``err.tensors`` lists their names."""
+
+    def __init__(self, message: str, tensors: list[str]) -> None:
+        super().__init__(message)
+        self.tensors = list(tensors)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (NonFiniteWeightsError, (str(self), self.tensors))

@@ -147,14 +147,17 @@ class ProblemReport:
         return ", ".join(f"{kind}: {n}" for kind, n in self.counts().items())
 
     def summary(self, per_kind: int = 3) -> str:
-        """Several lines: counts per kind and the first examples of each."""
+        """Several lines: counts per kind, the first ``per_kind`` examples of each, and how many
+        more of it there are."""
         if not self._problems:
             return "no problems"
         lines = [f"{len(self._problems)} problems ({len(self.errors)} errors): {self.summary_line()}"]
-        hints = self.hints()
+        hints, counts = self.hints(), self.counts()
         for kind, examples in self.examples(per_kind).items():
             lines.append(f"  {kind}:")
             lines.extend(f"    {e}" for e in examples)
+            if counts[kind] > len(examples):
+                lines.append(f"    ... and {counts[kind] - len(examples)} more ({counts[kind]} in all)")
             if kind in hints:
                 lines.append(f"    hint: {hints[kind]}")
         return "\n".join(lines)
@@ -172,19 +175,12 @@ class ProblemReport:
         return cls(Problem(**item) for item in items)  # type: ignore[arg-type]
 
 
-#: Problems of one kind in one file shown one by one; one more counts the rest.
-SHOWN = 5
-
-
-def capped(kind: str, found: list[tuple[str, str, str]], action: str, severity: Severity = "repaired") -> list[Problem]:
-    """``found`` (file, element, message) as problems of ``kind``: the first :data:`SHOWN`
-    one by one, then one that counts the rest."""
-    more = len(found) - SHOWN - 1
-    tail = [""] * SHOWN + [f" (and {more} more like it)" if more else ""]
-    return [
-        Problem(kind, file, element, message + end, action, severity)
-        for (file, element, message), end in zip(found, tail)
-    ]
+def problems_of(
+    kind: str, found: list[tuple[str, str, str]], action: str, severity: Severity = "repaired"
+) -> list[Problem]:
+    """``found`` (file, element, message) as problems of ``kind``, every one of them (a report
+    counts what it holds, so it holds all; the CLI shortens what it prints)."""
+    return [Problem(kind, file, element, message, action, severity) for file, element, message in found]
 
 
 def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:

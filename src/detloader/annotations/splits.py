@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from detloader.annotations.fields import MISSING
-from detloader.annotations.problems import Problem, ProblemReport, capped
+from detloader.annotations.problems import Problem, ProblemReport, problems_of
 from detloader.errors import DetloaderValueError, SplitsExistError
 
 if TYPE_CHECKING:
@@ -106,8 +106,8 @@ def class_groups(index: AnnotationIndex) -> np.ndarray:
 # -- found: problems, splits.json, folders ----------------------------------------------------
 def report(index: AnnotationIndex, kind: str, file: str, found: list[tuple[str, str]], action: str) -> None:
     """Add ``found`` (element, message) as repaired problems of ``kind`` in ``file``
-    (:func:`~detloader.annotations.problems.capped`)."""
-    for problem in capped(kind, [(file, element, message) for element, message in found], action):
+    (every one: :func:`~detloader.annotations.problems.problems_of`)."""
+    for problem in problems_of(kind, [(file, element, message) for element, message in found], action):
         index.problems.add(problem)
 
 

@@ -15,7 +15,8 @@ import argparse
 import os
 import time
 import warnings
-from typing import Any
+from collections import Counter
+from typing import TYPE_CHECKING, Any
 
 from detloader.cli._common import (
     add_cache_arguments,
@@ -31,6 +32,9 @@ from detloader.cli._common import (
     require_images,
 )
 from detloader.errors import DetloaderValueError
+
+if TYPE_CHECKING:
+    from detloader.annotations.problems import ProblemReport
 
 
 def add_synth(sub: argparse._SubParsersAction) -> None:
@@ -126,11 +130,20 @@ def print_summary(
         out.print("splits: " + escape(", ".join(shown)))
 
 
+#: ``validate``'s rows per kind of problem on a terminal (``--per-kind``), before one that counts the rest.
+PER_KIND = 5
+
+
 def add_validate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="report every problem in a dataset's annotations")
     add_read_arguments(p, on_error_help="no effect here: validate always reads on and lists every problem")
     p.add_argument("--json", action="store_true", help="print the problems as JSON")
     p.add_argument("--limit", type=int, default=0, help="show at most this many rows (default: all)")
+    p.add_argument(
+        "--per-kind", type=int,
+        help=f"rows of each kind of problem before one that counts the rest (0: all; default {PER_KIND} on a "
+        "terminal, all in a pipe, so grep finds every one); --json lists all",
+    )
     p.add_argument("--no-images", action="store_true", help="skip the image header checks")
     p.add_argument("--decode", action="store_true", help="also decode every image fully, in parallel")
     p.set_defaults(func=_validate)
@@ -153,8 +166,10 @@ def _validate(args: argparse.Namespace) -> int:
             ):
                 report.add(problem)
     if args.json:
+        # every problem, and per kind how many: the whole of them, never a first few
         print_json({"images": len(index), "objects": index.num_objects, "errors": len(report.errors),
-                    "repairs": len(report.repairs), "problems": report.counts(), "items": report.to_list()})
+                    "repairs": len(report.repairs), "total": len(report), "problems": report.counts(),
+                    "items": report.to_list()})
         return 1 if report.errors else 0
     out = console()
     if not report:
@@ -163,20 +178,38 @@ def _validate(args: argparse.Namespace) -> int:
     table = Table(title=f"{len(report)} problems")
     for column in ("file", "where", "kind", "problem", "action"):
         table.add_column(column, overflow="fold")
-    rows = list(report)
+    per_kind = args.per_kind if args.per_kind is not None else (PER_KIND if out.is_terminal else 0)
+    rows = _problem_rows(report, per_kind)
     shown = rows[: args.limit] if args.limit > 0 else rows
-    for p in shown:
-        style = "red" if p.severity == "error" else "yellow"
-        table.add_row(Text(p.file), Text(p.element), f"[{style}]{p.kind}[/{style}]", Text(p.message), Text(p.action))
+    for file, where, kind, problem, action, style in shown:
+        table.add_row(Text(file), Text(where), f"[{style}]{kind}[/{style}]", Text(problem), Text(action))
     print_table(out, table)
     if len(shown) < len(rows):
-        out.print(f"... {len(rows) - len(shown)} more (--limit 0 shows all)")
+        out.print(f"... {len(rows) - len(shown)} more rows (--limit 0 shows all)")
     out.print(
         problems_line(report)
         if report.errors
         else f"[green]no errors[/green] ({len(report.repairs)} repaired): {report.summary_line()}"
     )
     return 1 if report.errors else 0
+
+
+def _problem_rows(report: ProblemReport, per_kind: int) -> list[tuple[str, str, str, str, str, str]]:
+    """The rows of ``validate``'s table (file, where, kind, problem, action, style), in file
+    order: of a kind with more than ``per_kind`` problems (0: no limit) the first ``per_kind``,
+    then one row in their place that says how many more there are and the kind's total."""
+    counts, seen = report.counts(), Counter[str]()
+    rows = []
+    for p in report:
+        seen[p.kind] += 1
+        style = "red" if p.severity == "error" else "yellow"
+        if per_kind <= 0 or seen[p.kind] <= per_kind:
+            rows.append((p.file, p.element, p.kind, p.message, p.action, style))
+        elif seen[p.kind] == per_kind + 1:
+            rest, total = counts[p.kind] - per_kind, counts[p.kind]
+            rows.append((f"... and {rest} more", "", p.kind, f"{total} in all (--per-kind 0 or --json lists every one)",
+                         p.action, style))
+    return rows
 
 
 def add_split(sub: argparse._SubParsersAction) -> None:

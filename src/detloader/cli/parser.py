@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from detloader import __version__
 from detloader.cli import data, demo, speed, stats, train
+from detloader.errors import NonFiniteError
 
 #: Sub-commands in the order ``--help`` lists them, each added to the parser by its module's
 #: ``add_<command>``.
@@ -34,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
 #: Exit status when the reader of stdout went away (``detloader validate DS | head -1``):
 #: 128 + SIGPIPE, what a shell reports for a program that a closed pipe ended.
 EXIT_CLOSED_PIPE = 141
+#: Exit status when training stopped at a NaN or infinite loss or weights
+#: (:class:`~detloader.errors.NonFiniteError`); the last checkpoint saved stays good.
+EXIT_NON_FINITE = 3
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,6 +69,9 @@ def _run(args: argparse.Namespace) -> int:
         return 130
     except BrokenPipeError:
         raise
+    except NonFiniteError as err:  # training diverged: its own status, one message, no traceback
+        print(f"detloader {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_NON_FINITE
     except (ValueError, OSError, KeyError) as err:
         # bad input or arguments, a file that cannot be read or written: one clear line, no traceback
         message = err.args[0] if isinstance(err, KeyError) and err.args else err

@@ -59,6 +59,8 @@ def add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--size", type=int, help="letterbox side, a multiple of 32 (default 128)")
     p.add_argument("--batch-size", type=int, help="images per step and process (default 16)")
     p.add_argument("--lr", type=float, help="AdamW learning rate")
+    p.add_argument("--warmup-steps", type=int, help="steps of linear learning-rate warm-up (default 50)")
+    p.add_argument("--no-amp", action="store_true", help="no mixed precision on CUDA (float32 throughout)")
     p.add_argument("--width", type=int, help="channels of the first backbone stage (default 16)")
     p.add_argument("--num-workers", type=_workers, default="auto", help="loader workers or 'auto' (default)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
@@ -117,6 +119,7 @@ def _config(args: argparse.Namespace) -> Any:
         "lr": args.lr, "width": args.width, "synthetic_images": args.synthetic_images, "max_steps": args.max_steps,
         "mosaic": args.mosaic, "close_mosaic": args.close_mosaic, "affine": args.affine or None,
         "hflip": args.hflip, "flip_pairs": args.flip_pairs, "class_flip_pairs": args.class_flip_pairs,
+        "warmup_steps": args.warmup_steps, "amp": False if args.no_amp else None,
     }
     changes.update({k: v for k, v in explicit.items() if v is not None})
     if not args.resume:

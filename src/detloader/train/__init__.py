@@ -16,7 +16,14 @@ What each module does: docs/training.md, "Files".
 
 from __future__ import annotations
 
-from detloader.errors import CheckpointError, DataMismatchError, RunDirError
+from detloader.errors import (
+    CheckpointError,
+    DataMismatchError,
+    NonFiniteError,
+    NonFiniteLossError,
+    NonFiniteWeightsError,
+    RunDirError,
+)
 from detloader.train.checkpoint import load_checkpoint, save_checkpoint
 from detloader.train.config import TrainConfig
 from detloader.train.inference import evaluate_checkpoint, predict
@@ -28,6 +35,7 @@ from detloader.train.task import EpochInfo, StartInfo, StepInfo, Task, centernet
 
 __all__ = [
     "CenterNet", "CheckpointError", "DataMismatchError", "EpochInfo", "ImagePredictions", "LossWeights",
-    "ModelConfig", "RunDirError", "StartInfo", "StepInfo", "Task", "TrainConfig", "centernet_task", "compute_metrics",
+    "ModelConfig", "NonFiniteError", "NonFiniteLossError", "NonFiniteWeightsError", "RunDirError", "StartInfo",
+    "StepInfo", "Task", "TrainConfig", "centernet_task", "compute_metrics",
     "evaluate_checkpoint", "load_checkpoint", "predict", "save_checkpoint", "score_predictions", "train",
 ]

@@ -12,7 +12,9 @@ plain Python data and tensors, so ``torch.load(weights_only=True)`` reads it:
 ``scaler``       the AMP gradient scaler's state (float16 on CUDA only), else absent
 ``data``         what the run was trained on (:func:`detloader.train.runs.data_record`)
 
-Saving keeps the checkpoint it replaces as ``previous.pt`` (docs/training.md, "Damaged checkpoints").
+Saving keeps the checkpoint it replaces as ``previous.pt`` (docs/training.md, "Damaged checkpoints"),
+and refuses a state whose weights or optimiser moments hold a NaN or an infinity
+(:class:`~detloader.errors.NonFiniteWeightsError`): the files already there stay as they were.
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ from __future__ import annotations
 import os
 import pickle
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from detloader.errors import CheckpointError, DetloaderFileNotFoundError, DetloaderValueError
+from detloader.errors import CheckpointError, DetloaderFileNotFoundError, DetloaderValueError, NonFiniteWeightsError
 
 #: The checkpoint a save replaces, kept beside it.
 PREVIOUS = "previous.pt"
@@ -37,13 +39,66 @@ CHECKPOINT_KEYS: tuple[str, ...] = (
 )
 
 
+def _float_tensors(value: Any, name: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(dotted name, tensor)`` of every floating-point tensor in nested dicts / lists."""
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point() or value.is_complex():
+            yield name, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _float_tensors(item, f"{name}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _float_tensors(item, f"{name}.{i}")
+
+
+def non_finite_tensors(state: Mapping[str, Any], keys: tuple[str, ...] = ("model", "optimizer")) -> list[str]:
+    """Names (``model.head.weight``, ``optimizer.state.3.exp_avg``) of the floating-point
+    tensors under ``state[key]`` for ``key`` in ``keys`` that hold a NaN or an infinity, in
+    the order found; ``[]`` when all are finite. One host synchronisation per device."""
+    found = [(name, t) for key in keys if key in state for name, t in _float_tensors(state[key], key)]
+    by_device: dict[torch.device, list[int]] = {}
+    for i, (_, t) in enumerate(found):
+        by_device.setdefault(t.device, []).append(i)
+    bad: list[int] = []
+    for rows in by_device.values():
+        finite = torch.stack([torch.isfinite(found[i][1]).all() for i in rows]).cpu().tolist()
+        bad.extend(i for i, ok in zip(rows, finite) if not ok)
+    return [found[i][0] for i in sorted(bad)]
+
+
+#: Non-finite tensors a :class:`NonFiniteWeightsError` names at most (the count of the rest follows).
+SHOWN_TENSORS = 5
+
+
+def check_finite_state(state: Mapping[str, Any], where: str = "") -> None:
+    """:class:`NonFiniteWeightsError` when the model or optimiser state of ``state`` holds a NaN
+    or an infinity: the message names the tensors, ``where`` (e.g. the step) and what to try."""
+    bad = non_finite_tensors(state)
+    if not bad:
+        return
+    shown = ", ".join(bad[:SHOWN_TENSORS])
+    if len(bad) > SHOWN_TENSORS:
+        shown += f" and {len(bad) - SHOWN_TENSORS} more ({len(bad)} in all)"
+    at = f" {where}" if where else ""
+    raise NonFiniteWeightsError(
+        f"the checkpoint{at} would hold non-finite values (NaN or inf) in {len(bad)} tensors: {shown}; "
+        "it was not written, the checkpoint already there is unchanged. Training diverged: try a lower "
+        "--lr, more warm-up (--warmup-steps), AMP off (--no-amp), or check the data for boxes or landmarks "
+        "far outside their images (detloader validate PATH)",
+        bad,
+    )
+
+
 def save_checkpoint(path: str | os.PathLike[str], state: Mapping[str, Any]) -> Path:
     """Write ``state`` atomically (a temporary file, then a rename: a run killed while saving
     leaves the previous checkpoint intact). Missing keys of :data:`CHECKPOINT_KEYS` are an
-    error."""
+    error; so is a NaN or an infinity in the model or optimiser state
+    (:class:`NonFiniteWeightsError`, nothing written: ``path`` and ``previous.pt`` stay as they were)."""
     missing = [k for k in CHECKPOINT_KEYS if k not in state]
     if missing:
         raise DetloaderValueError(f"save_checkpoint: state lacks {missing}")
+    check_finite_state(state, f"{path} at step {state['step']}")
     from detloader._files import atomic_write  # removes its temporary file; a full disk is named
 
     target = Path(path)

@@ -9,6 +9,11 @@ host -> device copy, *compute* the rest of the step (synchronised on CUDA). SIGT
 is noted, not obeyed at once: the step in progress completes, every rank agrees on it, rank 0
 saves ``last.pt`` at it and :func:`train` returns with ``stopped_by`` set; a second Ctrl-C
 stops at once (docs/training.md, "The loop", "Stopping").
+
+A loss term that goes NaN or infinite stops the run before its backward pass, on every rank
+together (:class:`~detloader.errors.NonFiniteLossError`); no checkpoint with non-finite
+weights is ever written (:class:`~detloader.errors.NonFiniteWeightsError`), so the last one
+saved stays good (docs/training.md, "Non-finite loss").
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from detloader.errors import DataMismatchError, DetloaderValueError, RunDirError
-from detloader.train.checkpoint import load_checkpoint, save_checkpoint
+from detloader.errors import DataMismatchError, DetloaderValueError, NonFiniteLossError, RunDirError
+from detloader.train.checkpoint import check_finite_state, load_checkpoint, save_checkpoint
 from detloader.train.config import TrainConfig
 from detloader.train.distributed import DistEnv, all_gather_objects, broadcast_object, running_distributed
 from detloader.train.inference import evaluate_model
@@ -35,8 +40,13 @@ from detloader.train.runs import RunLock, check_out_dir, data_changes, prepare_d
 from detloader.train.task import REFERENCE, EpochInfo, StartInfo, StepInfo, Task, as_task, centernet_task
 
 
+def _warmup_steps(config: TrainConfig, total_steps: int) -> int:
+    """The warm-up steps in effect: ``config.warmup_steps``, at most a quarter of the run."""
+    return min(config.warmup_steps, max(total_steps // 4, 1))
+
+
 def _schedule(config: TrainConfig, total_steps: int) -> Callable[[int], float]:
-    warm = min(config.warmup_steps, max(total_steps // 4, 1))
+    warm = _warmup_steps(config, total_steps)
 
     def factor(step: int) -> float:
         if step < warm:
@@ -89,6 +99,59 @@ class _StopRequest:
         flag = torch.tensor([self.signum], device=self.env.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return int(flag.item())
+
+
+def _non_finite_terms(terms: Any, loss: torch.Tensor) -> dict[str, float]:
+    """The loss terms (and ``total``) that hold a NaN or an infinity, with their values."""
+    named = {k: v for k, v in terms.items() if k != "total"}
+    named["total"] = loss
+    values = {k: float(torch.as_tensor(v).detach().float().sum()) for k, v in named.items()}
+    return {k: v for k, v in values.items() if not math.isfinite(v)}
+
+
+def _check_loss(
+    terms: Any,
+    loss: torch.Tensor,
+    env: DistEnv,
+    config: TrainConfig,
+    amp: bool,
+    *,
+    step: int,
+    epoch: int,
+    step_in_epoch: int,
+    steps_per_epoch: int,
+    lr: float,
+    warmup: int,
+    last_good: str,
+) -> None:
+    """:class:`NonFiniteLossError` on every rank when a loss term went NaN or infinite on any
+    rank at this step (before its backward: DDP would spread a NaN gradient to every rank's
+    weights). The loss is per rank, so under DDP the ranks agree with one all-reduce of a flag
+    a step (and gather the terms only when it is set). ``last_good``: the checkpoint that
+    stays good, as the message names it; ``warmup``: the warm-up steps in effect."""
+    bad = _non_finite_terms(terms, loss)
+    if env.distributed:
+        flag = torch.tensor([1 if bad else 0], device=env.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if not int(flag.item()):
+            return
+        per_rank = all_gather_objects(env, bad)
+        bad = {f"rank {r}: {k}": v for r, got in enumerate(per_rank) for k, v in got.items()}
+    if not bad:
+        return
+    shown = ", ".join(f"{k} {v}" for k, v in bad.items())
+    tips = [f"a lower --lr (now {lr:g} at this step, {config.lr:g} at its peak)",
+            f"more warm-up (--warmup-steps, now {config.warmup_steps}"
+            + (f", {warmup} in effect: at most a quarter of the run's steps)" if warmup < config.warmup_steps else ")")]
+    if amp:
+        tips.append("AMP off (--no-amp): float16 can overflow")
+    tips.append("a look at the data: boxes or landmarks far outside their images (detloader validate PATH)")
+    raise NonFiniteLossError(
+        f"non-finite loss at step {step} (epoch {epoch + 1}, step {step_in_epoch} of {steps_per_epoch}): {shown}. "
+        f"Training stopped before this step's update; {last_good}. Try {', '.join(tips[:-1])}, or {tips[-1]}",
+        step,
+        bad,
+    )
 
 
 def train(
@@ -178,6 +241,7 @@ def _train(
     total_steps = steps_per_epoch * config.epochs
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(config, total_steps))
+    warmup = _warmup_steps(config, total_steps)
     amp_dtype = _amp(config, env.device)
     scaler = torch.amp.GradScaler("cuda") if amp_dtype is torch.float16 else None
     start_epoch, step, history = 0, 0, []
@@ -213,14 +277,25 @@ def _train(
         ddp_kwargs = {"device_ids": [env.device.index]} if env.device.type == "cuda" else {}
         model = torch.nn.parallel.DistributedDataParallel(model, **ddp_kwargs)
 
+    last_good = (
+        f"nothing was saved in this run: {config.resume} (step {step}) is the last good checkpoint"
+        if config.resume else "no checkpoint was written yet"
+    )
+
     def checkpoint(epoch: int) -> None:
+        nonlocal last_good
+        # every rank checks its own copy (DDP keeps them equal), so all stop together on a bad one
+        weights = {"model": _unwrap(model).state_dict(), "optimizer": optimizer.state_dict()}
+        check_finite_state(weights, f"{out / 'last.pt'} at step {step}")
+        saved = f"{out / 'last.pt'} (step {step}) is the last good checkpoint, unchanged"
         if not env.is_main:
+            last_good = saved  # rank 0 wrote it
             return
         state = {
-            "model": _unwrap(model).state_dict(),
+            "model": weights["model"],
             "model_config": dict(task.config),
             "task": task.name,
-            "optimizer": optimizer.state_dict(),
+            "optimizer": weights["optimizer"],
             "scheduler": scheduler.state_dict(),
             "loader": loader.state_dict(),
             "epoch": epoch,
@@ -235,6 +310,7 @@ def _train(
         if scaler is not None:
             state["scaler"] = scaler.state_dict()
         save_checkpoint(out / "last.pt", state)
+        last_good = saved
 
     if env.is_main:
         config.save(out / "config.json")
@@ -265,6 +341,11 @@ def _train(
                 outputs = model(x)
             terms = task.loss(outputs, batch)
             loss = task.total(terms)
+            _check_loss(
+                terms, loss, env, config, amp_dtype is not None, step=step + 1, epoch=epoch,
+                step_in_epoch=first + n_steps + 1, steps_per_epoch=steps_per_epoch,
+                lr=float(scheduler.get_last_lr()[0]), warmup=warmup, last_good=last_good,
+            )
             parts = {k: float(v.detach()) for k, v in terms.items() if k != "total"}
             optimizer.zero_grad(set_to_none=True)
             if scaler is not None:

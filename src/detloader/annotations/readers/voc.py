@@ -23,7 +23,7 @@ from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.checks import MAX_SIDE, ReadOptions
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import FACE5, LandmarkSchema
-from detloader.annotations.problems import Problem, capped
+from detloader.annotations.problems import Problem, problems_of
 from detloader.annotations.readers.common import Reader, Source, Stamp, find_child_dir, scan_files, stat_entry
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, size_from_header, stays_inside
 from detloader.annotations.readers.safe_xml import parse_xml_bytes, report_xml_error, root_tag
@@ -267,7 +267,7 @@ class VocReader(Reader):
             for rel, *_ in listed
             if rel not in named and os.path.splitext(os.path.relpath(rel, image_dir))[0] not in stems
         ]
-        return problems + capped("unannotated_image", alone, "not in the index")
+        return problems + problems_of("unannotated_image", alone, "not in the index")
 
     def splits(self, source: VocSource, index: AnnotationIndex) -> dict[str, np.ndarray]:
         """ImageSets/Main/NAME.txt -> image positions, matched by annotation file stem; per-class

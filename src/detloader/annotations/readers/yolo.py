@@ -21,7 +21,7 @@ from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.checks import ReadOptions
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
-from detloader.annotations.problems import Problem, capped
+from detloader.annotations.problems import Problem, problems_of
 from detloader.annotations.readers.common import (
     Reader,
     Source,
@@ -276,7 +276,7 @@ class YoloReader(Reader):
             except OSError:
                 alone.append((label, "", f"no label file for {rel}"))
         if labels:  # a folder of images only is refused by format='yolo', or not YOLO at all
-            problems += capped("unannotated_image", alone, "kept as a background image (no objects)")
+            problems += problems_of("unannotated_image", alone, "kept as a background image (no objects)")
         return YoloSource(
             root=root,
             files=files,
