@@ -1,6 +1,7 @@
 """detloader.lightning: the balanced distributed sampler kept under Lightning's DDP (two gloo
 processes, as ``Trainer(strategy="ddp")`` starts them), set_epoch, and a mid-epoch Lightning
-checkpoint that resumes with exactly the batches not yet seen."""
+checkpoint that resumes with exactly the batches not yet seen, in one process and on each rank
+under DDP; the gathered validation score of all ranks, each image once, equal to one process's."""
 
 from __future__ import annotations
 
