@@ -1,18 +1,26 @@
 """Lightning: a ``LightningDataModule`` that keeps detloader's balanced, distributed and
-resumable loader under Lightning's ``Trainer`` (``pip install 'detloader[lightning]'``).
+resumable loader under Lightning's ``Trainer`` (``pip install 'detloader[lightning]'``), and
+an evaluation that scores the predictions of every rank at once.
 
 Under DDP Lightning gives every ``DataLoader`` it is handed its own ``DistributedSampler``
 (unless ``Trainer(use_distributed_sampler=False)``), which would lose the balancing without a
 word: :class:`DetectionDataModule` hands it the training loader in a wrapper that is not a
-``DataLoader``, which Lightning leaves as it is. docs/training.md, "Lightning".
+``DataLoader``, which Lightning leaves as it is. Its checkpointed position holds every rank's
+place (Lightning writes rank 0's checkpoint only). The validation loader is shared out by
+Lightning's ``DistributedSampler``, which pads with repeated images: :func:`evaluate_gathered`
+gathers the predictions of all ranks, keeps each image once and scores them, so that the
+figure under DDP is the one of one process. docs/training.md, "Lightning".
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from detloader.errors import MissingExtraError
+import torch
+
+from detloader.errors import DetloaderValueError, MissingExtraError
 
 try:
     from lightning.pytorch import LightningDataModule
@@ -22,15 +30,65 @@ except ImportError:  # the standalone package
     except ImportError:
         raise MissingExtraError("detloader.lightning needs Lightning: pip install 'detloader[lightning]'") from None
 
+from detloader.balance.base import distributed_defaults
 from detloader.collate import Batch
 from detloader.loader import make_loader
+from detloader.train.metrics import Backend, ImagePredictions, as_predictions, score_predictions
 from detloader.train.runs import balanced_loader
 
-__all__ = ["DetectionDataModule"]
+__all__ = ["DetectionDataModule", "evaluate_gathered", "gather_predictions"]
+
+
+def _all_gather(obj: Any) -> list[Any]:
+    """Every rank's ``obj`` in rank order (``torch.distributed`` when initialised with more than
+    one process; ``[obj]`` otherwise). Collective: every rank must call it."""
+    _, world = distributed_defaults(None, None)
+    if world == 1:
+        return [obj]
+    out: list[Any] = [None] * world
+    torch.distributed.all_gather_object(out, obj)
+    return out
+
+
+def _rank_states(loader: Any) -> dict[str, Any]:
+    """``{"world_size": W, "ranks": {r: ResumableLoader.state_dict() of rank r}}``, gathered from
+    every rank (collective under DDP: Lightning builds a checkpoint on every rank, writes rank 0's)."""
+    states = _all_gather(loader.state_dict())
+    return {"world_size": len(states), "ranks": dict(enumerate(states))}
+
+
+def _own_state(saved: Mapping[str, Any]) -> Mapping[str, Any]:
+    """This rank's loader state out of what :func:`_rank_states` saved, or out of the older
+    form (one ``ResumableLoader.state_dict()``, rank 0's). Raises DetloaderValueError when the
+    checkpoint was written by another number of processes."""
+    rank, world = distributed_defaults(None, None)
+    if "ranks" not in saved:  # the older form: one process's position
+        sampler = saved.get("sampler")
+        written = sampler.get("world_size", 1) if isinstance(sampler, Mapping) else 1
+        if written != 1:
+            raise DetloaderValueError(
+                f"the checkpoint holds rank 0's training-loader position only, of a run of {written} processes "
+                "(written by an older detloader): resume from an end-of-epoch checkpoint"
+            )
+        if world != 1:
+            raise DetloaderValueError(
+                f"the checkpoint's training-loader position was written by 1 process, this run has {world}: "
+                "resume with 1, or from an end-of-epoch checkpoint"
+            )
+        return saved
+    written = int(saved["world_size"])
+    if written != world:
+        raise DetloaderValueError(
+            f"the checkpoint's training-loader position was written by {written} processes, this run has {world}: "
+            f"resume with {written} (the Trainer's devices x num_nodes), or from an end-of-epoch checkpoint"
+        )
+    ranks = saved["ranks"]
+    return ranks[rank] if rank in ranks else ranks[str(rank)]
 
 
 class _EpochLoader:
-    """The training loader as Lightning sees it: sized, stateful, not a DataLoader."""
+    """The training loader as Lightning sees it: sized, stateful (every rank's position), not a
+    DataLoader."""
 
     def __init__(self, loader: Any, epoch: Callable[[], int]) -> None:
         self.loader, self.epoch = loader, epoch
@@ -43,10 +101,12 @@ class _EpochLoader:
         yield from self.loader
 
     def state_dict(self) -> dict[str, Any]:
-        return self.loader.state_dict()
+        """Every rank's position (collective under DDP: Lightning's loop asks on every rank)."""
+        return _rank_states(self.loader)
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.loader.load_state_dict(state)
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """This rank's position out of :meth:`state_dict` (or the older one-process form)."""
+        self.loader.load_state_dict(_own_state(state))
 
 
 class DetectionDataModule(LightningDataModule):
@@ -58,9 +118,10 @@ class DetectionDataModule(LightningDataModule):
     resumable like the balanced samplers.
 
     The training loader drops the last incomplete batch (every rank makes the same number of steps); rank ``r``
-    takes positions ``r, r + W, ...`` of one balanced draw; new draws each epoch and the position in this
-    module's ``state_dict``: docs/training.md, "Your own model in the loop" (**Lightning**). The validation
-    loader is a plain ``DataLoader`` in order (main process), which Lightning shares out as any validation loader.
+    takes positions ``r, r + W, ...`` of one balanced draw; new draws each epoch and the position of every rank in
+    this module's ``state_dict``: docs/training.md, "Your own model in the loop" (**Lightning**). The validation
+    loader is a plain ``DataLoader`` in order (main process), which Lightning shares out as any validation loader
+    (score it with :func:`evaluate_gathered`).
     """
 
     def __init__(
@@ -79,7 +140,7 @@ class DetectionDataModule(LightningDataModule):
         self.train_set, self.val_set, self.batch_size, self.num_workers = train, val, batch_size, num_workers
         self.balance, self.balance_by, self.seed, self.loader_kwargs = balance, balance_by, seed, loader_kwargs
         self._loader: Any = None
-        self._state: dict[str, Any] | None = None
+        self._saved: Mapping[str, Any] | None = None  # a checkpoint's "train" state, kept until the loader exists
 
     def train_dataloader(self) -> _EpochLoader:
         if self._loader is None:  # built once, after the Trainer started the process group
@@ -87,8 +148,8 @@ class DetectionDataModule(LightningDataModule):
                 self.train_set, balance=self.balance, balance_by=self.balance_by, seed=self.seed,
                 batch_size=self.batch_size, num_workers=self.num_workers, drop_last=True, **self.loader_kwargs,
             )
-            if self._state is not None:
-                self._loader.load_state_dict(self._state)
+            if self._saved is not None:
+                self._loader.load_state_dict(_own_state(self._saved))
         return _EpochLoader(self._loader, lambda: self.trainer.current_epoch if self.trainer is not None else 0)
 
     def val_dataloader(self) -> Any:
@@ -100,11 +161,54 @@ class DetectionDataModule(LightningDataModule):
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"train": ResumableLoader.state_dict()}`` once the loader exists."""
-        return {"train": self._loader.state_dict()} if self._loader is not None else {}
+        """``{"train": {"world_size": W, "ranks": {r: ResumableLoader.state_dict()}}}`` once the
+        loader exists (a restored one before). Under DDP every rank must call it (a gather), as
+        Lightning's checkpoint saving does."""
+        if self._loader is not None:
+            return {"train": _rank_states(self._loader)}
+        return {"train": dict(self._saved)} if self._saved is not None else {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restores this rank's position from :meth:`state_dict` (or the older one-process form).
+        Raises DetloaderValueError (here or at ``train_dataloader``) when it was written by another
+        number of processes."""
         if "train" in state_dict:
-            self._state = state_dict["train"]
-            if self._loader is not None:
-                self._loader.load_state_dict(self._state)
+            self._saved = state_dict["train"]
+            if self._loader is not None:  # else when train_dataloader builds it, under the process group
+                self._loader.load_state_dict(_own_state(self._saved))
+
+
+def gather_predictions(predictions: Sequence[Any] | Mapping[int, Any]) -> list[ImagePredictions]:
+    """The predictions of every rank, each image once, sorted by image id.
+
+    ``predictions``: this rank's entries, as :func:`detloader.train.score_predictions` takes
+    them (each with its ``image_id``, a row of the evaluated index, or a mapping ``{image_id:
+    entry}``). Under DDP (``torch.distributed`` initialised) it is collective: every rank must
+    call it, and every rank gets the same list. An image predicted on more than one rank (the
+    padding of a ``DistributedSampler``) is kept once: its first entry in rank order."""
+    entries = predictions.items() if isinstance(predictions, Mapping) else ((None, e) for e in predictions)
+    mine = [as_predictions(entry, image_id) for image_id, entry in entries]  # numpy: cheap to send
+    kept: dict[int, ImagePredictions] = {}
+    for part in _all_gather(mine):
+        for p in part:
+            kept.setdefault(p.image_id, p)
+    return [kept[i] for i in sorted(kept)]
+
+
+def evaluate_gathered(
+    predictions: Sequence[Any] | Mapping[int, Any],
+    index: Any,
+    *,
+    score_threshold: float = 0.3,
+    backend: Backend = "auto",
+    coco_json: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """:func:`detloader.train.score_predictions` of :func:`gather_predictions`: the metrics of
+    the predictions of all ranks, each image once, the same dict on every rank and the same as
+    one process scoring all of them. Collective under DDP (call it on every rank, e.g. in
+    ``on_validation_epoch_end``); ``coco_json`` is written by rank 0."""
+    gathered = gather_predictions(predictions)
+    rank, _ = distributed_defaults(None, None)
+    return score_predictions(
+        gathered, index, score_threshold=score_threshold, backend=backend, coco_json=coco_json if rank == 0 else None
+    )
