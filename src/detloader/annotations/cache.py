@@ -293,8 +293,9 @@ def load_index_file(
 
 # -- the key: what rebuilds the index when it changes ---------------------------------------
 #: Bumped when what a reader produces changes, so that old caches are rebuilt (4: the key
-#: holds ctimes, inodes, the root's identity and the image folders').
-READER_VERSION = 5
+#: holds ctimes, inodes, the root's identity and the image folders'; 6: image ids, the crowd
+#: flag and category ids).
+READER_VERSION = 6
 
 
 def dir_identity(path: str | os.PathLike[str]) -> list[int]:
