@@ -207,3 +207,8 @@ class DataMismatchError(DetloaderValueError):
 class CheckpointError(DetloaderValueError):
     """A checkpoint file that cannot be read: ``str(err)`` names the file, what is wrong, and
     the previous checkpoint when one beside it loads."""
+
+
+class PredictionError(DetloaderValueError):
+    """A prediction that cannot be scored: ``str(err)`` names the image, the value (a class or
+    image id the dataset does not have, a box with NaN, a score outside [0, 1]) and what to do."""
