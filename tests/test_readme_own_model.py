@@ -70,3 +70,47 @@ def test_block_runs_as_a_plain_script(block: int, synthetic: Path, tmp_path: Pat
     assert proc.stdout.strip(), "the block printed nothing"
     if "coco_json=" in code:
         assert (tmp_path / "detections.json").is_file()
+
+
+def _install_lines() -> list[str]:
+    """The install line each block of "Your own model" follows (the last ``pip install`` shown
+    before it in the section; the plain ``pip install detloader`` where none is)."""
+    text = README.read_text(encoding="utf-8")
+    section = text.split("\n## Your own model\n", 1)[1].split("\n## ", 1)[0]
+    out, last = [], "pip install detloader"
+    for part in re.split(r"(```python\n.*?```)", section, flags=re.S):
+        if part.startswith("```python"):
+            out.append(last)
+            last = "pip install detloader"  # each block's own line: none carries over
+        else:
+            found = re.findall(r"pip install '?(detloader(?:\[[a-z,]+\])?)'?", part)
+            last = f"pip install {found[-1]}" if found else last
+    return out
+
+
+def _distributions(line: str) -> set[str]:
+    """Every distribution that ``line`` installs by detloader's pyproject (names only)."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+    project = tomllib.loads((README.parent / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = re.search(r"\[([a-z,]+)\]", line)
+    reqs = list(project["dependencies"])
+    for extra in extras.group(1).split(",") if extras else ():
+        reqs += project["optional-dependencies"][extra]
+    return {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower() for r in reqs}
+
+
+def test_each_block_needs_only_what_its_install_line_installs() -> None:
+    """What a block imports, and the mAP backend its scoring or training needs (pycocotools or
+    faster-coco-eval), come with the install line shown for it: no MissingExtraError after
+    minutes of training."""
+    scoring = ("score_predictions", "evaluate_checkpoint", "train(", "evaluate_model")
+    for code, line in zip(own_model_blocks(), _install_lines()):
+        have = _distributions(line)
+        imported = set(re.findall(r"^(?:import|from) ([a-z_]+)", code, flags=re.M)) - {"detloader", "__future__"}
+        for name in imported:
+            assert name in have, f"a block imports {name}, which {line!r} does not install"
+        if any(s in code for s in scoring):
+            assert have & {"pycocotools", "faster-coco-eval"}, f"{line!r} installs no mAP backend"

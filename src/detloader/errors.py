@@ -240,3 +240,8 @@ class NonFiniteWeightsError(NonFiniteError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (NonFiniteWeightsError, (str(self), self.tensors))
+
+
+class PredictionError(DetloaderValueError):
+    """A prediction that cannot be scored: ``str(err)`` names the image, the value (a class or
+    image id the dataset does not have, a box with NaN, a score outside [0, 1]) and what to do."""

@@ -50,7 +50,8 @@ def test_instances_bbox_categories_with_gaps_and_empty_images(tmp_path):
     np.testing.assert_array_equal(a.boxes, np.array([[1, 2, 11, 22], [5.5, 6, 8.75, 10]], np.float32))
     assert a.class_names == ["person", "bicycle"]
     assert index.objects_per_image.tolist() == [2, 0, 1]
-    assert index.image(2).object_attributes == [{"iscrowd": "1"}]
+    assert index.image(2).crowd.tolist() == [True] and index.image(2).object_attributes == [{}]
+    assert index.image_ids.tolist() == [10, 11, 12] and index.category_ids.tolist() == [0, 7]
     assert index.image(0).object_attributes == [{}, {}]
     assert index.annotation_path(1) == "instances_val.json#b.jpg"
     assert len(index.landmark_schema) == 0 and not index.problems

@@ -83,7 +83,9 @@ def test_torchvision_from_its_recorded_run(tmp_path, monkeypatch):
     recorded.write_text(json.dumps(run))
     bench_loader_module._torchvision_ratio(report, {"best_setting_rate": 9.0})
     (ratio,) = report.ratios
-    assert (ratio.a, ratio.b, ratio.ratio) == (300.0, 120.0, 2.5) and "recorded 2026-12-03 in tv.json" in ratio.what
+    assert (ratio.a, ratio.b, ratio.ratio) == (300.0, 120.0, 2.5)
+    assert "NOT measured in this run: recorded 2026-12-03 in tv.json on" in ratio.what
+    assert "not this run's data or machine" in report.notes[-1]
 
 
 def test_bench_quick_without_a_path_synthesises_its_data(capsys):

@@ -67,14 +67,15 @@ def test_perfect_predictions(index):
     assert required <= set(m)
 
 
-def test_no_detections_and_a_subset(index):
+def test_no_detections_on_half_the_images(index):
     empty = [
         ImagePredictions(i, np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64),
                          np.zeros((0, 5, 2), np.float32), np.zeros(0, np.float32))
         for i in range(0, len(index), 2)
     ]
     m = compute_metrics(index, empty)
-    assert m["map50"] == 0.0 and m["nme"] is None and m["images"] == len(empty)
+    assert m["map50"] == 0.0 and m["nme"] is None and m["images"] == len(index)
+    assert m["images_with_predictions"] == len(empty) and m["tp"] == 0 and m["fn"] == index.num_objects
     assert m["image_class_accuracy"] is None
     with pytest.raises(ValueError, match="appears twice"):
         compute_metrics(index, empty + empty[:1])

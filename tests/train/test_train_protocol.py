@@ -17,6 +17,7 @@ from helpers import free_port
 from torch import nn
 
 import detloader
+from detloader.errors import PredictionError
 from detloader.synth import make_synthetic
 from detloader.train import (
     ImagePredictions,
@@ -188,16 +189,16 @@ def test_any_predictions_scored_as_dicts_of_tensors(tiny: Path, tmp_path: Path):
     got = score_predictions(as_dicts, val, coco_json=tmp_path / "results.json")
     assert got == expected and 0.5 < got["map50"] <= 1.0 and got["nme"] > 0
     by_id = score_predictions({d.pop("image_id"): d for d in as_dicts[:4]}, val)
-    assert by_id["images"] == 4
+    assert by_id["images"] == len(val) and by_id["images_with_predictions"] == 4
     results = json.loads((tmp_path / "results.json").read_text())
     assert len(results) == sum(len(p.boxes) for p in preds)
     first = results[0]
-    assert first["image_id"] == 1 and first["category_id"] == int(preds[0].labels[0]) + 1
+    assert first["image_id"] == int(val.image_ids[0]) and first["category_id"] == int(preds[0].labels[0]) + 1
     assert first["bbox"][2] == pytest.approx(float(preds[0].boxes[0, 2] - preds[0].boxes[0, 0]), rel=1e-5)
     assert len(first["keypoints"]) == 3 * len(val.landmark_schema)
     with pytest.raises(ValueError, match=r"image_id=0: boxes \(2, 5\)"):
         score_predictions([{"image_id": 0, "boxes": np.zeros((2, 5)), "scores": [1, 1], "labels": [0, 0]}], val)
-    with pytest.raises(ValueError, match="image_id=99 is not a row of the index"):
+    with pytest.raises(PredictionError, match="image_id=99 is not a row of the index"):
         score_predictions([{"image_id": 99, "boxes": [], "scores": [], "labels": []}], val)
     with pytest.raises(ValueError, match="dict with boxes, scores, labels; got"):
         score_predictions([{"image_id": 0, "boxes": []}], val)

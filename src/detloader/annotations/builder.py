@@ -34,7 +34,7 @@ from detloader.errors import DetloaderError
 MISSING_NAMES_KEPT = 256
 
 #: ``array`` type codes of the fields the builder keeps as plain typed columns (bool as 'b').
-_TYPECODES = {np.dtype(np.int32): "i", np.dtype(np.float32): "f", np.dtype(np.bool_): "b"}
+_TYPECODES = {np.dtype(np.int32): "i", np.dtype(np.int64): "q", np.dtype(np.float32): "f", np.dtype(np.bool_): "b"}
 #: Fields held as (row, name, value) cells and as sparse points, not as plain columns.
 _ATTRIBUTE_VOCABS = ("image_attributes", "object_attributes")
 
@@ -65,6 +65,8 @@ class Partial:
     problems: list[Problem]
     stats: dict[str, int] = field(default_factory=dict)
     declared_classes: list[str] = field(default_factory=list)
+    #: the id the files give each declared class (COCO category id), when they give one
+    declared_class_ids: dict[str, int] = field(default_factory=dict)
     missing_names: list[str] = field(default_factory=list)
     #: class names in the files before ``class_map`` (only collected when there is one)
     file_classes: list[str] = field(default_factory=list)
@@ -98,6 +100,7 @@ class ChunkBuilder:
         self._names = {"classes": LocalVocab(), "image_classes": LocalVocab(), "landmarks": LocalVocab()}
         self._offsets = array("q", [0])
         self._declared: dict[str, None] = {}
+        self._declared_ids: dict[str, int] = {}
         if self._schema is not None:
             for name in self._schema.names:
                 self._names["landmarks"].id(name)
@@ -146,17 +149,21 @@ class ChunkBuilder:
         """Record what a rule of :mod:`~detloader.annotations.checks` found at ``element``."""
         self.problem(finding.kind, element, finding.message, finding.action, finding.severity)
 
-    def declare_classes(self, names: Sequence[str]) -> None:
+    def declare_classes(self, names: Sequence[str], ids: Sequence[int | None] | None = None) -> None:
         """Class names the file declares, in its id order (COCO categories, YOLO ``names``): they keep
-        that order and stay without objects; names found but not declared follow, sorted.
+        that order and stay without objects; names found but not declared follow, sorted. ``ids``:
+        the file's own id of each name (COCO ``category_id``; None: none), kept for evaluation;
+        a class named twice (``class_map``) keeps its first id.
         """
-        for name in names:
+        for k, name in enumerate(names):
             name = name.strip()
             if self._class_map:
                 self._file_classes.add(name)
             mapped = self._class_map.get(name, name)
             if mapped:
                 self._declared.setdefault(mapped, None)
+                if ids is not None and ids[k] is not None:
+                    self._declared_ids.setdefault(mapped, int(ids[k]))  # type: ignore[arg-type]
 
     def missing_image(self, element: str, message: str, name: str) -> None:
         """A ``missing_image`` problem (image skipped); ``name``, the image as the annotation
@@ -194,9 +201,12 @@ class ChunkBuilder:
         attributes: Mapping[str, str] | None = None,
         verified: bool = False,
         record: str | None = None,
+        image_id: int | None = None,
     ) -> bool:
         """Start an image. ``path`` is relative to the dataset root; ``record`` names the image
-        inside a multi-image file (used in messages), default the annotation file itself."""
+        inside a multi-image file (used in messages), default the annotation file itself;
+        ``image_id``: the image's own integer id in the annotations (COCO ``id``), None when the
+        format has none (the index then numbers it by its 1-based row)."""
         self._close_image()
         bad = check_size(width, height)
         if bad is not None:
@@ -206,6 +216,7 @@ class ChunkBuilder:
         cols["width"].append(int(width))
         cols["height"].append(int(height))
         cols["verified"].append(bool(verified))
+        cols["image_ids"].append(MISSING if image_id is None else int(image_id))
         self._strings["image_paths"].append(path)
         self._strings["annotation_paths"].append(self.file if record is None else f"{self.file}#{record}")
         cols["image_labels"].append(MISSING if image_class is None else self._names["image_classes"].id(image_class))
@@ -225,6 +236,7 @@ class ChunkBuilder:
         difficult: bool = False,
         truncated: bool = False,
         occluded: bool = False,
+        crowd: bool = False,
         attributes: Mapping[str, str] | None = None,
         landmarks: Iterable[tuple[str, float, float, int]] | None = None,
         landmark_field: str = "keypoints",
@@ -234,7 +246,8 @@ class ChunkBuilder:
         every format alike); ``landmarks`` are ``(name, x, y, visibility)`` with visibility
         0/1/2; a point's problems are reported at ``{element}/{landmark_field}[k]``, k counting
         from 1; the box's at ``{element}/{box_field}`` (``element`` alone when ``box_field`` is
-        empty). Returns False if skipped."""
+        empty); ``crowd``: a COCO ``iscrowd`` region (evaluation ignores it as pycocotools does).
+        Returns False if skipped."""
         if not self._open:
             raise DetloaderError("add_object before add_image")
         name = name.strip()
@@ -273,6 +286,7 @@ class ChunkBuilder:
         cols["difficult"].append(bool(difficult))
         cols["truncated"].append(bool(truncated))
         cols["occluded"].append(bool(occluded))
+        cols["crowd"].append(bool(crowd))
         if attributes:
             self._attrs["object_attributes"].add(row, attributes)
         if points is None and landmarks is not None:
@@ -376,6 +390,7 @@ class ChunkBuilder:
             problems=self.problems,
             stats=self.stats,
             declared_classes=list(self._declared),
+            declared_class_ids=dict(self._declared_ids),
             missing_names=self.missing_names,
             file_classes=sorted(self._file_classes),
         )

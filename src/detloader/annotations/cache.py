@@ -295,8 +295,9 @@ def load_index_file(
 #: Bumped when what a reader produces changes, so that old caches are rebuilt (4: the key
 #: holds ctimes, inodes, the root's identity and the image folders'; 5: split folders are
 #: found two levels down, ``train_zip/train/``, every problem is listed, a YOLO ``flip_idx``
-#: that swaps nothing makes a symmetric landmark schema).
-READER_VERSION = 5
+#: that swaps nothing makes a symmetric landmark schema; 6: image ids, the crowd flag and
+#: category ids).
+READER_VERSION = 6
 
 
 def dir_identity(path: str | os.PathLike[str]) -> list[int]:

@@ -50,11 +50,13 @@ FIELDS: tuple[Field, ...] = (
     Field("image_labels", np.int32, "image", fill=MISSING, vocab="image_classes"),
     Field("image_attributes", np.int32, "image", ("image_attributes",), MISSING, "image_attributes"),
     Field("verified", np.bool_, "image", fill=False),
+    Field("image_ids", np.int64, "image", fill=MISSING),
     Field("boxes", np.float32, "object", (4,)),
     Field("labels", np.int32, "object", fill=MISSING, vocab="classes"),
     Field("difficult", np.bool_, "object", fill=False),
     Field("truncated", np.bool_, "object", fill=False),
     Field("occluded", np.bool_, "object", fill=False),
+    Field("crowd", np.bool_, "object", fill=False),
     Field("object_attributes", np.int32, "object", ("object_attributes",), MISSING, "object_attributes"),
     Field("landmarks", np.float32, "object", ("landmarks", 2), vocab="landmarks"),
     Field("visibility", np.uint8, "object", ("landmarks",), vocab="landmarks"),
@@ -107,6 +109,16 @@ class Vocabulary:
     object_attributes: tuple[tuple[str, tuple[str, ...]], ...] = ()
     image_attributes: tuple[tuple[str, tuple[str, ...]], ...] = ()
     landmarks: LandmarkSchema = field(default_factory=LandmarkSchema)
+    #: each class's own id in the annotations (COCO category id), in class order; empty when
+    #: the format has none (then the ids are 1..C: :meth:`category_ids`)
+    class_ids: tuple[int, ...] = ()
+
+    def category_ids(self) -> tuple[int, ...]:
+        """Each class's id as the dataset numbers it: ``class_ids`` when there is one per class,
+        else 1..C (class index + 1)."""
+        if len(self.class_ids) == len(self.classes):
+            return self.class_ids
+        return tuple(range(1, len(self.classes) + 1))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -115,6 +127,7 @@ class Vocabulary:
             "object_attributes": [[n, list(v)] for n, v in self.object_attributes],
             "image_attributes": [[n, list(v)] for n, v in self.image_attributes],
             "landmarks": self.landmarks.to_dict(),
+            "class_ids": list(self.class_ids),
         }
 
     @classmethod
@@ -125,6 +138,7 @@ class Vocabulary:
             object_attributes=tuple((n, tuple(v)) for n, v in data["object_attributes"]),
             image_attributes=tuple((n, tuple(v)) for n, v in data["image_attributes"]),
             landmarks=LandmarkSchema.from_dict(data["landmarks"]),
+            class_ids=tuple(int(i) for i in data.get("class_ids", ())),
         )
 
     def sizes(self) -> dict[str, int]:

@@ -42,12 +42,14 @@ class AnnotationIndex:
     image_labels: np.ndarray
     image_attributes: np.ndarray
     verified: np.ndarray
+    image_ids: np.ndarray
     object_offsets: np.ndarray
     boxes: np.ndarray
     labels: np.ndarray
     difficult: np.ndarray
     truncated: np.ndarray
     occluded: np.ndarray
+    crowd: np.ndarray
     object_attributes: np.ndarray
     landmarks: np.ndarray
     visibility: np.ndarray
@@ -144,6 +146,12 @@ class AnnotationIndex:
     @property
     def classes(self) -> tuple[str, ...]:
         return self.vocab.classes
+
+    @property
+    def category_ids(self) -> np.ndarray:
+        """int64 ``[C]``: each class's own id in the annotations (COCO ``category_id``; 1..C
+        for a format without ids), in class order."""
+        return np.asarray(self.vocab.category_ids(), dtype=np.int64)
 
     @property
     def image_classes(self) -> tuple[str, ...]:

@@ -240,9 +240,11 @@ def merge(
     """Concatenate chunks (in file order) into one index with global vocabularies.
 
     Classes: ``options.classes`` when given; else the classes the files declare, in their order,
-    then the other names found, sorted (numbers by value). Landmarks: ``options.landmark_schema``,
-    else ``default_landmarks`` when every name found belongs to it, else the names in order of
-    first appearance. An image annotated again is a ``duplicate_image`` error, the first kept.
+    then the other names found, sorted (numbers by value); their ids: the files' own when every
+    class has one (COCO), else 1..C. Image ids: the files' own, else the 1-based row. Landmarks:
+    ``options.landmark_schema``, else ``default_landmarks`` when every name found belongs to it,
+    else the names in order of first appearance. An image annotated again is a ``duplicate_image``
+    error, the first kept.
     """
     check_class_map(partials, options)
     problems = [p for part in partials for p in part.problems]
@@ -283,8 +285,25 @@ def merge(
         object_attributes=names["object_attributes"],
         image_attributes=names["image_attributes"],
         landmarks=schema,
+        class_ids=_class_ids(partials, names["classes"]),
     )
     index = AnnotationIndex(
         root=root, arrays=arrays, vocab=vocab, problems=ProblemReport(problems), meta={**meta, "stats": stats}
     )
-    return _drop_duplicates(index, problems, strings)
+    index = _drop_duplicates(index, problems, strings)
+    ids = index.image_ids
+    unnumbered = ids == MISSING
+    if unnumbered.any():  # a format without image ids: the 1-based row
+        ids[unnumbered] = np.flatnonzero(unnumbered) + 1
+    return index
+
+
+def _class_ids(partials: Sequence[Partial], classes: Sequence[str]) -> tuple[int, ...]:
+    """The files' own id of each class (COCO category ids) when every class has one and no two
+    share one; else 1..C."""
+    declared: dict[str, int] = {}
+    for part in partials:
+        for name, cid in part.declared_class_ids.items():
+            declared.setdefault(name, cid)
+    ids = tuple(declared.get(name, MISSING) for name in classes)
+    return ids if MISSING not in ids and len(set(ids)) == len(ids) else tuple(range(1, len(classes) + 1))

@@ -56,7 +56,7 @@ class ImageView:
         return int(self._index.width[self.id]), int(self._index.height[self.id])
 
     #: per-object arrays of this image: boxes float32 [j, 4], labels int32 [j], landmarks
-    #: float32 [j, K, 2], visibility uint8 [j, K], difficult / truncated / occluded bool [j]
+    #: float32 [j, K, 2], visibility uint8 [j, K], difficult / truncated / occluded / crowd bool [j]
     boxes = _ObjectRows()
     labels = _ObjectRows()
     landmarks = _ObjectRows()
@@ -64,6 +64,7 @@ class ImageView:
     difficult = _ObjectRows()
     truncated = _ObjectRows()
     occluded = _ObjectRows()
+    crowd = _ObjectRows()
 
     @property
     def width(self) -> int:

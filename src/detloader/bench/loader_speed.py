@@ -198,7 +198,8 @@ def _bench_loader(
 
 def _torchvision_ratio(report: BenchReport, fig: dict[str, Any]) -> None:
     """best setting / torchvision ``VOCDetection`` at its best num_workers: measured in this
-    run, else the run ``make bench-torchvision`` recorded (its own best setting beside it)."""
+    run, else the run ``make bench-torchvision`` recorded (its own best setting beside it),
+    labelled as not measured here, with its date, data and machine, and noted."""
     what = "best setting / torchvision VOCDetection (its best num_workers)"
     if fig.get("torchvision"):
         report.add(SECTION, what, ("best", fig["best_setting_rate"]), ("torchvision", max(fig["torchvision"].values())),
@@ -212,8 +213,18 @@ def _torchvision_ratio(report: BenchReport, fig: dict[str, Any]) -> None:
     except (OSError, ValueError, KeyError, TypeError):
         report.notes.append(f"loader: no torchvision run recorded at {path} (`make bench-torchvision` makes it)")
         return
-    report.add(SECTION, f"{what}, recorded {run['settings'].get('date', '')} in {path.name}", ("best", best),
-               ("torchvision", tv), "img/s")
+    settings, machine = run.get("settings", {}), run.get("machine", {})
+    data = os.path.basename(str(settings.get("data_path", ""))) or settings.get("data", "?")
+    where = (
+        f"NOT measured in this run: recorded {settings.get('date', '?')} in {path.name} on {data} "
+        f"({settings.get('images', '?')} images, {settings.get('size', '?')} px; {machine.get('cpu', '?')}, "
+        f"{machine.get('usable_cpus', '?')} CPUs)"
+    )
+    report.add(SECTION, f"{what}, {where}", ("best", best), ("torchvision", tv), "img/s")
+    report.notes.append(
+        f"loader: the torchvision row is {where}: not this run's data or machine; measure it here with torchvision "
+        "installed"
+    )
 
 
 def _baselines(

@@ -192,11 +192,13 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument(
-        "--score-threshold", type=float, default=0.3, help="operating point of precision / recall (default 0.3)"
+        "--score-threshold", type=float, default=0.3,
+        help="operating point: TP / FP / FN counted at score >= this and IoU 0.5 (default 0.3)",
     )
     p.add_argument("--backend", default="auto", choices=("auto", "faster_coco_eval", "pycocotools"))
     p.add_argument(
-        "--coco-json", metavar="PATH", help="also write the detections there (COCO results: image id = row + 1)"
+        "--coco-json", metavar="PATH",
+        help="also write the detections there as COCO results, with the dataset's own image and category ids",
     )
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     p.set_defaults(func=_evaluate)
@@ -235,15 +237,23 @@ def print_metrics(metrics: dict[str, Any]) -> None:
     out = console()
     if "per_class" in metrics:
         table = count_table(
-            f"boxes (precision / recall at score >= {metrics['score_threshold']:g}, IoU 0.5)",
-            ("class", "objects", "precision", "recall", "AP@0.5", "AP@0.5:0.95"),
+            f"boxes (TP / FP / FN and precision / recall counted at score >= {metrics['score_threshold']:g}, "
+            "IoU 0.5; crowd and difficult objects ignored)",
+            ("class", "objects", "ignored", "TP", "FP", "FN", "precision", "recall", "AP@0.5", "AP@0.5:0.95"),
             [
-                (name, row["objects"], *(_fmt(row[k]) for k in ("precision", "recall", "ap50", "ap50_95")))
+                (name, row["objects"], row.get("ignored", 0), row.get("tp", "-"), row.get("fp", "-"),
+                 row.get("fn", "-"), *(_fmt(row[k]) for k in ("precision", "recall", "ap50", "ap50_95")))
                 for name, row in metrics["per_class"].items()
             ],
             justify="right",
         )
         print_table(out, table)
+        if "tp" in metrics:
+            out.print(
+                f"all classes: TP {metrics['tp']}, FP {metrics['fp']}, FN {metrics['fn']}, precision "
+                f"{_fmt(metrics['precision'])}, recall {_fmt(metrics['recall'])} (score >= "
+                f"{metrics['score_threshold']:g}, IoU 0.5)"
+            )
         split = metrics.get("split") or {}
         if split:
             out.print(f"split {split['name']!r}: {split['images']} images ({split['source']})")
@@ -254,7 +264,8 @@ def print_metrics(metrics: dict[str, Any]) -> None:
             )
         out.print(
             f"box mAP@0.5 {_fmt(metrics['map50'])}, mAP@0.5:0.95 {_fmt(metrics['map50_95'])} "
-            f"({metrics['images']} images, {metrics['backend']})"
+            f"({metrics['images']} images, {metrics.get('images_with_predictions', metrics['images'])} with "
+            f"predictions, {metrics['backend']})"
         )
         if metrics.get("nme") is not None:
             out.print(

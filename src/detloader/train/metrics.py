@@ -1,9 +1,14 @@
-"""Metrics of predictions on an annotated split: COCO box mAP (faster-coco-eval or pycocotools, the ``eval``
-extra, not a home-made matcher), per-class precision / recall, landmark NME (normaliser as mmpose's
-``keypoint_2d_metrics``), image-class accuracy; what each is: docs/training.md, "Evaluation".
+"""Metrics of predictions on an annotated split: COCO box mAP (pycocotools, or faster-coco-eval with the
+``eval`` extra; not a home-made matcher), per-class TP / FP / FN at an operating point (pycocotools'
+matching), landmark NME (normaliser as mmpose's ``keypoint_2d_metrics``), image-class accuracy; what
+each is: docs/training.md, "Evaluation".
 
-Ground truth comes from the index (annotation coordinates); predictions must already be mapped
-back to them (``Batch.boxes_to_original``). Undefined figures (no landmark head, no image
+Ground truth comes from the index (annotation coordinates), with the dataset's own image and
+category ids (``index.image_ids``, ``index.category_ids``); COCO crowd regions enter as
+``iscrowd: 1`` and difficult objects (VOC ``<difficult>``) as ignored ground truth, so neither
+is a miss, and a detection on one is not a false positive. Every image of the index counts: one
+without predictions is all misses. Predictions must already be mapped back to annotation
+coordinates (``Batch.boxes_to_original``). Undefined figures (no landmark head, no image
 classes) are ``None``.
 """
 
@@ -21,10 +26,22 @@ from typing import Any, Literal
 
 import numpy as np
 
-from detloader.errors import DetloaderValueError, MissingExtraError
+from detloader.errors import DetloaderValueError, MissingExtraError, PredictionError
 
 Backend = Literal["auto", "faster_coco_eval", "pycocotools"]
 BACKENDS: tuple[str, ...] = ("auto", "faster_coco_eval", "pycocotools")
+#: How prediction image ids are read: ``"row"`` a row of the evaluated index, ``"dataset"`` the
+#: dataset's own image id (``index.image_ids``: COCO ``id``).
+ImageIds = Literal["row", "dataset"]
+#: How prediction labels are read: ``"index"`` a class index (``index.classes``), ``"category"``
+#: the dataset's category id (``index.category_ids``: COCO ``category_id``).
+LabelIds = Literal["index", "category"]
+#: IoU of the operating point (TP / FP / FN counts).
+OPERATING_IOU = 0.5
+#: The area given to a difficult object in the evaluator's ground truth: below every area range,
+#: so pycocotools ignores it (matched by IoU like any object, neither a miss nor, when matched,
+#: a false positive), as the VOC devkit does.
+DIFFICULT_AREA = -1.0
 
 
 @dataclass(frozen=True)
@@ -34,7 +51,8 @@ class ImagePredictions:
 
     Attributes:
         image_id: row of the image in the index being evaluated.
-        boxes: float32 ``[P, 4]`` xyxy pixels; scores: float32 ``[P]``; labels: int64 ``[P]``.
+        boxes: float32 ``[P, 4]`` xyxy pixels; scores: float32 ``[P]`` in [0, 1]; labels: int64
+            ``[P]`` class indexes of the index.
         landmarks: float32 ``[P, K, 2]`` pixels.
         image_probs: float32 ``[I]`` image-class probabilities (``I = 0``: no head).
     """
@@ -89,26 +107,56 @@ def as_predictions(entry: Any, image_id: int | None = None) -> ImagePredictions:
 
 
 # -- COCO mAP ---------------------------------------------------------------------------------
+def evaluation_image_ids(index: Any) -> np.ndarray:
+    """int64 ``[n]``: the id of each row in the evaluator and the results file, the dataset's own
+    (``index.image_ids``). Ids that repeat (splits of several COCO files read together) are
+    refused: evaluate one split."""
+    ids = np.asarray(index.image_ids, dtype=np.int64)
+    uniq, counts = np.unique(ids, return_counts=True)
+    if len(uniq) != len(ids):
+        dup = int(uniq[counts > 1][0])
+        rows = np.flatnonzero(ids == dup)[:2].tolist()
+        raise DetloaderValueError(
+            f"image id {dup} belongs to rows {rows[0]} and {rows[1]} of the evaluated images: their ids come "
+            "from several annotation files; evaluate one split (e.g. index.split('val'), --split val)"
+        )
+    return ids
+
+
 def coco_ground_truth(index: Any) -> dict[str, Any]:
-    """The index as a COCO ``instances`` dict: image ids = index rows + 1, category ids =
-    class ids + 1, ``bbox`` xywh pixels."""
-    images = [{"id": i + 1, "width": int(index.width[i]), "height": int(index.height[i])} for i in range(len(index))]
-    cats = [{"id": c + 1, "name": name} for c, name in enumerate(index.classes)]
+    """The index as a COCO ``instances`` dict with the dataset's ids: image ``id`` =
+    ``index.image_ids``, category ``id`` = ``index.category_ids``, ``bbox`` xywh pixels,
+    ``iscrowd`` = ``index.crowd``; a difficult object gets ``area`` :data:`DIFFICULT_AREA`
+    (ignored by the evaluator, as the VOC devkit ignores it)."""
+    image_ids = evaluation_image_ids(index).tolist()
+    cat_ids = index.category_ids.tolist()
+    images = [{"id": image_ids[i], "width": int(index.width[i]), "height": int(index.height[i])}
+              for i in range(len(index))]
+    cats = [{"id": cat_ids[c], "name": name} for c, name in enumerate(index.classes)]
     anns = []
-    for j in range(index.num_objects):
-        x1, y1, x2, y2 = (float(v) for v in index.boxes[j])
+    owner = index.object_image.tolist()
+    crowd, difficult = index.crowd.tolist(), index.difficult.tolist()
+    for j, (box, label) in enumerate(zip(index.boxes.tolist(), index.labels.tolist())):
+        x1, y1, x2, y2 = box
         w, h = max(x2 - x1, 0.0), max(y2 - y1, 0.0)
-        anns.append({"id": j + 1, "image_id": int(index.object_image[j]) + 1, "category_id": int(index.labels[j]) + 1,
-                     "bbox": [x1, y1, w, h], "area": w * h, "iscrowd": 0})
+        anns.append({"id": j + 1, "image_id": image_ids[owner[j]], "category_id": cat_ids[label],
+                     "bbox": [x1, y1, w, h], "area": DIFFICULT_AREA if difficult[j] else w * h,
+                     "iscrowd": int(crowd[j])})
     return {"images": images, "categories": cats, "annotations": anns}
 
 
-def _detections(predictions: Sequence[ImagePredictions], keypoints: bool = False) -> list[dict[str, Any]]:
+def _detections(
+    index: Any, predictions: Sequence[ImagePredictions], keypoints: bool = False
+) -> list[dict[str, Any]]:
+    """COCO results of ``predictions`` (image ids: rows of ``index``; labels: class indexes),
+    numbered with the dataset's image and category ids."""
+    image_ids = evaluation_image_ids(index).tolist()
+    cat_ids = index.category_ids.tolist()
     out = []
     for p in predictions:
         for j, (box, score, label) in enumerate(zip(p.boxes.tolist(), p.scores.tolist(), p.labels.tolist())):
             x1, y1, x2, y2 = box
-            out.append({"image_id": p.image_id + 1, "category_id": int(label) + 1,
+            out.append({"image_id": image_ids[p.image_id], "category_id": cat_ids[label],
                         "bbox": [x1, y1, max(x2 - x1, 0.0), max(y2 - y1, 0.0)], "score": float(score)})
             if keypoints and p.landmarks.shape[1]:
                 out[-1]["keypoints"] = [v for x, y in p.landmarks[j].tolist() for v in (x, y, 1)]
@@ -124,15 +172,15 @@ def _backend(name: str) -> str:
             __import__(candidate)
             return candidate
     raise MissingExtraError(
-        f"backend={name!r}: {' or '.join(order)} is not installed; box mAP needs the 'eval' "
-        "extra: pip install 'detloader[eval]'"
+        f"backend={name!r}: {' or '.join(order)} is not installed; detloader installs pycocotools "
+        "(pip install pycocotools), faster-coco-eval comes with pip install 'detloader[eval]'"
     )
 
 
 def coco_evaluate(gt: dict[str, Any], detections: list[dict[str, Any]], backend: Backend = "auto") -> dict[str, Any]:
     """COCO bbox evaluation, quietly: ``{"backend", "stats" [12], "precision" [T, R, C],
     "scores" [T, R, C], "recall" [T, C]}`` (area "all", 100 detections; -1 where a class
-    has no ground truth). No detections at all give zeros."""
+    has no ground truth). Every image of ``gt`` is evaluated. No detections at all give zeros."""
     name = _backend(backend)
     c = len(gt["categories"])
     if not detections:
@@ -172,27 +220,70 @@ def _mean_valid(values: np.ndarray) -> float | None:
     return float(v.mean()) if v.size else None
 
 
-def _per_class(result: dict[str, Any], classes: Sequence[str], counts: np.ndarray, threshold: float) -> dict[str, Any]:
-    rec_thrs = np.linspace(0.0, 1.0, 101)
+def operating_point(gt: dict[str, Any], detections: list[dict[str, Any]], threshold: float) -> np.ndarray:
+    """int64 ``[C, 3]``: TP, FP, FN per category of ``gt`` (in its order) for the detections
+    with score >= ``threshold``, at IoU :data:`OPERATING_IOU`, as pycocotools' ``COCOeval``
+    matches them (greedy by score, per image and category, at most 100 detections per image;
+    crowd and ignored ground truth neither missed nor, when matched, false positives)."""
+    cats = [c["id"] for c in gt["categories"]]
+    out = np.zeros((len(cats), 3), dtype=np.int64)
+    row = {cid: k for k, cid in enumerate(cats)}
+    kept = [d for d in detections if d["score"] >= threshold]
+    if not kept:  # pycocotools refuses an empty results list: every ground truth is missed
+        for ann in gt["annotations"]:
+            if not ann["iscrowd"] and ann["area"] >= 0:
+                out[row[ann["category_id"]], 2] += 1
+        return out
+    try:
+        from pycocotools.coco import COCO
+        from pycocotools.cocoeval import COCOeval
+    except ImportError as err:
+        raise MissingExtraError("TP / FP / FN counts need pycocotools: pip install pycocotools") from err
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco_gt = COCO()
+        coco_gt.dataset = gt
+        coco_gt.createIndex()
+        ev = COCOeval(coco_gt, coco_gt.loadRes(kept), "bbox")
+        ev.params.iouThrs = np.array([OPERATING_IOU])
+        ev.params.areaRng = [[0.0, 1e10]]
+        ev.params.areaRngLbl = ["all"]
+        ev.params.maxDets = [100]
+        ev.evaluate()
+    for e in ev.evalImgs:
+        if e is None:
+            continue
+        k = row[e["category_id"]]
+        matched = np.asarray(e["dtMatches"][0]) > 0
+        ignored = np.asarray(e["dtIgnore"][0], dtype=bool)
+        tp = int((matched & ~ignored).sum())
+        out[k, 0] += tp
+        out[k, 1] += int((~matched & ~ignored).sum())
+        out[k, 2] += int((~np.asarray(e["gtIgnore"], dtype=bool)).sum()) - tp
+    return out
+
+
+def _ratio(a: int, b: int) -> float | None:
+    return a / b if b else None
+
+
+def _per_class(
+    result: dict[str, Any], classes: Sequence[str], counts: np.ndarray, ignored: np.ndarray, point: np.ndarray
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, name in enumerate(classes):
-        prec50 = result["precision"][0, :, k]
-        scores50 = result["scores"][0, :, k]
-        reached = np.flatnonzero((scores50 >= threshold) & (prec50 > 0))
-        if counts[k] == 0:
-            precision = recall = None
-        elif reached.size:
-            r = int(reached[-1])
-            precision, recall = float(prec50[r]), float(rec_thrs[r])
-        else:
-            precision, recall = 0.0, 0.0
+        tp, fp, fn = (int(v) for v in point[k])
+        scored = counts[k] > ignored[k]
         out[name] = {
             "objects": int(counts[k]),
-            "precision": precision,
-            "recall": recall,
-            "max_recall": float(result["recall"][0, k]) if counts[k] else None,
-            "ap50": _mean_valid(prec50) if counts[k] else None,
-            "ap50_95": _mean_valid(result["precision"][:, :, k]) if counts[k] else None,
+            "ignored": int(ignored[k]),
+            "tp": tp,
+            "fp": fp,
+            "fn": fn,
+            "precision": _ratio(tp, tp + fp),
+            "recall": _ratio(tp, tp + fn),
+            "max_recall": float(result["recall"][0, k]) if scored else None,
+            "ap50": _mean_valid(result["precision"][0, :, k]) if scored else None,
+            "ap50_95": _mean_valid(result["precision"][:, :, k]) if scored else None,
         }
     return out
 
@@ -264,20 +355,51 @@ def _nme(
 
 # -- image class ------------------------------------------------------------------------------
 def _image_class(index: Any, predictions: Sequence[ImagePredictions]) -> tuple[float | None, dict[str, float | None]]:
+    """Accuracy and per-class recall over every labelled image of ``index``; when the model has
+    an image-class head (some prediction has ``image_probs``), an image without one is wrong."""
     classes = index.image_classes
-    if not classes:
-        return None, {}
-    truth, guess = [], []
-    for p in predictions:
-        label = int(index.image_labels[p.image_id])
-        if label >= 0 and p.image_probs.size:
-            truth.append(label)
-            guess.append(int(np.argmax(p.image_probs)))
-    if not truth:
+    if not classes or not any(p.image_probs.size for p in predictions):
         return None, {name: None for name in classes}
-    t, g = np.asarray(truth), np.asarray(guess)
+    guess = np.full(len(index), -1, dtype=np.int64)
+    for p in predictions:
+        if p.image_probs.size:
+            guess[p.image_id] = int(np.argmax(p.image_probs))
+    labels = np.asarray(index.image_labels, dtype=np.int64)
+    labelled = labels >= 0
+    if not labelled.any():
+        return None, {name: None for name in classes}
+    t, g = labels[labelled], guess[labelled]
     recall = {name: (float((g[t == c] == c).mean()) if (t == c).any() else None) for c, name in enumerate(classes)}
     return float((t == g).mean()), recall
+
+
+# -- checks -----------------------------------------------------------------------------------
+def _check(p: ImagePredictions, n_images: int, n_classes: int) -> None:
+    """``p`` can be scored against an index of ``n_images`` rows and ``n_classes`` classes, else a
+    :class:`PredictionError` naming the value."""
+    if not 0 <= p.image_id < n_images:
+        raise PredictionError(
+            f"image_id={p.image_id} is not a row of the index ({n_images} images); pass ids='dataset' to "
+            "score_predictions for the dataset's own image ids"
+        )
+    bad = np.flatnonzero((p.labels < 0) | (p.labels >= n_classes))
+    if bad.size:
+        raise PredictionError(
+            f"image_id={p.image_id}: label {int(p.labels[bad[0]])} is not a class index of the dataset (0.."
+            f"{n_classes - 1}); pass labels='category' to score_predictions for the dataset's category ids"
+        )
+    bad = np.flatnonzero(~np.isfinite(p.boxes).all(axis=1))
+    if bad.size:
+        raise PredictionError(
+            f"image_id={p.image_id}: box {bad[0]} is {p.boxes[bad[0]].tolist()}; boxes must be finite xyxy pixels "
+            "(drop or fix NaN / inf boxes before scoring)"
+        )
+    bad = np.flatnonzero(~((p.scores >= 0.0) & (p.scores <= 1.0)))
+    if bad.size:
+        raise PredictionError(
+            f"image_id={p.image_id}: score {float(p.scores[bad[0]])!r} is outside [0, 1]; scores rank detections "
+            "and meet score_threshold as probabilities: apply the sigmoid / softmax first"
+        )
 
 
 # -- all together -----------------------------------------------------------------------------
@@ -285,37 +407,52 @@ def compute_metrics(
     index: Any, predictions: Sequence[ImagePredictions], *, score_threshold: float = 0.3, backend: Backend = "auto"
 ) -> dict[str, Any]:
     """Every metric of the module docstring as a JSON-ready dict (keys ``map50``,
-    ``map50_95``, ``per_class``, ``score_threshold``, ``nme``, ``nme_normaliser``,
+    ``map50_95``, ``per_class`` (per class ``objects``, ``ignored`` (crowd or difficult),
+    ``tp``, ``fp``, ``fn``, ``precision``, ``recall``, ``max_recall``, ``ap50``,
+    ``ap50_95``), ``tp``, ``fp``, ``fn``, ``precision``, ``recall`` (all classes, at
+    ``score_threshold`` and IoU 0.5), ``score_threshold``, ``nme``, ``nme_normaliser``,
     ``nme_objects``, ``image_class_accuracy``, ``image_class_recall``, ``images``,
-    ``backend``).
+    ``images_with_predictions``, ``backend``).
 
-    ``index`` is the evaluated split; each prediction's ``image_id`` is a row of it; images
-    without a prediction entry are left out of the evaluation."""
+    ``index`` is the evaluated split, every image of it counted (one without a prediction entry
+    is all misses); each prediction's ``image_id`` is a row of it and its labels class indexes
+    (:class:`PredictionError` otherwise, and for NaN boxes or scores outside [0, 1])."""
     if not 0.0 <= score_threshold <= 1.0:
         raise DetloaderValueError(f"score_threshold={score_threshold!r} must be in [0, 1]")
-    seen = sorted({p.image_id for p in predictions})
+    seen = {p.image_id for p in predictions}
     if len(seen) != len(predictions):
         raise DetloaderValueError("predictions: an image_id appears twice (a rank evaluated an image twice?)")
-    sub = index.subset(np.asarray(seen, dtype=np.int64)) if len(seen) != len(index) else index
-    if sub is not index:  # renumber the predictions to the rows of the subset
-        row = {old: new for new, old in enumerate(seen)}
-        predictions = [replace(p, image_id=row[p.image_id]) for p in predictions]
-    gt = coco_ground_truth(sub)
-    result = coco_evaluate(gt, _detections(predictions), backend)
-    counts = np.bincount(np.asarray(sub.labels, dtype=np.int64), minlength=len(sub.classes))
-    nme, normaliser, nme_objects = _nme(sub, predictions)
-    accuracy, recall = _image_class(sub, predictions)
+    for p in predictions:
+        _check(p, len(index), len(index.classes))
+    predictions = sorted(predictions, key=lambda p: p.image_id)
+    gt = coco_ground_truth(index)
+    detections = _detections(index, predictions)
+    result = coco_evaluate(gt, detections, backend)
+    n_classes = len(index.classes)
+    labels = np.asarray(index.labels, dtype=np.int64)
+    counts = np.bincount(labels, minlength=n_classes)
+    ignored = np.bincount(labels[np.asarray(index.crowd) | np.asarray(index.difficult)], minlength=n_classes)
+    point = operating_point(gt, detections, score_threshold)
+    tp, fp, fn = (int(v) for v in point.sum(axis=0))
+    nme, normaliser, nme_objects = _nme(index, predictions)
+    accuracy, recall = _image_class(index, predictions)
     return {
         "map50": float(result["stats"][1]),
         "map50_95": float(result["stats"][0]),
-        "per_class": _per_class(result, sub.classes, counts, score_threshold),
+        "per_class": _per_class(result, index.classes, counts, ignored, point),
+        "tp": tp,
+        "fp": fp,
+        "fn": fn,
+        "precision": _ratio(tp, tp + fp),
+        "recall": _ratio(tp, tp + fn),
         "score_threshold": score_threshold,
         "nme": nme,
         "nme_normaliser": normaliser,
         "nme_objects": nme_objects,
         "image_class_accuracy": accuracy,
         "image_class_recall": recall,
-        "images": len(sub),
+        "images": len(index),
+        "images_with_predictions": len(seen),
         "backend": result["backend"],
     }
 
@@ -324,6 +461,8 @@ def score_predictions(
     predictions: Sequence[Any] | Mapping[int, Any],
     index: Any,
     *,
+    ids: ImageIds = "row",
+    labels: LabelIds = "index",
     score_threshold: float = 0.3,
     backend: Backend = "auto",
     coco_json: str | os.PathLike[str] | None = None,
@@ -333,17 +472,44 @@ def score_predictions(
 
     ``predictions``: one entry per image (:func:`as_predictions`: :class:`ImagePredictions`
     or dicts of tensors, arrays or lists in annotation coordinates), a sequence or a mapping
-    ``{image_id: entry}``; an image id is a row of ``index``, the evaluated images (e.g.
-    ``index.split("val")``: ``batch.image_ids`` of a loader over it). Images without an entry
-    are left out. ``coco_json``: also write the detections there as a COCO results list
-    (``image_id`` = row + 1, ``category_id`` = class id + 1, ``bbox`` xywh, ``score``, and
-    ``keypoints`` x, y, 1 per landmark), numbered as :func:`coco_ground_truth` numbers the
-    index."""
+    ``{image_id: entry}``, over ``index``, the evaluated images (e.g. ``index.split("val")``).
+    Every image of ``index`` counts: one without an entry is all misses. ``ids`` says what an
+    image id is, never guessed: ``"row"`` a row of ``index`` (``batch.image_ids`` of a loader
+    over it), ``"dataset"`` the dataset's own id (``index.image_ids``: the COCO image ``id``);
+    ``labels`` likewise: ``"index"`` class indexes of ``index.classes``, ``"category"`` the
+    dataset's category ids (``index.category_ids``). An id, label, box or score that cannot be
+    scored is a :class:`PredictionError`. ``coco_json``: also write the detections there as a
+    COCO results list with the dataset's ids (``image_id``, ``category_id``, ``bbox`` xywh,
+    ``score``, and ``keypoints`` x, y, 1 per landmark): it loads with pycocotools' ``loadRes``
+    against the dataset's own annotation file."""
+    if ids not in ("row", "dataset"):
+        raise DetloaderValueError(f"ids={ids!r} is not 'row' or 'dataset'")
+    if labels not in ("index", "category"):
+        raise DetloaderValueError(f"labels={labels!r} is not 'index' or 'category'")
     entries = predictions.items() if isinstance(predictions, Mapping) else ((None, e) for e in predictions)
     preds = [as_predictions(entry, image_id) for image_id, entry in entries]
-    outside = [p.image_id for p in preds if not 0 <= p.image_id < len(index)]
-    if outside:
-        raise DetloaderValueError(f"image_id={outside[0]} is not a row of the index ({len(index)} images)")
+    if ids == "dataset":
+        row = {int(v): r for r, v in enumerate(evaluation_image_ids(index).tolist())}
+        unknown = [p.image_id for p in preds if p.image_id not in row]
+        if unknown:
+            raise PredictionError(
+                f"image_id={unknown[0]} is not an image id of the evaluated images ({len(row)} images, ids "
+                f"{min(row)}..{max(row)}); pass ids='row' for rows of the index"
+            )
+        preds = [replace(p, image_id=row[p.image_id]) for p in preds]
+    if labels == "category":
+        cat_ids = index.category_ids
+        lut = {int(c): k for k, c in enumerate(cat_ids.tolist())}
+        for p in preds:
+            unknown = [int(v) for v in p.labels.tolist() if int(v) not in lut]
+            if unknown:
+                raise PredictionError(
+                    f"image row {p.image_id}: category_id={unknown[0]} is not a category of the dataset "
+                    f"(ids {cat_ids.tolist()}); pass labels='index' for class indexes"
+                )
+        preds = [replace(p, labels=np.asarray([lut[int(v)] for v in p.labels.tolist()], np.int64)) for p in preds]
+    for p in preds:
+        _check(p, len(index), len(index.classes))
     if coco_json is not None:
-        Path(coco_json).write_text(json.dumps(_detections(preds, keypoints=True)), encoding="utf-8")
+        Path(coco_json).write_text(json.dumps(_detections(index, preds, keypoints=True)), encoding="utf-8")
     return compute_metrics(index, preds, score_threshold=score_threshold, backend=backend)

@@ -184,7 +184,9 @@ def _image(img: dict, where: str, locator: ImageLocator, b: ChunkBuilder) -> boo
     rel, width, height = found
     attrs = _attributes(img.get("attributes"), f"{where}/attributes", b)
     image_class = attrs.pop(b.options.image_class_attribute, None)
-    return b.add_image(rel, width, height, image_class=image_class, attributes=attrs, record=name)
+    iid = _id(img.get("id"))
+    image_id = iid if isinstance(iid, int) else None  # a string id: numbered by row
+    return b.add_image(rel, width, height, image_class=image_class, attributes=attrs, record=name, image_id=image_id)
 
 
 def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> None:
@@ -209,10 +211,10 @@ def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> Non
     crowd_flag = parse_flag(_text(crowd)) if crowd is not None else False
     if crowd_flag is None:
         b.problem("bad_value", f"{where}/iscrowd", f"iscrowd={crowd!r} is not 0/1", "treated as 0")
-    elif crowd_flag:
-        attrs["iscrowd"] = "1"
     points = _keypoints(ann.get("keypoints"), kp_names, f"{where}/keypoints", b)
-    b.add_object(box, name, element=where, box_field="bbox", attributes=attrs, landmarks=points, **flags)
+    b.add_object(
+        box, name, element=where, box_field="bbox", attributes=attrs, landmarks=points, crowd=bool(crowd_flag), **flags
+    )
 
 
 def _bbox(bbox: Any, where: str, b: ChunkBuilder) -> tuple[float, float, float, float] | None:
@@ -325,7 +327,9 @@ class CocoReader(Reader):
         if images is None or annotations is None or cats is None:
             return
         categories = _categories(cats, b)
-        b.declare_classes([name for _, (name, _) in sorted(categories.items(), key=_id_order)])
+        ordered = sorted(categories.items(), key=_id_order)
+        cat_ids = [cid if isinstance(cid, int) else None for cid, _ in ordered]
+        b.declare_classes([name for _, (name, _) in ordered], cat_ids)
 
         image_ids: dict[Any, int] = {}
         for i, img in enumerate(images):

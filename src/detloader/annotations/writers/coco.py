@@ -39,9 +39,13 @@ def write_coco(
     if k and index.num_objects:
         has = index.visibility.any(axis=1)
         with_points[np.unique(index.labels[has])] = True
+    category_ids = index.category_ids.tolist()
+    image_ids = index.image_ids.tolist()
+    if len(set(image_ids)) != len(image_ids):  # several files' ids together: renumbered by row
+        image_ids = list(range(1, len(index) + 1))
     categories: list[dict[str, Any]] = []
     for c, name in enumerate(index.classes):
-        cat: dict[str, Any] = {"id": c + 1, "name": name, "supercategory": ""}
+        cat: dict[str, Any] = {"id": category_ids[c], "name": name, "supercategory": ""}
         if with_points[c]:
             cat["keypoints"] = list(schema.names)
             cat["skeleton"] = skeleton_for(schema)
@@ -52,7 +56,7 @@ def write_coco(
         target = placer.place(i, img_dir)
         name = os.path.relpath(target, root if images == "none" else img_dir)
         record: dict[str, Any] = {
-            "id": i + 1,
+            "id": image_ids[i],
             "file_name": name.replace(os.sep, "/"),
             "width": int(index.width[i]),
             "height": int(index.height[i]),
@@ -62,7 +66,8 @@ def write_coco(
             record["attributes"] = attrs
         image_records.append(record)
         for j in range(int(index.object_offsets[i]), int(index.object_offsets[i + 1])):
-            annotations.append(_coco_annotation(index, i, j, object_attrs(j), with_points))
+            ids = (image_ids[i], category_ids[int(index.labels[j])])
+            annotations.append(_coco_annotation(index, j, ids, object_attrs(j), with_points))
     data = {
         "info": {"description": "written by detloader", "version": "1.0"},
         "licenses": [],
@@ -77,19 +82,20 @@ def write_coco(
 
 
 def _coco_annotation(
-    index: AnnotationIndex, i: int, j: int, attrs: dict[str, str], with_points: np.ndarray
+    index: AnnotationIndex, j: int, ids: tuple[int, int], attrs: dict[str, str], with_points: np.ndarray
 ) -> dict[str, Any]:
+    """Object ``j`` as a COCO annotation; ``ids``: its image id and category id."""
     x1, y1, x2, y2 = (float(v) for v in index.boxes[j])
     w, h = x2 - x1, y2 - y1
     label = int(index.labels[j])
-    crowd = attrs.pop("iscrowd", "0") not in ("0", "", "false")
+    crowd = bool(index.crowd[j]) or attrs.pop("iscrowd", "0") not in ("0", "", "false")
     for flag in ("occluded", "difficult", "truncated"):
         if getattr(index, flag)[j]:
             attrs[flag] = True  # type: ignore[assignment]
     ann: dict[str, Any] = {
         "id": j + 1,
-        "image_id": i + 1,
-        "category_id": label + 1,
+        "image_id": ids[0],
+        "category_id": ids[1],
         "bbox": [x1, y1, w, h],
         "area": w * h,
         "iscrowd": int(crowd),

@@ -71,7 +71,8 @@ def write_voc(
         ]
         lines += _voc_attributes(attrs, "  ")
         for j in range(int(index.object_offsets[i]), int(index.object_offsets[i + 1])):
-            lines += _voc_object(index, j, object_attrs(j), names)
+            crowd = {"iscrowd": "1"} if index.crowd[j] else {}  # VOC has no crowd flag: an attribute
+            lines += _voc_object(index, j, {**object_attrs(j), **crowd}, names)
         lines.append("</annotation>\n")
         write_file(xml_path, "\n".join(lines))
     if index.splits:
