@@ -24,6 +24,7 @@ __all__ = [
     "YoloExportWarning", "NotRegularFileError", "FileTooLargeError", "DiskFullError",
     "ImageDecodeError", "StoreTooLargeError", "TuneWarning", "StaleTuneWarning", "RunDirError",
     "DataMismatchError", "CheckpointError", "NonFiniteError", "NonFiniteLossError", "NonFiniteWeightsError",
+    "PredictionError",
 ]
 
 
