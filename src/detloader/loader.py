@@ -26,8 +26,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter, _SingleProcessDataL
 
 from detloader._pool import worker_context
 from detloader._system import accelerator_available
-from detloader.balance.weighted import WeightedSampler
-from detloader.balance.weights import make_balanced_sampler
+from detloader.balance.weighted import WeightedSampler, make_balanced_sampler
 from detloader.balance.wrapper import AspectRatioBatchSampler, PartnerSampler
 from detloader.collate import collate_detection
 from detloader.dataset import check_decode_threads
