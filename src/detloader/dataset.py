@@ -26,7 +26,7 @@ import torch
 
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.annotations.landmarks import ClassFlip, LandmarkSchema
-from detloader.annotations.splits import rarest_class_per_image
+from detloader.annotations.stratify import rarest_class_per_image
 from detloader.errors import (
     DetloaderIndexError,
     DetloaderRuntimeWarning,
