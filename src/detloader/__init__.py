@@ -54,7 +54,7 @@ _LAZY = {
     "ClassAwareSampler": "detloader.balance.class_aware",
     "BalancedBatchSampler": "detloader.balance.class_aware",
     "DistributedSamplerWrapper": "detloader.balance.wrapper",
-    "make_balanced_sampler": "detloader.balance.weights",
+    "make_balanced_sampler": "detloader.balance.weighted",
     "TuneResult": "detloader.tune.result",
     "tune_loader": "detloader.tune.tuner",
     "balance_report": "detloader.stats",
@@ -63,8 +63,8 @@ _LAZY = {
 
 if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ loads these
     from detloader.balance.class_aware import BalancedBatchSampler, ClassAwareSampler
-    from detloader.balance.weighted import RepeatFactorSampler, WeightedSampler
-    from detloader.balance.weights import make_balanced_sampler, sample_weights
+    from detloader.balance.weighted import RepeatFactorSampler, WeightedSampler, make_balanced_sampler
+    from detloader.balance.weights import sample_weights
     from detloader.balance.wrapper import DistributedSamplerWrapper
     from detloader.collate import Batch, collate_detection
     from detloader.dataset import DetectionDataset, Sample

@@ -11,7 +11,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -109,3 +109,12 @@ def _umask() -> int:
     mask = os.umask(0o022)  # no /proc: the classic read-and-restore
     os.umask(mask)
     return mask
+
+
+def find_child_dir(parent: Path, names: Iterable[str]) -> Path | None:
+    """The first child folder of ``parent`` whose name matches one of ``names``, ignoring case."""
+    try:
+        children = {p.name.lower(): p for p in parent.iterdir() if p.is_dir()}
+    except OSError:
+        return None
+    return next((children[name.lower()] for name in names if name.lower() in children), None)

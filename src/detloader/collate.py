@@ -11,17 +11,15 @@ and Batch".
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
 import torch
 
-from detloader.annotations.index import MISSING
-from detloader.dataset import Sample
-from detloader.errors import DetloaderTypeError, DetloaderValueError
-from detloader.transforms.functional import chw_tensor
+from detloader.errors import DetloaderValueError
+from detloader.sample import as_sample
 
 #: ImageNet statistics in 0..1 units, the usual default for pretrained backbones.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -193,77 +191,6 @@ class Batch:
         return (landmarks - o) / s
 
 
-# -- inputs -----------------------------------------------------------------------------------
-def _image_tensor(image: Any, position: int) -> torch.Tensor:
-    if isinstance(image, torch.Tensor):
-        t = image
-        if t.ndim == 2:
-            t = t.unsqueeze(0).expand(3, -1, -1)
-        if t.ndim != 3 or t.shape[0] != 3:
-            raise DetloaderValueError(
-                f"samples[{position}]: torch image shape {tuple(image.shape)}; expected [3, H, W] or [H, W]"
-            )
-    else:
-        a = np.asarray(image)
-        if a.ndim == 2:
-            a = np.repeat(a[..., None], 3, axis=2)
-        if a.ndim != 3 or a.shape[2] != 3:
-            raise DetloaderValueError(f"samples[{position}]: numpy image shape {a.shape}; expected [H, W, 3] or [H, W]")
-        t = chw_tensor(a)
-    if t.dtype != torch.uint8:
-        raise DetloaderValueError(
-            f"samples[{position}]: image dtype {t.dtype}; collate_detection batches uint8 images "
-            "(normalise on the device with Batch.normalize)"
-        )
-    return t
-
-
-def _from_parts(
-    image: Any,
-    boxes: Any,
-    labels: Any,
-    landmarks: Any,
-    visibility: Any,
-    image_label: int,
-    position: int,
-) -> Sample:
-    img = _image_tensor(image, position)
-    h, w = int(img.shape[1]), int(img.shape[2])
-    b = np.asarray(boxes if boxes is not None else np.zeros((0, 4)), dtype=np.float32)
-    if b.size == 0:
-        b = b.reshape(0, 4)
-    if b.ndim != 2 or b.shape[1] != 4:
-        raise DetloaderValueError(f"samples[{position}]: boxes shape {b.shape}; expected [N, 4]")
-    n = len(b)
-    lab = np.asarray(labels if labels is not None else np.zeros(0), dtype=np.int64).reshape(-1)
-    if len(lab) != n:
-        raise DetloaderValueError(f"samples[{position}]: {len(lab)} labels for {n} boxes")
-    if landmarks is None:
-        lm = np.zeros((n, 0, 2), dtype=np.float32)
-        vis = np.zeros((n, 0), dtype=np.uint8)
-    else:
-        raw = np.asarray(landmarks, dtype=np.float32)
-        if n == 0 and raw.ndim != 3:  # e.g. an empty list for an image without objects
-            raw = np.zeros((0, 0, 2), dtype=np.float32)
-        if raw.ndim != 3 or raw.shape[0] != n or raw.shape[2] not in (2, 3):
-            raise DetloaderValueError(f"samples[{position}]: landmarks shape {raw.shape}; expected [N={n}, K, 2 or 3]")
-        lm = np.ascontiguousarray(raw[..., :2])
-        if visibility is not None:
-            vis = np.asarray(visibility, dtype=np.uint8)
-            if vis.shape != lm.shape[:2]:
-                raise DetloaderValueError(f"samples[{position}]: visibility shape {vis.shape}; expected {lm.shape[:2]}")
-        elif raw.shape[2] == 3:
-            vis = raw[..., 2].astype(np.uint8)
-        else:
-            vis = np.full(lm.shape[:2], 2, dtype=np.uint8)
-        vis = np.where(np.isfinite(lm).all(axis=-1), vis, 0).astype(np.uint8)
-        lm = np.where((vis > 0)[..., None], lm, 0).astype(np.float32)
-    return Sample(
-        img, b, lab, lm, vis, int(image_label), MISSING, (w, h), (1.0, 1.0), (0.0, 0.0),
-        np.full(n, MISSING, dtype=np.int64),
-    )
-
-
 #: Bytes up to which a tensor of a :class:`Batch` pickles by value.
 _INLINE = 1 << 16
 
@@ -278,31 +205,6 @@ def _unpickle_batch(values: dict[str, Any], buffer: tuple[torch.Tensor, int] | N
         held, i = buffer
         weakref.finalize(batch.images.untyped_storage(), held.__setitem__, i, 0)
     return batch
-
-
-def _item(sample: Any, position: int) -> Sample:
-    """A dataset's sample as a :class:`Sample` (a user's tuple or dict is checked and
-    completed: no landmarks -> K = 0, visibility 2 where not given, identity scale)."""
-    if isinstance(sample, Sample):
-        return sample
-    if isinstance(sample, (tuple, list)):
-        if len(sample) == 2 and isinstance(sample[1], Mapping):
-            image, target = sample
-            if "boxes" not in target:
-                raise DetloaderValueError(f"samples[{position}]: target dict has no 'boxes' (keys: {sorted(target)})")
-            landmarks = target.get("landmarks", target.get("keypoints"))
-            image_label = target.get("image_label", MISSING)
-            return _from_parts(
-                image, target["boxes"], target.get("labels"), landmarks,
-                target.get("visibility"), int(image_label), position,
-            )
-        if 3 <= len(sample) <= 5:
-            parts = list(sample) + [None] * (5 - len(sample))
-            return _from_parts(*parts, image_label=MISSING, position=position)
-    raise DetloaderTypeError(
-        f"samples[{position}]: {type(sample).__name__} is not a Sample, (image, boxes, labels"
-        "[, landmarks[, visibility]]) or (image, target_dict)"
-    )
 
 
 def _new_shared(numel: int) -> torch.Tensor:
@@ -377,7 +279,7 @@ def collate_detection(
         raise DetloaderValueError(f"size_divisor={size_divisor} must be >= 1")
     if not 0 <= fill <= 255:
         raise DetloaderValueError(f"fill={fill} must be in 0..255")
-    items = [_item(s, p) for p, s in enumerate(samples)]
+    items = [as_sample(s, p) for p, s in enumerate(samples)]
     ks = {it.landmarks.shape[1] for it in items if len(it.boxes)}
     if len(ks) > 1:
         raise DetloaderValueError(f"collate_detection: samples have different landmark counts K={sorted(ks)}")

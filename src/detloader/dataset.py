@@ -18,93 +18,28 @@ import os
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 
 from detloader.annotations.index import MISSING, AnnotationIndex
-from detloader.annotations.landmarks import ClassFlip, LandmarkSchema
-from detloader.annotations.splits import rarest_class_per_image
+from detloader.annotations.problems import check_choice
 from detloader.errors import (
     DetloaderIndexError,
     DetloaderRuntimeWarning,
     DetloaderTypeError,
     DetloaderValueError,
-    FlipPairWarning,
     ImageDecodeError,
 )
 from detloader.images import ExifPolicy, MinSize, check_exif_policy, read_image
+from detloader.sample import Sample
 from detloader.store import CacheKind, ImageStore, cache_size_from, decode_to_size
-from detloader.transforms.base import Annotated, may_mirror, min_input_size
-from detloader.transforms.functional import affine_boxes, affine_points, chw_tensor
+from detloader.substitutes import DECODE_ERROR_CHOICES, MAX_SUBSTITUTE_TRIES, OnDecodeError, Substitutes
+from detloader.transforms.base import Annotated, check_output, min_input_size, mirror_maps
+from detloader.transforms.functional import chw_tensor
 from detloader.transforms.geometric import Resize
 from detloader.transforms.mix import MIX_STREAM, MixUp, Mosaic, group_size, mix_choice
-
-OnDecodeError = Literal["raise", "skip"]
-DECODE_ERROR_CHOICES: tuple[str, ...] = ("raise", "skip")
-#: Images tried as substitutes of one undecodable image before giving up.
-MAX_SUBSTITUTE_TRIES = 32
-
-
-@dataclass(frozen=True, eq=False)
-class Sample:
-    """One transformed image and its targets.
-
-    Attributes:
-        image: uint8 ``[3, H, W]`` RGB tensor (may be a non-contiguous view of ``[H, W, 3]``
-            memory; :func:`~detloader.collate.collate_detection` copies it into the batch).
-        boxes: float32 ``[N, 4]`` xyxy pixels of ``image``.
-        labels: int64 ``[N]`` object class ids.
-        landmarks: float32 ``[N, K, 2]`` pixels of ``image``; (0, 0) where visibility is 0.
-        visibility: uint8 ``[N, K]``: 0 absent or outside the image, 1 hidden, 2 visible.
-        image_label: image-level class id, or ``MISSING``.
-        image_id: row of the image in the dataset's index, or ``MISSING``.
-        orig_size: (width, height) of the annotation frame (the size the annotation states).
-        scale, offset: the map from annotation coordinates to ``image`` coordinates,
-            ``x' = x * scale[0] + offset[0]``, ``y' = y * scale[1] + offset[1]`` (``scale[0] <
-            0`` after a horizontal flip); :meth:`boxes_to_original` inverts it.
-        object_ids: int64 ``[N]`` rows of the objects in the index (crops drop some), or
-            ``MISSING`` when unknown; use them to look up other per-object fields
-            (``index.difficult[ids]``, ``index.object_attributes[ids]``).
-    """
-
-    image: torch.Tensor
-    boxes: np.ndarray
-    labels: np.ndarray
-    landmarks: np.ndarray
-    visibility: np.ndarray
-    image_label: int
-    image_id: int
-    orig_size: tuple[int, int]
-    scale: tuple[float, float]
-    offset: tuple[float, float]
-    object_ids: np.ndarray
-
-    @property
-    def size(self) -> tuple[int, int]:
-        """(width, height) of ``image``."""
-        return int(self.image.shape[2]), int(self.image.shape[1])
-
-    def boxes_to_original(self, boxes: np.ndarray) -> np.ndarray:
-        """float32 ``[N, 4]`` boxes of ``image`` (e.g. predictions) in annotation coordinates."""
-        return affine_boxes(boxes, *self._to_original())
-
-    def landmarks_to_original(self, landmarks: np.ndarray) -> np.ndarray:
-        """float32 ``[N, K, 2]`` points of ``image`` in annotation coordinates (all points are
-        mapped; use the visibility to ignore absent ones)."""
-        vis = np.ones(np.shape(landmarks)[:-1], dtype=np.uint8)
-        return affine_points(landmarks, vis, *self._to_original())
-
-    def _to_original(self) -> tuple[float, float, float, float]:
-        """(sx, sy, ox, oy) of the inverse map: ``image`` -> annotation coordinates."""
-        (sx, sy), (ox, oy) = self.scale, self.offset
-        return 1 / sx, 1 / sy, -ox / sx, -oy / sy
-
-
-def _new_seed() -> int:
-    return int(np.random.SeedSequence().entropy % (2**63))  # type: ignore[operator]
 
 
 class DetectionDataset(torch.utils.data.Dataset):
@@ -137,10 +72,8 @@ class DetectionDataset(torch.utils.data.Dataset):
             the pairs inferred from the class names (:class:`ClassFlip`); ``[]`` says no class
             has a side.
 
-    When the transform can mirror (:func:`~detloader.transforms.base.may_mirror`), doubtful
-    landmark pairs, landmarks without any pair and one-sided classes (``redleft`` without
-    ``redright``: an image holding one is never mirrored) are each warned once here, with
-    how many images they hold; docs/loader.md, "Flips: classes and points with a side".
+    A transform that can mirror gets the flip warnings of :func:`~detloader.transforms.base.mirror_maps`
+    once, here (docs/loader.md, "Flips: classes and points with a side").
 
     When the decoded image's size differs from the size the annotation states, annotations
     are scaled to the image (per axis) and a warning is given once per process.
@@ -170,36 +103,20 @@ class DetectionDataset(torch.utils.data.Dataset):
         if transform is not None and not callable(transform):
             raise DetloaderTypeError(f"transform={transform!r} is not callable")
         check_exif_policy(exif)
-        if on_decode_error not in DECODE_ERROR_CHOICES:
-            raise DetloaderValueError(
-                f"on_decode_error={on_decode_error!r} is not one of {', '.join(DECODE_ERROR_CHOICES)}"
-            )
+        check_choice("on_decode_error", on_decode_error, DECODE_ERROR_CHOICES)
         check_decode_threads(decode_threads)
         self.index = index
         self.transform = transform
-        self.seed = _new_seed() if seed is None else int(seed)
+        self.seed = int(np.random.SeedSequence().entropy % 2**63) if seed is None else int(seed)  # type: ignore[operator]
         self.exif: ExifPolicy = exif
         self.reduced_decode = bool(reduced_decode)
         self.decode_threads = int(decode_threads)
-        schema = index.landmark_schema
-        if flip_pairs is not None:
-            schema = LandmarkSchema.from_names(schema.names, flip_pairs)
-        self.class_flip = ClassFlip.resolve(index.classes, class_flip_pairs)
-        mirrors = may_mirror(transform)
-        self._flip_permutation = schema.flip_permutation(warn=mirrors)
-        problem = self.class_flip.problem(index.labels, index.object_image, len(index)) if mirrors else None
-        if problem is not None:
-            warnings.warn(FlipPairWarning("class_partner_missing", problem), stacklevel=2)
+        self._flip_permutation, self.class_flip = mirror_maps(index, transform, flip_pairs, class_flip_pairs)
         # One shared int64: set_epoch in the main process is seen by running workers.
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._warned: set[str] = set()
         self.on_decode_error: OnDecodeError = on_decode_error
-        # One shared flag per image (only under "skip"): 1 when it failed to decode in this
-        # epoch, in whichever process; set_epoch clears them.
-        self._skip_flags = torch.zeros(
-            len(index) if on_decode_error == "skip" else 0, dtype=torch.uint8
-        ).share_memory_()
-        self._rarest: np.ndarray | None = None
+        self._substitutes = Substitutes(index, self.seed, on_decode_error == "skip")
         self.store: ImageStore | None = None
         if cache is not None:
             size = cache_size if cache_size is not None else cache_size_from(transform)
@@ -216,7 +133,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         if epoch < 0:
             raise DetloaderValueError(f"epoch={epoch} must be >= 0")
         if epoch != self.epoch:
-            self._skip_flags.zero_()
+            self._substitutes.clear()
         self._epoch[0] = epoch
 
     @property
@@ -328,7 +245,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         """(dataset index, image path) of the images that failed to decode since the last
         :meth:`set_epoch` (``on_decode_error="skip"``), in index order; DataLoader workers'
         skips included (the flags live in shared memory)."""
-        return [(int(i), os.fspath(self.index.image_path(int(i)))) for i in torch.nonzero(self._skip_flags).flatten()]
+        return self._substitutes.skipped()
 
     def _load_or_substitute(self, i: int, epoch: int) -> tuple[int, Annotated]:
         """``(j, self.load(j))``: ``j == i`` unless image ``i`` does not decode and the policy
@@ -344,7 +261,7 @@ class DetectionDataset(torch.utils.data.Dataset):
             if self.on_decode_error == "raise":
                 raise ImageDecodeError(f"{err} (dataset index {i})") from err
             self._skip(i, err)
-        group, rest = self._substitutes(i, epoch)
+        group, rest = self._substitutes.order(i, epoch)
         for j in np.concatenate([group, rest])[:MAX_SUBSTITUTE_TRIES]:
             j = int(j)
             try:
@@ -365,22 +282,8 @@ class DetectionDataset(torch.utils.data.Dataset):
         )
 
     def _skip(self, i: int, err: ImageDecodeError) -> None:
-        self._skip_flags[i] = 1
+        self._substitutes.mark(i)
         self._warn_once(f"skip:{i}", f"{err} (dataset index {i}); skipped, a substitute is used")
-
-    def _substitutes(self, i: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-        """Substitute candidates of image ``i`` in the order they are tried: the other images of
-        its group (same image class, same rarest object class), then the rest, each in the
-        order of ``default_rng((seed, epoch, i, 1))``."""
-        idx = self.index
-        if self._rarest is None:
-            self._rarest = rarest_class_per_image(idx.labels, idx.object_image, len(idx), len(idx.classes))
-        same = (self._rarest == self._rarest[i]) & (idx.image_labels == idx.image_labels[i])
-        same[i] = False
-        others = ~same
-        others[i] = False
-        rng = np.random.default_rng((self.seed, epoch, i, 1))
-        return rng.permutation(np.flatnonzero(same)), rng.permutation(np.flatnonzero(others))
 
     def _checked(self, i: int | Sequence[int]) -> Any:
         n = len(self.index)
@@ -446,7 +349,7 @@ class DetectionDataset(torch.utils.data.Dataset):
     def _transformed(self, data: Annotated, rng: np.random.Generator) -> Annotated:
         if self.transform is not None:
             data = self.transform(data, rng)
-            _check_output(data, self.transform)
+            check_output(data, self.transform)
         return data
 
     def _mixed(self, group: list[int], epoch: int) -> Annotated | None:
@@ -486,7 +389,6 @@ class DetectionDataset(torch.utils.data.Dataset):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_warned"] = set()  # each process warns for itself
-        state["_rarest"] = None
         return state
 
 
@@ -494,21 +396,3 @@ def check_decode_threads(decode_threads: int) -> None:
     """ValueError unless ``decode_threads`` is an int >= 0."""
     if isinstance(decode_threads, bool) or not isinstance(decode_threads, (int, np.integer)) or decode_threads < 0:
         raise DetloaderValueError(f"decode_threads={decode_threads!r} must be an int >= 0")
-
-
-def _check_output(data: Any, transform: object) -> None:
-    if not isinstance(data, Annotated):
-        raise DetloaderTypeError(f"transform {transform!r} returned {type(data).__name__}, not Annotated")
-    image = data.image
-    if not (isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3):
-        raise DetloaderValueError(
-            f"transform {transform!r} returned an image of type {type(image).__name__}, "
-            f"dtype={getattr(image, 'dtype', None)}, shape={getattr(image, 'shape', None)}; "
-            "expected numpy uint8 [H, W, 3]"
-        )
-    n = len(data.boxes)
-    if not (len(data.labels) == len(data.landmarks) == len(data.visibility) == len(data.object_ids) == n):
-        raise DetloaderValueError(
-            f"transform {transform!r} returned {n} boxes but {len(data.labels)} labels, "
-            f"{len(data.landmarks)} landmark rows, {len(data.object_ids)} object ids"
-        )

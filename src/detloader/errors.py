@@ -10,10 +10,25 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from detloader.annotations.problems import Problem, ProblemReport
+
+class _Problem(Protocol):
+    """What :class:`AnnotationError` reads of a ``detloader.annotations.problems.Problem`` (the
+    error family sits below the stages and imports none of them)."""
+
+    kind: str
+
+
+class _Report(Protocol):
+    """What :class:`AnnotationError` reads of a ``ProblemReport``."""
+
+    @property
+    def errors(self) -> list[Any]: ...
+
+    def summary_line(self) -> str: ...
+
+    def hints(self) -> dict[str, str]: ...
 
 __all__ = [
     "DetloaderError", "DetloaderWarning", "DetloaderRuntimeWarning", "DetloaderValueError",
@@ -79,7 +94,7 @@ class AnnotationError(DetloaderValueError):
     (when the error comes from a whole read, otherwise ``None``).
     """
 
-    def __init__(self, problem: Problem, report: ProblemReport | None = None) -> None:
+    def __init__(self, problem: _Problem, report: _Report | None = None) -> None:
         message = str(problem)
         if report is not None and len(report.errors) > 1:
             message += f" (and {len(report.errors) - 1} more errors: {report.summary_line()})"

@@ -13,7 +13,6 @@ import random
 import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import field, fields, make_dataclass, replace
 from inspect import signature
 from typing import Any, Literal
@@ -21,17 +20,15 @@ from typing import Any, Literal
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
-from torch.utils.data._utils.pin_memory import pin_memory as pin_batch
-from torch.utils.data.dataloader import _BaseDataLoaderIter, _SingleProcessDataLoaderIter
 
 from detloader._pool import worker_context
 from detloader._system import accelerator_available
-from detloader.balance.weighted import WeightedSampler
-from detloader.balance.weights import make_balanced_sampler
+from detloader.balance.weighted import WeightedSampler, make_balanced_sampler
 from detloader.balance.wrapper import AspectRatioBatchSampler, PartnerSampler
 from detloader.collate import collate_detection
 from detloader.dataset import check_decode_threads
 from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError
+from detloader.load_ahead import DetectionLoader
 from detloader.transforms.mix import MixUp, Mosaic, group_size
 from detloader.tune.saved import auto_loader_kwargs
 
@@ -55,61 +52,6 @@ class WorkerInit:
         np.random.seed(seed % 2**32)
         if self.user_fn is not None:
             self.user_fn(worker_id)
-
-
-class DetectionLoader(DataLoader):  # type: ignore[type-arg]
-    """The ``DataLoader`` :func:`make_loader` returns: the same class in every way but one.
-    With ``num_workers=0`` and a dataset with decode threads (and ``submit``, as
-    :class:`~detloader.dataset.DetectionDataset` has), the threads load the next batch while
-    the loop uses the current one (the training step, the collate), as worker processes
-    do. The batches are the same as without."""
-
-    def _get_iterator(self) -> _BaseDataLoaderIter:
-        if (self.num_workers == 0 and self._auto_collation and getattr(self.dataset, "decode_threads", 0)
-                and callable(getattr(self.dataset, "submit", None))):
-            return _LoadAhead(self)
-        return super()._get_iterator()
-
-
-class _LoadAhead(_SingleProcessDataLoaderIter):
-    """One batch ahead on the dataset's decode threads; the threads end with the epoch or
-    when the iterator is dropped."""
-
-    def __init__(self, loader: DetectionLoader) -> None:
-        super().__init__(loader)
-        self._pool = ThreadPoolExecutor(loader.dataset.decode_threads, thread_name_prefix="detloader-decode")  # type: ignore[attr-defined]
-        self._ahead: tuple[int, list[int], Future[Any]] | None = None  # the next batch
-
-    def _submit(self) -> tuple[int, list[int], Future[Any]] | None:
-        """The next batch started on the threads, its collate too; None at the end of the epoch."""
-        try:
-            index = self._next_index()
-        except StopIteration:
-            return None
-        return self._dataset.epoch, index, self._collated(self._dataset.submit(index, self._pool))
-
-    def _collated(self, samples: list[Future[Any]]) -> Future[Any]:
-        # queued after its samples, it starts once they all have: it waits only for running ones.
-        # It holds the collate, not the iterator: the iterator's last reference never goes in a thread
-        collate = self._collate_fn
-        return self._pool.submit(lambda: collate([f.result() for f in samples]))
-
-    def _next_data(self) -> Any:
-        current = self._ahead or self._submit()
-        if current is None:
-            self._pool.shutdown(cancel_futures=True)
-            raise StopIteration
-        self._ahead = self._submit()
-        epoch, index, batch = current
-        if epoch != self._dataset.epoch:  # set_epoch between two batches: this epoch's samples
-            batch = self._collated(self._dataset.submit(index, self._pool))
-        data = batch.result()
-        return pin_batch(data, self._pin_memory_device) if self._pin_memory else data
-
-    def __del__(self) -> None:
-        # waits for the sample being decoded (milliseconds): a thread still running when the
-        # next loader forks its workers can leave a lock taken in them (workers aborted at exit)
-        self._pool.shutdown(cancel_futures=True)
 
 
 #: What ``make_loader(balance=...)`` takes: a strategy name, ``{group: weight}`` or a sampler.

@@ -22,7 +22,7 @@ import numpy as np
 from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Vocabulary, fields_at, unpack_string, unpack_strings
 from detloader.annotations.landmarks import ClassFlip, LandmarkSchema
 from detloader.annotations.problems import ProblemReport
-from detloader.annotations.splits import check_fractions, class_groups, stratified_split
+from detloader.annotations.stratify import check_fractions, class_groups, stratified_split
 from detloader.annotations.view import ImageView
 from detloader.errors import DetloaderIndexError, DetloaderKeyError, DetloaderValueError, SplitNotFoundError
 
@@ -268,7 +268,8 @@ class AnnotationIndex:
         """Split by ratio, reproducibly: ``index.random_split({"train": .8, "val": .2}, seed=0)``.
 
         Fractions are normalised to sum to 1; ``stratify="image_class"`` groups images by image class,
-        ``"class"`` by their rarest object class, as ``detloader split`` does (:func:`stratified_split`).
+        ``"class"`` by their rarest object class, as ``detloader split`` does
+        (:func:`~detloader.annotations.stratify.stratified_split`).
         """
         check_fractions(fractions)
         if stratify is None:
@@ -276,7 +277,7 @@ class AnnotationIndex:
         elif stratify == "image_class":
             groups = self.image_labels.astype(np.int64)
         elif stratify == "class":
-            groups = class_groups(self)
+            groups = class_groups(self.labels, self.object_image, self.image_labels, len(self.classes))
         else:
             raise DetloaderValueError(f"stratify={stratify!r} is not one of None, 'image_class', 'class'")
         parts = stratified_split(groups, fractions, np.random.default_rng(seed))

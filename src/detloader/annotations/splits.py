@@ -1,8 +1,8 @@
 """Splits: found where the layout keeps them, or made once (seeded, stratified), recorded.
 
 :func:`settle_splits` runs after every read (``splits.json``, else the reader's split files,
-else split folders); :func:`make_splits` writes them once; :func:`stratified_split` is the pure
-rule both :func:`make_splits` and ``AnnotationIndex.random_split`` cut with. The order, the
+else split folders); :func:`make_splits` writes them once, cut by the pure rule of
+:mod:`detloader.annotations.stratify` that ``AnnotationIndex.random_split`` cuts with too. The order, the
 problems and the files written: docs/index.md ("Splits: found or made").
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -19,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from detloader.annotations.fields import MISSING
+from detloader._files import find_child_dir
 from detloader.annotations.problems import Problem, ProblemReport, problems_of
+from detloader.annotations.stratify import class_groups, stratified_split
 from detloader.errors import DetloaderValueError, SplitsExistError
 
 if TYPE_CHECKING:
@@ -39,68 +39,6 @@ def split_role(name: str) -> str | None:
     (``trainval``, which overlaps train and val by design in VOC)."""
     m = _ROLE.match(name)
     return None if m is None else ROLES[m.lastindex - 1]  # type: ignore[operator]
-
-
-def check_fractions(fractions: Mapping[str, float]) -> None:
-    """ValueError unless ``fractions`` is non-empty, every value finite and >= 0, sum > 0."""
-    if not fractions:
-        raise DetloaderValueError("random_split: fractions={} is empty")
-    values = list(fractions.values())
-    if any(f < 0 or not math.isfinite(f) for f in values) or sum(values) <= 0:
-        raise DetloaderValueError(f"random_split: fractions={dict(fractions)} must be >= 0, sum > 0")
-
-
-def stratified_split(
-    groups: np.ndarray, fractions: Mapping[str, float], rng: np.random.Generator
-) -> dict[str, np.ndarray]:
-    """Image ids (sorted int64) per part: each group (``groups[i]`` is image i's) is shuffled
-    and cut by the normalised fractions, rounded down, the remainder going to the parts with
-    the largest fractional shares (ties: the first parts). A group with at least as many
-    images as there are parts with a fraction > 0 puts at least one in each of them (taken
-    from the largest part), so that a rare class reaches every split."""
-    names = list(fractions)
-    weights = np.array([fractions[k] for k in names], dtype=np.float64)
-    weights /= weights.sum()
-    parts: dict[str, list[np.ndarray]] = {k: [np.zeros(0, dtype=np.int64)] for k in names}
-    for g in np.unique(groups):
-        members = np.flatnonzero(groups == g)
-        n = len(members)
-        members = members[rng.permutation(n)]
-        sizes = np.floor(weights * n).astype(np.int64)
-        order = np.argsort(-(weights * n - sizes), kind="stable")
-        sizes[order[: n - int(sizes.sum())]] += 1
-        if n >= int((weights > 0).sum()):
-            for k in np.flatnonzero((weights > 0) & (sizes == 0)):
-                sizes[np.argmax(sizes)] -= 1
-                sizes[k] += 1
-        for k, start, size in zip(names, np.cumsum(sizes) - sizes, sizes):
-            parts[k].append(members[start : start + size])
-    return {k: np.sort(np.concatenate(v)) for k, v in parts.items()}
-
-
-def rarest_class_per_image(labels: np.ndarray, object_image: np.ndarray, n_images: int, n_classes: int) -> np.ndarray:
-    """int64 ``[n_images]``: per image, its object class with the fewest objects in the whole
-    dataset (MISSING for images without objects)."""
-    out = np.full(n_images, MISSING, dtype=np.int64)
-    if len(labels) == 0:
-        return out
-    freq = np.bincount(labels, minlength=n_classes)[labels]
-    img = object_image
-    # for each image, the label with the smallest global frequency
-    order = np.lexsort((freq, img))
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = img[order][1:] != img[order][:-1]
-    out[img[order][first]] = labels[order][first]
-    return out
-
-
-def class_groups(index: AnnotationIndex) -> np.ndarray:
-    """int64 ``[n]``: the stratification group of each image: its rarest object class, or for
-    an image without objects its image class (numbered after the object classes)."""
-    groups = rarest_class_per_image(index.labels, index.object_image, len(index), len(index.classes))
-    empty = groups == MISSING
-    groups[empty] = len(index.classes) + 1 + index.image_labels[empty]
-    return groups
 
 
 # -- found: problems, splits.json, folders ----------------------------------------------------
@@ -284,7 +222,7 @@ def make_splits(
             f"{index.root}: the dataset has splits already: {listed}; "
             "force=True (detloader split --force) replaces them"
         )
-    groups = class_groups(index)
+    groups = class_groups(index.labels, index.object_image, index.image_labels, len(index.classes))
     fractions = {k: f for k, f in (("train", 1 - val - test), ("val", val), ("test", test)) if f > 0}
     parts = stratified_split(groups, fractions, np.random.default_rng(seed))
     from detloader import __version__
@@ -307,7 +245,6 @@ def _write_splits(
 ) -> dict[str, str]:
     """Write ``parts`` where the layout keeps splits; their sources."""
     from detloader._files import atomic_write
-    from detloader.annotations.readers.common import find_child_dir
 
     root = index.root
     stems = [os.path.splitext(os.path.basename(index.annotation_path(i)))[0] for i in range(len(index))]

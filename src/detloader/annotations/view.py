@@ -7,14 +7,11 @@ of the per-object arrays); nothing is copied or kept per image.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
 from detloader.annotations.fields import MISSING
-
-if TYPE_CHECKING:
-    from detloader.annotations.index import AnnotationIndex
 
 
 class _ObjectRows:
@@ -33,7 +30,7 @@ class ImageView:
 
     __slots__ = ("_index", "id")
 
-    def __init__(self, index: AnnotationIndex, i: int) -> None:
+    def __init__(self, index: Any, i: int) -> None:  # an AnnotationIndex (which imports this module)
         self._index = index
         self.id = int(i)
 

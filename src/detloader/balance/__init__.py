@@ -1,10 +1,10 @@
 """Balance: which images an epoch draws, so that rare classes are seen enough.
 
-``groups`` gives each object or image a group, ``weights`` turns groups into image weights and
-strategy strings into samplers; the samplers live in ``weighted``, ``class_aware`` and
-``wrapper``, their shared contract (seed, epoch, ranks, resume) in ``base``, the alias table in
-``alias``. The samplers (torch) load on first use, so that the CLI's statistics stay quick.
-See docs/balancing.md.
+``groups`` gives each object or image a group, ``weights`` turns groups into image weights
+(pure functions of counts); the samplers live in ``weighted`` (with ``make_balanced_sampler``,
+a strategy string as its sampler), ``class_aware`` and ``wrapper``, their shared contract
+(seed, epoch, ranks, resume) in ``base``, the alias table in ``alias``. The samplers (torch)
+load on first use, so that the CLI's statistics stay quick. See docs/balancing.md.
 """
 
 from detloader.balance.groups import Groups, balance_groups, class_members, group_counts
@@ -14,7 +14,6 @@ from detloader.balance.weights import (
     DEFAULT_THRESHOLD,
     STRATEGIES,
     image_weights,
-    make_balanced_sampler,
     parse_strategy,
     repeat_factors,
     sample_weights,
@@ -29,6 +28,7 @@ _LAZY = {
     "PartnerSampler": "detloader.balance.wrapper",
     "RepeatFactorSampler": "detloader.balance.weighted",
     "WeightedSampler": "detloader.balance.weighted",
+    "make_balanced_sampler": "detloader.balance.weighted",
     "members_from_labels": "detloader.balance.class_aware",
 }
 

@@ -1,5 +1,6 @@
 """The samplers driven by one number per image: :class:`WeightedSampler` (a probability) and
-:class:`RepeatFactorSampler` (expected copies per epoch).
+:class:`RepeatFactorSampler` (expected copies per epoch); :func:`make_balanced_sampler`, a
+``balance=`` strategy as its sampler.
 
 With replacement: Walker's alias method (:mod:`detloader.balance.alias`; above 2**24 weights the
 first 2**20 positions of an epoch by block inverse CDF); without: the order of exponential keys
@@ -10,12 +11,13 @@ weighted sampling beyond 2**24").
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data import Sampler
 
 from detloader.annotations.index import AnnotationIndex
 from detloader.balance import alias
@@ -31,7 +33,7 @@ from detloader.balance.base import (
     interleave,
 )
 from detloader.balance.groups import ByKey
-from detloader.balance.weights import DEFAULT_THRESHOLD, repeat_factors
+from detloader.balance.weights import BALANCE_CHOICES, DEFAULT_THRESHOLD, parse_strategy, repeat_factors, sample_weights
 from detloader.errors import DetloaderValueError
 
 
@@ -289,3 +291,50 @@ class RepeatFactorSampler(EpochSampler):
     def expected_counts(self) -> np.ndarray:
         """float64 ``[n]``: expected copies of each image per epoch (the repeat factors)."""
         return self.repeat_factors.copy()
+
+
+def make_balanced_sampler(
+    index: AnnotationIndex,
+    balance: str | Mapping[Any, float] | Sampler[Any],
+    *,
+    by: ByKey = "class",
+    seed: int = 0,
+    num_samples: int | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> Sampler[Any]:
+    """The sampler behind ``make_loader(balance=...)``.
+
+    ``balance`` is a ready sampler (returned unchanged), a ``{group: weight}`` mapping
+    (explicit weights), or a strategy name with an optional parameter (:func:`parse_strategy`).
+
+    Weight strategies give a :class:`WeightedSampler` with replacement of ``num_samples``
+    draws per epoch (default ``len(index)``); ``repeat_factor`` a :class:`RepeatFactorSampler`
+    (``num_samples`` must be None: the factors set the length); ``class_aware`` a
+    :class:`ClassAwareSampler`.
+    """
+    from detloader.balance.class_aware import ClassAwareSampler
+
+    if isinstance(balance, Sampler):
+        return balance
+    common = {"seed": seed, "rank": rank, "world_size": world_size}
+    if isinstance(balance, Mapping):
+        weights = sample_weights(index, by, "explicit", class_weights=balance)
+        return WeightedSampler(weights, num_samples or len(index), **common)
+    if not isinstance(balance, str):
+        raise DetloaderValueError(f"balance={balance!r} must be a strategy name, a {{group: weight}} mapping or "
+                                  "a Sampler")
+    name, params = parse_strategy(balance)
+    if name not in BALANCE_CHOICES:
+        raise DetloaderValueError(f"balance={balance!r} is not one of {BALANCE_CHOICES}")
+    if name == "explicit":
+        raise DetloaderValueError("balance='explicit' needs the weights: pass balance={group: weight}")
+    if name == "repeat_factor":
+        if num_samples is not None:
+            raise DetloaderValueError(f"num_samples={num_samples} with balance='repeat_factor': the repeat factors "
+                                      "set the epoch length")
+        return RepeatFactorSampler.from_index(index, params.get("threshold", DEFAULT_THRESHOLD), by=by, **common)
+    if name == "class_aware":
+        return ClassAwareSampler.from_index(index, by, num_samples=num_samples, **common)
+    weights = sample_weights(index, by, name, **params)  # type: ignore[arg-type]
+    return WeightedSampler(weights, num_samples or len(index), **common)

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal
 
 import numpy as np
 
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.balance.groups import PRODUCT_SEPARATOR, ByKey, Count, Groups, balance_groups, group_counts
 from detloader.errors import DetloaderValueError
-
-if TYPE_CHECKING:
-    from torch.utils.data import Sampler
 
 Strategy = Literal["inverse", "sqrt", "power", "effective", "repeat_factor", "explicit"]
 STRATEGIES: tuple[str, ...] = ("inverse", "sqrt", "power", "effective", "repeat_factor", "explicit")
@@ -218,53 +215,3 @@ def parse_strategy(spec: str) -> tuple[str, dict[str, float]]:
     except ValueError:
         raise DetloaderValueError(f"strategy={spec!r}: {param!r} is not a number") from None
     return name, {key: value}
-
-
-def make_balanced_sampler(
-    index: AnnotationIndex,
-    balance: str | Mapping[Any, float] | Sampler[Any],
-    *,
-    by: ByKey = "class",
-    seed: int = 0,
-    num_samples: int | None = None,
-    rank: int | None = None,
-    world_size: int | None = None,
-) -> Sampler[Any]:
-    """The sampler behind ``make_loader(balance=...)``.
-
-    ``balance`` is a ready sampler (returned unchanged), a ``{group: weight}`` mapping
-    (explicit weights), or a strategy name with an optional parameter (:func:`parse_strategy`).
-
-    Weight strategies give a :class:`WeightedSampler` with replacement of ``num_samples``
-    draws per epoch (default ``len(index)``); ``repeat_factor`` a :class:`RepeatFactorSampler`
-    (``num_samples`` must be None: the factors set the length); ``class_aware`` a
-    :class:`ClassAwareSampler`.
-    """
-    from torch.utils.data import Sampler  # torch loads with the samplers
-
-    from detloader.balance.class_aware import ClassAwareSampler
-    from detloader.balance.weighted import RepeatFactorSampler, WeightedSampler
-
-    if isinstance(balance, Sampler):
-        return balance
-    common = {"seed": seed, "rank": rank, "world_size": world_size}
-    if isinstance(balance, Mapping):
-        weights = sample_weights(index, by, "explicit", class_weights=balance)
-        return WeightedSampler(weights, num_samples or len(index), **common)
-    if not isinstance(balance, str):
-        raise DetloaderValueError(f"balance={balance!r} must be a strategy name, a {{group: weight}} mapping or "
-                                  "a Sampler")
-    name, params = parse_strategy(balance)
-    if name not in BALANCE_CHOICES:
-        raise DetloaderValueError(f"balance={balance!r} is not one of {BALANCE_CHOICES}")
-    if name == "explicit":
-        raise DetloaderValueError("balance='explicit' needs the weights: pass balance={group: weight}")
-    if name == "repeat_factor":
-        if num_samples is not None:
-            raise DetloaderValueError(f"num_samples={num_samples} with balance='repeat_factor': the repeat factors "
-                                      "set the epoch length")
-        return RepeatFactorSampler.from_index(index, params.get("threshold", DEFAULT_THRESHOLD), by=by, **common)
-    if name == "class_aware":
-        return ClassAwareSampler.from_index(index, by, num_samples=num_samples, **common)
-    weights = sample_weights(index, by, name, **params)  # type: ignore[arg-type]
-    return WeightedSampler(weights, num_samples or len(index), **common)

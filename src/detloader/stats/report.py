@@ -15,7 +15,7 @@ import numpy as np
 from detloader._plotting import new_figure
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.balance.groups import ByKey, Groups, balance_groups, group_counts
-from detloader.balance.weights import DEFAULT_THRESHOLD, make_balanced_sampler, parse_strategy
+from detloader.balance.weights import DEFAULT_THRESHOLD, parse_strategy
 from detloader.errors import DetloaderValueError, EmptyIndexError
 from detloader.stats.describe import imbalance_ratio
 
@@ -138,6 +138,8 @@ def balance_report(
         unit = default_unit(groups)
     if unit not in ("objects", "images"):
         raise DetloaderValueError(f"unit={unit!r} is not one of 'objects', 'images'")
+    from detloader.balance.weighted import make_balanced_sampler  # torch loads with the samplers
+
     sampler = make_balanced_sampler(index, balance, by=by, seed=seed, num_samples=num_samples, rank=0, world_size=1)
     if not hasattr(sampler, "expected_counts"):
         raise DetloaderValueError(f"balance={type(sampler).__name__}: the sampler has no expected_counts(), so the "

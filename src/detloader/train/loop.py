@@ -13,7 +13,7 @@ stops at once (docs/training.md, "The loop", "Stopping").
 A loss term that goes NaN or infinite stops the run before its backward pass, on every rank
 together (:class:`~detloader.errors.NonFiniteLossError`); no checkpoint with non-finite
 weights is ever written (:class:`~detloader.errors.NonFiniteWeightsError`), so the last one
-saved stays good (docs/training.md, "Non-finite loss").
+saved stays good (docs/training.md, "Non-finite loss"). Both early stops: :mod:`.stopping`.
 """
 
 from __future__ import annotations
@@ -21,22 +21,21 @@ from __future__ import annotations
 import json
 import math
 import signal
-import threading
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from detloader.errors import DataMismatchError, DetloaderValueError, NonFiniteLossError, RunDirError
+from detloader.errors import DataMismatchError, DetloaderValueError, RunDirError
 from detloader.train.checkpoint import check_finite_state, load_checkpoint, save_checkpoint
 from detloader.train.config import TrainConfig
 from detloader.train.distributed import DistEnv, all_gather_objects, broadcast_object, running_distributed
 from detloader.train.inference import evaluate_model
 from detloader.train.model import CenterNet, ModelConfig
 from detloader.train.runs import RunLock, check_out_dir, data_changes, prepare_data, train_loader
+from detloader.train.stopping import StopRequest, check_loss
 from detloader.train.task import REFERENCE, EpochInfo, StartInfo, StepInfo, Task, as_task, centernet_task
 
 
@@ -65,93 +64,6 @@ def _amp(config: TrainConfig, device: torch.device) -> torch.dtype | None:
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return model.module if hasattr(model, "module") else model
-
-
-class _StopRequest:
-    """SIGTERM and SIGINT noted from :meth:`listen` to :meth:`close` instead of obeyed at
-    once (the loop stops after its step)."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __init__(self, env: DistEnv) -> None:
-        self.env = env
-        self.signum = 0
-        self._previous: dict[int, Any] = {}
-
-    def listen(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._note) for s in self.SIGNALS}
-
-    def _note(self, signum: int, frame: Any) -> None:
-        if self.signum == signal.SIGINT and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C: now
-        self.signum = signum
-
-    def close(self) -> None:
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
-        self._previous = {}
-
-    def agreed(self) -> int:
-        """The signal to stop for, the same on every rank (0: go on)."""
-        if not self.env.distributed:
-            return self.signum
-        flag = torch.tensor([self.signum], device=self.env.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return int(flag.item())
-
-
-def _non_finite_terms(terms: Any, loss: torch.Tensor) -> dict[str, float]:
-    """The loss terms (and ``total``) that hold a NaN or an infinity, with their values."""
-    named = {k: v for k, v in terms.items() if k != "total"}
-    named["total"] = loss
-    values = {k: float(torch.as_tensor(v).detach().float().sum()) for k, v in named.items()}
-    return {k: v for k, v in values.items() if not math.isfinite(v)}
-
-
-def _check_loss(
-    terms: Any,
-    loss: torch.Tensor,
-    env: DistEnv,
-    config: TrainConfig,
-    amp: bool,
-    *,
-    step: int,
-    epoch: int,
-    step_in_epoch: int,
-    steps_per_epoch: int,
-    lr: float,
-    warmup: int,
-    last_good: str,
-) -> None:
-    """:class:`NonFiniteLossError` on every rank when a loss term went NaN or infinite on any
-    rank at this step (before its backward: DDP would spread a NaN gradient to every rank's
-    weights). The loss is per rank, so under DDP the ranks agree with one all-reduce of a flag
-    a step (and gather the terms only when it is set). ``last_good``: the checkpoint that
-    stays good, as the message names it; ``warmup``: the warm-up steps in effect."""
-    bad = _non_finite_terms(terms, loss)
-    if env.distributed:
-        flag = torch.tensor([1 if bad else 0], device=env.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        if not int(flag.item()):
-            return
-        per_rank = all_gather_objects(env, bad)
-        bad = {f"rank {r}: {k}": v for r, got in enumerate(per_rank) for k, v in got.items()}
-    if not bad:
-        return
-    shown = ", ".join(f"{k} {v}" for k, v in bad.items())
-    tips = [f"a lower --lr (now {lr:g} at this step, {config.lr:g} at its peak)",
-            f"more warm-up (--warmup-steps, now {config.warmup_steps}"
-            + (f", {warmup} in effect: at most a quarter of the run's steps)" if warmup < config.warmup_steps else ")")]
-    if amp:
-        tips.append("AMP off (--no-amp): float16 can overflow")
-    tips.append("a look at the data: boxes or landmarks far outside their images (detloader validate PATH)")
-    raise NonFiniteLossError(
-        f"non-finite loss at step {step} (epoch {epoch + 1}, step {step_in_epoch} of {steps_per_epoch}): {shown}. "
-        f"Training stopped before this step's update; {last_good}. Try {', '.join(tips[:-1])}, or {tips[-1]}",
-        step,
-        bad,
-    )
 
 
 def train(
@@ -192,12 +104,12 @@ def train(
         refusal = broadcast_object(env, refusal)
         if refusal:
             raise RunDirError(refusal)
-        stop = _StopRequest(env)
+        stop = StopRequest(env)
         stack.callback(stop.close)
         return _train(config, env, task, on_step, on_epoch, on_start, stop)
 
 
-def _batches(loader: Any, stop: _StopRequest) -> Any:
+def _batches(loader: Any, stop: StopRequest) -> Any:
     """The loader's batches; after a stop signal, a loader that fails (its workers ended by
     the same signal) just ends: the loop stops there anyway."""
     it = iter(loader)
@@ -219,7 +131,7 @@ def _train(
     on_step: Callable[[StepInfo], None] | None,
     on_epoch: Callable[[EpochInfo], None] | None,
     on_start: Callable[[StartInfo], None] | None,
-    stop: _StopRequest,
+    stop: StopRequest,
 ) -> dict[str, Any]:
     out = config.out_dir
     data = prepare_data(config, env)
@@ -341,7 +253,7 @@ def _train(
                 outputs = model(x)
             terms = task.loss(outputs, batch)
             loss = task.total(terms)
-            _check_loss(
+            check_loss(
                 terms, loss, env, config, amp_dtype is not None, step=step + 1, epoch=epoch,
                 step_in_epoch=first + n_steps + 1, steps_per_epoch=steps_per_epoch,
                 lr=float(scheduler.get_last_lr()[0]), warmup=warmup, last_good=last_good,

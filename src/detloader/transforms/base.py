@@ -6,14 +6,16 @@ look past it) and ``min_input_size(width, height)`` (a resize: decode at least t
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import ClassFlip, LandmarkSchema
-from detloader.errors import DetloaderTypeError, DetloaderValueError
+from detloader.errors import DetloaderTypeError, DetloaderValueError, FlipPairWarning
 from detloader.transforms.functional import (
     INTERPOLATIONS,
     Interpolation,
@@ -195,6 +197,26 @@ class Compose:
         return f"Compose([\n    {inner}\n])"
 
 
+def check_output(data: Any, transform: object) -> None:
+    """ValueError / TypeError naming ``transform`` unless ``data`` is an :class:`Annotated` with a
+    uint8 ``[H, W, 3]`` image and as many labels, landmark rows and object ids as boxes."""
+    if not isinstance(data, Annotated):
+        raise DetloaderTypeError(f"transform {transform!r} returned {type(data).__name__}, not Annotated")
+    image = data.image
+    if not (isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3):
+        raise DetloaderValueError(
+            f"transform {transform!r} returned an image of type {type(image).__name__}, "
+            f"dtype={getattr(image, 'dtype', None)}, shape={getattr(image, 'shape', None)}; "
+            "expected numpy uint8 [H, W, 3]"
+        )
+    n = len(data.boxes)
+    if not (len(data.labels) == len(data.landmarks) == len(data.visibility) == len(data.object_ids) == n):
+        raise DetloaderValueError(
+            f"transform {transform!r} returned {n} boxes but {len(data.labels)} labels, "
+            f"{len(data.landmarks)} landmark rows, {len(data.object_ids)} object ids"
+        )
+
+
 def may_mirror(transform: object) -> bool:
     """Whether ``transform`` (a :class:`Compose` looked into) can mirror an image: a transform
     says so with a true ``mirrors`` attribute (flips with ``p > 0``, ``RandomAffine(mirror > 0)``,
@@ -202,6 +224,29 @@ def may_mirror(transform: object) -> bool:
     if isinstance(transform, Compose):
         return any(may_mirror(t) for t in transform.transforms)
     return bool(getattr(transform, "mirrors", False))
+
+
+def mirror_maps(
+    index: AnnotationIndex,
+    transform: object,
+    flip_pairs: Sequence[tuple[str | int, str | int]] | None = None,
+    class_flip_pairs: Sequence[tuple[str | int, str | int]] | None = None,
+) -> tuple[np.ndarray, ClassFlip]:
+    """What a mirror of ``index``'s images does (:attr:`Annotated.flip_permutation`,
+    :attr:`Annotated.class_flip`): the landmark slot permutation (``flip_pairs`` in place of the
+    schema's) and the class map (``class_flip_pairs`` in place of the pairs in the names). When
+    ``transform`` can mirror (:func:`may_mirror`), doubtful pairs, points without any pair and
+    one-sided classes are each warned once (:class:`~detloader.errors.FlipPairWarning`)."""
+    schema = index.landmark_schema
+    if flip_pairs is not None:
+        schema = LandmarkSchema.from_names(schema.names, flip_pairs)
+    class_flip = ClassFlip.resolve(index.classes, class_flip_pairs)
+    mirrors = may_mirror(transform)
+    permutation = schema.flip_permutation(warn=mirrors)
+    problem = class_flip.problem(index.labels, index.object_image, len(index)) if mirrors else None
+    if problem is not None:
+        warnings.warn(FlipPairWarning("class_partner_missing", problem), stacklevel=3)
+    return permutation, class_flip
 
 
 def min_input_size(transforms: Sequence[object], width: int, height: int) -> tuple[int, int] | None:

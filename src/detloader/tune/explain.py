@@ -1,16 +1,11 @@
-"""The recommendation in words (one line per fact a decision rests on: docs/tuning.md, "What the
-tuner does", step 4) and in a picture (matplotlib, imported only when drawing).
+"""The recommendation in words: one line per fact a decision rests on (docs/tuning.md, "What the
+tuner does", step 4). Its picture is :meth:`TuneResult.plot`.
 """
 
 from __future__ import annotations
 
-import os
-from collections import defaultdict
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from detloader._plotting import new_figure
-from detloader.tune.measure import Trial
 from detloader.tune.search import setting_rates, settings_key
 
 if TYPE_CHECKING:
@@ -116,41 +111,3 @@ def summary(r: TuneResult) -> str:
     when = f" on {r.created[:10]}" if r.created else ""
     return (f"num_workers={s['num_workers']}, pin_memory={s['pin_memory']}{extras}: {_rate(rate)} measured{when} "
             f"with {_num(r.machine.free_cpus)} of {r.machine.usable_cpus} CPUs free")
-
-
-def plot_trials(trials: Sequence[Trial], chosen: Trial, title: str, path: str | os.PathLike[str]) -> str:
-    """Images/s per family of settings (prefetch x pinning; the line joins best windows, dots
-    are every window, ``chosen`` is circled) and worker memory (USS x workers) over
-    ``num_workers``, saved to ``path``; returns the path. Raises
-    :class:`~detloader._plotting.MissingExtraError` without matplotlib."""
-    windows: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    best: dict[str, dict[int, float]] = defaultdict(dict)
-    memory: dict[str, dict[int, float]] = defaultdict(dict)
-    for t in (t for t in trials if t.ok):
-        s, w = t.settings, t.num_workers
-        family = f"prefetch {s.get('prefetch_factor') or 2}" + (", pinned" if s.get("pin_memory") else "")
-        windows[family].append((w, t.images_per_s))
-        best[family][w] = max(best[family].get(w, 0.0), t.images_per_s)
-        if t.worker_uss_mib is not None or w == 0:
-            memory[family][w] = max(memory[family].get(w, 0.0), (t.worker_uss_mib or 0.0) * w)
-    fig = new_figure(figsize=(7, 6), layout="constrained")
-    ax_rate, ax_mem = fig.subplots(2, 1, sharex=True)
-    for family in sorted(best):
-        xs = sorted(best[family])
-        line = ax_rate.plot(xs, [best[family][x] for x in xs], marker="o", label=family)[0]
-        ax_rate.scatter(*zip(*windows[family]), s=12, color=line.get_color(), alpha=0.35)
-        if memory[family]:
-            ms = sorted(memory[family])
-            ax_mem.plot(ms, [memory[family][x] for x in ms], marker="s", color=line.get_color(), label=family)
-    ax_rate.scatter([chosen.num_workers], [chosen.images_per_s], s=220, facecolors="none", edgecolors="crimson",
-                    linewidths=2, label="recommended", zorder=5)
-    from matplotlib.ticker import MaxNLocator  # the optional plot extra: imported when drawing
-
-    ax_rate.set(ylabel="images / s", title=title, ylim=(0, None))
-    ax_mem.set(xlabel="num_workers", ylabel="worker memory, MiB (USS x workers)", ylim=(0, None))
-    ax_mem.xaxis.set_major_locator(MaxNLocator(integer=True))
-    for ax in (ax_rate, ax_mem):
-        ax.grid(alpha=0.3)
-    ax_rate.legend(fontsize=8)
-    fig.savefig(path, dpi=110)
-    return os.fspath(path)

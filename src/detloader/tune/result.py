@@ -1,14 +1,18 @@
-"""TuneResult: what the tuner measured, what it recommends and why; JSON in and out."""
+"""TuneResult: what the tuner measured, what it recommends and why; JSON in and out; its picture
+(matplotlib, imported only when drawing)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from detloader._plotting import new_figure
 from detloader.errors import DetloaderTypeError, DetloaderValueError
-from detloader.tune.explain import plot_trials
 from detloader.tune.measure import Trial
 from detloader.tune.probe import DatasetProbe, MachineProbe
 
@@ -116,3 +120,41 @@ def _json_default(value: Any) -> Any:
     if hasattr(value, "item"):  # numpy scalars that slipped into settings or figures
         return value.item()
     raise DetloaderTypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def plot_trials(trials: Sequence[Trial], chosen: Trial, title: str, path: str | os.PathLike[str]) -> str:
+    """Images/s per family of settings (prefetch x pinning; the line joins best windows, dots
+    are every window, ``chosen`` is circled) and worker memory (USS x workers) over
+    ``num_workers``, saved to ``path``; returns the path. Raises
+    :class:`~detloader._plotting.MissingExtraError` without matplotlib."""
+    windows: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    best: dict[str, dict[int, float]] = defaultdict(dict)
+    memory: dict[str, dict[int, float]] = defaultdict(dict)
+    for t in (t for t in trials if t.ok):
+        s, w = t.settings, t.num_workers
+        family = f"prefetch {s.get('prefetch_factor') or 2}" + (", pinned" if s.get("pin_memory") else "")
+        windows[family].append((w, t.images_per_s))
+        best[family][w] = max(best[family].get(w, 0.0), t.images_per_s)
+        if t.worker_uss_mib is not None or w == 0:
+            memory[family][w] = max(memory[family].get(w, 0.0), (t.worker_uss_mib or 0.0) * w)
+    fig = new_figure(figsize=(7, 6), layout="constrained")
+    ax_rate, ax_mem = fig.subplots(2, 1, sharex=True)
+    for family in sorted(best):
+        xs = sorted(best[family])
+        line = ax_rate.plot(xs, [best[family][x] for x in xs], marker="o", label=family)[0]
+        ax_rate.scatter(*zip(*windows[family]), s=12, color=line.get_color(), alpha=0.35)
+        if memory[family]:
+            ms = sorted(memory[family])
+            ax_mem.plot(ms, [memory[family][x] for x in ms], marker="s", color=line.get_color(), label=family)
+    ax_rate.scatter([chosen.num_workers], [chosen.images_per_s], s=220, facecolors="none", edgecolors="crimson",
+                    linewidths=2, label="recommended", zorder=5)
+    from matplotlib.ticker import MaxNLocator  # the optional plot extra: imported when drawing
+
+    ax_rate.set(ylabel="images / s", title=title, ylim=(0, None))
+    ax_mem.set(xlabel="num_workers", ylabel="worker memory, MiB (USS x workers)", ylim=(0, None))
+    ax_mem.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for ax in (ax_rate, ax_mem):
+        ax.grid(alpha=0.3)
+    ax_rate.legend(fontsize=8)
+    fig.savefig(path, dpi=110)
+    return os.fspath(path)

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import numpy as np
 
 from detloader._files import file_kind, open_regular
+from detloader._files import find_child_dir as find_child_dir  # the readers' folder lookup, kept here for them
 from detloader.annotations.builder import ChunkBuilder
-from detloader.annotations.cache import CACHE_SUBDIR
 from detloader.annotations.checks import MAX_SIDE, ReadOptions
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.annotations.problems import Problem
@@ -137,7 +137,7 @@ def scan_files(
             name = entry.name
             try:
                 if entry.is_dir(follow_symlinks=True):
-                    if recursive and not name.startswith(".") and name != CACHE_SUBDIR:
+                    if recursive and not name.startswith("."):  # hidden folders: .git, the index cache
                         st = entry.stat()
                         folder_id = (st.st_dev, st.st_ino)
                         if folder_id in seen:
@@ -169,15 +169,6 @@ def stat_entry(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> St
     """The :data:`Stamp` of one file (``OSError`` when absent)."""
     st = os.stat(path)
     return (os.path.relpath(path, root), st.st_mtime_ns, st.st_size, st.st_ctime_ns, st.st_ino)
-
-
-def find_child_dir(parent: Path, names: Iterable[str]) -> Path | None:
-    """The first child folder of ``parent`` whose name matches one of ``names``, ignoring case."""
-    try:
-        children = {p.name.lower(): p for p in parent.iterdir() if p.is_dir()}
-    except OSError:
-        return None
-    return next((children[name.lower()] for name in names if name.lower() in children), None)
 
 
 _TRUE = {"1", "true", "yes", "y", "t"}

@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 from lxml import etree
 
-from detloader._files import read_capped
+from detloader._files import find_child_dir, read_capped
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.checks import MAX_SIDE, ReadOptions
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import FACE5, LandmarkSchema
 from detloader.annotations.problems import Problem, problems_of
-from detloader.annotations.readers.common import Reader, Source, Stamp, find_child_dir, scan_files, stat_entry
+from detloader.annotations.readers.common import Reader, Source, Stamp, scan_files, stat_entry
 from detloader.annotations.readers.locate import IMAGE_EXTENSIONS, size_from_header, stays_inside
 from detloader.annotations.readers.safe_xml import parse_xml_bytes, report_xml_error, root_tag
 from detloader.annotations.readers.voc_objects import child_text, first_children, parse_attributes, parse_object

@@ -1,0 +1,106 @@
+"""Why a run stops before its last step, agreed on by every rank: a stop signal (SIGTERM, SIGINT)
+noted and obeyed after the step in progress (:class:`StopRequest`), or a loss term that went NaN
+or infinite (:func:`check_loss`, before the backward pass). docs/training.md, "Stopping" and
+"Non-finite loss".
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import threading
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from detloader.errors import NonFiniteLossError
+from detloader.train.config import TrainConfig
+from detloader.train.distributed import DistEnv, all_gather_objects
+
+
+class StopRequest:
+    """SIGTERM and SIGINT noted from :meth:`listen` to :meth:`close` instead of obeyed at
+    once (the loop stops after its step)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, env: DistEnv) -> None:
+        self.env = env
+        self.signum = 0
+        self._previous: dict[int, Any] = {}
+
+    def listen(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._note) for s in self.SIGNALS}
+
+    def _note(self, signum: int, frame: Any) -> None:
+        if self.signum == signal.SIGINT and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: now
+        self.signum = signum
+
+    def close(self) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous = {}
+
+    def agreed(self) -> int:
+        """The signal to stop for, the same on every rank (0: go on)."""
+        if not self.env.distributed:
+            return self.signum
+        flag = torch.tensor([self.signum], device=self.env.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return int(flag.item())
+
+
+def _non_finite_terms(terms: Any, loss: torch.Tensor) -> dict[str, float]:
+    """The loss terms (and ``total``) that hold a NaN or an infinity, with their values."""
+    named = {k: v for k, v in terms.items() if k != "total"}
+    named["total"] = loss
+    values = {k: float(torch.as_tensor(v).detach().float().sum()) for k, v in named.items()}
+    return {k: v for k, v in values.items() if not math.isfinite(v)}
+
+
+def check_loss(
+    terms: Any,
+    loss: torch.Tensor,
+    env: DistEnv,
+    config: TrainConfig,
+    amp: bool,
+    *,
+    step: int,
+    epoch: int,
+    step_in_epoch: int,
+    steps_per_epoch: int,
+    lr: float,
+    warmup: int,
+    last_good: str,
+) -> None:
+    """:class:`NonFiniteLossError` on every rank when a loss term went NaN or infinite on any
+    rank at this step (before its backward: DDP would spread a NaN gradient to every rank's
+    weights). The loss is per rank, so under DDP the ranks agree with one all-reduce of a flag
+    a step (and gather the terms only when it is set). ``last_good``: the checkpoint that
+    stays good, as the message names it; ``warmup``: the warm-up steps in effect."""
+    bad = _non_finite_terms(terms, loss)
+    if env.distributed:
+        flag = torch.tensor([1 if bad else 0], device=env.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if not int(flag.item()):
+            return
+        per_rank = all_gather_objects(env, bad)
+        bad = {f"rank {r}: {k}": v for r, got in enumerate(per_rank) for k, v in got.items()}
+    if not bad:
+        return
+    shown = ", ".join(f"{k} {v}" for k, v in bad.items())
+    tips = [f"a lower --lr (now {lr:g} at this step, {config.lr:g} at its peak)",
+            f"more warm-up (--warmup-steps, now {config.warmup_steps}"
+            + (f", {warmup} in effect: at most a quarter of the run's steps)" if warmup < config.warmup_steps else ")")]
+    if amp:
+        tips.append("AMP off (--no-amp): float16 can overflow")
+    tips.append("a look at the data: boxes or landmarks far outside their images (detloader validate PATH)")
+    raise NonFiniteLossError(
+        f"non-finite loss at step {step} (epoch {epoch + 1}, step {step_in_epoch} of {steps_per_epoch}): {shown}. "
+        f"Training stopped before this step's update; {last_good}. Try {', '.join(tips[:-1])}, or {tips[-1]}",
+        step,
+        bad,
+    )
