@@ -38,6 +38,8 @@ class Field:
     trailing: tuple[int | str, ...] = ()
     fill: Any = 0
     vocab: str | None = None
+    #: arrays built by hand (or by code older than the field) may leave it out: ``fill`` then
+    optional: bool = False
 
     def shape(self, rows: int, sizes: dict[str, int]) -> tuple[int, ...]:
         """The full shape for ``rows`` rows, ``sizes`` giving the named trailing dimensions."""
@@ -50,13 +52,13 @@ FIELDS: tuple[Field, ...] = (
     Field("image_labels", np.int32, "image", fill=MISSING, vocab="image_classes"),
     Field("image_attributes", np.int32, "image", ("image_attributes",), MISSING, "image_attributes"),
     Field("verified", np.bool_, "image", fill=False),
-    Field("image_ids", np.int64, "image", fill=MISSING),
+    Field("image_ids", np.int64, "image", fill=MISSING, optional=True),
     Field("boxes", np.float32, "object", (4,)),
     Field("labels", np.int32, "object", fill=MISSING, vocab="classes"),
     Field("difficult", np.bool_, "object", fill=False),
     Field("truncated", np.bool_, "object", fill=False),
     Field("occluded", np.bool_, "object", fill=False),
-    Field("crowd", np.bool_, "object", fill=False),
+    Field("crowd", np.bool_, "object", fill=False, optional=True),
     Field("object_attributes", np.int32, "object", ("object_attributes",), MISSING, "object_attributes"),
     Field("landmarks", np.float32, "object", ("landmarks", 2), vocab="landmarks"),
     Field("visibility", np.uint8, "object", ("landmarks",), vocab="landmarks"),

@@ -73,9 +73,12 @@ class AnnotationIndex:
         self._source_file = source_file  # the cache file the arrays are mapped from, if any
         self._strings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         a = dict(arrays)
+        rows = {"image": len(a["width"]), "object": len(a["boxes"])}
         for f in FIELDS:
             if f.level == "string":
                 self._strings[f.name] = (a[f"{f.name}_blob"], a[f"{f.name}_offsets"])
+            elif f.name not in a and f.optional:  # arrays made by hand: the field's fill
+                setattr(self, f.name, np.full(f.shape(rows[f.level], vocab.sizes()), f.fill, dtype=f.dtype))
             else:
                 setattr(self, f.name, a[f.name])
         self.object_offsets = a[OFFSETS]
