@@ -187,4 +187,5 @@ def test_readme_block_runs_as_a_plain_script(ul, tmp_path):
     done = subprocess.run([sys.executable, "block.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert list(tmp_path.glob("runs/detect/*/results.csv"))
+    results = Path(done.stdout.strip().splitlines()[-1])
+    assert results.name == "results.csv" and len(results.read_text().strip().splitlines()) == 3
