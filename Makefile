@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint test-quick test-integration bench fuzz clean venv
+.PHONY: demo test lint test-quick test-integration test-ultralytics bench fuzz clean venv
 
 venv: $(STAMP)
 
@@ -43,6 +43,21 @@ $(VENV_INT)/.installed: pyproject.toml
 
 test-integration: $(VENV_INT)/.installed
 	$(VENV_INT)/bin/python -m pytest -q -m integration
+
+# The tests marked ultralytics (detloader.ultralytics, the README's Ultralytics block) in a
+# third environment: ultralytics pulls the torch build it wants (CUDA, ~6 GB).
+VENV_ULTRA ?= .venv-ultralytics
+ULTRALYTICS_PINS ?= ultralytics==8.4.190
+
+$(VENV_ULTRA)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV_ULTRA)
+	echo '*' > $(VENV_ULTRA)/.gitignore
+	$(VENV_ULTRA)/bin/python -m pip install --quiet $(ULTRALYTICS_PINS)
+	$(VENV_ULTRA)/bin/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+test-ultralytics: $(VENV_ULTRA)/.installed
+	$(VENV_ULTRA)/bin/python -m pytest -q -m ultralytics
 
 # Long fuzzing of every annotation reader and of the image decoder (the suite runs 25
 # examples per reader, 150 per decoder test).

@@ -39,7 +39,7 @@ __all__ = [
     "YoloExportWarning", "NotRegularFileError", "FileTooLargeError", "DiskFullError",
     "ImageDecodeError", "StoreTooLargeError", "TuneWarning", "StaleTuneWarning", "RunDirError",
     "DataMismatchError", "CheckpointError", "NonFiniteError", "NonFiniteLossError", "NonFiniteWeightsError",
-    "PredictionError",
+    "PredictionError", "RectBatchError",
 ]
 
 
@@ -138,6 +138,11 @@ class UnsafeXMLError(DetloaderValueError):
 
 class YoloConfigError(DetloaderValueError):
     """A ``data.yaml`` that cannot be used; names the file, the key and the value."""
+
+
+class RectBatchError(DetloaderValueError):
+    """``rect=True`` (one letterbox shape per batch of the dataset's own order) asked of a loader
+    whose sampler reorders the images, so that a batch would mix shapes; names the shapes."""
 
 
 class CacheError(DetloaderValueError):

@@ -95,3 +95,32 @@ def test_cli_plot_log_scale(tmp_path, capsys):
     for argv, log in (([], True), (["--log", "off"], False), (["--log"], True)):
         assert main(["stats", str(root), "--balance", "sqrt", "--plot", str(tmp_path / "b.png"), *argv]) == 0
         assert ("(log scale)" in capsys.readouterr().out) is log  # auto: raw 39 : 1
+
+
+def _yolo_splits(root):
+    """A data.yaml with a train split of 3 images (one holding the rare class 'b') and a val
+    split of 2 images holding only 'a'."""
+    from PIL import Image
+
+    (root / "images").mkdir(parents=True)
+    (root / "labels").mkdir()
+    labels = {"t0": "0", "t1": "0", "t2": "1", "v0": "0", "v1": "0"}
+    for name, cls in labels.items():
+        Image.new("RGB", (32, 32)).save(root / "images" / f"{name}.png")
+        (root / "labels" / f"{name}.txt").write_text(f"{cls} 0.5 0.5 0.2 0.2\n")
+    (root / "train.txt").write_text("".join(f"./images/{n}.png\n" for n in ("t0", "t1", "t2")))
+    (root / "val.txt").write_text("".join(f"./images/{n}.png\n" for n in ("v0", "v1")))
+    (root / "data.yaml").write_text("train: train.txt\nval: val.txt\nnames:\n  0: a\n  1: b\n")
+    return root / "data.yaml"
+
+
+def test_cli_split_of_a_data_yaml_is_what_the_ultralytics_trainer_balances(tmp_path, capsys):
+    yaml = _yolo_splits(tmp_path / "yolo")
+    assert main(["stats", str(yaml), "--split", "train", "--balance", "inverse", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["raw"] == {"a": 2, "b": 1}
+    assert out["balanced"]["b"] == pytest.approx(1.5) and out["balanced"]["a"] == pytest.approx(1.5)
+    assert main(["stats", str(yaml), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["raw"] == {"a": 4, "b": 1}
+    assert main(["stats", str(yaml), "--split", "nope"]) != 0
+    assert "split='nope' not found" in capsys.readouterr().err

@@ -22,12 +22,15 @@ from detloader.balance.weights import (
 
 _LAZY = {
     "AspectRatioBatchSampler": "detloader.balance.wrapper",
+    "AutoEpochSampler": "detloader.balance.labels",
     "BalancedBatchSampler": "detloader.balance.class_aware",
     "ClassAwareSampler": "detloader.balance.class_aware",
     "DistributedSamplerWrapper": "detloader.balance.wrapper",
     "PartnerSampler": "detloader.balance.wrapper",
     "RepeatFactorSampler": "detloader.balance.weighted",
     "WeightedSampler": "detloader.balance.weighted",
+    "labels_index": "detloader.balance.labels",
+    "labels_sampler": "detloader.balance.labels",
     "make_balanced_sampler": "detloader.balance.weighted",
     "members_from_labels": "detloader.balance.class_aware",
 }
@@ -42,10 +45,10 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
-    "AspectRatioBatchSampler", "BALANCE_CHOICES", "DEFAULT_BETA", "DEFAULT_THRESHOLD", "STRATEGIES",
+    "AspectRatioBatchSampler", "AutoEpochSampler", "BALANCE_CHOICES", "DEFAULT_BETA", "DEFAULT_THRESHOLD", "STRATEGIES",
     "BalancedBatchSampler", "ClassAwareSampler", "DistributedSamplerWrapper", "Groups",
     "PartnerSampler", "RepeatFactorSampler",
     "WeightedSampler", "balance_groups", "class_members", "group_counts", "image_weights",
-    "make_balanced_sampler", "members_from_labels", "parse_strategy", "repeat_factors",
-    "sample_weights", "strategy_weights",
+    "labels_index", "labels_sampler", "make_balanced_sampler", "members_from_labels", "parse_strategy",
+    "repeat_factors", "sample_weights", "strategy_weights",
 ]

@@ -44,6 +44,10 @@ def add_stats(sub: argparse._SubParsersAction) -> None:
         "--balance", metavar="STRATEGY", help="inverse, sqrt, power:P, effective[:BETA], repeat_factor[:T], class_aware"
     )
     p.add_argument("--num-samples", type=int, help="draws per epoch (default: number of images)")
+    p.add_argument(
+        "--split", metavar="NAME",
+        help="only the images of this split (train of a data.yaml: what detloader.ultralytics balances)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the checking draw (default 0)")
     p.add_argument("--plot", metavar="OUT.png", help="write raw vs balanced bars to this PNG")
     p.add_argument(
@@ -72,6 +76,8 @@ def _stats(args: argparse.Namespace) -> int:
     if args.balance:
         check_choice("--balance", args.balance.partition(":")[0], BALANCE_CHOICES)
     index = read_index(args, reports_problems=True, bar=not args.json)
+    if args.split:
+        index = index.split(args.split)
     require_images(index, "describe")
     if "image_class" in by and not index.image_classes:
         raise DetloaderValueError(f"--by image_class: {index.root} has no image classes (an image attribute 'class', "
