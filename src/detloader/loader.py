@@ -344,13 +344,7 @@ def make_loader(
         )
     if balance is not None:
         sampler = resolve_balance(
-            dataset,
-            balance,
-            by=balance_by,
-            seed=seed,
-            shuffle=shuffle,
-            sampler=sampler,
-            batch_sampler=batch_sampler,
+            dataset, balance, by=balance_by, seed=seed, shuffle=shuffle, sampler=sampler, batch_sampler=batch_sampler,
             global_draw=bool(group_by_aspect),
         )
     if mosaic is not None or mixup is not None or group_by_aspect:

@@ -135,13 +135,8 @@ class ChunkBuilder:
         self._from_points = (0, "")
 
     def problem(
-        self,
-        kind: str,
-        element: str,
-        message: str,
-        action: str = "",
-        severity: Severity = "error",
-        file: str | None = None,
+        self, kind: str, element: str, message: str, action: str = "",
+        severity: Severity = "error", file: str | None = None,
     ) -> None:
         self.problems.append(Problem(kind, self.file if file is None else file, element, message, action, severity))
 

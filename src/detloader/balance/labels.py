@@ -17,7 +17,8 @@ from detloader.annotations.fields import pack_strings
 from detloader.annotations.index import AnnotationIndex, Vocabulary
 from detloader.balance.base import check_int
 from detloader.balance.groups import normalize_by
-from detloader.balance.weights import BALANCE_CHOICES, make_balanced_sampler, parse_strategy
+from detloader.balance.weighted import make_balanced_sampler
+from detloader.balance.weights import BALANCE_CHOICES, parse_strategy
 from detloader.errors import DetloaderTypeError, DetloaderValueError, RectBatchError
 
 #: What a class-only index can be balanced by: its objects' classes.
@@ -25,7 +26,7 @@ LABEL_KEYS: tuple[str, ...] = ("class",)
 
 
 def check_balance(balance: Any) -> str | Mapping[Any, float]:
-    """``balance`` unchanged if :func:`~detloader.balance.weights.make_balanced_sampler` takes it
+    """``balance`` unchanged if :func:`~detloader.balance.weighted.make_balanced_sampler` takes it
     as a strategy (``"sqrt"``, ``"power:0.3"``, ``"class_aware"``, ...) or a ``{class: weight}``
     mapping; raises DetloaderValueError / DetloaderTypeError naming it otherwise (before any
     data is read)."""

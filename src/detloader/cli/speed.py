@@ -8,18 +8,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from detloader.cli._common import (
-    add_cache_arguments,
-    add_dataset_arguments,
-    add_read_arguments,
-    console,
-    dataset_kwargs,
-    print_json,
-    print_table,
-    progress_bar,
-    read_index,
-    require_images,
-)
+from detloader.cli import _common as common
 from detloader.errors import DetloaderValueError
 
 if TYPE_CHECKING:
@@ -30,7 +19,7 @@ def add_tune(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "tune", help="measure num_workers / pin_memory / prefetch on this machine and explain the choice"
     )
-    add_read_arguments(p)
+    common.add_read_arguments(p)
     p.add_argument("--batch-size", type=int, default=32, help="images per batch (default: 32)")
     p.add_argument(
         "--size", type=int, default=640,
@@ -55,11 +44,11 @@ def _tune(args: argparse.Namespace) -> int:
 
     if args.size < 0:
         raise DetloaderValueError(f"--size={args.size} must be >= 0")
-    index = read_index(args, reports_problems=False, bar=False)
-    require_images(index, "tune on")
+    index = common.read_index(args, reports_problems=False, bar=False)
+    common.require_images(index, "tune on")
     # the dataset as training would see it: the index and a letterbox resize
     dataset = DetectionDataset(index, Resize(args.size, mode="letterbox") if args.size else None, seed=0)
-    with progress_bar("tuning (seconds of budget)", enabled=not args.json) as progress:
+    with common.progress_bar("tuning (seconds of budget)", enabled=not args.json) as progress:
         result = tune_loader(
             dataset, batch_size=args.batch_size, budget_s=args.budget, step_time=args.step_time,
             max_workers=args.max_workers, respect_busy=not args.greedy,
@@ -68,7 +57,7 @@ def _tune(args: argparse.Namespace) -> int:
     if args.plot:
         result.plot(args.plot)
     if args.json:
-        print_json(result.to_dict())
+        common.print_json(result.to_dict())
         return 0
     print_result(result, plot=args.plot, cached=result.from_cache)
     return 0
@@ -81,7 +70,7 @@ def print_result(result: TuneResult, plot: str | None = None, cached: bool = Fal
 
     from detloader.tune.explain import describe_settings
 
-    out = console()
+    out = common.console()
     table = Table("setting", "phase", "img/s", "p50 ms", "p95 ms", "main CPU", "wrk CPU", "USS MiB",
                   "PSS MiB", title="measured settings (wait per batch; CPU in cores; memory per worker)")
     for i, t in enumerate(result.trials):
@@ -95,7 +84,7 @@ def print_result(result: TuneResult, plot: str | None = None, cached: bool = Fal
             f"{t.worker_uss_mib:.0f}" if t.worker_uss_mib is not None else "-",
             f"{t.worker_pss_mib:.0f}" if t.worker_pss_mib is not None else "-",
         )
-    print_table(out, table)
+    common.print_table(out, table)
     if cached:
         out.print(f"[yellow]cached result of {result.created}; --refresh measures again[/yellow]")
     settings = {**result.recommended, "decode_threads": result.decode_threads}
@@ -122,8 +111,8 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         "--sections", nargs="+", metavar="SECTION", help="run only these: loader, index, sampler (default: all)"
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    add_dataset_arguments(p)
-    add_cache_arguments(p, bench=True)
+    common.add_dataset_arguments(p)
+    common.add_cache_arguments(p, bench=True)
     p.add_argument("--quick", action="store_true", help="a tiny run that checks every section (figures mean nothing)")
     p.set_defaults(func=_bench)
 
@@ -137,9 +126,9 @@ def _bench(args: argparse.Namespace) -> int:
         sections=args.sections, cache=args.cache,
     )
     progress = None if args.json else (lambda section: print(f"measuring: {section}", file=sys.stderr))
-    report = run_bench(args.path, settings, progress, read_options=dataset_kwargs(args))
+    report = run_bench(args.path, settings, progress, read_options=common.dataset_kwargs(args))
     if args.json:
-        print_json(report.to_dict())
+        common.print_json(report.to_dict())
         return 0
     m = report.machine
     print(

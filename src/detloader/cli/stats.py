@@ -14,23 +14,13 @@ import sys
 from typing import Any
 
 from detloader.annotations.problems import check_choice
-from detloader.cli._common import (
-    add_read_arguments,
-    console,
-    count_table,
-    print_attribute_counts,
-    print_json,
-    print_table,
-    problems_line,
-    read_index,
-    require_images,
-)
+from detloader.cli import _common as common
 from detloader.errors import DetloaderValueError
 
 
 def add_stats(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("stats", help="class distributions and imbalance, raw and after a balancing strategy")
-    add_read_arguments(p)
+    common.add_read_arguments(p)
     p.add_argument(
         "--by", default="class",
         help="group by: class (default), image_class (or image), attribute:NAME, "
@@ -75,10 +65,10 @@ def _stats(args: argparse.Namespace) -> int:
     by = _by(args.by)
     if args.balance:
         check_choice("--balance", args.balance.partition(":")[0], BALANCE_CHOICES)
-    index = read_index(args, reports_problems=True, bar=not args.json)
+    index = common.read_index(args, reports_problems=True, bar=not args.json)
     if args.split:
         index = index.split(args.split)
-    require_images(index, "describe")
+    common.require_images(index, "describe")
     if "image_class" in by and not index.image_classes:
         raise DetloaderValueError(f"--by image_class: {index.root} has no image classes (an image attribute 'class', "
                          "a CVAT tag); --by class groups by object class")
@@ -99,7 +89,7 @@ def _stats(args: argparse.Namespace) -> int:
             return 2
     if args.json:
         problems = index.problems.counts()
-        print_json({"path": str(index.root), "by": list(by), **body, "stats": stats, "problems": problems})
+        common.print_json({"path": str(index.root), "by": list(by), **body, "stats": stats, "problems": problems})
         return 0
     print_stats(index, stats)
     if report is not None:
@@ -108,9 +98,10 @@ def _stats(args: argparse.Namespace) -> int:
             from detloader.stats import use_log_scale
 
             log_scale = use_log_scale(report, _log(args.log))
-            console().print(f"plot: {args.plot}" + (" (log scale)" if log_scale else ""))
+            common.console().print(f"plot: {args.plot}" + (" (log scale)" if log_scale else ""))
     if index.problems:
-        console().print(f"\n[yellow]{problems_line(index.problems)}[/yellow] (detloader validate lists them)")
+        line = common.problems_line(index.problems)
+        common.console().print(f"\n[yellow]{line}[/yellow] (detloader validate lists them)")
     return 0
 
 
@@ -139,7 +130,7 @@ def print_stats(index: Any, stats: dict[str, Any]) -> None:
     """What ``detloader stats`` prints of :func:`detloader.stats.dataset_stats`."""
     from rich.markup import escape
 
-    out = console()
+    out = common.console()
     out.print(
         f"[bold]{escape(str(index.root))}[/bold]: {stats['images']} images, {stats['objects']} objects "
         f"({stats['objects_per_image']['mean']:.2f} per image, max {stats['objects_per_image']['max']}), "
@@ -152,7 +143,8 @@ def print_stats(index: Any, stats: dict[str, Any]) -> None:
          "-" if medians[name] is None else f"{medians[name]:.0f}")
         for name, c in stats["classes"].items()
     ]
-    print_table(out, count_table("object classes", ("class", "objects", "share", "images", "median box (px)"), rows))
+    columns = ("class", "objects", "share", "images", "median box (px)")
+    common.print_table(out, common.count_table("object classes", columns, rows))
     ratio = stats["imbalance_ratio"]
     out.print(
         f"imbalance ratio (largest / smallest class): objects {_ratio(ratio['objects'])}, "
@@ -160,21 +152,23 @@ def print_stats(index: Any, stats: dict[str, Any]) -> None:
         + (f"; classes without objects: {', '.join(stats['empty_classes'])}" if stats["empty_classes"] else "")
     )
     if stats["image_classes"]:
-        print_table(out, count_table("image classes", ("image class", "images"), stats["image_classes"].items()))
+        image_rows = stats["image_classes"].items()
+        common.print_table(out, common.count_table("image classes", ("image class", "images"), image_rows))
         out.print(
             f"image-class imbalance ratio {_ratio(stats['image_class_imbalance_ratio'])}; "
             f"{stats['images_without_image_class']} images without an image class"
         )
-    print_attribute_counts(out, stats)
+    common.print_attribute_counts(out, stats)
     if stats["landmarks"]:
         rows = [(name, v["visible"], v["hidden"], v["absent"]) for name, v in stats["landmarks"].items()]
-        print_table(out, count_table("landmark visibility", ("landmark", "visible", "hidden", "absent"), rows))
+        columns = ("landmark", "visible", "hidden", "absent")
+        common.print_table(out, common.count_table("landmark visibility", columns, rows))
     box = stats["box_size"]
     if box["width"]:
         rows = [(key, *(f"{v:.0f}" for v in box[key])) for key in ("width", "height", "sqrt_area")]
         rows.append(("sqrt_area / image", *(f"{v:.3f}" for v in box["relative_sqrt_area"])))
         header = ("box size", *(f"q{q:g}" for q in box["quantiles"]))
-        print_table(out, count_table("box sizes (pixels)", header, rows))
+        common.print_table(out, common.count_table("box sizes (pixels)", header, rows))
 
 
 def print_balance(report: Any) -> None:
@@ -183,7 +177,7 @@ def print_balance(report: Any) -> None:
 
     from detloader.stats import summary_rows
 
-    out = console()
+    out = common.console()
     data = report.to_dict()
     rows = [
         (row["name"], f"{row['raw']:.0f}", f"{100 * row['raw_share']:.1f}", f"{row['expected']:.1f}",
@@ -196,7 +190,7 @@ def print_balance(report: Any) -> None:
         "(expected from the weights; one real draw beside)"
     )
     header = ("group", "raw / epoch", "raw %", "balanced / epoch", "balanced %", f"drawn (seed {report.seed})", "x")
-    print_table(out, count_table(title, header, rows))
+    common.print_table(out, common.count_table(title, header, rows))
     length = data["epoch_length"]
     ratio = data["imbalance_ratio"]
     dev = data["max_drawn_deviation"]

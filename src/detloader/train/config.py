@@ -70,7 +70,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         from detloader.dataset import DECODE_ERROR_CHOICES
-        from detloader.train.metrics import BACKENDS
+        from detloader.train.coco_eval import BACKENDS
 
         def is_int(value: Any, low: int) -> bool:
             return isinstance(value, int) and not isinstance(value, bool) and value >= low

@@ -11,23 +11,11 @@ from typing import Literal
 
 import numpy as np
 
+import detloader.transforms.functional as fn
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.errors import DetloaderValueError
 from detloader.transforms.base import Annotated, check_fraction, check_interpolation, size_pair
-from detloader.transforms.functional import (
-    Interpolation,
-    compose_affine,
-    crop_boxes,
-    hflip_boxes,
-    hflip_image,
-    hflip_landmarks,
-    invalidate_outside,
-    pad_image,
-    resize_image,
-    warp_boxes,
-    warp_image,
-    warp_points,
-)
+from detloader.transforms.functional import Interpolation
 
 ResizeMode = Literal["fixed", "shorter", "longer", "letterbox"]
 RESIZE_MODES: tuple[str, ...] = ("fixed", "shorter", "longer", "letterbox")
@@ -105,12 +93,12 @@ class Resize:
     def __call__(self, data: Annotated, rng: np.random.Generator) -> Annotated:
         w, h = data.width, data.height
         cw, ch = self.content_size(w, h)
-        image = resize_image(data.image, cw, ch, self.interpolation)
+        image = fn.resize_image(data.image, cw, ch, self.interpolation)
         left = top = 0
         if self.mode == "letterbox":
             tw, th = self.size
             left, top = (tw - cw) // 2, (th - ch) // 2
-            image = pad_image(image, tw, th, left, top, self.fill)
+            image = fn.pad_image(image, tw, th, left, top, self.fill)
         data.image = image
         data.map_annotations(cw / w, ch / h, float(left), float(top))
         return data
@@ -145,11 +133,11 @@ class RandomHorizontalFlip:
             return data
         perm = _flip_permutation(self, data)
         w = data.width
-        data.image = hflip_image(data.image)
-        data.boxes = hflip_boxes(data.boxes, w)
+        data.image = fn.hflip_image(data.image)
+        data.boxes = fn.hflip_boxes(data.boxes, w)
         data.labels = labels
-        data.landmarks, data.visibility = hflip_landmarks(data.landmarks, data.visibility, w, perm)
-        data.affine = compose_affine(data.affine, -1.0, 1.0, float(w), 0.0)
+        data.landmarks, data.visibility = fn.hflip_landmarks(data.landmarks, data.visibility, w, perm)
+        data.affine = fn.compose_affine(data.affine, -1.0, 1.0, float(w), 0.0)
         return data
 
     def __repr__(self) -> str:
@@ -329,10 +317,10 @@ class RandomAffine:
         mirrored = data.mirrored_labels()
         m = self.matrix(w, h, rng, allow_mirror=mirrored is not None)
         det = float(np.linalg.det(m[:, :2]))
-        data.image = warp_image(data.image, m, w, h, self.fill, self.interpolation)
-        boxes, keep = crop_boxes(warp_boxes(data.boxes, m), 0, 0, w, h, self.min_visibility)
-        points = warp_points(data.landmarks, data.visibility, m)
-        points, vis = invalidate_outside(points, data.visibility, w, h)
+        data.image = fn.warp_image(data.image, m, w, h, self.fill, self.interpolation)
+        boxes, keep = fn.crop_boxes(fn.warp_boxes(data.boxes, m), 0, 0, w, h, self.min_visibility)
+        points = fn.warp_points(data.landmarks, data.visibility, m)
+        points, vis = fn.invalidate_outside(points, data.visibility, w, h)
         if det < 0:
             perm = _flip_permutation(self, data)
             points, vis = points[:, perm], vis[:, perm]
@@ -340,10 +328,10 @@ class RandomAffine:
         data.boxes, data.landmarks, data.visibility = boxes, points, vis
         data.select(keep)
         if m[0, 1] == 0 and m[1, 0] == 0:  # axis-aligned: the exact map
-            data.affine = compose_affine(data.affine, m[0, 0], m[1, 1], m[0, 2], m[1, 2])
+            data.affine = fn.compose_affine(data.affine, m[0, 0], m[1, 1], m[0, 2], m[1, 2])
         else:
             s = math.sqrt(abs(det))
-            data.affine = compose_affine(data.affine, math.copysign(s, det), s, math.nan, math.nan)
+            data.affine = fn.compose_affine(data.affine, math.copysign(s, det), s, math.nan, math.nan)
         return data
 
     def __repr__(self) -> str:

@@ -16,13 +16,8 @@ from detloader.annotations.writers.common import ImagePlacer, attribute_rows, im
 
 
 def write_coco(
-    index: AnnotationIndex,
-    out: str | os.PathLike[str],
-    *,
-    images: str = "link",
-    overwrite: bool = False,
-    image_class_attribute: str = "class",
-    file_name: str = "annotations.json",
+    index: AnnotationIndex, out: str | os.PathLike[str], *, images: str = "link", overwrite: bool = False,
+    image_class_attribute: str = "class", file_name: str = "annotations.json",
 ) -> Path:
     """Write ``out/<file_name>`` and ``out/images/<image>`` (unless ``images="none"``); return
     the JSON's path. Categories get ids 1..C in class order; what is kept: docs/formats.md

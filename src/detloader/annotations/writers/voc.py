@@ -34,11 +34,7 @@ def unique_stems(keys: Sequence[str]) -> list[str]:
 
 
 def write_voc(
-    index: AnnotationIndex,
-    out: str | os.PathLike[str],
-    *,
-    images: str = "link",
-    overwrite: bool = False,
+    index: AnnotationIndex, out: str | os.PathLike[str], *, images: str = "link", overwrite: bool = False,
     image_class_attribute: str = "class",
 ) -> Path:
     """Write ``out/Annotations/<image>.xml``, ``out/JPEGImages/<image>`` (unless ``images="none"``)
