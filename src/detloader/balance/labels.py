@@ -18,7 +18,7 @@ from detloader.annotations.index import AnnotationIndex, Vocabulary
 from detloader.balance.base import check_int
 from detloader.balance.groups import normalize_by
 from detloader.balance.weighted import make_balanced_sampler
-from detloader.balance.weights import BALANCE_CHOICES, parse_strategy
+from detloader.balance.weights import BALANCE_CHOICES, check_strategy
 from detloader.errors import DetloaderTypeError, DetloaderValueError, RectBatchError
 
 #: What a class-only index can be balanced by: its objects' classes.
@@ -35,11 +35,7 @@ def check_balance(balance: Any) -> str | Mapping[Any, float]:
     if not isinstance(balance, str):
         raise DetloaderTypeError(f"balance={balance!r} must be a strategy name {BALANCE_CHOICES} or a "
                                  "{class: weight} mapping")
-    name, _ = parse_strategy(balance)
-    if name not in BALANCE_CHOICES:
-        raise DetloaderValueError(f"balance={balance!r} is not one of {BALANCE_CHOICES}")
-    if name == "explicit":
-        raise DetloaderValueError("balance='explicit' needs the weights: pass balance={class: weight}")
+    check_strategy(balance, weights_as="{class: weight}")
     return balance
 
 

@@ -33,7 +33,7 @@ from detloader.balance.base import (
     interleave,
 )
 from detloader.balance.groups import ByKey
-from detloader.balance.weights import BALANCE_CHOICES, DEFAULT_THRESHOLD, parse_strategy, repeat_factors, sample_weights
+from detloader.balance.weights import DEFAULT_THRESHOLD, check_strategy, repeat_factors, sample_weights
 from detloader.errors import DetloaderValueError
 
 
@@ -324,11 +324,7 @@ def make_balanced_sampler(
     if not isinstance(balance, str):
         raise DetloaderValueError(f"balance={balance!r} must be a strategy name, a {{group: weight}} mapping or "
                                   "a Sampler")
-    name, params = parse_strategy(balance)
-    if name not in BALANCE_CHOICES:
-        raise DetloaderValueError(f"balance={balance!r} is not one of {BALANCE_CHOICES}")
-    if name == "explicit":
-        raise DetloaderValueError("balance='explicit' needs the weights: pass balance={group: weight}")
+    name, params = check_strategy(balance)
     if name == "repeat_factor":
         if num_samples is not None:
             raise DetloaderValueError(f"num_samples={num_samples} with balance='repeat_factor': the repeat factors "

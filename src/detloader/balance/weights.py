@@ -215,3 +215,15 @@ def parse_strategy(spec: str) -> tuple[str, dict[str, float]]:
     except ValueError:
         raise DetloaderValueError(f"strategy={spec!r}: {param!r} is not a number") from None
     return name, {key: value}
+
+
+def check_strategy(balance: str, weights_as: str = "{group: weight}") -> tuple[str, dict[str, float]]:
+    """``(name, params)`` of a strategy string that :func:`~detloader.balance.weighted.make_balanced_sampler`
+    draws by; DetloaderValueError naming ``balance`` for an unknown name or ``"explicit"``, whose weights
+    come as a mapping (``weights_as`` says which)."""
+    name, params = parse_strategy(balance)
+    if name not in BALANCE_CHOICES:
+        raise DetloaderValueError(f"balance={balance!r} is not one of {BALANCE_CHOICES}")
+    if name == "explicit":
+        raise DetloaderValueError(f"balance='explicit' needs the weights: pass balance={weights_as}")
+    return name, params
