@@ -32,6 +32,7 @@ from tests.helpers import keypoints_xml, voc_dataset, voc_object, voc_xml
         (("turn_left_then_right", "turn_right_then_left"), [("turn_left_then_right", "turn_right_then_left")], []),
         (("bright", "upright", "cleft_lip", "copyright", "playwright"), [], []),  # words, not sides
         (("soloRight", "car"), [], ["soloRight"]),
+        (("hand_l", "hand_r", "r", "leftover", "birthright"), [("hand_l", "hand_r")], []),  # a lone letter pairs only
     ],
 )
 def test_class_sides_are_found_in_the_names(classes, pairs, one_sided):

@@ -164,8 +164,11 @@ def _pair_ids(
 
 
 #: A side in a class name: ``left`` / ``right`` in any case, also inside a word (``redleft``,
-#: ``LeftArrow``), except in words that merely contain them (``bright``, ``upright``, ``cleft``).
-_CLASS_SIDE = re.compile(r"(?<![bfw])(?<!up)(?<!al)(?<!out)(?<!down)(?<!forth)(?<!copy)right|(?<!c)left", re.I)
+#: ``LeftArrow``), except in words that merely contain them (``bright``, ``upright``, ``cleft``,
+#: ``leftover``).
+_CLASS_SIDE = re.compile(
+    r"(?<![bfw])(?<!up)(?<!al)(?<!out)(?<!down)(?<!forth)(?<!copy)(?<!birth)right|(?<!c)left(?!over)", re.I
+)
 
 
 def _mirror_class(name: str) -> str | None:
@@ -224,7 +227,13 @@ class ClassFlip:
         pairs, one_sided, seen = [], [], set()
         for i, name in enumerate(classes):
             mirror = _mirror_class(name)
-            if mirror is None or i in seen:
+            if i in seen:
+                continue
+            if mirror is None:  # a lone l / r (hand_l, arrow-R) pairs with its partner, but alone is no side
+                j = exact.get(_mirror_name(name) or "")
+                if j is not None and j != i and j not in seen:
+                    pairs.append((i, j))
+                    seen.update((i, j))
                 continue
             j = exact.get(mirror)
             if j is None and len(folded.get(mirror.lower(), ())) == 1:
