@@ -299,8 +299,16 @@ def _search_images(
     found, n_missing = len(index), index.problems.counts().get("missing_image", 0)
     if not should_search(found, n_missing):
         return None
-    hit = find_image_folder(source.root, missing, skip=looked_in)
+    layout = {f.split(os.sep, 1)[0] for f in source.files if os.sep in f}  # the annotation folder(s)
+    links: list[Problem] = []
+    hit = find_image_folder(
+        source.root, missing, skip=looked_in, follow=layout, follow_outside=options.allow_outside_images, links=links
+    )
+    known = {p.file for p in index.problems if p.kind == "link_outside_dataset"}  # named by the reader's walk
+    links = sorted((link for link in links if link.file not in known), key=lambda link: link.file)
     if hit is None:
+        for link in links:
+            index.problems.add(link)
         return None
     searched = replace(options, image_dir=os.fspath(source.root / hit.folder))
     again = reader.discover(path, searched)
@@ -308,6 +316,8 @@ def _search_images(
         return None
     result = build_index(reader, again, searched, workers=workers)
     if len(result) <= found:
+        for link in links:
+            index.problems.add(link)
         return None
     result.meta["image_search"] = {
         "folder": hit.folder,
@@ -326,7 +336,7 @@ def _search_images(
         f"read with image_dir={hit.folder or '.'!r}",
         "repaired",
     )
-    result.problems = ProblemReport([note, *result.problems])
+    result.problems = ProblemReport([note, *result.problems, *links])
     return result
 
 

@@ -244,7 +244,8 @@ class VocReader(Reader):
             image_dir = root if ann_dir is None else find_child_dir(root, IMAGE_DIRS) or ann_dir
         ann_dir = ann_dir or root
         problems: list[Problem] = []
-        files = scan_files(ann_dir, (".xml",), root=root, problems=problems)
+        follow = options.allow_outside_images
+        files = scan_files(ann_dir, (".xml",), root=root, problems=problems, follow_outside=follow)
         return _source(root, ann_dir, image_dir, files, find_child_dir(root, ("ImageSets",)), problems)
 
     def parse_file(self, source: VocSource, rel: str, builder: ChunkBuilder) -> None:
@@ -258,7 +259,10 @@ class VocReader(Reader):
         problems: list[Problem] = []
         if source.one_file or not options.check_images:
             return problems
-        listed = scan_files(source.root / image_dir, IMAGE_EXTENSIONS, root=source.root, problems=problems)
+        listed = scan_files(
+            source.root / image_dir, IMAGE_EXTENSIONS, root=source.root, problems=problems,
+            follow_outside=options.allow_outside_images,
+        )
         named = set(index.image_paths())
         ann_dir = source.annotation_dir
         stems = {os.path.join(_sub_folder(os.path.dirname(rel), ann_dir), _stem(rel)) for rel in source.files}
