@@ -75,8 +75,26 @@ def find_dataset(path: str | os.PathLike[str]) -> tuple[str, Path]:
         )
     raise DetloaderValueError(
         f"path={str(path)!r}: no annotation format recognised here or one folder down (looked for {_LOOKED_FOR}); "
-        f"pass format='NAME' (command line: --format NAME), NAME one of {', '.join(READERS)}"
+        f"pass format='NAME' (command line: --format NAME), NAME one of {', '.join(READERS)}{_special_files(p)}"
     )
+
+
+def _special_files(folder: Path) -> str:
+    """``"; not read: data.yaml (a FIFO, not a regular file)"`` for the FIFOs, sockets and devices
+    right in ``folder`` (never opened: they would block), ``""`` when there are none."""
+    found = []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                try:
+                    kind = None if entry.is_dir() else file_kind(entry.stat().st_mode)
+                except OSError:  # a dangling link
+                    continue
+                if kind is not None:
+                    found.append(f"{entry.name} ({kind}, not a regular file)")
+    except OSError:
+        return ""
+    return f"; not read: {', '.join(sorted(found)[:5])}" if found else ""
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
@@ -170,6 +188,9 @@ def read_annotations(
     p = Path(path)
     if not p.exists():
         raise DetloaderFileNotFoundError(f"path={str(path)!r} does not exist")
+    kind = file_kind(p.stat().st_mode)
+    if kind is not None and kind != "a folder":  # whatever the format: a FIFO would block its reader
+        raise DetloaderValueError(f"path={str(path)!r} is {kind}, not an annotation file or dataset folder")
     options = _make_options(
         classes,
         class_map,
@@ -189,7 +210,7 @@ def read_annotations(
     if image_dir is not None:
         options = replace(options, image_dir=_image_folder(image_dir, reader, p, options))
     source = reader.discover(p, options)
-    if (source.root / SPLITS_JSON).is_file():  # read whatever the format: its change rebuilds the index
+    if os.path.exists(source.root / SPLITS_JSON):  # read whatever the format: its change rebuilds the index
         source.stamp.append(stat_entry(source.root / SPLITS_JSON, source.root))
     if format != "auto":
         _require_files(source, name, p)
@@ -207,6 +228,14 @@ def read_annotations(
             warnings.warn(
                 f"{source.root}: reading without an index cache ({err})", DetloaderRuntimeWarning, stacklevel=2
             )
+        refused = None if cache_file is None else _cache.cache_file_refused(cache_file)
+        if refused is not None:  # a FIFO there would hang the read: never opened, locked or replaced
+            warnings.warn(
+                f"{source.root}: reading without an index cache ({refused}; remove it to cache the index again)",
+                DetloaderRuntimeWarning,
+                stacklevel=2,
+            )
+            cache_file = None
 
     def build() -> AnnotationIndex:
         missing: list[str] = []
@@ -279,7 +308,8 @@ def _require_files(source: Source, name: str, path: Path) -> None:
     hint = "" if detected in (None, name) else (
         f"; it looks like {detected} (format={detected!r} or 'auto'; command line: --format {detected})")
     what = f"{len(source.files)} images but no label files" if source.files else "no annotation files"
-    raise DetloaderValueError(f"{source.root}: format={name!r} found {what} there{hint}")
+    folder = path if path.is_dir() else path.parent
+    raise DetloaderValueError(f"{source.root}: format={name!r} found {what} there{hint}{_special_files(folder)}")
 
 
 def _search_images(
