@@ -117,3 +117,12 @@ def test_a_fifo_where_a_tuning_result_is_stored(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert load_result(key, tmp_path) is None  # not a result: measured again, quietly as before
+
+
+def test_an_image_convert_would_copy_is_a_fifo(tmp_path: Path) -> None:
+    from detloader.annotations.writers.export import write_annotations
+
+    index = read_annotations(_voc(tmp_path / "ds"))
+    _fifo(tmp_path / "ds" / "JPEGImages" / "02.jpg")
+    with pytest.raises(NotRegularFileError, match=r"02.jpg: a FIFO, not a regular file; image not copied"):
+        write_annotations(index, tmp_path / "out", "coco", images="copy")

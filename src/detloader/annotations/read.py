@@ -168,8 +168,9 @@ def read_annotations(
         image_dir: image folder, when it is not where the layout says; relative to the dataset
             root (else the working directory). Without it, missing images are searched for below
             the root (docs/formats.md, "Where the images are").
-        allow_outside_images: follow image names that leave the dataset (``../``, absolute);
-            by default they are ``outside_dataset`` problems (docs/reliability.md).
+        allow_outside_images: follow image names that leave the dataset (``../``, absolute) and
+            folder links met while listing its folders that lead out of it; by default they are
+            ``outside_dataset`` / ``link_outside_dataset`` problems (docs/reliability.md).
         boxes_from_points: ``"enclose"``, ``"image"`` or ``"skip"``: the box of an object with
             landmarks and no box (docs/formats.md, "Points without boxes").
         max_file_bytes: size cap of one annotation file.
