@@ -27,6 +27,24 @@ def file_kind(mode: int) -> str | None:
     return None if stat.S_ISREG(mode) else next((k for test, k in _KINDS if test(mode)), "not a regular file")
 
 
+def special_kind(path: str | os.PathLike[str]) -> str | None:
+    """``"a FIFO"``, ``"a folder"``, ... when something other than a regular file is at ``path``
+    (links followed; never opened, so never blocks); None for a regular file or nothing there."""
+    try:
+        return file_kind(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return None
+
+
+def refuse_special(path: str | os.PathLike[str], doing: str = "not written over") -> None:
+    """:class:`NotRegularFileError` naming ``path`` when a FIFO, socket, device or folder is
+    there (:func:`special_kind`): ``<path>: a FIFO, not a regular file; not written over
+    (remove it, or choose another path)``."""
+    kind = special_kind(path)
+    if kind is not None:
+        raise NotRegularFileError(f"{path}: {kind}, not a regular file; {doing} (remove it, or choose another path)")
+
+
 def open_regular(path: str | os.PathLike[str], cap: int | None = None, cap_name: str = "max_file_bytes") -> BinaryIO:
     """``path`` opened for binary reading. Opening does not block (``O_NONBLOCK``: a FIFO
     without a writer would wait forever); :class:`NotRegularFileError` for anything but a
@@ -75,8 +93,10 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[
     """A file object writing to a temporary file beside ``path``, renamed over ``path`` when
     the block ends without error (readers never see half a file), removed otherwise; a full
     disk raises :class:`DiskFullError`. The file gets ``open()``'s mode (``0666 & ~umask``),
-    so the group that reads the dataset reads it too."""
+    so the group that reads the dataset reads it too. A FIFO, socket, device or folder at
+    ``path`` is never replaced: :class:`NotRegularFileError` (:func:`refuse_special`)."""
     path, tmp = Path(path), None
+    refuse_special(path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as fh:

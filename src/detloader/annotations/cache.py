@@ -35,7 +35,7 @@ import numpy as np
 import platformdirs
 from filelock import FileLock
 
-from detloader._files import atomic_write, open_regular
+from detloader._files import atomic_write, open_regular, refuse_special, special_kind
 from detloader.annotations.fields import Vocabulary, array_names
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.problems import ProblemReport
@@ -89,7 +89,9 @@ def cache_dir_for(root: str | os.PathLike[str]) -> Path:
 def build_lock(cache_file: Path) -> Iterator[None]:
     """Hold the lock beside ``cache_file`` (``NAME.lock``) while its index is built, so that one
     process per node builds it and the others wait, then map the file. Where no lock file can
-    be made (a read-only folder) nothing is locked."""
+    be made (a read-only folder) nothing is locked; a FIFO, socket, device or folder there is
+    :class:`NotRegularFileError` (:func:`cache_file_refused` says so before)."""
+    refuse_special(f"{cache_file}.lock", "not used as the lock")
     lock = FileLock(f"{cache_file}.lock")
     try:
         lock.acquire()
@@ -100,6 +102,17 @@ def build_lock(cache_file: Path) -> Iterator[None]:
         yield
     finally:
         lock.release()
+
+
+def cache_file_refused(cache_file: Path) -> str | None:
+    """Why ``cache_file`` cannot be used, when a FIFO, socket, device or folder is at its path or
+    at its lock's (``<path>: a FIFO, not a regular file``), else None. Opening a FIFO would
+    block; such a file is never opened, locked or replaced."""
+    for path in (cache_file, Path(f"{cache_file}.lock")):
+        kind = special_kind(path)
+        if kind is not None:
+            return f"{path}: {kind}, not a regular file"
+    return None
 
 
 def file_stamp(path: Path) -> tuple[int, int] | None:
@@ -172,7 +185,7 @@ def read_key(path: str | os.PathLike[str]) -> str | None:
 
 
 def _read_header(path: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:  # a FIFO would block: NotRegularFileError
         size = os.fstat(fh.fileno()).st_size
         prefix = fh.read(_PREFIX.size)
         if len(prefix) < _PREFIX.size:
@@ -240,7 +253,7 @@ def load_index_file(
         raise CacheError(f"{rebuilt} (key changed); restart the DataLoader")
     if expect_checksum is not None and header.get("data_crc32") != expect_checksum:
         raise CacheError(f"{rebuilt} (data CRC-32 changed); restart the DataLoader")
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         st = os.fstat(fh.fileno())
         size = st.st_size
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from detloader.annotations.cache import CACHE_SUBDIR
+from detloader.annotations.problems import Problem
+from detloader.annotations.readers.common import outside_link, within
 from detloader.annotations.readers.locate import IMAGE_SUFFIXES
 
 #: Levels of folders below the dataset root that are looked at (the root is level 0).
@@ -64,16 +66,24 @@ def find_image_folder(
     skip: Iterable[str] = (),
     max_depth: int = SEARCH_DEPTH,
     max_folders: int = SEARCH_MAX_FOLDERS,
+    follow: Iterable[str] = (),
+    follow_outside: bool = False,
+    links: list[Problem] | None = None,
 ) -> FolderHit | None:
     """The folder below ``root`` (or ``root`` itself, ``""``) holding the most of ``names``;
     None when none holds any. Folders in ``skip`` (relative to ``root``: where the reader
     already looked) are walked but not chosen; hidden folders and the index cache are not
-    walked. Ties go to the shallower folder, then to the first in name order."""
+    walked. A folder link that leads out of ``root`` is walked only when it is in ``skip`` or
+    ``follow`` (the layout's own folders) or ``follow_outside``; otherwise it goes, as a
+    repaired ``link_outside_dataset`` problem, into ``links``. Ties go to the shallower
+    folder, then to the first in name order."""
     wanted = _wanted(names)
     if not wanted:
         return None
     top = Path(root).resolve()
     skipped = {os.path.normpath(s) for s in skip}
+    layout = skipped | {os.path.normpath(f) for f in follow}
+    bases = () if follow_outside else (str(top),)
     seen: set[str] = set()
     queue: deque[tuple[Path, int]] = deque([(top, 0)])
     best: FolderHit | None = None
@@ -93,6 +103,9 @@ def find_image_folder(
                     try:
                         if entry.is_dir():
                             if not entry.name.startswith(".") and entry.name != CACHE_SUBDIR:
+                                if bases and entry.is_symlink() and not _may_follow(entry.path, top, bases, layout):
+                                    _name_link(entry.path, top, links)
+                                    continue
                                 children.append(Path(entry.path))
                         else:
                             files.add(entry.name)
@@ -110,6 +123,22 @@ def find_image_folder(
         if hits and (best is None or hits > best.hits):
             best = FolderHit(rel, hits, len(wanted))
     return best
+
+
+_NOT_SEARCHED = "not searched for images"
+
+
+def _may_follow(link: str, top: Path, bases: tuple[str, ...], layout: set[str]) -> bool:
+    """Whether the folder link ``link`` stays inside ``bases`` or is one of the ``layout``
+    folders (relative to ``top``), which the reader reads wherever they lead."""
+    return within(os.path.realpath(link), bases) or os.path.relpath(link, top) in layout
+
+
+def _name_link(link: str, top: Path, links: list[Problem] | None) -> None:
+    """Add the repaired ``link_outside_dataset`` problem of ``link`` to ``links`` (when given)."""
+    if links is not None:
+        target = os.path.realpath(link)
+        links.append(outside_link(os.path.relpath(link, top), link, target, _NOT_SEARCHED, "repaired"))
 
 
 def search_message(found: Mapping[str, Any]) -> str:

@@ -57,6 +57,8 @@ KINDS: dict[str, str] = {
     "unreadable_file": "the annotation file cannot be read",
     "not_a_regular_file": "a FIFO, socket or device where an annotation or image file was expected; never opened",
     "symlink_loop": "a link to a folder already read (or one that loops); not followed",
+    "link_outside_dataset": "a folder link that leads out of the dataset; not followed (nothing below it read) "
+    "unless allow_outside_images=True (--allow-outside-images)",
     "file_too_large": "the annotation or image file is larger than its size cap, refused before reading",
     "unsafe_xml": "DTD, entity declaration or external reference refused",
     "unparseable": "the file is not well-formed XML / JSON / text",

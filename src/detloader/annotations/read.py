@@ -75,8 +75,26 @@ def find_dataset(path: str | os.PathLike[str]) -> tuple[str, Path]:
         )
     raise DetloaderValueError(
         f"path={str(path)!r}: no annotation format recognised here or one folder down (looked for {_LOOKED_FOR}); "
-        f"pass format='NAME' (command line: --format NAME), NAME one of {', '.join(READERS)}"
+        f"pass format='NAME' (command line: --format NAME), NAME one of {', '.join(READERS)}{_special_files(p)}"
     )
+
+
+def _special_files(folder: Path) -> str:
+    """``"; not read: data.yaml (a FIFO, not a regular file)"`` for the FIFOs, sockets and devices
+    right in ``folder`` (never opened: they would block), ``""`` when there are none."""
+    found = []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                try:
+                    kind = None if entry.is_dir() else file_kind(entry.stat().st_mode)
+                except OSError:  # a dangling link
+                    continue
+                if kind is not None:
+                    found.append(f"{entry.name} ({kind}, not a regular file)")
+    except OSError:
+        return ""
+    return f"; not read: {', '.join(sorted(found)[:5])}" if found else ""
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
@@ -150,8 +168,9 @@ def read_annotations(
         image_dir: image folder, when it is not where the layout says; relative to the dataset
             root (else the working directory). Without it, missing images are searched for below
             the root (docs/formats.md, "Where the images are").
-        allow_outside_images: follow image names that leave the dataset (``../``, absolute);
-            by default they are ``outside_dataset`` problems (docs/reliability.md).
+        allow_outside_images: follow image names that leave the dataset (``../``, absolute) and
+            folder links met while listing its folders that lead out of it; by default they are
+            ``outside_dataset`` / ``link_outside_dataset`` problems (docs/reliability.md).
         boxes_from_points: ``"enclose"``, ``"image"`` or ``"skip"``: the box of an object with
             landmarks and no box (docs/formats.md, "Points without boxes").
         max_file_bytes: size cap of one annotation file.
@@ -170,6 +189,9 @@ def read_annotations(
     p = Path(path)
     if not p.exists():
         raise DetloaderFileNotFoundError(f"path={str(path)!r} does not exist")
+    kind = file_kind(p.stat().st_mode)
+    if kind is not None and kind != "a folder":  # whatever the format: a FIFO would block its reader
+        raise DetloaderValueError(f"path={str(path)!r} is {kind}, not an annotation file or dataset folder")
     options = _make_options(
         classes,
         class_map,
@@ -189,7 +211,7 @@ def read_annotations(
     if image_dir is not None:
         options = replace(options, image_dir=_image_folder(image_dir, reader, p, options))
     source = reader.discover(p, options)
-    if (source.root / SPLITS_JSON).is_file():  # read whatever the format: its change rebuilds the index
+    if os.path.exists(source.root / SPLITS_JSON):  # read whatever the format: its change rebuilds the index
         source.stamp.append(stat_entry(source.root / SPLITS_JSON, source.root))
     if format != "auto":
         _require_files(source, name, p)
@@ -207,6 +229,14 @@ def read_annotations(
             warnings.warn(
                 f"{source.root}: reading without an index cache ({err})", DetloaderRuntimeWarning, stacklevel=2
             )
+        refused = None if cache_file is None else _cache.cache_file_refused(cache_file)
+        if refused is not None:  # a FIFO there would hang the read: never opened, locked or replaced
+            warnings.warn(
+                f"{source.root}: reading without an index cache ({refused}; remove it to cache the index again)",
+                DetloaderRuntimeWarning,
+                stacklevel=2,
+            )
+            cache_file = None
 
     def build() -> AnnotationIndex:
         missing: list[str] = []
@@ -279,7 +309,8 @@ def _require_files(source: Source, name: str, path: Path) -> None:
     hint = "" if detected in (None, name) else (
         f"; it looks like {detected} (format={detected!r} or 'auto'; command line: --format {detected})")
     what = f"{len(source.files)} images but no label files" if source.files else "no annotation files"
-    raise DetloaderValueError(f"{source.root}: format={name!r} found {what} there{hint}")
+    folder = path if path.is_dir() else path.parent
+    raise DetloaderValueError(f"{source.root}: format={name!r} found {what} there{hint}{_special_files(folder)}")
 
 
 def _search_images(
@@ -299,8 +330,16 @@ def _search_images(
     found, n_missing = len(index), index.problems.counts().get("missing_image", 0)
     if not should_search(found, n_missing):
         return None
-    hit = find_image_folder(source.root, missing, skip=looked_in)
+    layout = {f.split(os.sep, 1)[0] for f in source.files if os.sep in f}  # the annotation folder(s)
+    links: list[Problem] = []
+    hit = find_image_folder(
+        source.root, missing, skip=looked_in, follow=layout, follow_outside=options.allow_outside_images, links=links
+    )
+    known = {p.file for p in index.problems if p.kind == "link_outside_dataset"}  # named by the reader's walk
+    links = sorted((link for link in links if link.file not in known), key=lambda link: link.file)
     if hit is None:
+        for link in links:
+            index.problems.add(link)
         return None
     searched = replace(options, image_dir=os.fspath(source.root / hit.folder))
     again = reader.discover(path, searched)
@@ -308,6 +347,8 @@ def _search_images(
         return None
     result = build_index(reader, again, searched, workers=workers)
     if len(result) <= found:
+        for link in links:
+            index.problems.add(link)
         return None
     result.meta["image_search"] = {
         "folder": hit.folder,
@@ -326,7 +367,7 @@ def _search_images(
         f"read with image_dir={hit.folder or '.'!r}",
         "repaired",
     )
-    result.problems = ProblemReport([note, *result.problems])
+    result.problems = ProblemReport([note, *result.problems, *links])
     return result
 
 

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from detloader._files import find_child_dir
+from detloader._files import find_child_dir, read_capped
 from detloader.annotations.problems import Problem, ProblemReport, problems_of
 from detloader.annotations.stratify import class_groups, stratified_split
-from detloader.errors import DetloaderValueError, SplitsExistError
+from detloader.errors import DetloaderValueError, NotRegularFileError, SplitsExistError
 
 if TYPE_CHECKING:
     from detloader.annotations.index import AnnotationIndex
@@ -94,12 +94,17 @@ def _made_text(made: Any) -> str:
 
 def _json_splits(index: AnnotationIndex) -> tuple[dict[str, np.ndarray], dict[str, str]] | None:
     """Splits and sources of ``splits.json`` at the root; None when there is none, or (an
-    error problem) when it is not ``{"splits": {name: [image path, ...]}}``."""
+    error problem) when it is not ``{"splits": {name: [image path, ...]}}`` or not a regular
+    file (a FIFO is never opened: ``not_a_regular_file``)."""
     path = index.root / SPLITS_JSON
-    if not path.is_file():
+    if not os.path.exists(path):
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_capped(path, None).decode("utf-8"))
+    except NotRegularFileError as err:
+        message = f"{err}; remove it (detloader split writes a new one)"
+        index.problems.add(Problem("not_a_regular_file", SPLITS_JSON, "", message, "splits.json ignored"))
+        return None
     except (OSError, UnicodeDecodeError, ValueError) as err:
         index.problems.add(Problem("unparseable", SPLITS_JSON, "", f"not JSON: {err}", "splits.json ignored"))
         return None

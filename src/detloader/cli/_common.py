@@ -79,7 +79,8 @@ def add_dataset_arguments(parser: argparse.ArgumentParser, on_error_help: str | 
     group.add_argument("--one-based", action="store_true", help="VOC 1-based pixel indices")
     group.add_argument("--no-check-images", action="store_true", help="do not check image files exist")
     group.add_argument(
-        "--allow-outside-images", action="store_true", help="follow image names that leave the dataset (../, absolute)"
+        "--allow-outside-images", action="store_true",
+        help="follow image names that leave the dataset (../, absolute) and folder links that lead out of it",
     )
 
 
@@ -220,8 +221,8 @@ def require_images(index: AnnotationIndex, what: str) -> None:
         hints.append("if the images are elsewhere, pass --image-dir DIR (relative to the dataset root)")
         if index.meta.get("format") == "cvat":
             hints.append("if they were renamed to their CVAT id, --images-by id")
-    if "outside_dataset" in errors.counts():
-        hints.append("--allow-outside-images follows image names that leave the dataset")
+    if "outside_dataset" in errors.counts() or "link_outside_dataset" in errors.counts():
+        hints.append("--allow-outside-images follows image names and folder links that leave the dataset")
     if errors:
         hints.append("detloader validate lists every problem")
     tail = f"; {'; '.join(hints)}" if hints else ""

@@ -18,9 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from detloader import _system
-from detloader._files import atomic_write
+from detloader._files import atomic_write, read_capped
 from detloader.annotations.cache import CACHE_DIR_ENV, user_cache_dir
-from detloader.errors import DetloaderValueError, StaleTuneWarning, TuneWarning
+from detloader.errors import (
+    DetloaderRuntimeWarning,
+    DetloaderValueError,
+    NotRegularFileError,
+    StaleTuneWarning,
+    TuneWarning,
+)
 from detloader.tune.measure import loader_kwargs
 from detloader.tune.probe import free_cpus
 from detloader.tune.result import TuneResult
@@ -29,6 +35,8 @@ from detloader.tune.result import TuneResult
 MAX_HEURISTIC_WORKERS = 8
 #: Memory assumed per worker process when nothing was measured (bytes).
 WORKER_MEMORY_GUESS = 512 * 2**20
+#: Size cap of a stored result (a few KiB in practice); a larger file is measured again.
+MAX_RESULT_BYTES = 4 * 2**20
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _TRANSFORM_ATTRIBUTES = ("transform", "transforms", "target_transform")
@@ -149,9 +157,15 @@ def save_result(result: TuneResult, folder: str | os.PathLike[str] | None = None
 
 def load_result(key: dict[str, Any], folder: str | os.PathLike[str] | None = None) -> TuneResult | None:
     """The stored result for ``key``; None when there is none or it cannot be read (an older
-    layout, a damaged file: both are measured again)."""
+    layout, a damaged file: both are measured again). A FIFO, socket or device at its path is
+    never opened (it would block): None, with a :class:`DetloaderRuntimeWarning` naming it."""
+    path = cache_file(key, folder)
     try:
-        result = TuneResult.from_json(cache_file(key, folder).read_text(encoding="utf-8"))
+        result = TuneResult.from_json(read_capped(path, MAX_RESULT_BYTES).decode("utf-8"))
+    except NotRegularFileError as err:
+        warnings.warn(f"{path}: {err}; stored tuning result not read (remove it)", DetloaderRuntimeWarning,
+                      stacklevel=2)
+        return None
     except (OSError, ValueError, TypeError, KeyError):
         return None
     if result.key != key:

@@ -21,7 +21,7 @@ from detloader._files import find_child_dir as find_child_dir  # the readers' fo
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.checks import MAX_SIDE, ReadOptions
 from detloader.annotations.landmarks import LandmarkSchema
-from detloader.annotations.problems import Problem
+from detloader.annotations.problems import Problem, Severity
 from detloader.errors import DetloaderValueError
 
 if TYPE_CHECKING:
@@ -109,13 +109,18 @@ def scan_files(
     root: str | os.PathLike[str],
     recursive: bool = True,
     problems: list[Problem] | None = None,
+    follow_outside: bool = False,
 ) -> list[Stamp]:
     """:data:`Stamp` of the regular files under ``top`` whose name ends with one of
     ``suffixes`` (case-insensitive), sorted by path. Hidden folders and detloader's cache
     folder are skipped; so are (and, into ``problems``, named) FIFOs, sockets and devices
-    (``not_a_regular_file``), and links to a folder already read (``symlink_loop``)."""
+    (``not_a_regular_file``), links to a folder already read (``symlink_loop``) and, unless
+    ``follow_outside``, links to a folder outside both ``root`` and ``top``
+    (``link_outside_dataset``: a link to ``/`` would list the whole machine). ``top`` itself
+    is taken as it is, link or not: it is the layout's folder or the user's."""
     suffixes = tuple(s.lower() for s in suffixes)
     root = os.fspath(root)
+    bases = () if follow_outside else (os.path.realpath(root), os.path.realpath(top))
     is_regular = stat.S_ISREG
     out: list[Stamp] = []
     found = problems if problems is not None else []
@@ -138,6 +143,11 @@ def scan_files(
             try:
                 if entry.is_dir(follow_symlinks=True):
                     if recursive and not name.startswith("."):  # hidden folders: .git, the index cache
+                        if bases and entry.is_symlink():
+                            target = os.path.realpath(entry.path)
+                            if not within(target, bases):
+                                found.append(outside_link(prefix + name, entry.path, target))
+                                continue
                         st = entry.stat()
                         folder_id = (st.st_dev, st.st_ino)
                         if folder_id in seen:
@@ -163,6 +173,29 @@ def scan_files(
                 found.append(Problem(kind, prefix + name, "", message, "skipped", severity))
     out.sort(key=itemgetter(0))  # names are unique; comparing them alone is twice as fast
     return out
+
+
+def within(path: str, folders: Iterable[str]) -> bool:
+    """Whether the resolved ``path`` is one of ``folders`` (resolved too) or lies below one."""
+    return any(path == f or path.startswith(f.rstrip(os.sep) + os.sep) for f in folders)
+
+
+def outside_link(
+    rel: str, link: str, target: str, action: str = "not followed: nothing below it read", severity: Severity = "error"
+) -> Problem:
+    """The ``link_outside_dataset`` problem of the folder link ``link`` (``rel`` relative to the
+    root), whose resolved ``target`` lies outside the dataset: the link as written, where it
+    leads, and how to follow it anyway."""
+    try:
+        written = os.readlink(link)
+    except OSError:
+        written = target
+    shown = written if os.path.normpath(written) == target else f"{written} ({target})"
+    message = (
+        f"a folder link to {shown} leaves the dataset; remove it, or pass allow_outside_images=True "
+        "(--allow-outside-images) to follow it"
+    )
+    return Problem("link_outside_dataset", rel, "", message, action, severity)
 
 
 def stat_entry(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> Stamp:

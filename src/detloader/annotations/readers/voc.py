@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from lxml import etree
 
-from detloader._files import find_child_dir, read_capped
+from detloader._files import find_child_dir, read_capped, special_kind
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.checks import MAX_SIDE, ReadOptions
 from detloader.annotations.index import AnnotationIndex
@@ -114,6 +114,13 @@ def _parse_file(root: str, rel: str, ann_dir: str, image_dir: str, b: ChunkBuild
     image_rel = _resolve_image(
         root, image_dir, sub, filename, stem, child_text(top, "path"), opts.check_images, literal
     )
+    if image_rel is None and opts.check_images:
+        special = _special_image(root, os.path.join(image_dir, sub), filename, stem)
+        if special is not None:
+            rel_special, kind = special
+            message = f"filename={filename or stem!r}: {rel_special} is {kind}, not a regular file"
+            b.problem("not_a_regular_file", "filename", message, "image skipped")
+            return
     if image_rel is None:
         shown = filename or f"{stem}.*"
         b.missing_image(
@@ -210,6 +217,19 @@ def _resolve_image(
     return None
 
 
+def _special_image(root: str, folder: str, filename: str, stem: str) -> tuple[str, str] | None:
+    """``(path, "a FIFO")`` of the first FIFO, socket or device where the image would be (the
+    name as written, then the stem with each image extension), never opened; None when none."""
+    names = [ntpath.basename(filename)] if filename else []
+    names += [os.path.splitext(names[0] if names else stem)[0] + ext for ext in IMAGE_EXTENSIONS]
+    for name in names:
+        rel = os.path.normpath(os.path.join(folder, name))
+        kind = special_kind(os.path.join(root, rel))
+        if kind is not None and kind != "a folder":
+            return rel, kind
+    return None
+
+
 class VocReader(Reader):
     """Pascal VOC XML (see the module docstring)."""
 
@@ -244,7 +264,8 @@ class VocReader(Reader):
             image_dir = root if ann_dir is None else find_child_dir(root, IMAGE_DIRS) or ann_dir
         ann_dir = ann_dir or root
         problems: list[Problem] = []
-        files = scan_files(ann_dir, (".xml",), root=root, problems=problems)
+        follow = options.allow_outside_images
+        files = scan_files(ann_dir, (".xml",), root=root, problems=problems, follow_outside=follow)
         return _source(root, ann_dir, image_dir, files, find_child_dir(root, ("ImageSets",)), problems)
 
     def parse_file(self, source: VocSource, rel: str, builder: ChunkBuilder) -> None:
@@ -258,7 +279,10 @@ class VocReader(Reader):
         problems: list[Problem] = []
         if source.one_file or not options.check_images:
             return problems
-        listed = scan_files(source.root / image_dir, IMAGE_EXTENSIONS, root=source.root, problems=problems)
+        listed = scan_files(
+            source.root / image_dir, IMAGE_EXTENSIONS, root=source.root, problems=problems,
+            follow_outside=options.allow_outside_images,
+        )
         named = set(index.image_paths())
         ann_dir = source.annotation_dir
         stems = {os.path.join(_sub_folder(os.path.dirname(rel), ann_dir), _stem(rel)) for rel in source.files}

@@ -75,6 +75,8 @@ class YoloSource(Source):
     names: list[str]
     kpt: dict[str, Any] | None
     split_entries: dict[str, list[str]]
+    #: links to folders outside the dataset are followed (``allow_outside_images``)
+    follow_outside: bool = False
 
 
 def _snap(value: float) -> float:
@@ -227,6 +229,7 @@ class YoloReader(Reader):
         problems: list[Problem] = []
         split_specs: dict[str, list[str]] = {}
         kpt = None
+        follow = options.allow_outside_images
         if config is not None:
             data = load_yaml(config)
             where = config.name
@@ -246,7 +249,7 @@ class YoloReader(Reader):
                 entries = [str(v) for v in value] if isinstance(value, list) else [str(value)]
                 split_specs[key] = entries
                 for entry in entries:
-                    for item in split_images(entry, root, f"{where}: {key}", problems):
+                    for item in split_images(entry, root, f"{where}: {key}", problems, follow):
                         images.setdefault(item[0], item)
                     list_file = Path(entry) if os.path.isabs(entry) else root / entry
                     if list_file.is_file():
@@ -259,7 +262,7 @@ class YoloReader(Reader):
         else:
             root = path
             image_top = Path(options.image_dir) if options.image_dir else (find_child_dir(root, ("images",)) or root)
-            image_list = images_under(image_top, root, problems)
+            image_list = images_under(image_top, root, problems, follow)
             names_file = find_names_file(root, find_child_dir(root, ("labels",)))
             names = []
             if names_file is not None:
@@ -288,6 +291,7 @@ class YoloReader(Reader):
             names=names,
             kpt=kpt,
             split_entries=split_specs,
+            follow_outside=follow,
         )
 
     def parse_file(self, source: YoloSource, rel: str, builder: ChunkBuilder) -> None:
@@ -309,7 +313,7 @@ class YoloReader(Reader):
             listed = (
                 (f"{key}: {entry}", os.path.normpath(rel))
                 for entry in entries
-                for rel, *_ in split_images(entry, source.root, f"{where}: {key}")
+                for rel, *_ in split_images(entry, source.root, f"{where}: {key}", None, source.follow_outside)
             )
             out[key] = match_entries(index, where, listed, position)
             index.meta.setdefault("split_sources", {})[key] = f"{where}: {key}"

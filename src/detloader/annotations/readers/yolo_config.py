@@ -90,18 +90,24 @@ def kpt_config(data: dict[str, Any], where: str) -> dict[str, Any] | None:
     return {"k": k, "dims": d, "names": names, "flip_pairs": pairs, "symmetric": flip is not None and not pairs}
 
 
-def images_under(folder: Path, root: Path, problems: list[Problem] | None = None) -> list[Stamp]:
-    """Stamps of the (non-hidden) images below ``folder``, relative to ``root``; special files
-    and symlink loops go to ``problems`` (:func:`~detloader.annotations.readers.common.scan_files`)."""
-    found = scan_files(folder, IMAGE_SUFFIXES, root=root, problems=problems)
+def images_under(
+    folder: Path, root: Path, problems: list[Problem] | None = None, follow_outside: bool = False
+) -> list[Stamp]:
+    """Stamps of the (non-hidden) images below ``folder``, relative to ``root``; special files,
+    symlink loops and (unless ``follow_outside``) folder links out of the dataset go to ``problems``
+    (:func:`~detloader.annotations.readers.common.scan_files`)."""
+    found = scan_files(folder, IMAGE_SUFFIXES, root=root, problems=problems, follow_outside=follow_outside)
     return [entry for entry in found if not os.path.basename(entry[0]).startswith(".")]
 
 
-def split_images(entry: str, root: Path, where: str, problems: list[Problem] | None = None) -> list[Stamp]:
-    """Images of one ``train``/``val``/``test`` entry: a folder (recursive) or a list file."""
+def split_images(
+    entry: str, root: Path, where: str, problems: list[Problem] | None = None, follow_outside: bool = False
+) -> list[Stamp]:
+    """Images of one ``train``/``val``/``test`` entry: a folder (recursive, :func:`images_under`)
+    or a list file."""
     target = Path(entry) if os.path.isabs(entry) else root / entry
     if target.is_dir():
-        return images_under(target, root, problems)
+        return images_under(target, root, problems, follow_outside)
     if target.is_file() and target.suffix.lower() == ".txt":
         out: list[Stamp] = []
         for line in target.read_text(encoding="utf-8").splitlines():

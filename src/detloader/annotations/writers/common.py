@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from detloader._files import atomic_write
+from detloader._files import atomic_write, open_regular
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.annotations.problems import check_choice
-from detloader.errors import DetloaderValueError
+from detloader.errors import DetloaderValueError, NotRegularFileError
 
 IMAGE_MODES = ("link", "copy", "symlink", "none")
 
@@ -62,7 +62,11 @@ class ImagePlacer:
                 return dst
             except OSError:
                 pass  # another file system: copied
-        with open(src, "rb") as fin, atomic_write(dst) as fout:
+        try:
+            fin = open_regular(src)  # a FIFO would block
+        except NotRegularFileError as err:
+            raise NotRegularFileError(f"{src}: {err}; image not copied (remove it or fix the index)") from None
+        with fin, atomic_write(dst) as fout:
             shutil.copyfileobj(fin, fout)
         shutil.copystat(src, dst)
         return dst
