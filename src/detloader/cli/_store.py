@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from detloader.annotations.index import AnnotationIndex
+if TYPE_CHECKING:
+    from detloader.annotations.index import AnnotationIndex
 
 
 def add_store_argument(parser: argparse.ArgumentParser) -> None:
