@@ -144,7 +144,7 @@ def test_two_processes_build_once(index, tmp_path):
 
 
 def test_too_large_is_refused_with_the_numbers(index, monkeypatch):
-    monkeypatch.setattr("detloader.store._free_bytes", lambda kind, folder: 10_000)
+    monkeypatch.setattr("detloader._store_files.free_bytes", lambda kind, folder: 10_000)
     with pytest.raises(StoreTooLargeError, match=r"10 images .* needs 0\.1 MiB .* only 0\.0 MiB of disk is free"):
         DetectionDataset(index, None, cache="disk", cache_size=48)
 
@@ -209,3 +209,156 @@ def test_augmentation_mosaic_and_mixup_read_the_stored_pixels_as_decoding_gives_
     stored = list(make_loader(DetectionDataset(index, transform, seed=1, cache="disk"), num_workers=2, **mix))
     for a, b in zip(plain, stored, strict=True):
         assert np.array_equal(a.images, b.images) and np.allclose(a.boxes, b.boxes, atol=1e-3)
+
+
+# -- reliability (issue 31): other datasets' pixels, full disks, special files, damaged pixels --
+def _run(script: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ})
+
+
+def test_two_copies_with_the_same_folder_name_never_share_a_ram_store(tmp_path):
+    roots = [make_synthetic(tmp_path / p / "ds", 6, seed=s, size=(96, 72)) for p, s in (("a", 0), ("b", 1))]
+    out = _run(f"""
+        import numpy as np
+        from detloader import read_annotations
+        from detloader.dataset import DetectionDataset
+        from detloader.loader import make_loader
+        from detloader.transforms import Resize
+        t = Resize(48, mode="letterbox")
+        indexes = [read_annotations(r) for r in {[str(r) for r in roots]!r}]
+        stored = [DetectionDataset(i, t, cache="ram") for i in indexes]  # both open at once
+        for index, d in zip(indexes, stored):
+            plain = DetectionDataset(index, t)
+            assert all(np.array_equal(d[k].image, plain[k].image) for k in range(len(d))), d.store.path
+            for batch, want in zip(make_loader(d, batch_size=3, num_workers=2), make_loader(plain, batch_size=3)):
+                assert np.array_equal(batch.images, want.images)  # the workers map the same store
+        print(*[d.store.path for d in stored])
+    """)
+    assert out.returncode == 0, out.stderr
+    paths = out.stdout.split()
+    assert len(set(paths)) == 2 and all(os.path.basename(p).startswith("ds-") for p in paths)
+    assert not any(os.path.exists(p) or os.path.exists(p + ".lock") for p in paths)  # the last user removed it
+
+
+def test_a_ram_store_lives_while_a_process_uses_it(index):
+    import gc
+
+    killed = _run(f"""
+        import os, signal
+        from detloader import read_annotations
+        from detloader.dataset import DetectionDataset
+        d = DetectionDataset(read_annotations({str(index.root)!r}), None, cache="ram", cache_size=40)
+        print(d.store.path, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # out of memory: no clean-up ran
+    """)
+    orphan = killed.stdout.split()[0]
+    assert os.path.exists(orphan)
+    d = DetectionDataset(index, None, cache="ram", cache_size=48)  # any ram store opened sweeps unused ones
+    assert not os.path.exists(orphan)
+    path = d.store.path
+    twin = DetectionDataset(index, None, cache="ram", cache_size=48)
+    assert twin.store.path == path and twin[0].image.sum() == d[0].image.sum()
+    del d
+    gc.collect()
+    assert path.exists()  # twin still uses it
+    del twin
+    gc.collect()
+    assert not path.exists() and not os.path.exists(f"{path}.lock")
+
+
+def test_a_full_disk_is_named_and_leaves_nothing(index, monkeypatch):
+    import errno
+
+    from detloader.errors import DiskFullError
+
+    folder = DetectionDataset(index, None, cache="disk", cache_size=40).store.path.parent
+
+    def full(fd, offset, size):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with pytest.raises(DiskFullError, match=r"\.dlstore: image store for 10 images .* not built, no space left while "
+                       r"writing it \(0\.\d MiB needed.*free some space or use a smaller cache_size.*cache=None"):
+        DetectionDataset(index, None, cache="disk", cache_size=48)
+    monkeypatch.setattr(os, "posix_fallocate", lambda fd, offset, size: os.ftruncate(fd, size))
+    monkeypatch.setattr(os, "pwrite", lambda fd, data, at: full(fd, at, 0))  # no reservation: the writes fail
+    with pytest.raises(DiskFullError, match="no space left while writing it"):
+        DetectionDataset(index, None, cache="disk", cache_size=48)
+    assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_damaged_store_is_removed_first_when_both_do_not_fit(index, monkeypatch):
+    first = DetectionDataset(index, None, cache="disk", cache_size=48).store.path
+    size = first.stat().st_size
+    with open(first, "r+b") as fh:
+        fh.truncate(size - 3)
+    monkeypatch.setattr("detloader._store_files.free_bytes", lambda kind, folder: size // 2)
+    with pytest.warns(RuntimeWarning, match="rebuilding"):
+        again = DetectionDataset(index, None, cache="disk", cache_size=48)
+    assert again.store.path.stat().st_size == size and again.store.verify() == []
+
+
+def test_a_file_size_limit_refuses_the_store_up_front(index):
+    out = _run(f"""
+        import resource, signal
+        from detloader import read_annotations
+        from detloader.dataset import DetectionDataset
+        from detloader.errors import StoreTooLargeError
+        index = read_annotations({str(index.root)!r})
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, resource.RLIM_INFINITY))
+        try:
+            DetectionDataset(index, None, cache="disk", cache_size=48)
+        except StoreTooLargeError as err:
+            print("refused:", err)
+        import detloader._store_files as f
+        f.file_size_limit = lambda: float("inf")  # past the check: the kernel's EFBIG is named too
+        try:
+            DetectionDataset(index, None, cache="disk", cache_size=48)
+        except StoreTooLargeError as err:
+            print("refused:", err)
+    """)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2 and all("RLIMIT_FSIZE" in line and "ulimit -f" in line for line in lines), out.stdout
+    assert not list((index.root.parent / "cache").rglob("*.tmp"))
+
+
+@pytest.mark.parametrize("where", ["store", "lock"])
+def test_a_fifo_where_the_store_is_is_refused_at_once(index, where):
+    path = DetectionDataset(index, None, cache="disk", cache_size=48).store.path
+    fifo = path if where == "store" else f"{path}.lock"
+    os.unlink(fifo)
+    os.mkfifo(fifo)
+    out = _run(f"""
+        from detloader import read_annotations
+        from detloader.dataset import DetectionDataset
+        from detloader.errors import NotRegularFileError
+        try:
+            DetectionDataset(read_annotations({str(index.root)!r}), None, cache="disk", cache_size=48)
+        except NotRegularFileError as err:
+            print(err)
+    """, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert f"{fifo}: a FIFO, not a regular file, where the image store keeps its" in out.stdout
+    assert "remove it (the store is then rebuilt) or use cache=None" in out.stdout
+
+
+def test_verify_names_the_images_whose_pixels_changed(index, capsys):
+    from detloader.cli.parser import main
+
+    store = DetectionDataset(index, None, cache="disk", cache_size=48).store
+    assert store.verify() == []
+    assert main(["validate", str(index.root), "--store", "--no-images"]) == 0
+    assert "store ok" in capsys.readouterr().out
+    at = store._data_offset + int(store._rows()[7]["offset"]) + 100
+    with open(store.path, "r+b") as fh:
+        fh.seek(at)
+        byte = fh.read(1)
+        fh.seek(at)
+        fh.write(bytes([byte[0] ^ 0x01]))
+    assert store.verify() == [7] and ImageStore.at(store.path).verify() == [7]
+    assert main(["validate", str(index.root), "--store", "--no-images"]) == 1
+    out = capsys.readouterr().out
+    assert f"store damaged {store.path}: 1 of 10 images fail their checksum: 7 ({index.image_path(7)})" in out

@@ -31,6 +31,7 @@ from detloader.cli._common import (
     read_index,
     require_images,
 )
+from detloader.cli._store import add_store_argument, check_stores, store_lines, stores_damaged
 from detloader.errors import DetloaderValueError
 
 if TYPE_CHECKING:
@@ -146,6 +147,7 @@ def add_validate(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-images", action="store_true", help="skip the image header checks")
     p.add_argument("--decode", action="store_true", help="also decode every image fully, in parallel")
+    add_store_argument(p)
     p.set_defaults(func=_validate)
 
 
@@ -165,16 +167,20 @@ def _validate(args: argparse.Namespace) -> int:
                 index, decode=args.decode, workers=workers, progress=progress, reported=list(report)
             ):
                 report.add(problem)
+    stores = check_stores(index) if args.store else []
+    failed = 1 if report.errors or stores_damaged(stores) else 0
     if args.json:
         # every problem, and per kind how many: the whole of them, never a first few
         print_json({"images": len(index), "objects": index.num_objects, "errors": len(report.errors),
                     "repairs": len(report.repairs), "total": len(report), "problems": report.counts(),
-                    "items": report.to_list()})
-        return 1 if report.errors else 0
+                    "items": report.to_list(), **({"stores": stores} if args.store else {})})
+        return failed
     out = console()
+    for line in store_lines(stores) if args.store else []:
+        out.print(line, highlight=False, soft_wrap=True)
     if not report:
         out.print(f"[green]no problems[/green] in {len(index)} images, {index.num_objects} objects")
-        return 0
+        return failed
     table = Table(title=f"{len(report)} problems")
     for column in ("file", "where", "kind", "problem", "action"):
         table.add_column(column, overflow="fold")
@@ -191,7 +197,7 @@ def _validate(args: argparse.Namespace) -> int:
         if report.errors
         else f"[green]no errors[/green] ({len(report.repairs)} repaired): {report.summary_line()}"
     )
-    return 1 if report.errors else 0
+    return failed
 
 
 def _problem_rows(report: ProblemReport, per_kind: int) -> list[tuple[str, str, str, str, str, str]]:

@@ -1,0 +1,244 @@
+"""The files of an image store (:mod:`detloader.store`): its build lock, opening it for
+reading or writing (special files refused by name, never waited on), and the lifetime of a
+``"ram"`` store in shared memory.
+
+A ``"ram"`` store lives while a process uses it: every process that maps it holds a shared
+``flock`` on the file (DataLoader workers forked from it share their parent's; spawned ones
+and other ranks take their own when they map it). When a process that holds one lets go of
+the store (the store is collected, or the interpreter exits), it takes the build lock without
+waiting and, when the exclusive ``flock`` is free, removes the file and its lock: it was the
+last user. A process killed before it could (``SIGKILL``, out of memory) leaves its store
+behind; the next ``"ram"`` store opened by the same user removes such unused stores and
+the temporary files of builds that died (:func:`sweep`).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import math
+import os
+import resource
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from detloader._files import file_kind
+from detloader.errors import NotRegularFileError
+
+SUFFIX = ".dlstore"
+
+
+def _refuse(path: Path, fd: int | None, what: str) -> None:
+    """Raise :class:`NotRegularFileError` naming ``path`` when it (``fd`` open on it, else by
+    ``os.stat``) is not a regular file."""
+    try:
+        mode = os.fstat(fd).st_mode if fd is not None else os.stat(path).st_mode
+    except OSError:
+        return
+    kind = file_kind(mode)
+    if kind is not None:
+        raise NotRegularFileError(
+            f"{path}: {kind}, not a regular file, where the image store keeps its {what}; remove it "
+            "(the store is then rebuilt) or use cache=None"
+        )
+
+
+def open_store(path: Path, write: bool = False, what: str = "images") -> int:
+    """A descriptor of the regular file ``path`` for reading (``write``: and writing), opened
+    without blocking (a FIFO without a writer would wait forever).
+
+    Raises:
+        NotRegularFileError: ``path`` is a FIFO, socket, device or folder (named, with what to do).
+    """
+    flags = (os.O_RDWR if write else os.O_RDONLY) | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError as err:
+        if err.errno in (errno.ENXIO, errno.EISDIR, errno.ENODEV):  # a socket, a folder, a device
+            _refuse(path, None, what)
+        raise
+    try:
+        _refuse(path, fd, what)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _same_file(path: Path, fd: int) -> bool:
+    try:
+        a, b = os.stat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+@contextmanager
+def locked(path: Path, wait: bool = True) -> Iterator[bool]:
+    """Hold the exclusive ``flock`` of the lock file ``path`` (created if needed) for the block;
+    yields True, or False at once when ``wait`` is False and another process holds it. The lock
+    is taken on the file the name still names (checked after locking), so a holder may remove
+    it: a waiter then locks the new file.
+
+    Raises:
+        NotRegularFileError: ``path`` is a FIFO, socket, device or folder.
+    """
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+        except PermissionError:  # another user's lock: a shared flock works on a read-only descriptor
+            fd = open_store(path, what="lock")
+        except OSError as err:
+            if err.errno in (errno.ENXIO, errno.EISDIR, errno.ENODEV):
+                _refuse(path, None, "lock")
+            raise
+        try:
+            _refuse(path, fd, "lock")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                os.close(fd)
+                yield False
+                return
+        except BaseException:
+            os.close(fd)
+            raise
+        if _same_file(path, fd):
+            break
+        os.close(fd)  # removed or replaced while we waited: lock the file the name names now
+    try:
+        yield True
+    finally:
+        os.close(fd)
+
+
+def hold(fd: int) -> None:
+    """Mark the calling process a user of the ``"ram"`` store open on ``fd`` (a shared ``flock``)."""
+    fcntl.flock(fd, fcntl.LOCK_SH)
+
+
+def release(path: Path, fd: int, pid: int) -> None:
+    """Let go of the ``"ram"`` store ``path`` held on ``fd`` by process ``pid``; its last user
+    removes it and its lock file. Never raises (it runs at exit); a forked child only closes
+    its copy of ``fd`` (its parent's hold is the same one)."""
+    try:
+        if os.getpid() == pid:
+            _remove_if_unused(path, fd)
+    except OSError:
+        pass
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _remove_if_unused(path: Path, fd: int) -> bool:
+    """Remove ``path`` (open on ``fd``) and its lock when no process holds it or builds it."""
+    lock = Path(f"{path}.lock")
+    with locked(lock, wait=False) as mine:
+        if not mine:
+            return False  # another process is opening it: it becomes a user and removes it later
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        if _same_file(path, fd):
+            os.unlink(path)
+        os.unlink(lock)
+        return True
+
+
+def sweep(folder: Path) -> list[Path]:
+    """Remove this user's ``"ram"`` stores in ``folder`` that no process uses, and the
+    temporary files of builds whose process died (their lock is free); the paths removed."""
+    removed = []
+    uid = os.getuid()
+    for path in folder.glob(f"*{SUFFIX}"):
+        try:
+            if path.lstat().st_uid != uid or not path.is_file():
+                continue
+            fd = open_store(path)
+        except OSError:
+            continue
+        try:
+            if _remove_if_unused(path, fd):
+                removed.append(path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    for tmp in folder.glob(f".*{SUFFIX}.*.tmp"):  # atomic_write's ".NAME.dlstore.XXXX.tmp"
+        store = folder / (tmp.name[1:].split(f"{SUFFIX}.")[0] + SUFFIX)
+        lock = Path(f"{store}.lock")
+        try:
+            if tmp.lstat().st_uid != uid:
+                continue
+            with locked(lock, wait=False) as mine:
+                if mine:  # no build of that store runs: the process that wrote it died
+                    tmp.unlink()
+                    removed.append(tmp)
+                    if not store.exists():
+                        lock.unlink()
+        except OSError:
+            pass
+    return removed
+
+
+def root_tag(root: Path) -> str:
+    """8 hex digits of the dataset's absolute root, in a ``"ram"`` store's name."""
+    return hashlib.blake2b(str(root.resolve()).encode("utf-8"), digest_size=4).hexdigest()
+
+
+def store_dir(kind: str, root: Path) -> Path:
+    """Where the stores of ``kind`` of the dataset at ``root`` live: ``"disk"`` beside its
+    index cache, ``"ram"`` in ``/dev/shm`` (else the temporary folder)."""
+    if kind == "disk":
+        from detloader.annotations.cache import cache_dir_for
+
+        return cache_dir_for(root)
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
+def store_paths(root: str | os.PathLike[str]) -> list[Path]:
+    """The store files of the dataset at ``root``: its ``"disk"`` stores and its ``"ram"``
+    stores in shared memory (any cache size, EXIF policy or images)."""
+    root = Path(root)
+    ram = store_dir("ram", root).glob(f"{root.resolve().name}-{root_tag(root)}-*{SUFFIX}")
+    return sorted([*store_dir("disk", root).glob(f"*{SUFFIX}"), *ram])
+
+
+def free_bytes(kind: str, folder: Path) -> int:
+    """Free bytes in ``folder``; for ``"ram"`` at most the memory available."""
+    free = shutil.disk_usage(folder).free
+    if kind == "ram":
+        import psutil
+
+        free = min(free, psutil.virtual_memory().available)
+    return int(free)
+
+
+def file_size_limit() -> float:
+    """The largest file this process may write (``RLIMIT_FSIZE``; inf when unlimited)."""
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return math.inf if soft == resource.RLIM_INFINITY else float(soft)
+
+
+def reserve(fd: int, size: int) -> None:
+    """Give the file ``fd`` ``size`` bytes of blocks now (``posix_fallocate``), so that writing
+    it cannot run out of space later (a full disk raises ``ENOSPC`` here, before any decoding);
+    where the file system cannot reserve, only its size is set."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as err:
+        if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+        os.ftruncate(fd, size)
+    except AttributeError:  # no posix_fallocate (macOS)
+        os.ftruncate(fd, size)
