@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from detloader._files import write_file
 from detloader.errors import DataMismatchError, DetloaderValueError, RunDirError
 from detloader.train.checkpoint import check_finite_state, load_checkpoint, save_checkpoint
 from detloader.train.config import TrainConfig
@@ -348,5 +349,5 @@ def _train(
                 "config": config.to_dict(),
             }
         )
-        (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+        write_file(out / "metrics.json", json.dumps(metrics, indent=2) + "\n", durable=True, no_follow=True)
     return broadcast_object(env, metrics)
