@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from detloader.cli import main
-from detloader.errors import CheckpointError, DiskFullError, NotRegularFileError
+from detloader.errors import CheckpointError, DetloaderRuntimeWarning, DiskFullError, NotRegularFileError
 from detloader.synth import make_synthetic
 from detloader.train import TrainConfig, evaluate_checkpoint, load_checkpoint, train
 
@@ -226,3 +226,52 @@ def test_a_checkpoint_whose_weights_do_not_fit_its_config_is_named(faces: Path, 
     odd = _hostile(run, "model_config", "num_classes", 7)
     assert main(["evaluate", str(odd), str(faces)]) == 2
     assert "model_config num_classes=7 does not match its" in _error_line(capsys.readouterr().err)
+
+
+# -- case 8: resuming with other settings ---------------------------------------------------------
+def test_a_resume_with_another_batch_size_is_refused_naming_it(faces: Path, run: Path, capsys):
+    last = run / "last.pt"
+    before = last.read_bytes()
+    code = main(["train", str(faces), "--resume", str(last), "--batch-size", "8", "--no-eval", "--num-workers", "0"])
+    line = _error_line(capsys.readouterr().err)
+    assert code == 2 and last.read_bytes() == before
+    assert "settings differ from the checkpoint's: batch_size 4 -> 8 (the steps per epoch and the sample order)" in line
+    assert "would not be exact" in line and "--allow-setting-change" in line
+    assert main(["train", str(faces), "--resume", str(last), "--width", "8", "--no-eval"]) == 2
+    line = _error_line(capsys.readouterr().err)
+    assert "width 4 -> 8 (the weights' shape) cannot change on resume" in line and "--width 4" in line
+
+
+def test_an_allowed_batch_size_change_spans_the_schedule_over_the_steps_left(faces: Path, run: Path):
+    from detloader.errors import ResumeSettingsError
+
+    saved = TrainConfig.from_dict({**load_checkpoint(run / "last.pt")["config"], "max_steps": None})
+    resumed = saved.replace(out=str(run), resume=str(run / "last.pt"), batch_size=8)
+    with pytest.raises(ResumeSettingsError, match="batch_size 4 -> 8"):
+        train(resumed)
+    starts = []
+    with pytest.warns(UserWarning, match=r"resumed at step 2 with other settings.*batch_size 4 -> 8.*spans 9 steps"):
+        metrics = train(resumed.replace(allow_setting_change=True), on_start=starts.append)
+    # 8 of epoch 0's 32 images were consumed at batch 4: 3 steps of 8 finish it, 4 more make epoch 1
+    assert starts[0].start_step == 2 and starts[0].total_steps == 9 and metrics["steps"] == 9
+    assert "batch_size 4 -> 8" in metrics["resume_changes"]
+    assert json.loads((run / "config.json").read_text())["batch_size"] == 8
+
+
+def test_a_new_lr_on_resume_is_what_the_optimizer_runs_with_and_is_said(faces: Path, run: Path, capsys):
+    from detloader.train.loop import _schedule
+
+    last = run / "last.pt"
+    said = r"resumed at step 2 with other settings than the checkpoint's.*lr 0.003 -> 0.01 \(the optimiser's base"
+    with pytest.warns(DetloaderRuntimeWarning, match=said + r".*spans 16 steps, the learning rate at this step 0.003"):
+        code = main(["train", str(faces), "--resume", str(last), "--lr", "0.01", "--max-steps", "3", "--no-eval",
+                     "--num-workers", "0"])
+    assert code == 0 and "Traceback" not in capsys.readouterr().err
+    state = load_checkpoint(last)
+    config = TrainConfig.from_dict(state["config"])
+    assert config.lr == 0.01 and json.loads((run / "config.json").read_text())["lr"] == 0.01
+    assert json.loads((run / "metrics.json").read_text())["config"]["lr"] == 0.01
+    group = state["optimizer"]["param_groups"][0]
+    assert group["initial_lr"] == 0.01 and state["scheduler"]["base_lrs"] == [0.01]
+    assert group["lr"] == pytest.approx(0.01 * _schedule(config, 16)(3))
+    assert "lr 0.003 -> 0.01" in json.loads((run / "metrics.json").read_text())["resume_changes"]

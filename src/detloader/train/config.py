@@ -63,6 +63,7 @@ class TrainConfig:
     max_steps: int | None = None
     resume: str | None = None
     allow_data_change: bool = False
+    allow_setting_change: bool = False
     exist_ok: bool = False
     score_threshold: float = 0.3
     eval_backend: str = "auto"
