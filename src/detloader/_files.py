@@ -74,47 +74,125 @@ def read_capped(path: str | os.PathLike[str], cap: int | None, cap_name: str = "
     return data
 
 
-def _disk_full(err: OSError, path: Path) -> OSError:
-    """``err``, or for a full disk or quota a :class:`DiskFullError` naming the free space."""
-    if err.errno not in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+#: errno values that mean "no room for this write": a full disk, a quota, the file size limit (``ulimit -f``).
+_NO_ROOM = {errno.ENOSPC: "no space left on the device", getattr(errno, "EDQUOT", errno.ENOSPC): "disk quota exceeded",
+            errno.EFBIG: "the file size limit (ulimit -f) was reached"}
+
+
+def no_room_error(err: BaseException) -> OSError | None:
+    """The ``OSError`` meaning "no room" (:data:`_NO_ROOM`) that ``err`` is, or that caused it:
+    ``torch.save`` wraps the writer's ``OSError`` in a ``RuntimeError`` (``__context__``)."""
+    seen: set[int] = set()
+    cur: BaseException | None = err
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.errno in _NO_ROOM:
+            return cur
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _disk_full(err: BaseException, path: Path) -> BaseException:
+    """``err``, or for a full disk, quota or file size limit a :class:`DiskFullError` naming the file
+    and the free space."""
+    cause = no_room_error(err)
+    if cause is None:
         return err
     try:
         free = f"{shutil.disk_usage(path.parent).free / 2**20:.1f} MiB free on {path.parent}"
     except OSError:
         free = f"free space on {path.parent} unknown"
-    what = "no space left on the device" if err.errno == errno.ENOSPC else "disk quota exceeded"
-    full = DiskFullError(f"{path}: not written, {what} ({free}); any previous file is unchanged")
-    full.errno = err.errno
+    full = DiskFullError(
+        f"{path}: not written, {_NO_ROOM[cause.errno]} ({free}); any previous file is unchanged: "
+        "free some space (or write elsewhere) and run again"
+    )
+    full.errno = cause.errno
     return full
 
 
+def refuse_link(path: str | os.PathLike[str]) -> None:
+    """:class:`NotRegularFileError` when ``path`` exists as anything but a regular file: a symbolic
+    link (named with where it points: a write would land outside the folder), a FIFO, a folder...
+    Nothing at ``path`` is fine."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        raise NotRegularFileError(
+            f"{path}: a symbolic link (to {target}), not a regular file; detloader does not write through links: "
+            "remove the link (the file it points to is untouched) or write elsewhere"
+        )
+    kind = file_kind(st.st_mode)
+    if kind is not None:
+        raise NotRegularFileError(f"{path}: {kind}, not a regular file; remove it or write elsewhere")
+
+
 @contextmanager
-def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[Any]]:
+def atomic_write(
+    path: str | os.PathLike[str], mode: str = "wb", *, durable: bool = False, no_follow: bool = False
+) -> Iterator[IO[Any]]:
     """A file object writing to a temporary file beside ``path``, renamed over ``path`` when
     the block ends without error (readers never see half a file), removed otherwise; a full
     disk raises :class:`DiskFullError`. The file gets ``open()``'s mode (``0666 & ~umask``),
     so the group that reads the dataset reads it too. A FIFO, socket, device or folder at
-    ``path`` is never replaced: :class:`NotRegularFileError` (:func:`refuse_special`)."""
+    ``path`` is never replaced: :class:`NotRegularFileError` (:func:`refuse_special`). The
+    rename replaces a link at ``path`` itself, never the file it points to.
+
+    ``durable``: the file's data reaches the disk before the rename, and the rename before the
+    return (``fsync`` of the file, then of its folder, as SQLite and git do): after a crash
+    ``path`` is the old file or the new one, whole. ``no_follow``: refuse (:func:`refuse_link`)
+    a link or any other non-regular file at ``path``, before writing and again before the rename."""
     path, tmp = Path(path), None
     refuse_special(path)
     try:
+        if no_follow:
+            refuse_link(path)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as fh:
             os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide the file from the group
             yield fh
+            if durable:
+                fh.flush()
+                os.fsync(fd)
+        if no_follow:
+            refuse_link(path)
         os.replace(tmp, path)
+        tmp = None
+        if durable:
+            _fsync_dir(path.parent)
     except BaseException as err:
-        if tmp is not None and os.path.exists(tmp):
+        if tmp is not None and os.path.lexists(tmp):
             os.unlink(tmp)
-        named = _disk_full(err, path) if isinstance(err, OSError) else err
+        named = _disk_full(err, path) if isinstance(err, Exception) else err  # torch.save wraps an OSError
         if named is not err:
             raise named from err
         raise
 
 
-def write_file(path: str | os.PathLike[str], data: str | bytes) -> None:
-    """Write ``data`` (text as UTF-8) to ``path`` with :func:`atomic_write`."""
-    with atomic_write(path, "wb") as fh:
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (where the system lets a folder be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on a folder: the rename stands anyway
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_file(
+    path: str | os.PathLike[str], data: str | bytes, *, durable: bool = False, no_follow: bool = False
+) -> None:
+    """Write ``data`` (text as UTF-8) to ``path`` with :func:`atomic_write` (same keywords)."""
+    with atomic_write(path, "wb", durable=durable, no_follow=no_follow) as fh:
         fh.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 

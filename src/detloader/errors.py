@@ -39,7 +39,7 @@ __all__ = [
     "YoloExportWarning", "NotRegularFileError", "FileTooLargeError", "DiskFullError",
     "ImageDecodeError", "StoreTooLargeError", "TuneWarning", "StaleTuneWarning", "RunDirError",
     "DataMismatchError", "CheckpointError", "NonFiniteError", "NonFiniteLossError", "NonFiniteWeightsError",
-    "PredictionError", "RectBatchError",
+    "PredictionError", "RectBatchError", "ResumeSettingsError",
 ]
 
 
@@ -223,6 +223,12 @@ class RunDirError(DetloaderValueError):
 
 class DataMismatchError(DetloaderValueError):
     """A checkpoint is resumed (or evaluated) on data other than its own."""
+
+
+class ResumeSettingsError(DetloaderValueError):
+    """A resume with settings other than the checkpoint's that would change the run (batch size,
+    input size, sampling, augmentation...) or cannot change (the model's width): the message names
+    each setting, both values and how to proceed (``--allow-setting-change`` where it may)."""
 
 
 class CheckpointError(DetloaderValueError):

@@ -251,7 +251,7 @@ def test_index_cache_on_a_full_disk(tmp_path: Path, full_disk: None) -> None:
 def test_checkpoint_on_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from detloader.train.checkpoint import CHECKPOINT_KEYS, PREVIOUS, load_checkpoint, save_checkpoint
 
-    state = {k: 0 for k in CHECKPOINT_KEYS}
+    state = {**{k: 0 for k in CHECKPOINT_KEYS}, "config": {}, "task": "own.Model"}  # loads: no model to check
     last = tmp_path / "run" / "last.pt"
     save_checkpoint(last, {**state, "step": 1})
     save_checkpoint(last, {**state, "step": 2})

@@ -90,6 +90,11 @@ def add_train(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--resume", metavar="CKPT", help="continue from this checkpoint (mid-epoch, exactly)")
     p.add_argument("--allow-data-change", action="store_true", help="resume even on data other than the checkpoint's")
+    p.add_argument(
+        "--allow-setting-change", action="store_true",
+        help="resume with settings that change the run (batch size, size, seed, balance, augmentation, AMP, loss), "
+        "applied from the checkpoint's step on; --lr, --epochs, --warmup-steps are applied without it",
+    )
     p.add_argument("--out", help="run folder: checkpoints, metrics.json, config.json, predictions.png "
                    "(default: runs/train, or the --resume checkpoint's folder)")
     p.add_argument("--exist-ok", action="store_true", help="write into an --out that holds another run, overwriting it")
@@ -106,7 +111,7 @@ def _config(args: argparse.Namespace) -> Any:
         from detloader.train import load_checkpoint
 
         saved = dict(load_checkpoint(args.resume)["config"])
-        for key in ("resume", "max_steps", "exist_ok", "allow_data_change"):  # this invocation's, not the run's
+        for key in ("resume", "max_steps", "exist_ok", "allow_data_change", "allow_setting_change"):  # this call's
             saved.pop(key, None)
         changes.update(saved)
     read_options: dict[str, Any] = dict(changes.get("read_options", {}))
@@ -129,7 +134,7 @@ def _config(args: argparse.Namespace) -> Any:
     changes.update(
         out=out, device=args.device, num_workers=args.num_workers, resume=args.resume,
         checkpoint_every=args.checkpoint_every, evaluate=not args.no_eval, exist_ok=args.exist_ok,
-        allow_data_change=args.allow_data_change,
+        allow_data_change=args.allow_data_change, allow_setting_change=args.allow_setting_change,
     )
     return TrainConfig.from_dict(changes)
 

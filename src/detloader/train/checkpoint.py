@@ -91,21 +91,27 @@ def check_finite_state(state: Mapping[str, Any], where: str = "") -> None:
 
 
 def save_checkpoint(path: str | os.PathLike[str], state: Mapping[str, Any]) -> Path:
-    """Write ``state`` atomically (a temporary file, then a rename: a run killed while saving
-    leaves the previous checkpoint intact). Missing keys of :data:`CHECKPOINT_KEYS` are an
-    error; so is a NaN or an infinity in the model or optimiser state
-    (:class:`NonFiniteWeightsError`, nothing written: ``path`` and ``previous.pt`` stay as they were)."""
+    """Write ``state`` atomically and durably (a temporary file beside ``path``, flushed to the disk,
+    then a rename: a run killed while saving leaves the previous checkpoint intact). Missing keys
+    of :data:`CHECKPOINT_KEYS` are an error; so is a NaN or an infinity in the model or optimiser
+    state (:class:`NonFiniteWeightsError`). A full disk, quota or file size limit is a
+    :class:`~detloader.errors.DiskFullError` naming the file and the free space (``torch.save``'s
+    wrapped ``RuntimeError`` unwrapped); a link or other non-regular file at ``path`` is refused
+    (:class:`~detloader.errors.NotRegularFileError`). On any error nothing is written: ``path`` and
+    ``previous.pt`` stay as they were and no temporary file is left."""
     missing = [k for k in CHECKPOINT_KEYS if k not in state]
     if missing:
         raise DetloaderValueError(f"save_checkpoint: state lacks {missing}")
     check_finite_state(state, f"{path} at step {state['step']}")
-    from detloader._files import atomic_write  # removes its temporary file; a full disk is named
+    from detloader._files import atomic_write, refuse_link  # removes its temporary file; a full disk is named
 
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(target) as fh:
+    refuse_link(target.with_name(PREVIOUS))
+    with atomic_write(target, durable=True, no_follow=True) as fh:
         torch.save(dict(state), fh)
         fh.flush()  # a full disk shows here, before previous.pt moves
+        os.fsync(fh.fileno())
         if target.is_file():  # keep it as previous.pt: a hard link, so last.pt never goes missing
             kept = target.with_name(f".{PREVIOUS}.{os.getpid()}.tmp")
             kept.unlink(missing_ok=True)
@@ -147,4 +153,55 @@ def _read(source: Path, map_location: str | torch.device) -> dict[str, Any]:
     missing = [k for k in CHECKPOINT_KEYS if k not in state] if isinstance(state, dict) else list(CHECKPOINT_KEYS)
     if missing:
         raise CheckpointError(f"{source}: not a detloader training checkpoint (lacks {missing})")
+    problem = checkpoint_problem(state)
+    if problem is not None:
+        raise CheckpointError(
+            f"{source}: {problem}: a damaged or hostile checkpoint, nothing was built from it; "
+            "use a checkpoint written by detloader train"
+        )
     return state
+
+
+def checkpoint_problem(state: Mapping[str, Any]) -> str | None:
+    """What makes ``state`` unsafe to build a model from, checked before anything is built (a
+    width of a million or a billion classes would exhaust the memory): the reference model's
+    ``model_config`` outside :data:`~detloader.train.model.MODEL_BOUNDS` or at odds with the
+    class lists, the config's ``width`` or ``size`` outside their bounds; None when it is fit."""
+    from detloader.train.model import MAX_INPUT_SIZE, MODEL_BOUNDS, model_config_problem
+    from detloader.train.task import REFERENCE
+
+    config = state["config"]
+    if not isinstance(config, Mapping):
+        return f"config is a {type(config).__name__}, not a mapping"
+    for name, (low, high) in (("width", (1, MODEL_BOUNDS["width"][1])), ("size", (1, MAX_INPUT_SIZE))):
+        value = config.get(name, low)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            return f"config {name}={value!r} is outside [{low}, {high}] (an int; no real model needs more)"
+    if state.get("task", REFERENCE) != REFERENCE:
+        return None  # another model's config is its Task's business
+    shape = state["model_config"]
+    problem = model_config_problem(shape)
+    if problem is not None:
+        return problem
+    schema = state["landmark_schema"]
+    names = schema.get("names", []) if isinstance(schema, Mapping) else []
+    for key, what, listed in (("num_classes", "classes", state["classes"]),
+                              ("num_image_classes", "image_classes", state["image_classes"]),
+                              ("num_landmarks", "landmark_schema names", names)):
+        count = len(listed) if isinstance(listed, (list, tuple)) else -1
+        if shape.get(key, 0) != count:
+            return f"model_config {key}={shape.get(key, 0)!r} does not match its {count} {what}"
+    return None
+
+
+def load_weights(target: Any, weights: Any, source: str | os.PathLike[str], what: str = "model") -> None:
+    """``target.load_state_dict(weights)`` (a model or an optimiser), a mismatch being a
+    :class:`CheckpointError` naming ``source`` and the first difference, not a traceback."""
+    try:
+        target.load_state_dict(weights)
+    except (RuntimeError, ValueError, KeyError, TypeError) as err:
+        first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+        raise CheckpointError(
+            f"{source}: its {what} state does not fit the {what} this run builds ({first}); the checkpoint "
+            "is damaged or was written for other settings: resume with its own settings or start a new run"
+        ) from None

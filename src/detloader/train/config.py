@@ -16,7 +16,7 @@ from typing import Any
 
 from detloader.errors import DetloaderValueError
 from detloader.train.losses import LANDMARK_LOSSES, LossWeights
-from detloader.train.model import INPUT_MULTIPLE
+from detloader.train.model import INPUT_MULTIPLE, MAX_INPUT_SIZE, MODEL_BOUNDS
 
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 #: ``balance`` values: no balancing, or the strategies ``make_loader(balance=)`` knows.
@@ -63,6 +63,7 @@ class TrainConfig:
     max_steps: int | None = None
     resume: str | None = None
     allow_data_change: bool = False
+    allow_setting_change: bool = False
     exist_ok: bool = False
     score_threshold: float = 0.3
     eval_backend: str = "auto"
@@ -92,8 +93,14 @@ class TrainConfig:
             ):
                 raise DetloaderValueError(f"{name}={value!r} must be None or a list of (name, name) pairs")
             object.__setattr__(self, name, tuple((str(a), str(b)) for a, b in value))
-        if not is_int(self.size, INPUT_MULTIPLE) or self.size % INPUT_MULTIPLE:
-            raise DetloaderValueError(f"size={self.size!r} must be a positive multiple of {INPUT_MULTIPLE}")
+        if not is_int(self.size, INPUT_MULTIPLE) or self.size % INPUT_MULTIPLE or self.size > MAX_INPUT_SIZE:
+            raise DetloaderValueError(
+                f"size={self.size!r} must be a positive multiple of {INPUT_MULTIPLE}, at most {MAX_INPUT_SIZE}"
+            )
+        if self.width > MODEL_BOUNDS["width"][1]:
+            raise DetloaderValueError(
+                f"width={self.width!r} exceeds {MODEL_BOUNDS['width'][1]}, far beyond any real model"
+            )
         if self.max_steps is not None and (not isinstance(self.max_steps, int) or self.max_steps < 1):
             raise DetloaderValueError(f"max_steps={self.max_steps!r} must be None or an int >= 1")
         for name, choices in (("on_decode_error", DECODE_ERROR_CHOICES), ("device", DEVICES),
@@ -149,4 +156,8 @@ class TrainConfig:
         return cls(**values)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        """Write :meth:`to_dict` as JSON to ``path``, atomically and durably, never through a link
+        (:func:`detloader._files.write_file`: a link at ``path`` is a ``NotRegularFileError``)."""
+        from detloader._files import write_file
+
+        write_file(path, json.dumps(self.to_dict(), indent=2) + "\n", durable=True, no_follow=True)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from detloader.errors import DataMismatchError, DetloaderValueError
-from detloader.train.checkpoint import load_checkpoint
+from detloader.train.checkpoint import load_checkpoint, load_weights
 from detloader.train.distributed import DistEnv, all_gather_objects, running_distributed
 from detloader.train.metrics import ImagePredictions, as_predictions, score_predictions
 from detloader.train.model import CenterNet, ModelConfig, decode_predictions
@@ -159,7 +159,7 @@ def evaluate_checkpoint(
         if task is None:
             task = centernet_task(CenterNet(ModelConfig.from_dict(state["model_config"])))
         task = as_task(task, index)
-        task.model.load_state_dict(state["model"])
+        load_weights(task.model, state["model"], checkpoint)
         task.model.to(env.device)
         trained = list(state["image_classes"])
         metrics = evaluate_model(

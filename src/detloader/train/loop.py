@@ -22,18 +22,21 @@ import json
 import math
 import signal
 import time
+import warnings
 from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
 import torch
 
-from detloader.errors import DataMismatchError, DetloaderValueError, RunDirError
-from detloader.train.checkpoint import check_finite_state, load_checkpoint, save_checkpoint
+from detloader._files import write_file
+from detloader.errors import DataMismatchError, DetloaderRuntimeWarning, DetloaderValueError, RunDirError
+from detloader.train.checkpoint import check_finite_state, load_checkpoint, load_weights, save_checkpoint
 from detloader.train.config import TrainConfig
 from detloader.train.distributed import DistEnv, all_gather_objects, broadcast_object, running_distributed
 from detloader.train.inference import evaluate_model
 from detloader.train.model import CenterNet, ModelConfig
+from detloader.train.resume_settings import apply_settings, check_resume_settings, describe, setting_changes
 from detloader.train.runs import RunLock, check_out_dir, data_changes, prepare_data, train_loader
 from detloader.train.stopping import StopRequest, check_loss
 from detloader.train.task import REFERENCE, EpochInfo, StartInfo, StepInfo, Task, as_task, centernet_task
@@ -137,6 +140,9 @@ def _train(
     data = prepare_data(config, env)
     train_index, val_index = data.train, data.val
     schema = train_index.landmark_schema
+    state = load_checkpoint(config.resume, map_location=env.device) if config.resume else None
+    settings = setting_changes(state["config"], config, reference=task is None) if state is not None else {}
+    check_resume_settings(str(config.resume), settings, config.allow_setting_change)  # before anything is built
     torch.manual_seed(config.seed)
     if task is None:
         shape = ModelConfig(len(train_index.classes), len(schema), len(train_index.image_classes), config.width)
@@ -156,9 +162,8 @@ def _train(
     warmup = _warmup_steps(config, total_steps)
     amp_dtype = _amp(config, env.device)
     scaler = torch.amp.GradScaler("cuda") if amp_dtype is torch.float16 else None
-    start_epoch, step, history = 0, 0, []
-    if config.resume:
-        state = load_checkpoint(config.resume, map_location=env.device)
+    start_epoch, step, history, resumed_with = 0, 0, [], ""
+    if state is not None:
         if state.get("task", REFERENCE) != task.name:
             raise DetloaderValueError(
                 f"resume={config.resume!r}: the checkpoint holds a {state.get('task', REFERENCE)}, "
@@ -176,8 +181,8 @@ def _train(
                 "Resume on its own data, or pass --allow-data-change (TrainConfig(allow_data_change=True)) "
                 "to continue on this data knowingly"
             )
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        load_weights(model, state["model"], config.resume)
+        load_weights(optimizer, state["optimizer"], config.resume, "optimizer")
         scheduler.load_state_dict(state["scheduler"])
         if scaler is not None and "scaler" in state:
             scaler.load_state_dict(state["scaler"])
@@ -185,6 +190,14 @@ def _train(
         loader_state["sampler"] = {**loader_state["sampler"], "rank": env.rank}  # rank 0 saved it
         loader.load_state_dict(loader_state)
         start_epoch, step, history = int(state["epoch"]), int(state["step"]), list(state["history"])
+        if settings:  # applied from this step on, said in one line (resume_settings)
+            if "batch_size" in settings:  # the steps left at the new batch size: the schedule ends with the run
+                done = loader.batches_consumed if loader.epoch == start_epoch else 0
+                total_steps = step + max((config.epochs - start_epoch) * steps_per_epoch - done, 0)
+                warmup = _warmup_steps(config, total_steps)
+            rates = apply_settings(optimizer, scheduler, config, _schedule(config, total_steps), step)
+            resumed_with = describe(settings, step, total_steps, rates)
+            warnings.warn(resumed_with, DetloaderRuntimeWarning, stacklevel=3)
     if env.distributed:
         ddp_kwargs = {"device_ids": [env.device.index]} if env.device.type == "cuda" else {}
         model = torch.nn.parallel.DistributedDataParallel(model, **ddp_kwargs)
@@ -346,7 +359,8 @@ def _train(
                 "train_split": data.split_info("train"),
                 "classes": list(train_index.classes),
                 "config": config.to_dict(),
+                **({"resume_changes": resumed_with} if resumed_with else {}),
             }
         )
-        (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+        write_file(out / "metrics.json", json.dumps(metrics, indent=2) + "\n", durable=True, no_follow=True)
     return broadcast_object(env, metrics)

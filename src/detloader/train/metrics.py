@@ -18,11 +18,11 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+from detloader._files import write_file
 from detloader.errors import DetloaderValueError, PredictionError
 from detloader.train.coco_eval import (
     Backend,
@@ -238,5 +238,5 @@ def score_predictions(
     for p in preds:
         check_prediction(p, len(index), len(index.classes))
     if coco_json is not None:
-        Path(coco_json).write_text(json.dumps(coco_detections(index, preds, keypoints=True)), encoding="utf-8")
+        write_file(coco_json, json.dumps(coco_detections(index, preds, keypoints=True)))
     return compute_metrics(index, preds, score_threshold=score_threshold, backend=backend)

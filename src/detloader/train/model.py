@@ -40,6 +40,36 @@ from detloader.train.metrics import ImagePredictions
 STRIDE = 4
 #: Input height and width must be multiples of this (the deepest stage has stride 32).
 INPUT_MULTIPLE = 32
+#: Largest network input side, pixels (``TrainConfig.size``; a checkpoint asking more is refused).
+MAX_INPUT_SIZE = 8192
+#: Sane bounds of each :class:`ModelConfig` field, (lowest, highest): far above any real model
+#: (width 1024 is 8192 channels in the deepest stage, 1.7 billion weights; LVIS has 1203 classes,
+#: dense face meshes 478 points), far below what would exhaust a machine's memory, so that a damaged
+#: or hostile checkpoint is refused before anything is built from it (docs/training.md, "Damaged checkpoints").
+MODEL_BOUNDS: dict[str, tuple[int, int]] = {
+    "num_classes": (1, 100_000), "num_landmarks": (0, 10_000), "num_image_classes": (0, 100_000),
+    "width": (4, 1024), "head_width": (4, 4096),
+}
+
+
+def model_config_problem(data: Any) -> str | None:
+    """What makes ``data`` (a checkpoint's ``model_config``) unfit to build a :class:`ModelConfig`
+    from: not a mapping, an unknown or missing key, a value that is not an int or lies outside
+    :data:`MODEL_BOUNDS` (``"width=1000000 is outside [4, 1024]"``); None when it is fit. Builds nothing."""
+    if not isinstance(data, Mapping):
+        return f"model_config is a {type(data).__name__}, not a mapping"
+    unknown = sorted(str(k) for k in data if k not in MODEL_BOUNDS)
+    if unknown:
+        return f"model_config has unknown keys {unknown} (known: {sorted(MODEL_BOUNDS)})"
+    if "num_classes" not in data:
+        return "model_config lacks num_classes"
+    for name, value in data.items():
+        low, high = MODEL_BOUNDS[name]
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            return f"model_config {name}={value!r} is outside [{low}, {high}] (an int; no real model needs more)"
+    return None
+
+
 #: Heatmap bias at initialisation: sigmoid(-2.19) = 0.1, CenterNet's prior.
 _HEATMAP_PRIOR_BIAS = -2.19
 
@@ -63,18 +93,24 @@ class ModelConfig:
     head_width: int = 64
 
     def __post_init__(self) -> None:
-        for name, low in (("num_classes", 1), ("num_landmarks", 0), ("num_image_classes", 0), ("width", 4),
-                          ("head_width", 4)):
+        for name, (low, high) in MODEL_BOUNDS.items():
             value = getattr(self, name)
-            if not isinstance(value, int) or value < low:
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise DetloaderValueError(f"{name}={value!r} must be an int >= {low}")
+            if value > high:
+                raise DetloaderValueError(f"{name}={value!r} exceeds {high}, far beyond any real model (MODEL_BOUNDS)")
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ModelConfig:
-        return cls(**{k: int(v) for k, v in data.items()})
+        """Inverse of :meth:`to_dict`; a :class:`DetloaderValueError` naming the problem
+        (:func:`model_config_problem`) when ``data`` is unfit, before anything is built."""
+        problem = model_config_problem(data)
+        if problem is not None:
+            raise DetloaderValueError(problem)
+        return cls(**dict(data))
 
 
 def _norm(channels: int) -> nn.GroupNorm:

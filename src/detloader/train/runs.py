@@ -28,12 +28,18 @@ from typing import Any
 import numpy as np
 from filelock import FileLock, Timeout
 
-from detloader.errors import DetloaderRuntimeWarning, RunDirError
+from detloader._files import refuse_link, write_file
+from detloader.errors import DetloaderRuntimeWarning, NotRegularFileError, RunDirError
 from detloader.train.config import TrainConfig
 from detloader.train.distributed import DistEnv, barrier, init_distributed
 
 #: Files whose presence means a folder holds a run.
 RUN_FILES: tuple[str, ...] = ("last.pt", "config.json", "metrics.json")
+#: Every file the trainer writes in a run folder: each must be a regular file or absent
+#: (:meth:`RunLock.__enter__`; a link is refused, never written through).
+WRITTEN_FILES: tuple[str, ...] = (
+    ".train.lock", ".train.owner.json", *RUN_FILES, "previous.pt", "predictions.png",
+)
 
 
 def _next_free(out: Path) -> Path:
@@ -69,6 +75,11 @@ class RunLock:
 
     def __enter__(self) -> RunLock:
         self.out.mkdir(parents=True, exist_ok=True)
+        try:  # before the lock: opening .train.lock would create or truncate the file a link points to
+            for name in WRITTEN_FILES:
+                refuse_link(self.out / name)
+        except NotRegularFileError as err:
+            raise RunDirError(f"out={str(self.out)!r} is not safe to write: {err}") from None
         try:
             self._lock.acquire()
         except Timeout:
@@ -82,7 +93,7 @@ class RunLock:
                 DetloaderRuntimeWarning, stacklevel=3,
             )
         mine = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-        self.owner.write_text(json.dumps(mine), encoding="utf-8")
+        write_file(self.owner, json.dumps(mine), durable=True, no_follow=True)
         return self
 
     def _holder(self) -> str:
@@ -169,7 +180,7 @@ def _synthetic_root(config: TrainConfig, env: DistEnv) -> Path:
         current = json.loads(stamp.read_text()) if stamp.is_file() else None
         if current != params:
             make_synthetic(root, config.synthetic_images, seed=config.synthetic_seed)
-            stamp.write_text(json.dumps(params))
+            write_file(stamp, json.dumps(params), no_follow=True)
     barrier(env)
     return root
 
