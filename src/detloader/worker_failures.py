@@ -10,6 +10,8 @@ that fail").
   pid, the signal or exit code and what to try; :func:`loader_worker_error` also names torch's
   error when its SIGCHLD handler raised it outside the loader (in the training step).
 
+A worker whose parent process is killed ends within a second (:func:`watch_parent`).
+
 Before either is raised the loader's workers are ended, killed when they outlive torch's own
 shutdown (workers that ignore SIGTERM, as the trainer's do), so the process can exit. Workers of
 iterators still alive at interpreter exit are ended the same way: torch skips its shutdown then,
@@ -19,6 +21,7 @@ and ``multiprocessing`` would wait forever for workers that ignore its SIGTERM.
 from __future__ import annotations
 
 import atexit
+import os
 import re
 import signal
 import threading
@@ -31,6 +34,8 @@ from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from detloader.errors import DetloaderError, LoaderWorkerError
 
+#: Seconds between a loader worker's checks that its parent process still lives.
+PARENT_CHECK_S = 1.0
 #: Seconds to wait for a worker after SIGKILL.
 KILL_WAIT_S = 2.0
 #: Seconds to wait, after a connection error on the worker queue, for a worker to be seen dead.
@@ -126,6 +131,22 @@ class WorkerIterator(_MultiProcessingDataLoaderIter):
                     w.kill()
                     w.join(KILL_WAIT_S)
             _LIVE.discard(self)
+
+
+def watch_parent(interval: float = PARENT_CHECK_S) -> None:
+    """In a loader worker (``make_loader``'s ``worker_init_fn`` calls it): a daemon thread that
+    ends the worker at once (``os._exit``) when its parent process is gone, killed from outside.
+    torch's own check only ends the worker's loop, after which the worker waits for its queue's
+    feeder thread, which blocks for good on a full pipe whose reader is the worker itself."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="detloader-parent-watch", daemon=True).start()
 
 
 def loader_worker_error(err: BaseException) -> LoaderWorkerError | None:

@@ -33,6 +33,13 @@ def faces(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def longer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Epochs of 20+ steps at batch size 2: a worker killed from outside dies mid-epoch, not in
+    the shutdown at an epoch's end (then it was ending anyway, and nothing is wrong)."""
+    return make_synthetic(tmp_path_factory.mktemp("workers_longer") / "faces", 48, seed=1, size=(96, 72))
+
+
+@pytest.fixture(scope="module")
 def broken(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = make_synthetic(tmp_path_factory.mktemp("workers_broken") / "faces", 16, seed=1, size=(96, 72))
     index = read_annotations(root, cache=False)
@@ -177,9 +184,9 @@ def test_train_stops_at_an_undecodable_image_with_one_line_and_no_process_left(b
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_train_with_a_killed_worker_exits_4_and_keeps_the_last_checkpoint(faces: Path, tmp_path: Path) -> None:
+def test_train_with_a_killed_worker_exits_4_and_keeps_the_last_checkpoint(longer: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = _train(faces, out, "--checkpoint-every", "1")
+    proc = _train(longer, out, "--checkpoint-every", "1", "--epochs", "20")
     try:
         deadline = time.monotonic() + 180
         while not (out / "last.pt").exists():
@@ -205,3 +212,27 @@ def test_train_with_a_killed_worker_exits_4_and_keeps_the_last_checkpoint(faces:
     state = load_checkpoint(out / "last.pt")  # whole and loadable
     assert int(state["step"]) >= 1
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".") and p.suffix == ".tmp") == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_workers_of_a_training_killed_from_outside_end_within_seconds(longer: Path, tmp_path: Path) -> None:
+    # a worker whose loop ended on its parent's death used to wait for good on its own full pipe
+    out = tmp_path / "run"
+    proc = _train(longer, out, "--checkpoint-every", "1", "--epochs", "20")
+    try:
+        deadline = time.monotonic() + 180
+        while not (out / "last.pt").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.1)
+        time.sleep(0.5)
+        assert len(psutil.Process(proc.pid).children()) == 2
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while _left_in_session(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _left_in_session(proc.pid) == []
+    finally:
+        for pid in _left_in_session(proc.pid):
+            os.kill(pid, signal.SIGKILL)
