@@ -16,8 +16,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from detloader import DetectionDataset, ImageDecodeError, make_loader, read_annotations
-from detloader.errors import LoaderWorkerError
+from detloader import DetectionDataset, ImageDecodeError, LoaderWorkerError, make_loader, read_annotations
+from detloader.cli.parser import build_parser
+from detloader.cli.train import _config
 from detloader.synth import make_synthetic
 from detloader.train import load_checkpoint
 from detloader.train.runs import _ignore_stop_signals
@@ -127,6 +128,16 @@ def test_torch_messages_of_a_dead_worker_are_named_and_others_pass() -> None:
     assert err is not None and err.pid == 8
     assert loader_worker_error(RuntimeError("CUDA out of memory")) is None
     assert "crashed with signal 11 (SIGSEGV)" in describe(0, 1, signal.SIGSEGV, None)
+
+
+def test_train_takes_the_decode_error_policy_its_message_names(broken: Path, tmp_path: Path) -> None:
+    def config(*extra: str):  # type: ignore[no-untyped-def]
+        return _config(build_parser().parse_args(["train", str(broken), "--out", str(tmp_path / "run"), *extra]))
+
+    assert config("--on-decode-error", "skip").on_decode_error == "skip"
+    assert config().on_decode_error == "raise"
+    with pytest.raises(SystemExit):
+        config("--on-decode-error", "ignore")
 
 
 @pytest.mark.slow
