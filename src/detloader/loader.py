@@ -338,6 +338,10 @@ def make_loader(
             batch_size/shuffle/sampler/drop_last; worker options with ``num_workers=0``;
             balance with shuffle/sampler/batch_sampler; mosaic, mixup or group_by_aspect
             with batch_sampler) or invalid values, named in the message.
+
+    While iterating with workers, every worker is ended before either of these is raised:
+        DetloaderError: one a worker raised (``ImageDecodeError``), its own message.
+        LoaderWorkerError: a worker died (killed by a signal: out of memory?), named.
     """
     if mosaic is not None or mixup is not None or group_by_aspect:
         _refuse_clashes(
