@@ -34,6 +34,7 @@ from detloader.errors import (
     DetloaderError,
     DetloaderWarning,
     ImageDecodeError,
+    LoaderWorkerError,
     TuneWarning,
 )
 
@@ -103,5 +104,5 @@ __all__ = [
     "tune_loader", "TuneResult", "balance_report", "dataset_stats",
     # errors and warnings
     "DetloaderError", "DetloaderWarning", "AnnotationError", "ClassMapError", "CacheError",
-    "ImageDecodeError", "CheckpointError", "AnnotationWarning", "TuneWarning",
+    "ImageDecodeError", "LoaderWorkerError", "CheckpointError", "AnnotationWarning", "TuneWarning",
 ]

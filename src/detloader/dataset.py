@@ -259,7 +259,7 @@ class DetectionDataset(torch.utils.data.Dataset):
             return i, self.load(i)
         except ImageDecodeError as err:
             if self.on_decode_error == "raise":
-                raise ImageDecodeError(f"{err} (dataset index {i})") from err
+                raise ImageDecodeError(f"{err} (dataset index {i}); {ImageDecodeError.HINT}") from err
             self._skip(i, err)
         group, rest = self._substitutes.order(i, epoch)
         for j in np.concatenate([group, rest])[:MAX_SUBSTITUTE_TRIES]:
@@ -278,7 +278,8 @@ class DetectionDataset(torch.utils.data.Dataset):
             return j, data
         raise ImageDecodeError(
             f"{os.fspath(self.index.image_path(i))}: cannot decode image (dataset index {i}) and none of "
-            f"{min(len(group) + len(rest), MAX_SUBSTITUTE_TRIES)} substitutes tried decodes either"
+            f"{min(len(group) + len(rest), MAX_SUBSTITUTE_TRIES)} substitutes tried decodes either; list every "
+            "image that does not decode with detloader validate PATH --decode"
         )
 
     def _skip(self, i: int, err: ImageDecodeError) -> None:

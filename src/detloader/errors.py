@@ -39,7 +39,7 @@ __all__ = [
     "YoloExportWarning", "NotRegularFileError", "FileTooLargeError", "DiskFullError",
     "ImageDecodeError", "StoreTooLargeError", "TuneWarning", "StaleTuneWarning", "RunDirError",
     "DataMismatchError", "CheckpointError", "NonFiniteError", "NonFiniteLossError", "NonFiniteWeightsError",
-    "PredictionError", "RectBatchError", "ResumeSettingsError",
+    "PredictionError", "RectBatchError", "ResumeSettingsError", "LoaderWorkerError",
 ]
 
 
@@ -198,7 +198,30 @@ class DiskFullError(DetloaderError, OSError):
 
 
 class ImageDecodeError(DetloaderValueError):
-    """An image file that cannot be decoded; the message names the file and the reason."""
+    """An image file that cannot be decoded; the message names the file and the reason (and,
+    from a dataset, its index and :attr:`HINT`). Raised in a loader worker, it reaches the main
+    process as itself, with the worker's message and without its traceback."""
+
+    #: What to do, as a dataset's decode errors end.
+    HINT = (
+        'skip such images with on_decode_error="skip" (detloader train --on-decode-error skip), '
+        "or list them all with detloader validate PATH --decode"
+    )
+
+
+class LoaderWorkerError(DetloaderError, RuntimeError):
+    """A DataLoader worker process died: killed by a signal (SIGKILL from the out-of-memory
+    killer, SIGBUS for want of shared memory) or exited without a word. ``str(err)`` names the
+    worker, its pid, the signal or exit code and what to try; every other worker of the loader
+    has been ended. ``err.worker_id`` (torch's 0-based id, None when unknown), ``err.pid``,
+    ``err.signal`` (a number, or None) and ``err.exitcode`` (None when killed by a signal)."""
+
+    def __init__(self, message: str, worker_id: int | None, pid: int, signal: int | None, exitcode: int | None) -> None:
+        super().__init__(message)
+        self.worker_id, self.pid, self.signal, self.exitcode = worker_id, pid, signal, exitcode
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (LoaderWorkerError, (str(self), self.worker_id, self.pid, self.signal, self.exitcode))
 
 
 class StoreTooLargeError(DetloaderValueError):

@@ -253,6 +253,8 @@ def decode_image(
             than ``max_pixels`` pixels.
     """
     check_exif_policy(exif)
+    if not data:
+        raise ImageDecodeError(f"{source}: cannot decode image: an empty file (0 bytes)")
     from PIL import Image
 
     try:

@@ -1,6 +1,7 @@
 """The ``DataLoader`` that :func:`detloader.make_loader` returns (:class:`DetectionLoader`): with
 no worker processes and a dataset with decode threads, it loads the next batch on those threads
-while the loop uses the current one (docs/loader.md, "make_loader", **Load-ahead**).
+while the loop uses the current one (docs/loader.md, "make_loader", **Load-ahead**); with worker
+processes, a worker's failure is a named error and ends every worker (:mod:`detloader.worker_failures`).
 """
 
 from __future__ import annotations
@@ -12,19 +13,32 @@ from torch.utils.data import DataLoader
 from torch.utils.data._utils.pin_memory import pin_memory as pin_batch
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _SingleProcessDataLoaderIter
 
+from detloader.worker_failures import WorkerIterator
+
 
 class DetectionLoader(DataLoader):  # type: ignore[type-arg]
     """The ``DataLoader`` :func:`make_loader` returns: the same class in every way but one.
     With ``num_workers=0`` and a dataset with decode threads (and ``submit``, as
     :class:`~detloader.dataset.DetectionDataset` has), the threads load the next batch while
     the loop uses the current one (the training step, the collate), as worker processes
-    do. The batches are the same as without."""
+    do. The batches are the same as without. With worker processes, an error a worker raises
+    that is a :class:`~detloader.errors.DetloaderError` comes as itself, without the worker's
+    traceback, and a worker that dies is a :class:`~detloader.errors.LoaderWorkerError`; either
+    ends every worker first (the iteration is over; a new one starts new workers)."""
 
     def _get_iterator(self) -> _BaseDataLoaderIter:
         if (self.num_workers == 0 and self._auto_collation and getattr(self.dataset, "decode_threads", 0)
                 and callable(getattr(self.dataset, "submit", None))):
             return _LoadAhead(self)
+        if self.num_workers > 0:
+            return WorkerIterator(self)
         return super()._get_iterator()
+
+    def __iter__(self) -> _BaseDataLoaderIter:
+        ended = getattr(self, "_iterator", None)
+        if ended is not None and getattr(ended, "_shutdown", False):  # persistent workers a failure ended
+            self._iterator = None
+        return super().__iter__()
 
 
 class _LoadAhead(_SingleProcessDataLoaderIter):

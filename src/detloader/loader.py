@@ -31,17 +31,20 @@ from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError
 from detloader.load_ahead import DetectionLoader
 from detloader.transforms.mix import MixUp, Mosaic, group_size
 from detloader.tune.saved import auto_loader_kwargs
+from detloader.worker_failures import watch_parent
 
 
 class WorkerInit:
-    """``worker_init_fn`` of loaders made here (a picklable class, for ``spawn``): one thread
-    for torch, OpenCV and OpenMP; ``random`` and ``numpy`` seeded from the worker's torch seed;
-    then the user's function."""
+    """``worker_init_fn`` of loaders made here (a picklable class, for ``spawn``): the worker
+    ends within a second when its parent process is killed (no orphan); one thread for torch,
+    OpenCV and OpenMP; ``random`` and ``numpy`` seeded from the worker's torch seed; then the
+    user's function."""
 
     def __init__(self, user_fn: Callable[[int], None] | None = None) -> None:
         self.user_fn = user_fn
 
     def __call__(self, worker_id: int) -> None:
+        watch_parent()
         torch.set_num_threads(1)
         os.environ["OMP_NUM_THREADS"] = "1"
         cv2 = sys.modules.get("cv2")
@@ -335,6 +338,10 @@ def make_loader(
             batch_size/shuffle/sampler/drop_last; worker options with ``num_workers=0``;
             balance with shuffle/sampler/batch_sampler; mosaic, mixup or group_by_aspect
             with batch_sampler) or invalid values, named in the message.
+
+    While iterating with workers, every worker is ended before either of these is raised:
+        DetloaderError: one a worker raised (``ImageDecodeError``), its own message.
+        LoaderWorkerError: a worker died (killed by a signal: out of memory?), named.
     """
     if mosaic is not None or mixup is not None or group_by_aspect:
         _refuse_clashes(

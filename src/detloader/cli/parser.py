@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from detloader import __version__
 from detloader.cli import data, demo, speed, stats, train
-from detloader.errors import NonFiniteError
+from detloader.errors import LoaderWorkerError, NonFiniteError
 
 #: Sub-commands in the order ``--help`` lists them, each added to the parser by its module's
 #: ``add_<command>``.
@@ -38,6 +38,10 @@ EXIT_CLOSED_PIPE = 141
 #: Exit status when training stopped at a NaN or infinite loss or weights
 #: (:class:`~detloader.errors.NonFiniteError`); the last checkpoint saved stays good.
 EXIT_NON_FINITE = 3
+#: Exit status when a loader worker died (:class:`~detloader.errors.LoaderWorkerError`: killed by
+#: the out-of-memory killer, by SIGBUS for want of shared memory, ...); every worker is ended and
+#: the last checkpoint saved is left as it was.
+EXIT_WORKER_DIED = 4
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -72,6 +76,9 @@ def _run(args: argparse.Namespace) -> int:
     except NonFiniteError as err:  # training diverged: its own status, one message, no traceback
         print(f"detloader {args.command}: error: {err}", file=sys.stderr)
         return EXIT_NON_FINITE
+    except LoaderWorkerError as err:  # a worker died: its own status, one message, no traceback
+        print(f"detloader {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_WORKER_DIED
     except (ValueError, OSError, KeyError) as err:
         # bad input or arguments, a file that cannot be read or written: one clear line, no traceback
         message = err.args[0] if isinstance(err, KeyError) and err.args else err

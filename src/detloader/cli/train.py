@@ -84,6 +84,11 @@ def add_train(sub: argparse._SubParsersAction) -> None:
         "'none': no class has a side",
     )
     p.add_argument("--synthetic-images", type=int, help="images of the synthetic dataset (default 400)")
+    p.add_argument(
+        "--on-decode-error", choices=("raise", "skip"),
+        help="an image that does not decode: stop with its name (raise, the default) or train on a substitute of "
+        "the same classes (skip)",
+    )
     p.add_argument("--checkpoint-every", type=int, default=0, help="also save every N steps (default: epoch ends)")
     p.add_argument(
         "--max-steps", type=int, help="stop once the run has made N steps in all, with a checkpoint (as if killed)"
@@ -125,6 +130,7 @@ def _config(args: argparse.Namespace) -> Any:
         "mosaic": args.mosaic, "close_mosaic": args.close_mosaic, "affine": args.affine or None,
         "hflip": args.hflip, "flip_pairs": args.flip_pairs, "class_flip_pairs": args.class_flip_pairs,
         "warmup_steps": args.warmup_steps, "amp": False if args.no_amp else None,
+        "on_decode_error": args.on_decode_error,
     }
     changes.update({k: v for k, v in explicit.items() if v is not None})
     if not args.resume:

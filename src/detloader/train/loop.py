@@ -38,7 +38,7 @@ from detloader.train.inference import evaluate_model
 from detloader.train.model import CenterNet, ModelConfig
 from detloader.train.resume_settings import apply_settings, check_resume_settings, describe, setting_changes
 from detloader.train.runs import RunLock, check_out_dir, data_changes, prepare_data, train_loader
-from detloader.train.stopping import StopRequest, check_loss
+from detloader.train.stopping import StopRequest, check_loss, worker_died
 from detloader.train.task import REFERENCE, EpochInfo, StartInfo, StepInfo, Task, as_task, centernet_task
 
 
@@ -93,6 +93,11 @@ def train(
     resume on data other than the checkpoint's is refused with what differs
     (:class:`DataMismatchError`) unless ``config.allow_data_change``.
 
+    A loader worker that dies (the out-of-memory killer) stops the run at once with a
+    :class:`~detloader.errors.LoaderWorkerError`; nothing is saved after it, so ``last.pt`` stays
+    the last checkpoint the run saved. An error a worker raises (an undecodable image) comes as
+    itself; every worker is ended first.
+
     The metrics: :func:`~detloader.train.metrics.compute_metrics`' (without ``config.evaluate``, none of
     them) and the run's figures: the ``metrics.json`` keys of docs/training.md, "Evaluation".
     """
@@ -109,7 +114,13 @@ def train(
             raise RunDirError(refusal)
         stop = StopRequest(env)
         stack.callback(stop.close)
-        return _train(config, env, task, on_step, on_epoch, on_start, stop)
+        try:
+            return _train(config, env, task, on_step, on_epoch, on_start, stop)
+        except RuntimeError as err:
+            died = worker_died(err, config.out_dir)
+            if died is None:
+                raise
+        raise died  # outside the except clause: torch's error and the frames it holds are let go
 
 
 def _batches(loader: Any, stop: StopRequest) -> Any:

@@ -1,7 +1,7 @@
 """Why a run stops before its last step, agreed on by every rank: a stop signal (SIGTERM, SIGINT)
 noted and obeyed after the step in progress (:class:`StopRequest`), or a loss term that went NaN
 or infinite (:func:`check_loss`, before the backward pass). docs/training.md, "Stopping" and
-"Non-finite loss".
+"Non-finite loss". A loader worker that died stops the run at once (:func:`worker_died`).
 """
 
 from __future__ import annotations
@@ -9,14 +9,16 @@ from __future__ import annotations
 import math
 import signal
 import threading
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from detloader.errors import NonFiniteLossError
+from detloader.errors import LoaderWorkerError, NonFiniteLossError
 from detloader.train.config import TrainConfig
 from detloader.train.distributed import DistEnv, all_gather_objects
+from detloader.worker_failures import loader_worker_error
 
 
 class StopRequest:
@@ -104,3 +106,17 @@ def check_loss(
         step,
         bad,
     )
+
+
+def worker_died(err: RuntimeError, out: Path) -> LoaderWorkerError | None:
+    """``err`` as the :class:`LoaderWorkerError` that stops a run when it reports a loader worker
+    that died (raised by the loader, or by torch's SIGCHLD handler wherever the step was), its
+    message saying what became of ``out/last.pt``: nothing is saved after such a failure. None
+    for any other error."""
+    named = err if isinstance(err, LoaderWorkerError) else loader_worker_error(err)
+    if named is None:
+        return None
+    last = out / "last.pt"
+    kept = (f"; training stopped without saving: {last} is as the run last saved it (continue with --resume {last})"
+            if last.is_file() else f"; training stopped before any checkpoint was saved in {out}")
+    return LoaderWorkerError(f"{named}{kept}", named.worker_id, named.pid, named.signal, named.exitcode)
