@@ -259,6 +259,8 @@ class ImageStore:
                         _check(err, i, on_decode_error)
                 _write_head(fh, key, table, data_offset)
         except DiskFullError as err:
+            if err.errno == errno.EFBIG:  # the writer names a file size limit as a full disk
+                raise self._too_large(need, total, todo) from err
             what = "disk quota exceeded" if err.errno == getattr(errno, "EDQUOT", None) else "no space left"
             full = DiskFullError(
                 f"{self.path}: {need} not built, {what} while writing it ({total / 2**20:.1f} MiB needed, "
@@ -270,11 +272,14 @@ class ImageStore:
         except OSError as err:
             if err.errno != errno.EFBIG:
                 raise
-            raise StoreTooLargeError(
-                f"{self.path}: {need} not built, the file grew past this process's file size limit "
-                f"(RLIMIT_FSIZE, `ulimit -f`) at {total / 2**20:.1f} MiB; raise the limit or {todo}; "
-                "its temporary file was removed"
-            ) from err
+            raise self._too_large(need, total, todo) from err
+
+    def _too_large(self, need: str, total: int, todo: str) -> StoreTooLargeError:
+        return StoreTooLargeError(
+            f"{self.path}: {need} not built, the file grew past this process's file size limit "
+            f"(RLIMIT_FSIZE, `ulimit -f`) at {total / 2**20:.1f} MiB; raise the limit or {todo}; "
+            "its temporary file was removed"
+        )
 
     def _fill(
         self, index: AnnotationIndex, i: int, table: np.ndarray, fd: int, data_offset: int, exif: ExifPolicy

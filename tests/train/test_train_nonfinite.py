@@ -131,7 +131,7 @@ def test_a_non_finite_parameter_blocks_the_save(tmp_path: Path, bad: float):
     assert info.value.tensors == ["model.1.weight"]
     assert "model.1.weight" in str(info.value) and "at step 3" in str(info.value) and "not written" in str(info.value)
     assert {p.name: _sha(p) for p in tmp_path.iterdir()} == before  # no temporary left either
-    assert load_checkpoint(path)["step"] == 2
+    assert torch.load(path, weights_only=False)["step"] == 2  # the state as saved (not a whole training checkpoint)
 
 
 def test_optimizer_moments_are_checked_too():
