@@ -117,3 +117,18 @@ def test_train_without_a_tune_result_names_the_untuned_default(data: Path, tmp_p
 def test_train_with_num_workers_given_says_so(data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["train", str(data), *FAST, "--num-workers", "0", "--out", str(tmp_path / "run")]) == 0
     assert "loader: num_workers=0, pin_memory=False: set by num_workers=0" in capsys.readouterr().out.splitlines()
+
+
+def test_a_resume_with_another_cache_is_refused_unless_allowed() -> None:
+    from detloader.errors import ResumeSettingsError
+    from detloader.train import TrainConfig
+    from detloader.train.resume_settings import check_resume_settings, setting_changes
+
+    saved = TrainConfig().to_dict()
+    changes = setting_changes(saved, TrainConfig(cache="ram"), reference=True)
+    assert changes == {"cache": (None, "ram")}
+    with pytest.raises(ResumeSettingsError, match="cache None -> 'ram'"):
+        check_resume_settings("run/last.pt", changes, False)
+    check_resume_settings("run/last.pt", changes, True)
+    assert setting_changes({k: v for k, v in saved.items() if k != "cache"}, TrainConfig(cache="ram"),
+                           reference=True) == {}  # a checkpoint from before the setting: not compared
