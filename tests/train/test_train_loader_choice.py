@@ -51,7 +51,7 @@ def test_train_cache_refuses_another_kind() -> None:
         TrainConfig(cache="ssd")
 
 
-def _save_result(data_hash: str, workers: int) -> None:
+def _save_result(data_hash: str, workers: int, batch_size: int = 4, created: str = "2026-12-01T10:00:00+00:00") -> None:
     """A tune result stored for this machine and the dataset ``data_hash``, recommending ``workers``
     at 612 img/s, measured with the CPUs free as they are now (no load change)."""
     from detloader.tune import saved
@@ -68,11 +68,11 @@ def _save_result(data_hash: str, workers: int) -> None:
                   worker_uss_mib=None, worker_pss_mib=None, main_rss_mib=100.0)
     result = TuneResult(
         recommended=settings, explanation="measured", summary=f"num_workers={workers}", machine=probe, data=None,
-        trials=[trial], chosen=0, batch_size=4, dataset_size=16, budget_s=1.0, spent_s=1.0, window_s=0.1,
+        trials=[trial], chosen=0, batch_size=batch_size, dataset_size=16, budget_s=1.0, spent_s=1.0, window_s=0.1,
         stop="budget", worker_cap=2, cap_reason="usable", tolerance=0.05,
         key={"machine": saved.machine_fingerprint(), "dataset": data_hash, "transform": "letterbox 64",
-             "batch_size": 4},
-        created="2026-12-01T10:00:00+00:00",
+             "batch_size": batch_size},
+        created=created,
     )
     saved.save_result(result)
 
@@ -132,3 +132,15 @@ def test_a_resume_with_another_cache_is_refused_unless_allowed() -> None:
     check_resume_settings("run/last.pt", changes, True)
     assert setting_changes({k: v for k, v in saved.items() if k != "cache"}, TrainConfig(cache="ram"),
                            reference=True) == {}  # a checkpoint from before the setting: not compared
+
+
+def test_find_result_prefers_the_batch_size_then_the_newest() -> None:
+    from detloader.tune.saved import find_result
+
+    _save_result("d", 1, batch_size=8, created="2026-12-01T10:00:00+00:00")
+    _save_result("d", 2, batch_size=16, created="2026-12-03T10:00:00+00:00")
+    _save_result("d", 3, batch_size=32, created="2026-12-02T10:00:00+00:00")
+    _save_result("other", 4, batch_size=8)
+    assert find_result("d", 8).recommended["num_workers"] == 1
+    assert find_result("d", 4).recommended["num_workers"] == 2  # none at 4: the newest
+    assert find_result("d").from_cache and find_result("nothing", 8) is None
