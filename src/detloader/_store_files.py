@@ -154,6 +154,19 @@ def _remove_if_unused(path: Path, fd: int) -> bool:
         return True
 
 
+def remove_unused(path: Path) -> bool:
+    """Remove the store ``path`` and its lock unless a process uses it (a ``"ram"`` store's
+    shared ``flock``) or builds it (its build lock): True when removed or already gone."""
+    try:
+        fd = open_store(path)
+    except FileNotFoundError:
+        return True
+    try:
+        return _remove_if_unused(path, fd)
+    finally:
+        os.close(fd)
+
+
 def sweep(folder: Path) -> list[Path]:
     """Remove this user's ``"ram"`` stores in ``folder`` that no process uses, and the
     temporary files of builds whose process died (their lock is free); the paths removed."""

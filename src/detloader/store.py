@@ -39,6 +39,7 @@ from typing import Any, Literal
 import numpy as np
 
 from detloader import _store_files as files
+from detloader._made_record import remember
 from detloader.annotations.index import AnnotationIndex
 from detloader.errors import (
     DetloaderRuntimeWarning,
@@ -170,6 +171,7 @@ class ImageStore:
                         f"{path}: image store unusable ({err}); rebuilding it", DetloaderRuntimeWarning, stacklevel=2
                     )
                 store._build(index, kind, key, widths, heights, exif, on_decode_error, threads)
+                remember(path, f"store {kind}", index.root)  # for `detloader cache list|clear`
                 store._map(key)
             store._refresh(index, stats[:, :4], exif, on_decode_error)
         return store

@@ -574,17 +574,17 @@ def test_heuristic(free: float, processes: int, memory: int, workers: int, threa
         (1, None, 0.0, 0, 0),
         (2, None, 0.0, 2, 0),
         (2, None, 1.0, 2, 0),  # our own process is the load's one task
-        (2, None, 2.0, 0, 2),  # another job keeps one CPU busy: no process beyond the free CPU, threads
-        (2, None, 5.0, 0, 2),
+        (2, None, 2.0, 2, 0),  # another job keeps one CPU busy: the load is not read, the choice stays
+        (2, None, 5.0, 2, 0),
         (4, None, 0.0, 3, 0),
         (16, None, 0.0, 8, 0),
         (16, 2.0, 0.0, 2, 0),  # 16 CPUs in the affinity mask, a cgroup quota of 2
-        (16, None, 9.0, 7, 0),  # 8 CPUs' worth of other tasks: 8 free
+        (16, None, 9.0, 8, 0),  # 8 CPUs' worth of other tasks: the same as on the quiet machine
     ],
 )
 def test_auto_default_on_fake_machines(monkeypatch: pytest.MonkeyPatch, affinity: int, quota: float | None,
                                        load: float, workers: int, threads: int) -> None:
-    """The untuned default from the usable CPUs (affinity, cgroup quota) and the instant load."""
+    """The untuned default from the usable CPUs (affinity, cgroup quota), whatever the load."""
     from detloader._system import cpus
 
     monkeypatch.setattr(cpus.os, "sched_getaffinity", lambda _pid: set(range(affinity)))
@@ -596,6 +596,26 @@ def test_auto_default_on_fake_machines(monkeypatch: pytest.MonkeyPatch, affinity
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     kwargs, _ = auto_loader_kwargs(SpinDataset(8), 4, warn=False, decode_threads=True)
     assert (kwargs["num_workers"], kwargs["decode_threads"]) == (workers, threads)
+
+
+@pytest.mark.parametrize("affinity", [2, 4, 16])
+def test_untuned_default_is_stable_under_a_fluctuating_load(monkeypatch: pytest.MonkeyPatch, affinity: int) -> None:
+    """The same choice on every call while the load figures jump around the busy thresholds
+    (one other task more or less at each instant, averages on both sides of half a CPU)."""
+    from detloader._system import cpus
+
+    readings = iter([(0.4, 1), (1.6, 2), (1.4, 1), (2.6, 3), (0.9, 2), (1.51, 1), (3.0, 4), (1.49, 2)] * 2)
+    monkeypatch.setattr(cpus.os, "sched_getaffinity", lambda _pid: set(range(affinity)))
+    monkeypatch.setattr(cpus.os, "cpu_count", lambda: affinity)
+    monkeypatch.setattr(cpus, "load_figures", lambda: next(readings))
+    monkeypatch.setattr(cpus, "cgroup_cpu_limit", lambda: None)
+    monkeypatch.setattr(_system, "busy_cpus", _never_watch)
+    monkeypatch.setattr(_system, "accelerator_info", lambda: (None, None, 0))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    choices = {tuple(auto_loader_kwargs(SpinDataset(8), 4, warn=False, decode_threads=True)[0].items())
+               for _ in range(16)}
+    assert len(choices) == 1, choices
+    assert dict(choices.pop())["num_workers"] == min(affinity - 1, 8) if affinity > 2 else 2
 
 
 @pytest.mark.parametrize(

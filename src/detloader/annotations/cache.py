@@ -36,6 +36,7 @@ import platformdirs
 from filelock import FileLock
 
 from detloader._files import atomic_write, open_regular, refuse_special, special_kind
+from detloader._made_record import remember
 from detloader.annotations.fields import Vocabulary, array_names
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.problems import ProblemReport
@@ -171,6 +172,7 @@ def save_index(index: AnnotationIndex, path: str | os.PathLike[str], key: str) -
             fh.write(memoryview(arr).cast("B") if arr.nbytes else b"")
             pos = start + arr.nbytes
         fh.write(b"\0" * (_align(pos) - pos))
+    remember(path, "index", index.root)  # for `detloader cache list|clear`
     return path
 
 

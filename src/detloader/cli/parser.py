@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Sequence
 
 from detloader import __version__
-from detloader.cli import data, demo, speed, stats, train
+from detloader.cli import cache, data, demo, speed, stats, train
 from detloader.errors import LoaderWorkerError, NonFiniteError
 
 #: Sub-commands in the order ``--help`` lists them, each added to the parser by its module's
@@ -17,6 +17,7 @@ from detloader.errors import LoaderWorkerError, NonFiniteError
 _ADDERS = (
     demo.add_demo, data.add_synth, data.add_index, data.add_validate, data.add_split, data.add_convert,
     data.add_show, speed.add_tune, stats.add_stats, train.add_train, train.add_evaluate, speed.add_bench,
+    cache.add_cache,
 )
 COMMANDS = tuple(add.__name__.removeprefix("add_") for add in _ADDERS)
 

@@ -63,6 +63,11 @@ def add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-amp", action="store_true", help="no mixed precision on CUDA (float32 throughout)")
     p.add_argument("--width", type=int, help="channels of the first backbone stage (default 16)")
     p.add_argument("--num-workers", type=_workers, default="auto", help="loader workers or 'auto' (default)")
+    p.add_argument(
+        "--cache", choices=("disk", "ram"),
+        help="decode each training image once into a store beside the index cache (disk) or in /dev/shm (ram) "
+        "and read later epochs from it (`detloader cache list` shows the stores, `cache clear` removes them)",
+    )
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--landmark-loss", choices=("l1", "wing"), default="l1")
@@ -130,7 +135,7 @@ def _config(args: argparse.Namespace) -> Any:
         "mosaic": args.mosaic, "close_mosaic": args.close_mosaic, "affine": args.affine or None,
         "hflip": args.hflip, "flip_pairs": args.flip_pairs, "class_flip_pairs": args.class_flip_pairs,
         "warmup_steps": args.warmup_steps, "amp": False if args.no_amp else None,
-        "on_decode_error": args.on_decode_error,
+        "on_decode_error": args.on_decode_error, "cache": args.cache,
     }
     changes.update({k: v for k, v in explicit.items() if v is not None})
     if not args.resume:
@@ -162,6 +167,10 @@ def _train(args: argparse.Namespace) -> int:
                       "writes splits beside the data for every command and script")
         if info.start_step:
             out.print(f"resuming at step {info.start_step} of {info.total_steps}")
+        if info.loader:
+            from rich.markup import escape
+
+            out.print(escape(info.loader))
 
     def epoch(info: Any) -> None:
         parts = ", ".join(f"{k} {v:.3f}" for k, v in info.losses.items() if k != "total")

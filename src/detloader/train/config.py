@@ -47,6 +47,7 @@ class TrainConfig:
     balance: str = "none"
     balance_by: Any = "class"
     num_workers: int | str = "auto"
+    cache: str | None = None
     device: str = "auto"
     amp: bool = True
     seed: int = 0
@@ -109,6 +110,8 @@ class TrainConfig:
                 raise DetloaderValueError(f"{name}={getattr(self, name)!r} is not one of {choices}")
         if not (self.num_workers == "auto" or is_int(self.num_workers, 0)):
             raise DetloaderValueError(f"num_workers={self.num_workers!r} must be an int >= 0 or 'auto'")
+        if self.cache is not None and self.cache not in ("disk", "ram"):
+            raise DetloaderValueError(f"cache={self.cache!r} must be None, 'disk' or 'ram'")
         if not (self.lr > 0 and self.weight_decay >= 0):
             raise DetloaderValueError(f"lr={self.lr!r} must be > 0 and weight_decay={self.weight_decay!r} >= 0")
         if not 0.0 <= self.score_threshold <= 1.0:

@@ -160,7 +160,7 @@ def _train(
         task = centernet_task(CenterNet(shape), config.loss_weights, config.landmark_loss)  # type: ignore[arg-type]
     task = as_task(task, train_index)
     model = task.model.to(env.device)
-    loader = train_loader(config, train_index, env)
+    loader = train_loader(config, train_index, env, data.data_hash)
     steps_per_epoch = len(loader)
     if steps_per_epoch == 0:
         raise DetloaderValueError(
@@ -256,7 +256,8 @@ def _train(
     stopped = config.max_steps is not None and step >= config.max_steps  # reached before a resume
     stopped_by = None
     if on_start is not None:
-        on_start(StartInfo(data.split_info("train"), data.split_info("val"), step, total_steps, env.rank))
+        on_start(StartInfo(data.split_info("train"), data.split_info("val"), step, total_steps, env.rank,
+                           loader.choice.line))
     began = time.perf_counter()
     model.train()
     stop.listen()
@@ -362,6 +363,7 @@ def _train(
                 "world_size": env.world_size,
                 "device": str(env.device),
                 "num_workers": loader.loader.num_workers,
+                "loader": loader.choice.line,
                 "train_seconds": train_seconds,
                 "steps": step,
                 "stopped_early": stopped,

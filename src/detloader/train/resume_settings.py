@@ -37,6 +37,7 @@ CHANGES_RUN: dict[str, str] = {
     "mosaic": "the augmentation", "close_mosaic": "the augmentation", "affine": "the augmentation",
     "hflip": "the augmentation", "flip_pairs": "the augmentation", "class_flip_pairs": "the augmentation",
     "amp": "the numerics", "landmark_loss": "the loss", "loss_weights": "the loss",
+    "cache": "the pixels (a stored image is resized before the colour jitter)",
 }
 _WHAT = {**APPLIED, **CHANGES_RUN, "width": "the weights' shape"}
 #: Never changed on resume: the weights have the checkpoint's shape.

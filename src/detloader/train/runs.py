@@ -193,6 +193,8 @@ class RunData:
     train: Any
     val: Any
     record: dict[str, Any]
+    #: :func:`detloader.tune.saved.dataset_hash` of the whole dataset: what ``detloader tune`` files it under
+    data_hash: str = ""
 
     def split_info(self, role: str) -> dict[str, Any]:
         """``{"name", "images", "source"}`` of the ``"train"`` or ``"val"`` part."""
@@ -243,7 +245,9 @@ def prepare_data(config: TrainConfig, env: DistEnv | None = None) -> RunData:
         cut = pool.random_split({t: 0.8, v: 0.2}, seed=config.seed, stratify="class")
         how = f"random 80/20 of {what} (seed {config.seed}, stratified by class; the dataset has no {v!r} split)"
         parts = {"train": (cut[t], t, how), "val": (cut[v], v, how)}
-    return RunData(parts["train"][0], parts["val"][0], data_record(index, parts))
+    from detloader.tune.saved import dataset_hash
+
+    return RunData(parts["train"][0], parts["val"][0], data_record(index, parts), dataset_hash(index))
 
 
 # -- the loader it trains with ------------------------------------------------------------------
@@ -274,9 +278,10 @@ def balanced_loader(
     shuffle (``DistributedSamplerWrapper(RandomSampler)``), anything else
     ``make_loader(balance=...)``. ``loader_kwargs`` go to :func:`detloader.make_loader`."""
     import detloader
+    from detloader.errors import TuneWarning
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "auto" without a tuning result says so; fine here
+        warnings.simplefilter("ignore", TuneWarning)  # "auto" (the Lightning DataModule's) says so; train says its own
         if balance == "none" and loader_kwargs.get("mosaic"):  # a resumable shuffle that mosaic can draw from
             loader = detloader.make_loader(dataset, shuffle=True, seed=seed, **loader_kwargs)
         elif balance == "none":
@@ -289,24 +294,35 @@ def balanced_loader(
     return detloader.ResumableLoader(loader)
 
 
-def train_loader(config: TrainConfig, index: Any, env: DistEnv) -> Any:
-    """The training loader of a run: its dataset (:func:`train_transform`, mosaic) behind
-    :func:`balanced_loader`, full batches on every rank, workers that leave stop signals to the loop."""
+def train_loader(config: TrainConfig, index: Any, env: DistEnv, data_hash: str = "") -> Any:
+    """The training loader of a run: its dataset (:func:`train_transform`, mosaic, the store of
+    ``config.cache``) behind :func:`balanced_loader`, full batches on every rank, workers that leave stop
+    signals to the loop, with the settings of :func:`~detloader.train.loader_choice.choose_loader`
+    (``data_hash``: :attr:`RunData.data_hash`); what was chosen and why is its ``choice``."""
     import detloader
+    from detloader.store import cache_size_from
+    from detloader.train.loader_choice import choose_loader
 
     transform = train_transform(config.size, config.affine, config.hflip)
+    # the store holds each image at the letterbox's content size; past a random affine, at the longer side --size
+    size = None if config.cache is None or cache_size_from(transform) is not None else config.size
     dataset = detloader.DetectionDataset(
         index, transform, seed=config.seed, on_decode_error=config.on_decode_error,  # type: ignore[arg-type]
         flip_pairs=config.flip_pairs, class_flip_pairs=config.class_flip_pairs,
+        cache=config.cache, cache_size=size,  # type: ignore[arg-type]
     )
     mix: dict[str, Any] = {}
     if config.mosaic:  # partners from the sampler's own stream; off for the last close_mosaic epochs
         from detloader.transforms import Mosaic
 
         mix["mosaic"] = Mosaic(config.mosaic, epochs=max(config.epochs - config.close_mosaic, 0))
-    return balanced_loader(
+    pin = env.device.type == "cuda"
+    choice = choose_loader(dataset, data_hash, config.num_workers, config.batch_size, pin, config.data)
+    loader = balanced_loader(
         dataset, balance=config.balance, balance_by=config.balance_by, seed=config.seed, batch_size=config.batch_size,
-        **mix, num_workers=config.num_workers, pin_memory=env.device.type == "cuda",
+        **mix, **choice.kwargs, pin_memory=pin,
         drop_last=True,  # equal, full steps on every rank
         worker_init_fn=_ignore_stop_signals,
     )
+    loader.choice = choice
+    return loader

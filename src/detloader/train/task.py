@@ -83,13 +83,15 @@ def centernet_task(model: CenterNet, weights: LossWeights | None = None, landmar
 class StartInfo:
     """What ``on_start`` gets once the data is read and a resume restored: the splits the
     run trains and validates on (``{"name", "images", "source"}``: how each was found or
-    made), the step it starts at and the steps of the whole run."""
+    made), the step it starts at and the steps of the whole run; ``loader``: the loader settings
+    and why, in one line (``"loader: num_workers=2, pin_memory=False: ..."``)."""
 
     train: dict[str, Any]
     val: dict[str, Any]
     start_step: int
     total_steps: int
     rank: int
+    loader: str = ""
 
 
 @dataclass(frozen=True)

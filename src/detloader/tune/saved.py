@@ -257,6 +257,48 @@ def heuristic_loader_kwargs(
                     f"decode_threads={threads}, pin_memory={can_pin}")
 
 
+def untuned_loader_kwargs() -> tuple[dict[str, Any], str]:
+    """The untuned default of this machine (``decode_threads`` included) and its reason:
+    :func:`heuristic_loader_kwargs` for the usable CPUs (affinity mask, cgroup quota) and the
+    available memory, all of them counted free. The load of other processes is not read: its
+    instant figures flip between runs on the same machine (one task more or less is half of a
+    2-CPU machine), and the choice must not (docs/tuning.md, "The default without tuning")."""
+    usable, processes = _system.usable_cpus(), _system.local_world_size()
+    can_pin = _system.accelerator_info()[0] in _system.PINNABLE
+    kwargs, _ = heuristic_loader_kwargs(free=float(usable), usable=usable, processes=processes,
+                                        memory_available=_system.memory_facts().available, can_pin=can_pin)
+    per = f" / {processes} processes" if processes > 1 else ""
+    return kwargs, (f"heuristic: untuned default for {usable} usable CPUs{per} -> num_workers={kwargs['num_workers']}, "
+                    f"decode_threads={kwargs['decode_threads']}, pin_memory={can_pin}")
+
+
+def dataset_hash(dataset: Any) -> str:
+    """The ``dataset`` part of :func:`cache_key` of ``dataset`` (an index, or a dataset over one)."""
+    return _hash(_identity(dataset)[0])
+
+
+def find_result(dataset: str, batch_size: int | None = None,
+                folder: str | os.PathLike[str] | None = None) -> TuneResult | None:
+    """A stored result for this machine and the data whose :func:`dataset_hash` is ``dataset``,
+    whatever its transform and batch size: one at ``batch_size`` first, then the newest; None
+    when there is none. Unreadable files are passed over (as by :func:`load_result`)."""
+    machine, found = machine_fingerprint(), []
+    try:
+        paths = sorted(tune_cache_dir(folder).glob("*.json"))
+    except OSError:
+        return None
+    for path in paths:
+        try:
+            result = TuneResult.from_json(read_capped(path, MAX_RESULT_BYTES).decode("utf-8"))
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+        if result.key.get("machine") == machine and result.key.get("dataset") == dataset:
+            result.from_cache = True
+            found.append(result)
+    found.sort(key=lambda r: (r.batch_size == batch_size, r.created), reverse=True)
+    return found[0] if found else None
+
+
 def auto_loader_kwargs(
     dataset: Any,
     batch_size: int,
@@ -271,7 +313,7 @@ def auto_loader_kwargs(
 
     The stored :func:`detloader.tune_loader` result, its load re-checked (a change: a
     :class:`StaleTuneWarning`, and on a busier machine no more workers than are free now); else
-    :func:`heuristic_loader_kwargs` and, with ``warn``, a :class:`TuneWarning` pointing
+    :func:`untuned_loader_kwargs` and, with ``warn``, a :class:`TuneWarning` pointing
     ``stacklevel`` frames up. With ``decode_threads`` the dict also holds ``decode_threads`` (the
     :class:`~detloader.dataset.DetectionDataset` setting, not a DataLoader argument).
     """
@@ -292,11 +334,7 @@ def auto_loader_kwargs(
                           "`detloader tune PATH` again to measure under this load.", StaleTuneWarning,
                           stacklevel=stacklevel)
         return {**kwargs, **threads}, f"tuned, load changed: {result.summary}; {check.describe()}"
-    free, usable = current_free_cpus()
-    kwargs, reason = heuristic_loader_kwargs(
-        free=free, usable=usable, memory_available=_system.memory_facts().available,
-        can_pin=_system.accelerator_info()[0] in _system.PINNABLE, processes=_system.local_world_size(),
-    )
+    kwargs, reason = untuned_loader_kwargs()
     if warn:
         warnings.warn("no tuning result for this machine, dataset, transform and batch size: loader settings "
                       "come from a heuristic. Run detloader.tune_loader(dataset, batch_size=...) or "

@@ -1,0 +1,240 @@
+"""Every index cache (``.dlindex``) and image store (``.dlstore``) detloader made on this machine
+for this user: listed and removed (``detloader cache list|clear``; docs/loader.md, "The life of a
+store").
+
+They are found without a central database: in the cache folder (``$DETLOADER_CACHE_DIR`` or the
+user cache folder, where a dataset's caches go when its folder is not writable), in shared memory
+(``"ram"`` stores, by their ``.dlstore`` suffix) and through the record :func:`remember` appends
+to whenever an index cache or a store is written (``made.jsonl`` in the cache folder, one JSON
+line each: ``path``, ``kind``, ``root``, ``created``), which is how caches beside a dataset
+(``DATASET/.detloader-cache/``) are found again. :func:`find_made` drops the lines of files
+that are gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from detloader import _store_files as store_files
+from detloader._made_record import cache_root, record_file
+from detloader.annotations.cache import CACHE_SUBDIR
+from detloader.errors import DetloaderValueError
+
+Kind = Literal["index", "store disk", "store ram"]
+KIND_CHOICES: tuple[str, ...] = ("index", "store", "all")
+#: Lines of the record read at most (a record that grew past it is compacted by the next list).
+MAX_RECORD_LINES = 100_000
+
+
+@dataclass(frozen=True)
+class MadeFile:
+    """One file detloader made: ``path``, ``kind`` (``"index"``, ``"store disk"``, ``"store
+    ram"``), ``bytes``, ``root`` (the dataset's folder; ``""`` when unknown), ``last_use`` (the
+    later of its access and modification times, ISO 8601) and ``in_use`` (a ``"ram"`` store that
+    another process maps, or a file whose build lock is held)."""
+
+    path: str
+    kind: str
+    bytes: int
+    root: str
+    last_use: str
+    in_use: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _read_record() -> dict[str, dict[str, Any]]:
+    """The record's entries by path (the last line of a path wins); bad lines are passed over."""
+    entries: dict[str, dict[str, Any]] = {}
+    try:
+        with open(record_file(), encoding="utf-8", errors="replace") as fh:
+            for n, line in enumerate(fh):
+                if n >= MAX_RECORD_LINES:
+                    break
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict) and isinstance(entry.get("path"), str):
+                    entries[entry["path"]] = entry
+    except OSError:
+        pass
+    return entries
+
+
+def _write_record(entries: Iterable[dict[str, Any]]) -> None:
+    """Replace the record with ``entries`` (atomically); left as it is when it cannot be written."""
+    from detloader._files import atomic_write
+
+    with contextlib.suppress(OSError):
+        with atomic_write(record_file(), "w") as fh:
+            fh.write("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries))
+
+
+def _index_root(path: Path) -> str:
+    """The dataset root an index cache's header names; ``""`` when it cannot be read."""
+    from detloader.annotations.cache import _read_header
+
+    try:
+        return str(_read_header(path)[0].get("root", ""))
+    except (OSError, ValueError):
+        return ""
+
+
+def _kind_of(path: Path) -> Kind | None:
+    if path.name.endswith(".dlindex"):
+        return "index"
+    if path.name.endswith(store_files.SUFFIX):
+        return "store ram" if path.parent == store_files.store_dir("ram", Path(".")) else "store disk"
+    return None
+
+
+def _in_use(path: Path, kind: str) -> bool:
+    """Whether another process holds ``path``: its build lock, or (a ``"ram"`` store) a user's
+    shared ``flock`` (:mod:`detloader._store_files`)."""
+    import fcntl
+
+    lock = Path(f"{path}.lock")
+    if kind == "index":
+        from filelock import FileLock, Timeout
+
+        if not lock.is_file():
+            return False
+        try:
+            with FileLock(str(lock), timeout=0):
+                return False
+        except Timeout:
+            return True
+        except OSError:
+            return False
+    try:
+        fd = store_files.open_store(path)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    if not lock.is_file():  # no build runs (and none is created by asking)
+        return False
+    with store_files.locked(lock, wait=False) as mine:
+        return not mine
+
+
+def _candidates() -> dict[str, str]:
+    """Paths of every cache and store that may be detloader's, with the root where known."""
+    found = {path: str(entry.get("root", "")) for path, entry in _read_record().items()}
+    folders = [cache_root()]
+    ram = store_files.store_dir("ram", Path("."))
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            for path in [*folder.glob("*/*.dlindex"), *folder.glob(f"*/*{store_files.SUFFIX}")]:
+                found.setdefault(str(path.absolute()), "")
+    uid = os.getuid()
+    with contextlib.suppress(OSError):
+        for path in ram.glob(f"*{store_files.SUFFIX}"):
+            with contextlib.suppress(OSError):
+                if path.lstat().st_uid == uid:
+                    found.setdefault(str(path.absolute()), "")
+    return found
+
+
+def find_made(kind: str = "all") -> list[MadeFile]:
+    """Every index cache and store of this user that still exists (``kind``: ``"index"``,
+    ``"store"`` or ``"all"``), by path; the record loses the lines of files that are gone.
+
+    Raises:
+        DetloaderValueError: ``kind`` is not one of :data:`KIND_CHOICES`.
+    """
+    if kind not in KIND_CHOICES:
+        raise DetloaderValueError(f"kind={kind!r} is not one of {', '.join(KIND_CHOICES)}")
+    record = _read_record()
+    made, alive = [], []
+    for name, root in sorted(_candidates().items()):
+        path = Path(name)
+        what = _kind_of(path)
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        if what is None or not path.is_file() or path.is_symlink():
+            continue
+        if name in record:
+            alive.append(record[name])
+        if what == "index":
+            root = _index_root(path) or root
+        elif not root and what == "store disk":  # beside the index caches of its dataset
+            root = next((r for r in map(_index_root, sorted(path.parent.glob("*.dlindex"))) if r), "")
+        if kind != "all" and not what.startswith(kind):
+            continue
+        used = _dt.datetime.fromtimestamp(max(st.st_atime, st.st_mtime), _dt.timezone.utc)
+        made.append(MadeFile(name, what, st.st_size, root, used.isoformat(timespec="seconds"),
+                             _in_use(path, what)))
+    if len(alive) != len(record):
+        _write_record(alive)
+    return made
+
+
+def belongs_to(made: MadeFile, dataset: str | os.PathLike[str]) -> bool:
+    """Whether ``made`` is of the dataset at ``dataset`` (its root, a folder above it, or the
+    annotation file whose folder it is), lies in ``dataset``'s own cache folder, or is a ``"ram"``
+    store named after it."""
+    target = Path(dataset).absolute()
+    folders = {target, target.resolve()}
+    if target.is_file():
+        folders |= {target.parent, target.resolve().parent}
+    if made.kind == "store ram" and any(
+        Path(made.path).name.startswith(f"{f.resolve().name}-{store_files.root_tag(f)}-") for f in folders
+    ):
+        return True
+    if made.root:
+        root = Path(made.root)
+        if any(root == f or f in root.parents for f in folders):
+            return True
+    return any(f / CACHE_SUBDIR in Path(made.path).parents for f in folders)
+
+
+def remove(made: MadeFile) -> bool:
+    """Remove ``made`` and its lock file, unless another process holds it (then False). An
+    emptied ``.detloader-cache`` or cache-folder entry folder goes too."""
+    path = Path(made.path)
+    if made.kind == "index":
+        if _in_use(path, "index"):
+            return False
+        path.unlink(missing_ok=True)
+        Path(f"{path}.lock").unlink(missing_ok=True)
+    elif not store_files.remove_unused(path):
+        return False
+    folder = path.parent
+    if folder.name == CACHE_SUBDIR or folder.parent == cache_root():
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only when empty
+    return True
+
+
+def clear(dataset: str | os.PathLike[str] | None = None, kind: str = "all",
+          dry_run: bool = False) -> tuple[list[MadeFile], list[MadeFile]]:
+    """Remove the caches and stores of ``dataset`` (all of them when None) of ``kind``;
+    ``(removed, kept in use)``. With ``dry_run`` nothing is removed: ``removed`` is what would be
+    (a file in use is still named as kept)."""
+    chosen = [m for m in find_made(kind) if dataset is None or belongs_to(m, dataset)]
+    removed, busy = [], []
+    for made in chosen:
+        if made.in_use or (not dry_run and not remove(made)):
+            busy.append(made)
+        else:
+            removed.append(made)
+    if not dry_run and removed:
+        gone = {m.path for m in removed}
+        _write_record(e for p, e in _read_record().items() if p not in gone)
+    return removed, busy
