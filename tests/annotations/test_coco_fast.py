@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from helpers import arrays_equal, write_image
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from detloader import read_annotations
 from detloader.annotations.readers import coco as coco_mod
@@ -114,3 +116,36 @@ def test_class_options_take_the_general_path(tmp_path, monkeypatch):
     monkeypatch.setattr(coco_mod, "parse_fast", lambda *a: used.append(real(*a)) or used[-1])
     index = read_annotations(path, cache=False, on_error="skip", class_map={"a": "b"})
     assert used == [False] and index.classes == ("b", "unused")
+
+
+_VALUES = st.one_of(
+    st.integers(-3, 80), st.floats(-5, 90, allow_nan=False), st.sampled_from([0, 1, 2, None, 1e40, -0.0, 2**70])
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_box_file_reads_the_same_on_both_paths(tmp_path, monkeypatch, data):
+    folder = tmp_path / f"h{data.draw(st.integers(0, 10**9))}"
+    for name in ("a.jpg", "b.jpg"):
+        write_image(folder / name)
+    images = [
+        {"id": 1, "file_name": "a.jpg", "width": data.draw(st.sampled_from([64, 0, None, 64.0, 100])), "height": 48},
+        {"id": data.draw(st.sampled_from([2, 1, None])), "file_name": "b.jpg", "width": 64, "height": 48},
+    ]
+    objects = [
+        {
+            "image_id": data.draw(st.sampled_from([1, 2, 3])),
+            "category_id": data.draw(st.sampled_from([1, 2, 4])),
+            "bbox": [data.draw(_VALUES) for _ in range(4)],
+            "iscrowd": data.draw(st.sampled_from([0, 1, 3, None])),
+        }
+        for _ in range(data.draw(st.integers(0, 12)))
+    ]
+    categories = [{"id": 1, "name": "a"}, {"id": 2, "name": data.draw(st.sampled_from(["b", "a", " c "]))}]
+    path = folder / "instances.json"
+    path.write_text(json.dumps({"images": images, "annotations": objects, "categories": categories}))
+    fast = read_annotations(path, cache=False, on_error="skip")
+    general = _general(monkeypatch, path)
+    assert arrays_equal(fast, general) and fast.vocab == general.vocab
+    assert fast.problems.to_list() == general.problems.to_list()

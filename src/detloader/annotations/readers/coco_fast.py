@@ -111,9 +111,9 @@ def parse_fast(raw: bytes, locator: ImageLocator, b: ChunkBuilder) -> bool:
     labels = _lookup(cat_rows, np.fromiter((o.category_id for o in objects), np.int64, m))
     xywh = np.fromiter((o.bbox for o in objects), np.dtype((np.float64, 4)), m).reshape(m, 4)
     xyxy64 = np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], axis=1)
-    boxes = xyxy64.astype(np.float32)
     sides = _declared_sides(images)[np.maximum(owner, 0)]
-    with np.errstate(invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):  # beyond float32: inf, named by check_box
+        boxes = xyxy64.astype(np.float32)
         plain = (
             np.isfinite(boxes).all(axis=1)
             & (boxes[:, 2] > boxes[:, 0])
