@@ -9,7 +9,8 @@ about 7 objects per image, each with a box, an area and a polygon of 8-24 coordi
 is a fresh Python process: ``read_annotations(path, cache=False)`` (no index cache: a cold build)
 or ``COCO(path)`` (with ``--general`` also detloader's general path, as before the fast path),
 alternating (A B A B ...). Each child reports the CPU seconds (user + sys,
-``resource.getrusage``) and the peak resident memory of its own process after its imports, and
+``resource.getrusage``) of the build, after its imports, the peak resident memory of its
+process and that peak's growth over the imports, and
 the parent prints medians and the detloader / pycocotools ratios. By default no image files
 exist and detloader runs with ``check_images=False`` (pycocotools never looks at the images);
 ``--with-images`` writes an empty file per image and checks that each exists (one ``stat``).
