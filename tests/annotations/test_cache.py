@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
 import pickle
@@ -10,10 +11,11 @@ import struct
 
 import numpy as np
 import pytest
-from helpers import arrays_equal, voc_dataset, voc_object, voc_xml
+from helpers import arrays_equal, voc_dataset, voc_object, voc_xml, write_image
 
 from detloader import read_annotations
 from detloader.annotations import cache as cache_mod
+from detloader.annotations import read as read_mod
 
 
 def _backed_by_mmap(arr) -> bool:
@@ -308,3 +310,44 @@ def test_two_processes_build_the_index_once_and_both_map_it(tmp_path, cache):
     assert len((marks / "builds").read_text().split()) == 1  # one build, not two
     assert outputs[0] == outputs[1] and outputs[0][:2] == ["5", "5"]
     assert outputs[0][2].endswith(".dlindex") and os.path.exists(outputs[0][2] + ".lock")
+
+
+def _fresh_coco_in_its_image_folder(folder) -> tuple:
+    for name in ("a.jpg", "b.jpg"):
+        write_image(folder / name)
+    data = {
+        "images": [
+            {"id": 1, "file_name": "a.jpg", "width": 64, "height": 48},
+            {"id": 2, "file_name": "b.jpg", "width": 64, "height": 48},
+        ],
+        "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, 2, 10, 20]}],
+        "categories": [{"id": 1, "name": "k"}],
+    }
+    path = folder / "instances.json"
+    path.write_text(json.dumps(data))
+    return path, data
+
+
+def test_a_fresh_coco_dataset_in_its_image_folder_is_built_once(tmp_path, monkeypatch):
+    monkeypatch.delenv(cache_mod.CACHE_DIR_ENV)  # the cache beside the data, as users get it
+    path, data = _fresh_coco_in_its_image_folder(tmp_path / "data")
+    assert not (tmp_path / "data" / cache_mod.CACHE_SUBDIR).exists()
+    builds = []
+    real = read_mod.build_index
+    monkeypatch.setattr(read_mod, "build_index", lambda *a, **kw: builds.append(1) or real(*a, **kw))
+    first = read_annotations(path)
+    assert len(builds) == 1 and (tmp_path / "data" / cache_mod.CACHE_SUBDIR).is_dir()
+    stamp = os.stat(first._source_file)
+    second = read_annotations(path)  # creating the cache folder changed the root's identity: not a reason to rebuild
+    assert len(builds) == 1 and second._source_file == first._source_file
+    assert (os.stat(second._source_file).st_ino, os.stat(second._source_file).st_mtime_ns) == (
+        stamp.st_ino,
+        stamp.st_mtime_ns,
+    )
+    data["annotations"].append({"id": 2, "image_id": 2, "category_id": 1, "bbox": [3, 3, 5, 5]})
+    path.write_text(json.dumps(data))
+    os.utime(path, ns=(1, 1))
+    assert read_annotations(path).num_objects == 2 and len(builds) == 2  # an edited annotation file rebuilds
+    write_image(tmp_path / "data" / "c.jpg")  # an image added beside them changes the folder: rebuilt
+    read_annotations(path)
+    assert len(builds) == 3

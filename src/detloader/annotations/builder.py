@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,6 +26,7 @@ from detloader.annotations.checks import (
     parse_number,
 )
 from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, AttributeCells, Field, LocalVocab
+from detloader.annotations.partial import Partial
 from detloader.annotations.problems import Problem, Severity
 from detloader.errors import DetloaderError
 
@@ -48,34 +48,6 @@ def _column_array(col: array, f: Field, rows: int) -> np.ndarray:
     dtype = np.dtype(f.dtype)
     raw = np.frombuffer(col, dtype=np.int8 if dtype == np.bool_ else dtype)
     return raw.astype(dtype).reshape(f.shape(rows, {}))
-
-
-@dataclass
-class Partial:
-    """One chunk of a dataset as arrays, with chunk-local vocabularies (see ``merge``).
-
-    ``arrays``: every field of ``FIELDS`` plus ``object_offsets``, with chunk-local ids;
-    ``vocabs``: for each vocabulary a field refers to, the local names in id order (attribute
-    tables: ``(attribute, values)`` pairs); ``missing_names``: the first images not found.
-    """
-
-    arrays: dict[str, np.ndarray]
-    strings: dict[str, list[str]]
-    vocabs: dict[str, Any]
-    problems: list[Problem]
-    stats: dict[str, int] = field(default_factory=dict)
-    declared_classes: list[str] = field(default_factory=list)
-    #: the id the files give each declared class (COCO category id), when they give one
-    declared_class_ids: dict[str, int] = field(default_factory=dict)
-    missing_names: list[str] = field(default_factory=list)
-    #: class names in the files before ``class_map`` (only collected when there is one)
-    file_classes: list[str] = field(default_factory=list)
-
-    @property
-    def landmark_names(self) -> list[str]:
-        """Landmark names found in the chunk, in local slot order."""
-        names: list[str] = self.vocabs["landmarks"]
-        return names
 
 
 class ChunkBuilder:
@@ -289,6 +261,37 @@ class ChunkBuilder:
         if points:
             self._store_points(row, points)
         return True
+
+    @property
+    def image_count(self) -> int:
+        """Images added to this chunk so far."""
+        return len(self._cols["width"])
+
+    def add_objects(
+        self, first_image: int, image_rows: np.ndarray, boxes: np.ndarray, labels: np.ndarray,
+        names: Sequence[str], crowd: np.ndarray,
+    ) -> None:
+        """Objects of the images added since chunk row ``first_image`` (which have none yet), all at
+        once: their non-decreasing ``image_rows``, checked xyxy ``boxes``, ``labels`` indexing
+        ``names`` (class options not applied: the caller makes sure there are none) and ``crowd``."""
+        self._close_image()
+        offsets, start = np.frombuffer(self._offsets, dtype=np.int64), len(self._cols["labels"])
+        unfit = len(offsets) != self.image_count + 1 or bool((offsets[first_image:] != start).any())
+        del offsets  # a view would keep the array from being resized
+        if unfit:
+            raise DetloaderError("add_objects after objects of those images were added")
+        counts = np.bincount(np.asarray(image_rows, np.int64) - first_image, minlength=self.image_count - first_image)
+        del self._offsets[first_image + 1 :]
+        self._offsets.frombytes((start + np.cumsum(counts)).astype(np.int64).tobytes())
+        lut = np.zeros(len(names) + 1, dtype=np.int32)
+        for k in np.unique(labels).tolist():  # only the classes used, as add_object does
+            lut[k] = self._names["classes"].id(names[k].strip())
+        cols, m = self._cols, len(labels)
+        cols["boxes"].frombytes(np.ascontiguousarray(boxes, dtype=np.float32).tobytes())
+        cols["labels"].frombytes(lut[np.asarray(labels, np.int64)].tobytes())
+        for flag in ("difficult", "truncated", "occluded"):
+            cols[flag].frombytes(bytes(m))
+        cols["crowd"].frombytes(np.asarray(crowd, dtype=np.int8).tobytes())
 
     def _box_from_points(
         self, landmarks: Iterable[tuple[str, float, float, int]], element: str, where: str, w: int, h: int

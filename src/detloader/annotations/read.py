@@ -216,7 +216,6 @@ def read_annotations(
     if format != "auto":
         _require_files(source, name, p)
     options_json = json.dumps(options.to_json(), sort_keys=True)
-    key = _cache.content_key(name, options_json, source, verify)
 
     cache_file = None
     if cache:
@@ -237,6 +236,9 @@ def read_annotations(
                 stacklevel=2,
             )
             cache_file = None
+    # taken once the cache folder exists: making `.detloader-cache` in a root that is also an image
+    # folder changes that folder's identity, and a key taken before would not match on the next read
+    key = _cache.content_key(name, options_json, source, verify)
 
     def build() -> AnnotationIndex:
         missing: list[str] = []

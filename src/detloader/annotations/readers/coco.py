@@ -3,7 +3,9 @@
 The JSON is loaded whole (the format gives no record boundary to stream on), under the format
 option ``max_json_bytes``. Layouts, split files and image folders: docs/formats.md ("Each
 reader's files and layouts", "What each format maps to"); positions in problems are 0-based,
-as in the file (``annotations[17]/bbox``).
+as in the file (``annotations[17]/bbox``). A file of boxes takes the fast path
+(:mod:`~detloader.annotations.readers.coco_fast`), any other the general one below; both give
+the same index and problems (docs/index.md, "COCO at scale").
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.checks import ReadOptions
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
+from detloader.annotations.readers import coco_records as rec
+from detloader.annotations.readers.coco_fast import parse_fast
 from detloader.annotations.readers.common import (
     Reader,
     Source,
@@ -33,7 +37,7 @@ from detloader.annotations.readers.common import (
     parse_flag,
     read_head,
 )
-from detloader.annotations.readers.locate import ImageLocator, locate_image
+from detloader.annotations.readers.locate import ImageLocator
 from detloader.annotations.splits import files_as_splits, split_role
 from detloader.errors import DetloaderValueError, FileTooLargeError
 
@@ -75,60 +79,26 @@ class CocoSource(Source):
     file_splits: dict[str, str]
 
 
-def _load(full: str, cap: int, b: ChunkBuilder) -> Any:
+def _read(full: str, cap: int, b: ChunkBuilder) -> bytes | None:
     try:
-        return json.loads(read_capped(full, cap, "max_json_bytes"))
+        return read_capped(full, cap, "max_json_bytes")
     except FileTooLargeError as err:
         b.problem("file_too_large", "", str(err), "file skipped")
     except OSError as err:
         b.problem("unreadable_file", "", f"{err.strerror or err}", "file skipped")
+    except ValueError as err:
+        b.problem("unparseable", "", f"not JSON text: {err}", "file skipped")
+    return None
+
+
+def _decode(raw: bytes, b: ChunkBuilder) -> Any:
+    try:
+        return json.loads(raw)
     except json.JSONDecodeError as err:
         b.problem("unparseable", f"line {err.lineno} column {err.colno}", err.msg, "file skipped")
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
         b.problem("unparseable", "", f"not JSON text: {err}", "file skipped")
     return None
-
-
-def _id(value: Any) -> int | str | None:
-    """A COCO id as a dictionary key: an int or a string (an integral float reads as the
-    int); None for anything else (lists, objects, booleans, fractions, NaN, infinity)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
-
-
-def _bad_id(b: ChunkBuilder, where: str, field: str, value: Any, action: str) -> None:
-    b.problem("bad_value", f"{where}/{field}", f"{field}={value!r} is not an integer or string id", action)
-
-
-def _referred(ann: dict, field: str, table: dict, table_name: str, where: str, b: ChunkBuilder) -> Any:
-    """The entry of ``table`` that ``ann[field]`` names; None, with the problem reported
-    (the object is skipped), when the id is malformed or not in ``table_name``."""
-    raw = ann.get(field)
-    if raw is not None and _id(raw) is None:
-        _bad_id(b, where, field, raw, "object skipped")
-        return None
-    found = table.get(_id(raw))
-    if found is None:
-        b.problem("bad_value", f"{where}/{field}", f"{field}={raw!r} is not in {table_name}", "object skipped")
-    return found
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, sort_keys=True)
-    return str(value).strip()
-
-
-def _attributes(value: Any, where: str, b: ChunkBuilder) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        b.problem("bad_value", where, f"attributes={value!r} is not an object", "attributes skipped")
-        return {}
-    return {str(k).strip(): _text(v) for k, v in value.items() if str(k).strip()}
 
 
 def _records(data: dict, key: str, b: ChunkBuilder) -> list | None:
@@ -139,58 +109,8 @@ def _records(data: dict, key: str, b: ChunkBuilder) -> list | None:
     return value
 
 
-def _categories(records: list, b: ChunkBuilder) -> dict[Any, tuple[str, list[str] | None]]:
-    out: dict[Any, tuple[str, list[str] | None]] = {}
-    for i, cat in enumerate(records):
-        where = f"categories[{i}]"
-        if not isinstance(cat, dict):
-            b.problem("bad_value", where, "not an object", "category skipped")
-            continue
-        raw_id, name = cat.get("id"), cat.get("name")
-        if raw_id is None or name is None or not str(name).strip():
-            field = "id" if raw_id is None else "name"
-            b.problem("missing_field", f"{where}/{field}", f"{field} is missing", "category skipped")
-            continue
-        cid = _id(raw_id)
-        if cid is None:
-            _bad_id(b, where, "id", raw_id, "category skipped")
-            continue
-        if cid in out:
-            b.problem("bad_value", f"{where}/id", f"id={cid!r} repeats an earlier category", "category skipped")
-            continue
-        kp = cat.get("keypoints")
-        names = [str(n) for n in kp] if isinstance(kp, list) and kp else None
-        out[cid] = (str(name).strip(), names)
-    return out
-
-
-def _id_order(item: tuple[Any, Any]) -> tuple[int, Any]:
-    """Categories in id order (ids are usually ints; anything else after, as text)."""
-    cid = item[0]
-    return (0, cid) if isinstance(cid, int) else (1, str(cid))
-
-
-def _image(img: dict, where: str, locator: ImageLocator, b: ChunkBuilder) -> bool:
-    name = img.get("file_name")
-    if not isinstance(name, str) or not name.strip():
-        b.problem("missing_field", f"{where}/file_name", "file_name is missing", "image skipped")
-        return False
-    raw = f"width={img.get('width')!r} height={img.get('height')!r}"
-    width, height = _text(img.get("width", "")), _text(img.get("height", ""))
-    shown = f"file_name={name!r}"
-    found = locate_image(locator, b, name, where, shown, width, height, name_where=f"{where}/file_name", raw=raw)
-    if found is None:
-        return False
-    rel, width, height = found
-    attrs = _attributes(img.get("attributes"), f"{where}/attributes", b)
-    image_class = attrs.pop(b.options.image_class_attribute, None)
-    iid = _id(img.get("id"))
-    image_id = iid if isinstance(iid, int) else None  # a string id: numbered by row
-    return b.add_image(rel, width, height, image_class=image_class, attributes=attrs, record=name, image_id=image_id)
-
-
 def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> None:
-    cat = _referred(ann, "category_id", categories, "categories", where, b)
+    cat = rec.referred(ann, "category_id", categories, "categories", where, b)
     if cat is None:
         return
     name, kp_names = cat
@@ -200,7 +120,7 @@ def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> Non
         box = _bbox(bbox, f"{where}/bbox", b)
         if box is None:
             return
-    attrs = _attributes(ann.get("attributes"), f"{where}/attributes", b)
+    attrs = rec.attributes(ann.get("attributes"), f"{where}/attributes", b)
     flags = {}
     for key in _FLAGS:
         text = attrs.pop(key, None)
@@ -208,7 +128,7 @@ def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> Non
             b.problem("bad_value", f"{where}/attributes/{key}", f"{key}={text!r} is not a boolean", "treated as false")
         flags[key] = bool(value)
     crowd = ann.get("iscrowd", 0)
-    crowd_flag = parse_flag(_text(crowd)) if crowd is not None else False
+    crowd_flag = parse_flag(rec.text(crowd)) if crowd is not None else False
     if crowd_flag is None:
         b.problem("bad_value", f"{where}/iscrowd", f"iscrowd={crowd!r} is not 0/1", "treated as 0")
     points = _keypoints(ann.get("keypoints"), kp_names, f"{where}/keypoints", b)
@@ -316,8 +236,17 @@ class CocoReader(Reader):
         )
 
     def parse_file(self, source: CocoSource, rel: str, b: ChunkBuilder) -> None:
+        """The fast path (:func:`~detloader.annotations.readers.coco_fast.parse_fast`) when the file
+        fits it, else every record in Python; both report the same problems in the same order."""
         root = str(source.root)
-        data = _load(os.path.join(root, rel), source.max_json_bytes, b)
+        raw = _read(os.path.join(root, rel), source.max_json_bytes, b)
+        if raw is None:
+            return
+        locator = ImageLocator(root, source.file_image_dirs.get(rel, source.image_dirs), b.options.check_images)
+        if parse_fast(raw, locator, b):
+            return
+        data = _decode(raw, b)
+        del raw
         if data is None:
             return
         if not isinstance(data, dict):
@@ -326,46 +255,21 @@ class CocoReader(Reader):
         images, annotations, cats = (_records(data, key, b) for key in ("images", "annotations", "categories"))
         if images is None or annotations is None or cats is None:
             return
-        categories = _categories(cats, b)
-        ordered = sorted(categories.items(), key=_id_order)
-        cat_ids = [cid if isinstance(cid, int) else None for cid, _ in ordered]
-        b.declare_classes([name for _, (name, _) in ordered], cat_ids)
-
-        image_ids: dict[Any, int] = {}
-        for i, img in enumerate(images):
-            if isinstance(img, dict) and img.get("id") is not None:
-                iid = _id(img["id"])
-                if iid is None:
-                    _bad_id(b, f"images[{i}]", "id", img["id"], "image skipped")
-                    continue
-                if iid in image_ids:
-                    message = f"id={img['id']!r} repeats images[{image_ids[iid]}]"
-                    b.problem("duplicate_image", f"images[{i}]/id", message, "image skipped")
-                    continue
-                image_ids[iid] = i
+        categories, _ = rec.declare(cats, b)
+        image_ids = rec.image_rows(images, b)
         per_image: dict[int, list[int]] = {}
         for j, ann in enumerate(annotations):
             where = f"annotations[{j}]"
             if not isinstance(ann, dict):
                 b.problem("bad_value", where, "not an object", "object skipped")
                 continue
-            owner = _referred(ann, "image_id", image_ids, "images", where, b)
+            owner = rec.referred(ann, "image_id", image_ids, "images", where, b)
             if owner is None:
                 continue
             per_image.setdefault(owner, []).append(j)
-
-        dirs = source.file_image_dirs.get(rel, source.image_dirs)
-        locator = ImageLocator(root, dirs, b.options.check_images)
         for i, img in enumerate(images):
             where = f"images[{i}]"
-            if not isinstance(img, dict):
-                b.problem("bad_value", where, "not an object", "image skipped")
-                continue
-            if image_ids.get(_id(img.get("id"))) != i:
-                if img.get("id") is None:
-                    b.problem("missing_field", f"{where}/id", "id is missing", "image skipped")
-                continue
-            if _image(img, where, locator, b):
+            if not rec.image_problem(img, where, image_ids, i, b) and rec.image(img, where, locator, b):
                 for j in per_image.get(i, ()):
                     _annotation(annotations[j], f"annotations[{j}]", categories, b)
 
