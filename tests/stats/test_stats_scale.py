@@ -45,3 +45,14 @@ def test_class_figures_on_no_objects():
     objects, images, medians = class_figures(np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0), 3)
     assert objects.tolist() == images.tolist() == [0, 0, 0]
     assert np.isnan(medians).all()
+
+
+def test_class_median_equals_np_median_with_ties_and_even_counts():
+    rng = np.random.default_rng(5)
+    labels = rng.integers(0, 7, 400)
+    values = rng.integers(0, 6, 400).astype(np.float64) / 2  # many ties
+    image = np.sort(rng.integers(0, 50, 400))
+    _, _, medians = class_figures(labels, image, values, 8)
+    for c in range(7):
+        assert medians[c] == np.median(values[labels == c])
+    assert np.isnan(medians[7])
