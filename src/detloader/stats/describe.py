@@ -38,16 +38,17 @@ def class_figures(labels: np.ndarray, object_image: np.ndarray, values: np.ndarr
     if len(labels) == 0:
         return sizes, np.zeros(num_classes, dtype=np.int64), medians
     order = group_order(labels, num_classes)
-    by_class, image = labels[order], np.asarray(object_image)[order]
-    first = np.empty(len(order), dtype=bool)
+    starts = np.cumsum(sizes) - sizes
+    image = np.asarray(object_image)[order]
+    first = np.empty(len(order), dtype=bool)  # the first object of its (class, image) pair
     first[0] = True
     np.not_equal(image[1:], image[:-1], out=first[1:])
-    first[1:] |= by_class[1:] != by_class[:-1]
+    first[starts[sizes > 0]] = True  # where a class starts
+    by_class = np.repeat(np.arange(num_classes, dtype=np.int64), sizes)  # labels[order], without a gather
     images = np.bincount(by_class[first], minlength=num_classes)[:num_classes].astype(np.int64)
     grouped = values[order]
-    ends = np.cumsum(sizes)
     for c in np.flatnonzero(sizes).tolist():
-        medians[c] = _median(grouped[ends[c] - int(sizes[c]) : ends[c]])
+        medians[c] = _median(grouped[starts[c] : starts[c] + sizes[c]])
     return sizes, images, medians
 
 
@@ -70,11 +71,13 @@ def dataset_stats(index: AnnotationIndex) -> dict[str, Any]:
     area); imbalance ratios leave empty classes out."""
     image_classes = index.image_class_counts()
     per_image = index.objects_per_image
-    boxes = index.boxes.astype(np.float64)
-    w, h = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
+    boxes = index.boxes
+    w = boxes[:, 2].astype(np.float64) - boxes[:, 0]  # float64, as if the boxes were cast first
+    h = boxes[:, 3].astype(np.float64) - boxes[:, 1]
     box_area = np.clip(w * h, 0, None)
     area = np.sqrt(box_area)
-    img = index.object_image
+    n = len(index)
+    img = np.repeat(np.arange(n, dtype=np.int32 if n < 2**31 else np.int64), per_image)  # object -> image
     per_image_area = index.width.astype(np.float64) * index.height.astype(np.float64)
     image_area = np.repeat(np.where(per_image_area > 0, per_image_area, np.nan), per_image)
     relative = np.sqrt(box_area / image_area)
