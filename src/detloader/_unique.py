@@ -67,14 +67,16 @@ def distinct_pairs_by_group(
     ``major`` and ``multiplicity`` (how often the pair occurs). ``major`` must be
     non-decreasing (an index's object -> image map is), ``groups`` non-negative and
     ``< num_groups``; one stable sort by group then suffices."""
+    groups = np.asarray(groups).reshape(-1)
     order = group_order(groups, num_groups)
-    g = np.asarray(groups).reshape(-1)[order]
     a = np.asarray(major).reshape(-1)[order]
-    if len(g) == 0:
-        return g.astype(np.int64), a.astype(np.int64), np.zeros(0, dtype=np.int64)
-    first = np.empty(len(g), dtype=bool)
+    if len(a) == 0:
+        return np.zeros(0, dtype=np.int64), a.astype(np.int64), np.zeros(0, dtype=np.int64)
+    sizes = np.bincount(groups, minlength=num_groups)
+    first = np.empty(len(a), dtype=bool)
     first[0] = True
     np.not_equal(a[1:], a[:-1], out=first[1:])
-    first[1:] |= g[1:] != g[:-1]
+    first[(np.cumsum(sizes) - sizes)[sizes > 0]] = True  # where a group starts
     starts = np.flatnonzero(first)
-    return g[starts].astype(np.int64), a[starts].astype(np.int64), np.diff(np.r_[starts, len(g)]).astype(np.int64)
+    g = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)  # groups[order], without a gather
+    return g[starts], a[starts].astype(np.int64), np.diff(np.r_[starts, len(a)]).astype(np.int64)
