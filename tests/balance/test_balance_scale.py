@@ -9,7 +9,7 @@ from balance_helpers import long_tail_index
 
 from detloader._unique import distinct_count, distinct_pairs_by_group, unique_counts, unique_sorted
 from detloader.balance import BalancedBatchSampler, ClassAwareSampler, make_balanced_sampler
-from detloader.balance.groups import balance_groups, class_members
+from detloader.balance.groups import balance_groups, class_members, group_counts
 
 # Recorded with the np.unique-based builds (before the sort-based ones) on
 # long_tail_index(400, 60, seed=3): first 12 indices, their sum, epoch length, expected sum.
@@ -57,6 +57,7 @@ def test_class_members_equal_the_unique_reference():
     np.testing.assert_array_equal(images, ref // 1200)
     np.testing.assert_array_equal(group, ref % 1200)
     np.testing.assert_array_equal(mult, ref_counts)
+    np.testing.assert_array_equal(group_counts(groups, "images"), np.bincount(ref % 1200, minlength=1200))
 
 
 def test_class_aware_from_unsorted_members_equals_sorted_unique():

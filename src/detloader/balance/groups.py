@@ -116,7 +116,8 @@ def group_counts(groups: Groups, count: Count = "objects") -> np.ndarray:
     if count == "objects" or groups.level == "image":
         valid = groups.ids[groups.ids != MISSING]
         return np.bincount(valid, minlength=g).astype(np.int64)
-    _, group, _ = groups.pairs()
+    valid = groups.ids != MISSING
+    group, _, _ = distinct_pairs_by_group(groups.image_of[valid], groups.ids[valid], g)
     return np.bincount(group, minlength=g).astype(np.int64)
 
 
