@@ -175,3 +175,18 @@ def chi_square_test(observed: Any, expected: Any, *, min_expected: float = 5.0) 
     stat = float(((o_arr - e_arr) ** 2 / e_arr).sum())
     dof = len(e_arr) - 1
     return ChiSquare(stat, dof, chi_square_sf(stat, dof), len(e_arr))
+
+
+def long_tail_index(num_images: int, num_classes: int = 1200, *, seed: int = 0) -> AnnotationIndex:
+    """An index of ``num_images`` 100x80 images with about 5 objects each, their classes drawn
+    from a long tail over ``num_classes`` classes (class ``c`` ~ 1 / (c + 1)^1.2: a few large
+    classes, many with a handful of objects, some with none); boxes vary per object."""
+    rng = np.random.default_rng(seed)
+    per_image = rng.poisson(5.0, num_images)
+    p = 1.0 / np.arange(1, num_classes + 1) ** 1.2
+    flat = rng.choice(num_classes, size=int(per_image.sum()), p=p / p.sum())
+    bounds = np.cumsum(per_image)[:-1]
+    index = tiny_index([x.tolist() for x in np.split(flat, bounds)], tuple(f"c{c:04d}" for c in range(num_classes)))
+    wh = rng.uniform(1, 60, (index.num_objects, 2)).astype(np.float32)
+    index.boxes[:, 2:] = index.boxes[:, :2] + wh
+    return index

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from detloader._unique import distinct_pairs_by_group
 from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Vocabulary, fields_at, unpack_string, unpack_strings
 from detloader.annotations.landmarks import ClassFlip, LandmarkSchema
 from detloader.annotations.problems import ProblemReport
@@ -294,8 +295,8 @@ class AnnotationIndex:
         if unit == "objects":
             counts = np.bincount(self.labels, minlength=k)
         elif unit == "images":
-            pairs = np.unique(self.object_image * max(k, 1) + self.labels)
-            counts = np.bincount(pairs % max(k, 1), minlength=k) if len(pairs) else np.zeros(k)
+            classes, _, _ = distinct_pairs_by_group(self.object_image, self.labels, k)
+            counts = np.bincount(classes, minlength=k)
         else:
             raise DetloaderValueError(f"unit={unit!r} is not one of 'objects', 'images'")
         return {name: int(c) for name, c in zip(self.classes, counts)}

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from detloader._unique import distinct_count, is_strictly_increasing, unique_sorted
 from detloader.annotations.index import AnnotationIndex
 from detloader.balance.base import (
     STREAM_BATCH,
@@ -23,8 +24,15 @@ from detloader.balance.groups import ByKey, class_members, positions_by_group
 from detloader.errors import DetloaderValueError
 
 
+def _distinct_members(m: Any) -> np.ndarray:
+    """``m`` as sorted distinct int64 ids (``np.unique``; an already strictly increasing array,
+    as :func:`class_members` gives, is kept without a sort)."""
+    a = np.array(m, dtype=np.int64).reshape(-1)  # a copy: the sampler never shares the caller's array
+    return a if is_strictly_increasing(a) else unique_sorted(a)
+
+
 def _as_members(class_members: Sequence[Any]) -> list[np.ndarray]:
-    members = [np.unique(np.asarray(m, dtype=np.int64).reshape(-1)) for m in class_members]
+    members = [_distinct_members(m) for m in class_members]
     if not members or not any(len(m) for m in members):
         raise DetloaderValueError("class_members: no class has a member")
     for c, m in enumerate(members):
@@ -61,16 +69,16 @@ class ClassSampler(EpochSampler):
         self.class_members = _as_members(class_members)
         self._classes = np.array([c for c, m in enumerate(self.class_members) if len(m)], dtype=np.int64)
         self.num_items = int(max(int(m[-1]) for m in self.class_members if len(m))) + 1
-        self._distinct = len(np.unique(np.concatenate([m for m in self.class_members if len(m)])))
+        self._distinct = distinct_count(np.concatenate([m for m in self.class_members if len(m)]), self.num_items)
 
     def _visit_share(self) -> np.ndarray:
         """float64 ``[num_items]``: expected picks of each item per class visit, summed over
         its classes (``sum_c 1 / |members_c|``)."""
-        share = np.zeros(self.num_items, dtype=np.float64)
-        for c in self._classes:
-            m = self.class_members[c]
-            share[m] += 1.0 / len(m)
-        return share
+        members = [self.class_members[c] for c in self._classes]
+        sizes = np.array([len(m) for m in members], dtype=np.int64)
+        # bincount adds in array order, i.e. class by class: the same sums as a loop over classes
+        weights = np.repeat(1.0 / sizes, sizes)
+        return np.bincount(np.concatenate(members), weights=weights, minlength=self.num_items)
 
     def _picks(self, rng: np.random.Generator, slots: np.ndarray, per_slot: int) -> np.ndarray:
         """int ``[len(slots), per_slot]``: for each slot, ``per_slot`` items of its class

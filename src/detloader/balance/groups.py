@@ -12,6 +12,7 @@ from typing import Literal
 
 import numpy as np
 
+from detloader._unique import distinct_pairs_by_group, unique_counts
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.errors import DetloaderValueError
 
@@ -47,7 +48,7 @@ class Groups:
         valid = self.ids != MISSING
         g = max(len(self.names), 1)
         key = self.image_of[valid] * g + self.ids[valid]
-        uniq, mult = np.unique(key, return_counts=True)
+        uniq, mult = unique_counts(key)
         return uniq // g, uniq % g, mult.astype(np.int64)
 
 
@@ -115,7 +116,8 @@ def group_counts(groups: Groups, count: Count = "objects") -> np.ndarray:
     if count == "objects" or groups.level == "image":
         valid = groups.ids[groups.ids != MISSING]
         return np.bincount(valid, minlength=g).astype(np.int64)
-    _, group, _ = groups.pairs()
+    valid = groups.ids != MISSING
+    group, _, _ = distinct_pairs_by_group(groups.image_of[valid], groups.ids[valid], g)
     return np.bincount(group, minlength=g).astype(np.int64)
 
 
@@ -123,8 +125,11 @@ def class_members(index: AnnotationIndex, by: ByKey = "class") -> tuple[tuple[st
     """Group names and, per group, the sorted int64 ids of the images that contain it
     (empty for groups that never occur). For class-aware and P x K batch samplers."""
     groups = balance_groups(index, by)
-    images, group, _ = groups.pairs()  # sorted by image: images stay sorted within a group
-    return groups.names, [images[p] for p in positions_by_group(group, len(groups.names))]
+    valid = groups.ids != MISSING
+    num = len(groups.names)
+    group, images, _ = distinct_pairs_by_group(groups.image_of[valid], groups.ids[valid], num)
+    bounds = np.searchsorted(group, np.arange(num + 1))  # sorted by group, then image
+    return groups.names, [images[bounds[g] : bounds[g + 1]] for g in range(num)]
 
 
 def positions_by_group(keys: np.ndarray, num_groups: int) -> list[np.ndarray]:

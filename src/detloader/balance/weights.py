@@ -141,7 +141,7 @@ def image_weights(
             out[run_images] = total
         has[run_images] = True
     if background is None:
-        occurring = gw[np.unique(ids)] if len(ids) else np.zeros(0)
+        occurring = gw[np.bincount(ids, minlength=len(gw)) > 0]
         occurring = occurring[occurring > 0]
         background = float(occurring.min()) if len(occurring) else 1.0
     elif not (math.isfinite(background) and background >= 0):

@@ -18,6 +18,7 @@ import warnings
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from detloader.cli._class_rows import TOP, add_top_argument, cap_rows, named, print_rest
 from detloader.cli._common import (
     add_cache_arguments,
     add_read_arguments,
@@ -69,7 +70,8 @@ def _synth(args: argparse.Namespace) -> int:
 def add_index(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("index", help="build or load the cached index of a dataset; print a summary")
     add_read_arguments(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_top_argument(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object (every class)")
     p.set_defaults(func=_index)
 
 
@@ -83,7 +85,7 @@ def _index(args: argparse.Namespace) -> int:
         sources = index.meta.get("split_sources", {})
         print_json({**summary, "split_sources": sources, "seconds": round(seconds, 4), "cache_file": index.source_file})
     else:
-        print_summary(summary, seconds, index.meta.get("split_sources"))
+        print_summary(summary, seconds, index.meta.get("split_sources"), args.top)
         if index.problems:
             from rich.markup import escape
 
@@ -93,11 +95,15 @@ def _index(args: argparse.Namespace) -> int:
 
 
 def print_summary(
-    summary: dict[str, Any], seconds: float | None = None, split_sources: dict[str, str] | None = None
+    summary: dict[str, Any], seconds: float | None = None, split_sources: dict[str, str] | None = None,
+    top: int = TOP,
 ) -> None:
-    """What ``detloader index`` prints of :meth:`AnnotationIndex.summary`; each split with where it
-    came from when ``split_sources`` (``index.meta["split_sources"]``) names it."""
+    """What ``detloader index`` prints of :meth:`AnnotationIndex.summary`: the ``top`` largest
+    classes (0: all), a line on the rest, the imbalance ratios; each split with where it came
+    from when ``split_sources`` (``index.meta["split_sources"]``) names it."""
     from rich.markup import escape
+
+    from detloader.stats.describe import imbalance_ratio
 
     out = console()
     took = f" in {seconds:.2f} s" if seconds is not None else ""
@@ -110,7 +116,19 @@ def print_summary(
         (name, count, summary["images_per_class"][name], f"{100 * count / total:.1f} %")
         for name, count in summary["classes"].items()
     ]
-    print_table(out, count_table("object classes", ("class", "objects", "images", "share"), rows))
+    capped = cap_rows(rows, list(summary["classes"].values()), top)
+    title = f"object classes: largest {len(capped.rows):,} of {len(rows):,}" if capped.rest else "object classes"
+    print_table(out, count_table(title, ("class", "objects", "images", "share"), capped.rows))
+    print_rest(out, capped)
+    if len(rows) > 1:
+        empty = [name for name, count in summary["classes"].items() if count == 0]
+        ratios = (imbalance_ratio(list(summary[key].values())) for key in ("classes", "images_per_class"))
+        objects, images = ("-" if r is None else f"{r:.1f}" for r in ratios)
+        out.print(
+            f"imbalance ratio (largest / smallest class): objects {objects}, images {images}"
+            + (f"; {len(empty):,} classes without objects: {named(empty)}" if empty else ""),
+            markup=False,
+        )
     if summary["image_classes"]:
         print_table(out, count_table("image classes", ("image class", "images"), summary["image_classes"].items()))
     lm = summary["landmarks"]

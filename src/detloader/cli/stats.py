@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from detloader.annotations.problems import check_choice
+from detloader.cli import _class_rows as class_rows
 from detloader.cli import _common as common
 from detloader.errors import DetloaderValueError
 
@@ -45,7 +46,8 @@ def add_stats(sub: argparse._SubParsersAction) -> None:
         help="log y axis of --plot: on (bare --log), off, or auto (default: when the largest "
         "bar is over 20 times the smallest)",
     )
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    class_rows.add_top_argument(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object (every class)")
     p.set_defaults(func=_stats)
 
 
@@ -91,9 +93,9 @@ def _stats(args: argparse.Namespace) -> int:
         problems = index.problems.counts()
         common.print_json({"path": str(index.root), "by": list(by), **body, "stats": stats, "problems": problems})
         return 0
-    print_stats(index, stats)
+    print_stats(index, stats, args.top)
     if report is not None:
-        print_balance(report)
+        print_balance(report, args.top)
         if args.plot:
             from detloader.stats import use_log_scale
 
@@ -126,8 +128,9 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def print_stats(index: Any, stats: dict[str, Any]) -> None:
-    """What ``detloader stats`` prints of :func:`detloader.stats.dataset_stats`."""
+def print_stats(index: Any, stats: dict[str, Any], top: int = class_rows.TOP) -> None:
+    """What ``detloader stats`` prints of :func:`detloader.stats.dataset_stats`: the ``top``
+    largest classes (0: all), a line on the rest, the imbalance ratios."""
     from rich.markup import escape
 
     out = common.console()
@@ -143,13 +146,18 @@ def print_stats(index: Any, stats: dict[str, Any]) -> None:
          "-" if medians[name] is None else f"{medians[name]:.0f}")
         for name, c in stats["classes"].items()
     ]
+    counts = [c["objects"] for c in stats["classes"].values()]
+    capped = class_rows.cap_rows(rows, counts, top)
     columns = ("class", "objects", "share", "images", "median box (px)")
-    common.print_table(out, common.count_table("object classes", columns, rows))
+    common.print_table(out, common.count_table(_title("object classes", capped, rows), columns, capped.rows))
+    class_rows.print_rest(out, capped)
     ratio = stats["imbalance_ratio"]
+    empty = stats["empty_classes"]
     out.print(
         f"imbalance ratio (largest / smallest class): objects {_ratio(ratio['objects'])}, "
         f"images {_ratio(ratio['images'])}"
-        + (f"; classes without objects: {', '.join(stats['empty_classes'])}" if stats["empty_classes"] else "")
+        + (f"; {len(empty):,} classes without objects: {class_rows.named(empty)}" if empty else ""),
+        markup=False,
     )
     if stats["image_classes"]:
         image_rows = stats["image_classes"].items()
@@ -171,8 +179,14 @@ def print_stats(index: Any, stats: dict[str, Any]) -> None:
         common.print_table(out, common.count_table("box sizes (pixels)", header, rows))
 
 
-def print_balance(report: Any) -> None:
-    """What ``detloader stats --balance`` prints of a :class:`detloader.stats.BalanceReport`."""
+def _title(title: str, capped: Any, rows: list[Any]) -> str:
+    """``title``, with "largest N of M by count" when the table leaves rows out."""
+    return f"{title}: largest {len(capped.rows):,} of {len(rows):,}" if capped.rest else title
+
+
+def print_balance(report: Any, top: int = class_rows.TOP) -> None:
+    """What ``detloader stats --balance`` prints of a :class:`detloader.stats.BalanceReport`:
+    the ``top`` groups largest raw (0: all), a line on the rest, the imbalance ratios."""
     from rich.markup import escape
 
     from detloader.stats import summary_rows
@@ -185,12 +199,23 @@ def print_balance(report: Any) -> None:
          "-" if row["factor"] is None else f"{row['factor']:.2f}")
         for row in summary_rows(report)
     ]
+    capped = class_rows.cap_rows(rows, report.raw.tolist(), top, unit=report.unit, noun="groups")
     title = (
         f"balance {report.strategy} by {','.join(report.by)}: {report.unit} per epoch "
         "(expected from the weights; one real draw beside)"
     )
+    if capped.rest:
+        title += f"; largest {len(capped.rows):,} of {len(rows):,} groups"
     header = ("group", "raw / epoch", "raw %", "balanced / epoch", "balanced %", f"drawn (seed {report.seed})", "x")
-    common.print_table(out, common.count_table(title, header, rows))
+    common.print_table(out, common.count_table(title, header, capped.rows))
+    class_rows.print_rest(out, capped)
+    if capped.rest:
+        shown = {row[0] for row in capped.rows}
+        hidden = [i for i, name in enumerate(report.names) if name not in shown]
+        raw_share = float(report.raw[hidden].sum()) / (float(report.raw.sum()) or 1.0)
+        balanced_share = float(report.expected[hidden].sum()) / (float(report.expected.sum()) or 1.0)
+        out.print(f"those {len(hidden):,} groups together: raw {100 * raw_share:.1f} %, "
+                  f"balanced {100 * balanced_share:.1f} %")
     length = data["epoch_length"]
     ratio = data["imbalance_ratio"]
     dev = data["max_drawn_deviation"]

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from detloader._unique import group_order
 from detloader.annotations.index import MISSING, AnnotationIndex
 
 #: Quantiles reported for box sizes.
@@ -24,27 +25,83 @@ def _quantiles(values: np.ndarray, digits: int = 2) -> list[float]:
     return [round(float(v), digits) for v in np.quantile(values, QUANTILES)] if len(values) else []
 
 
+def class_figures(labels: np.ndarray, object_image: np.ndarray, values: np.ndarray,
+                  num_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per class ``c < num_classes``: int64 objects (``labels == c``), int64 distinct images
+    among them, and float64 ``np.median(values[labels == c])`` (NaN for a class without
+    objects). ``object_image`` must be non-decreasing (an index's is). One stable sort by
+    class serves all three; each value is looked at by its own class only."""
+    labels = np.asarray(labels)
+    values = np.asarray(values, dtype=np.float64)
+    sizes = np.bincount(labels, minlength=num_classes)[:num_classes].astype(np.int64)
+    medians = np.full(num_classes, np.nan)
+    if len(labels) == 0:
+        return sizes, np.zeros(num_classes, dtype=np.int64), medians
+    order = group_order(labels, num_classes)
+    starts = np.cumsum(sizes) - sizes
+    image = np.asarray(object_image)[order]
+    first = np.empty(len(order), dtype=bool)  # the first object of its (class, image) pair
+    first[0] = True
+    np.not_equal(image[1:], image[:-1], out=first[1:])
+    first[starts[sizes > 0]] = True  # where a class starts
+    by_class = np.repeat(np.arange(num_classes, dtype=np.int64), sizes)  # labels[order], without a gather
+    images = np.bincount(by_class[first], minlength=num_classes)[:num_classes].astype(np.int64)
+    grouped = values[order]
+    small = (sizes > 0) & (sizes <= SMALL_CLASS)
+    if small.any():  # the small classes together: one sort by (class, value), no call per class
+        in_small = np.repeat(small, sizes)
+        sub_sizes = sizes[small]
+        ordered = grouped[in_small][np.lexsort((grouped[in_small], by_class[in_small]))]
+        sub_starts = np.cumsum(sub_sizes) - sub_sizes
+        medians[small] = (ordered[sub_starts + (sub_sizes - 1) // 2] + ordered[sub_starts + sub_sizes // 2]) / 2
+    for c in np.flatnonzero(sizes > SMALL_CLASS).tolist():
+        medians[c] = _median(grouped[starts[c] : starts[c] + sizes[c]])
+    return sizes, images, medians
+
+
+#: :func:`class_figures` takes the median of classes with at most this many objects together,
+#: by one sort, and of each larger class by a partition of its own.
+SMALL_CLASS = 256
+
+
+def _median(values: np.ndarray) -> float:
+    """``np.median(values)`` of a non-empty float64 array without NaN (one partition, none of
+    np.median's per-call overhead: it is called once per class)."""
+    n = len(values)
+    if n == 1:
+        return float(values[0])
+    half = n // 2
+    if n % 2:
+        return float(np.partition(values, half)[half])
+    part = np.partition(values, (half - 1, half))
+    return float((part[half - 1] + part[half]) / 2)
+
+
 def dataset_stats(index: AnnotationIndex) -> dict[str, Any]:
     """Plain-data statistics of ``index`` (JSON-ready; docs/balancing.md, "Statistics"). Box
     sizes are in pixels at :data:`QUANTILES`, ``relative_sqrt_area`` = sqrt(box area / image
     area); imbalance ratios leave empty classes out."""
-    objects = index.class_counts("objects")
-    images = index.class_counts("images")
     image_classes = index.image_class_counts()
     per_image = index.objects_per_image
-    boxes = index.boxes.astype(np.float64)
-    w, h = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
-    area = np.sqrt(np.clip(w * h, 0, None))
-    img = index.object_image
-    image_area = index.width[img].astype(np.float64) * index.height[img].astype(np.float64)
-    relative = np.sqrt(np.clip(w * h, 0, None) / np.where(image_area > 0, image_area, np.nan))
+    boxes = index.boxes
+    w = boxes[:, 2].astype(np.float64) - boxes[:, 0]  # float64, as if the boxes were cast first
+    h = boxes[:, 3].astype(np.float64) - boxes[:, 1]
+    box_area = np.clip(w * h, 0, None)
+    area = np.sqrt(box_area)
+    n = len(index)
+    img = np.repeat(np.arange(n, dtype=np.int32 if n < 2**31 else np.int64), per_image)  # object -> image
+    per_image_area = index.width.astype(np.float64) * index.height.astype(np.float64)
+    image_area = np.repeat(np.where(per_image_area > 0, per_image_area, np.nan), per_image)
+    relative = np.sqrt(box_area / image_area)
     relative = relative[np.isfinite(relative)]
+    object_counts, image_counts, medians = class_figures(index.labels, img, area, len(index.classes))
+    objects = dict(zip(index.classes, object_counts.tolist()))
+    images = dict(zip(index.classes, image_counts.tolist()))
     vis = index.visibility
     landmarks = {name: {"visible": int((vis[:, k] == 2).sum()), "hidden": int((vis[:, k] == 1).sum()),
                         "absent": int((vis[:, k] == 0).sum())} for k, name in enumerate(index.landmark_schema.names)}
     per_class_median = {
-        name: (round(float(np.median(area[index.labels == c])), 2) if objects[name] else None)
-        for c, name in enumerate(index.classes)
+        name: (None if np.isnan(m) else round(float(m), 2)) for name, m in zip(index.classes, medians.tolist())
     }
     return {
         "images": len(index),
