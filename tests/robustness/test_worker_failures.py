@@ -166,6 +166,18 @@ def _train(data: Path, out: Path, *extra: str) -> subprocess.Popen[str]:
                             start_new_session=True)
 
 
+def _workers_of(proc: subprocess.Popen[str], timeout: float = 60.0) -> list[psutil.Process]:
+    """The 2 loader workers of a running ``train``, waited for: between two epochs (or on a loaded
+    machine, right after the first checkpoint) a loader may have none for a moment."""
+    deadline = time.monotonic() + timeout
+    while True:
+        workers = psutil.Process(proc.pid).children()
+        if len(workers) == 2:
+            return workers
+        assert proc.poll() is None and time.monotonic() < deadline, (len(workers), proc.poll())
+        time.sleep(0.1)
+
+
 def _left_in_session(session: int) -> list[int]:
     left = []
     for p in psutil.process_iter(["status"]):
@@ -203,9 +215,7 @@ def test_train_with_a_killed_worker_exits_4_and_keeps_the_last_checkpoint(longer
         while not (out / "last.pt").exists():
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
             time.sleep(0.1)
-        time.sleep(0.5)
-        workers = psutil.Process(proc.pid).children()
-        assert len(workers) == 2
+        workers = _workers_of(proc)
         os.kill(workers[1].pid, signal.SIGKILL)
         killed = time.monotonic()
         _, err = proc.communicate(timeout=60)
@@ -236,8 +246,7 @@ def test_workers_of_a_training_killed_from_outside_end_within_seconds(longer: Pa
         while not (out / "last.pt").exists():
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
             time.sleep(0.1)
-        time.sleep(0.5)
-        assert len(psutil.Process(proc.pid).children()) == 2
+        assert len(_workers_of(proc)) == 2
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
         deadline = time.monotonic() + 10
