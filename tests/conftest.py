@@ -15,9 +15,11 @@ SHARED_DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Caches go to a temporary folder, never beside shared or user data."""
+    """Caches go to a temporary folder, never beside shared or user data; a test that unsets
+    DETLOADER_CACHE_DIR (to cache beside a dataset) still records nothing in the user's cache."""
     folder = tmp_path_factory.mktemp("cache")
     monkeypatch.setenv("DETLOADER_CACHE_DIR", str(folder))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("user_cache")))
     return folder
 
 
