@@ -234,6 +234,7 @@ class VocReader(Reader):
     """Pascal VOC XML (see the module docstring)."""
 
     name = NAME
+    per_file = True
 
     def sniff(self, path: Path) -> bool:
         """True when ``path`` looks like VOC: an Annotations folder, or .xml files whose root
