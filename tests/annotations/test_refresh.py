@@ -198,6 +198,20 @@ def test_damaged_or_foreign_stamps_build_in_full(tmp_path, parse_calls):
     assert_same_index(index, read_annotations(root, on_error="skip", cache=False))
 
 
+def test_stamps_of_another_cache_file_build_in_full(tmp_path, parse_calls):
+    root = _dataset(tmp_path)
+    stamps = stamps_file(Path(read_annotations(root, on_error="skip")._source_file))
+    old = stamps.read_bytes()
+    _edit(root)
+    read_annotations(root, on_error="skip")  # refreshed: new stamps for the new cache file
+    stamps.write_bytes(old)  # left over from the cache file before
+    _add(root)
+    parse_calls.clear()
+    index = read_annotations(root, on_error="skip")
+    assert len(parse_calls) == len(_files()) + 1 and "refreshed" not in index.meta
+    assert_same_index(index, read_annotations(root, on_error="skip", cache=False))
+
+
 def test_landmarks_build_in_full(tmp_path, parse_calls):
     points = keypoints_xml([("nose", 4, 4, 2), ("left_eye", 2, 2, 2)])
     files = {f"{i}": voc_xml(f"{i}.jpg", [voc_object("face", (1, 1, 9, 9), extra=points)]) for i in range(3)}

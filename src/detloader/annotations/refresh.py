@@ -33,7 +33,7 @@ from detloader.annotations.cache import (
     read_key,
 )
 from detloader.annotations.checks import ReadOptions
-from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, unpack_strings
+from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, pack_strings, unpack_strings
 from detloader.annotations.image_search import should_search
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.parse import _parse_chunk, assemble
@@ -89,17 +89,20 @@ def save_stamps(
         with contextlib.suppress(OSError):
             path.unlink()
         return
-    names = list(stamps)
     values = list(stamps.values())
+    names_blob, names_offsets = pack_strings(list(stamps))
+    digests_blob, digests_offsets = pack_strings([v[4] for v in values])
     with atomic_write(path) as fh:
         np.savez(
             fh,
             key=np.array(key),
             base=np.array(base),
-            names=np.array(names, dtype=str),
+            names_blob=names_blob,
+            names_offsets=names_offsets,
             numbers=np.array([v[:3] for v in values], dtype=np.int64).reshape(-1, 3),
             inodes=np.array([v[3] for v in values], dtype=np.uint64),
-            digests=np.array([v[4] for v in values], dtype=str),
+            digests_blob=digests_blob,
+            digests_offsets=digests_offsets,
         )
 
 
@@ -108,11 +111,11 @@ def _load_stamps(path: Path) -> tuple[str, str, dict[str, FileStamp]] | None:
     try:
         with open_regular(path) as fh, np.load(fh, allow_pickle=False) as data:
             key, base = str(data["key"]), str(data["base"])
-            names = data["names"].tolist()
+            names = unpack_strings(data["names_blob"], data["names_offsets"])
             numbers = data["numbers"].tolist()
             inodes = data["inodes"].tolist()
-            digests = data["digests"].tolist()
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+            digests = unpack_strings(data["digests_blob"], data["digests_offsets"])
+    except (OSError, ValueError, KeyError, EOFError, TypeError, IndexError, UnicodeDecodeError, zipfile.BadZipFile):
         return None
     if not len(names) == len(numbers) == len(inodes) == len(digests):
         return None
