@@ -22,7 +22,14 @@ def _files() -> dict[str, str]:
         f"{i}": voc_xml(f"{i}.jpg", [voc_object("cat" if i % 2 else "dog", (1, 1, 10 + i, 20))]) for i in range(8)
     }
     files["2"] = voc_xml("2.jpg", [voc_object("bird", (1, 1, 9, 9)), voc_object("dog", (2, 2, 90, 9))])  # clipped
-    files["3"] = voc_xml("3.jpg", [voc_object("cat", (1, 1, 9, 9), extra=ATTRS.format("red"))])
+    image_attrs = "<attributes><attribute><name>class</name><value>{}</value></attribute>{}</attributes>"
+    files["3"] = voc_xml(
+        "3.jpg",
+        [voc_object("cat", (1, 1, 9, 9), extra=ATTRS.format("red"))],
+        extra=image_attrs.format("indoor", "<attribute><name>time</name><value>dusk</value></attribute>"),
+    )
+    outdoor = image_attrs.format("outdoor", "")
+    files["7"] = voc_xml("7.jpg", [voc_object("cat", (1, 1, 9, 9))], extra=outdoor, verified=True)
     files["4"] = voc_xml("nowhere.jpg", [voc_object("cat", (1, 1, 9, 9))])  # missing image
     files["6"] = voc_xml("5.jpg", [voc_object("dog", (3, 3, 9, 9))])  # 5.jpg again: a duplicate
     return files
@@ -48,7 +55,7 @@ def _add(root: Path) -> None:
 
 
 def _remove(root: Path) -> None:
-    (root / "Annotations" / "3.xml").unlink()  # the only attribute value goes
+    (root / "Annotations" / "3.xml").unlink()  # the only image class "indoor" and attribute values go
 
 
 def _rename(root: Path) -> None:
