@@ -229,3 +229,17 @@ def test_landmarks_build_in_full(tmp_path, parse_calls):
     index = read_annotations(root, on_error="skip")
     assert len(parse_calls) == 3
     assert_same_index(index, read_annotations(root, on_error="skip", cache=False))
+
+
+def test_many_changed_files_build_in_full(tmp_path, parse_calls, monkeypatch):
+    from detloader.annotations import refresh
+
+    monkeypatch.setattr(refresh, "MIN_CHANGED", 0)  # a quarter of 8 files: 2
+    root = _dataset(tmp_path)
+    read_annotations(root, on_error="skip")
+    _edit(root)
+    _add(root)
+    parse_calls.clear()
+    index = read_annotations(root, on_error="skip")  # 2.xml, 8.xml and the duplicate 6.xml: 3 > 2
+    assert len(parse_calls) == len(_files()) + 1 and "refreshed" not in index.meta
+    assert_same_index(index, read_annotations(root, on_error="skip", cache=False))
