@@ -25,6 +25,7 @@ from typing import Any, Literal
 from detloader import _store_files as store_files
 from detloader._made_record import cache_root, record_file
 from detloader.annotations.cache import CACHE_SUBDIR
+from detloader.annotations.refresh import STAMPS_SUFFIX
 from detloader.errors import DetloaderValueError
 
 Kind = Literal["index", "store disk", "store ram"]
@@ -212,6 +213,7 @@ def remove(made: MadeFile) -> bool:
         if _in_use(path, "index"):
             return False
         path.unlink(missing_ok=True)
+        Path(f"{path}{STAMPS_SUFFIX}").unlink(missing_ok=True)  # the files' stamps kept for a refresh
         Path(f"{path}.lock").unlink(missing_ok=True)
     elif not store_files.remove_unused(path):
         return False

@@ -341,10 +341,12 @@ def key_matches(stored: str | None, key: str, root: Path) -> bool:
     return isinstance(folders, dict) and stored == folders_key(key, root, folders)
 
 
-def content_key(name: str, options_json: str, source: Source, verify: str = "stat") -> str:
+def content_key(
+    name: str, options_json: str, source: Source, verify: str = "stat", digests: dict[str, bytes] | None = None
+) -> str:
     """Hash of the reader, the options, the identity of the dataset folder (device and inode:
     a copy made with its cache rebuilds) and every stamped file; with ``verify="content"``
-    also of the files' bytes."""
+    also of the files' bytes (each file's digest into ``digests`` when given)."""
     root = os.stat(source.root)
     h = hashlib.blake2b(digest_size=16)
     h.update(f"{READER_VERSION}\0{CACHE_VERSION}\0{name}\0{options_json}\0{root.st_dev}\0{root.st_ino}\0".encode())
@@ -357,9 +359,12 @@ def content_key(name: str, options_json: str, source: Source, verify: str = "sta
     for rel, *_ in source.stamp if verify == "content" else ():
         try:
             with open_regular(source.root / rel) as fh:
-                h.update(hashlib.blake2b(fh.read()).digest())
+                digest = hashlib.blake2b(fh.read()).digest()
         except OSError:
-            h.update(b"-")
+            digest = b"-"
+        h.update(digest)
+        if digests is not None:
+            digests[rel] = digest
     return h.hexdigest()
 
 

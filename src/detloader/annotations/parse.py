@@ -93,15 +93,23 @@ def build_index(
                 progress(min(start + step, total), total)
     if missing_names is not None:
         missing_names.extend(name for part in partials for name in part.missing_names)
+    return assemble(reader, source, options, partials)
+
+
+def assemble(reader: Reader, source: Source, options: ReadOptions, partials: Sequence[Partial]) -> AnnotationIndex:
+    """The index of ``partials`` (every file of ``source``, in file order): merged, with the problems
+    found before parsing first, then the splits settled. ``meta["parsed_problems"]``: the slice of
+    ``index.problems`` that the files' parsing gave (what a refresh keeps of unchanged files)."""
     index = merge(
         partials,
         options,
         root=str(source.root),
-        meta={"format": reader.name, "source": source.facts(), "files": total},
+        meta={"format": reader.name, "source": source.facts(), "files": len(source.files)},
         default_landmarks=reader.default_landmarks(source, _landmark_names(partials)),
     )
     found = dict.fromkeys([*source.problems, *reader.unannotated(source, index, options)])  # once each
     index.problems = ProblemReport([*found, *index.problems])
+    index.meta["parsed_problems"] = [len(found), len(found) + sum(len(part.problems) for part in partials)]
     settle_splits(index, reader.splits(source, index), source.files[0] if len(source.files) == 1 else reader.name)
     return index
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from detloader._files import file_kind
 from detloader.annotations import cache as _cache
+from detloader.annotations import refresh as _refresh
 from detloader.annotations.checks import ReadOptions
 from detloader.annotations.image_search import find_image_folder, search_message, should_search
 from detloader.annotations.index import AnnotationIndex
@@ -238,7 +239,8 @@ def read_annotations(
             cache_file = None
     # taken once the cache folder exists: making `.detloader-cache` in a root that is also an image
     # folder changes that folder's identity, and a key taken before would not match on the next read
-    key = _cache.content_key(name, options_json, source, verify)
+    digests: dict[str, bytes] | None = {} if verify == "content" else None
+    key = _cache.content_key(name, options_json, source, verify, digests)
 
     def build() -> AnnotationIndex:
         missing: list[str] = []
@@ -256,10 +258,14 @@ def read_annotations(
             current = cache != "rebuild" or _cache.file_stamp(cache_file) not in (None, before)
             index = _cache.load_current(cache_file, key, source.root) if current else None
             if index is None:
-                index = build()
+                # only the annotation files changed: parse those alone (docs/index.md, "The cache")
+                base = _refresh.base_key(name, options_json, source, verify, digests)
+                index = _refresh.refresh_index(reader, source, options, cache_file, base, digests) if current else None
+                index = build() if index is None else index
                 full_key = _cache.folders_key(key, source.root, {os.path.dirname(p) for p in index.image_paths()})
                 try:
                     _cache.save_index(index, cache_file, full_key)
+                    _refresh.save_stamps(reader, cache_file, full_key, base, source, digests)
                     index = _cache.load_index_file(cache_file, root=source.root)
                 except OSError as err:
                     warnings.warn(

@@ -148,10 +148,17 @@ def _folder_splits(index: AnnotationIndex) -> tuple[dict[str, np.ndarray], dict[
     folders: dict[str, set[str]] = {}
     outside: list[int] = []
     nested: list[tuple[int, list[tuple[str, str]]]] = []
-    for i in range(len(index)):
-        hits = _split_folders(index.relative_image_path(i)) or _split_folders(
-            index.annotation_path(i).split("#", 1)[0]
-        )
+    by_folder: dict[str, list[tuple[str, str]]] = {}  # images share folders: one look per folder
+
+    def hits_of(path: str) -> list[tuple[str, str]]:
+        folder = path.replace(os.sep, "/").rpartition("/")[0]
+        hits = by_folder.get(folder)
+        if hits is None:
+            hits = by_folder[folder] = _split_folders(path)
+        return hits
+
+    for i, image_path in enumerate(index.image_paths()):
+        hits = hits_of(image_path) or hits_of(index.annotation_path(i).split("#", 1)[0])
         if not hits:
             outside.append(i)
             continue

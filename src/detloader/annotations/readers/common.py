@@ -76,6 +76,10 @@ class Reader(Protocol):
     name: str
     #: Whether files can be parsed in parallel chunks (False: one file, or files read together).
     parallel: bool = True
+    #: Whether each file gives its own images alone (no image ids, no declared classes, nothing
+    #: another file reads), so that a cached index is refreshed by parsing only the files that
+    #: changed (:mod:`detloader.annotations.refresh`).
+    per_file: bool = False
 
     def sniff(self, path: Path) -> bool:
         """Whether ``path`` (a file or folder) looks like this format; cheap, never raises."""

@@ -160,6 +160,15 @@ def _stem(rel: str) -> str:
     return os.path.splitext(os.path.basename(rel))[0]
 
 
+def _below(rel: str, ann_dir: str) -> str:
+    """``rel`` below the annotation folder, without its extension (``Annotations/a/b.xml`` -> ``a/b``):
+    ``os.path.join(_sub_folder(dirname), _stem(rel))`` with string work for the common case."""
+    prefix = ann_dir + os.sep
+    if ann_dir not in ("", ".") and rel.startswith(prefix) and os.sep not in rel[len(prefix) :]:
+        return _stem(rel)
+    return os.path.join(_sub_folder(os.path.dirname(rel), ann_dir), _stem(rel))
+
+
 def _sub_folder(folder: str, ann_dir: str) -> str:
     """The annotation's folder below the annotation folder ('' at its top); string work, as
     ``os.path.relpath`` per file costs more than parsing small files."""
@@ -234,6 +243,7 @@ class VocReader(Reader):
     """Pascal VOC XML (see the module docstring)."""
 
     name = NAME
+    per_file = True
 
     def sniff(self, path: Path) -> bool:
         """True when ``path`` looks like VOC: an Annotations folder, or .xml files whose root
@@ -285,7 +295,7 @@ class VocReader(Reader):
         )
         named = set(index.image_paths())
         ann_dir = source.annotation_dir
-        stems = {os.path.join(_sub_folder(os.path.dirname(rel), ann_dir), _stem(rel)) for rel in source.files}
+        stems = {_below(rel, ann_dir) for rel in source.files}
         alone = [
             (rel, "", "no annotation file names it")
             for rel, *_ in listed

@@ -1,0 +1,245 @@
+"""Refresh a cached index after some annotation files were added, removed or changed: parse only
+those, keep the rows and problems of the others from the old index, and assemble the result as a
+full build does, so that it equals a build from scratch (docs/index.md, "The cache").
+
+Only readers whose files are independent of each other (``Reader.per_file``: one file gives its
+own images, without image ids, declared classes or anything another file reads) are refreshed.
+Beside each such cache file lies ``NAME.dlindex.stamps``: the cache key it belongs to, the key
+of everything but the annotation files (:func:`base_key`) and each annotation file's stamp.
+Whenever anything else changed, or the old index holds what cannot be taken apart per file
+(landmarks, a class map, reader counts, images found elsewhere), the caller builds in full.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from detloader._files import atomic_write, open_regular
+from detloader.annotations.cache import (
+    CACHE_VERSION,
+    READER_VERSION,
+    dir_identity,
+    key_matches,
+    load_index_file,
+    read_key,
+)
+from detloader.annotations.checks import ReadOptions
+from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, pack_strings, unpack_strings
+from detloader.annotations.image_search import should_search
+from detloader.annotations.index import AnnotationIndex
+from detloader.annotations.parse import _parse_chunk, assemble
+from detloader.annotations.partial import Partial
+from detloader.annotations.problems import Problem
+from detloader.annotations.readers.common import Reader, Source
+from detloader.errors import CacheError
+
+STAMPS_SUFFIX = ".stamps"
+#: More changed files than this share of all (and than ``MIN_CHANGED``): the full, parallel build.
+MAX_CHANGED_SHARE = 0.25
+MIN_CHANGED = 256
+#: A file's stamp without its name: mtime, size, ctime, inode, content digest ("" with verify="stat").
+FileStamp = tuple[int, int, int, int, str]
+
+
+def stamps_file(cache_file: Path) -> Path:
+    """Where the annotation file stamps of ``cache_file`` are kept."""
+    return cache_file.with_name(cache_file.name + STAMPS_SUFFIX)
+
+
+def base_key(
+    name: str, options_json: str, source: Source, verify: str, digests: dict[str, bytes] | None = None
+) -> str:
+    """What :func:`~detloader.annotations.cache.content_key` hashes, but the annotation files'
+    stamps: the reader, the options, the root's and the image folders' identities, the format's
+    facts and every other stamped file (split lists), with its digest under ``verify="content"``."""
+    files = set(source.files)
+    others = [[*s, (digests or {}).get(s[0], b"").hex()] for s in source.stamp if s[0] not in files]
+    root = os.stat(source.root)
+    image_dirs = [dir_identity(source.root / d) for d in source.image_dirs or ()]
+    parts = [READER_VERSION, CACHE_VERSION, name, options_json, root.st_dev, root.st_ino, verify]
+    text = json.dumps([parts, source.facts(), image_dirs, others], sort_keys=True)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def _file_stamps(source: Source, digests: dict[str, bytes] | None) -> dict[str, FileStamp] | None:
+    """Each annotation file's stamp; None when one has none (the reader does not stamp its files)."""
+    files = set(source.files)
+    out = {s[0]: (s[1], s[2], s[3], s[4], (digests or {}).get(s[0], b"").hex()) for s in source.stamp if s[0] in files}
+    return out if len(out) == len(files) else None
+
+
+def save_stamps(
+    reader: Reader, cache_file: Path, key: str, base: str, source: Source, digests: dict[str, bytes] | None
+) -> None:
+    """Write the stamps of ``cache_file`` (whose key is ``key``) for a later refresh; nothing for a
+    reader that is not refreshed, and a stale file is removed when there is nothing to write.
+    ``OSError`` when it cannot be written."""
+    path = stamps_file(cache_file)
+    stamps = _file_stamps(source, digests) if reader.per_file else None
+    if stamps is None:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return
+    values = list(stamps.values())
+    names_blob, names_offsets = pack_strings(list(stamps))
+    digests_blob, digests_offsets = pack_strings([v[4] for v in values])
+    with atomic_write(path) as fh:
+        np.savez(
+            fh,
+            key=np.array(key),
+            base=np.array(base),
+            names_blob=names_blob,
+            names_offsets=names_offsets,
+            numbers=np.array([v[:3] for v in values], dtype=np.int64).reshape(-1, 3),
+            inodes=np.array([v[3] for v in values], dtype=np.uint64),
+            digests_blob=digests_blob,
+            digests_offsets=digests_offsets,
+        )
+
+
+def _load_stamps(path: Path) -> tuple[str, str, dict[str, FileStamp]] | None:
+    """``(key, base, stamps)`` from a stamps file; None when it is absent or not usable."""
+    try:
+        with open_regular(path) as fh, np.load(fh, allow_pickle=False) as data:
+            key, base = str(data["key"]), str(data["base"])
+            names = unpack_strings(data["names_blob"], data["names_offsets"])
+            numbers = data["numbers"].tolist()
+            inodes = data["inodes"].tolist()
+            digests = unpack_strings(data["digests_blob"], data["digests_offsets"])
+    except (OSError, ValueError, KeyError, EOFError, TypeError, IndexError, UnicodeDecodeError, zipfile.BadZipFile):
+        return None
+    if not len(names) == len(numbers) == len(inodes) == len(digests):
+        return None
+    stamps = {n: (m, s, c, i, d) for n, (m, s, c), i, d in zip(names, numbers, inodes, digests)}
+    return key, base, stamps
+
+
+def _refreshable(old: AnnotationIndex, options: ReadOptions) -> bool:
+    """Whether the old index can be taken apart per file: no landmarks (their slots follow the
+    order names first appear in), no class map (checked over every file), no reader counts
+    (not kept per file), no images found elsewhere, no image ids of the files' own."""
+    meta = old.meta
+    if options.class_map or meta.get("stats") or "image_search" in meta or old.vocab.landmarks.names:
+        return False
+    span = meta.get("parsed_problems")
+    if not (isinstance(span, list) and len(span) == 2 and 0 <= span[0] <= span[1] <= len(old.problems)):
+        return False
+    return bool(np.array_equal(old.image_ids, np.arange(1, len(old) + 1)))
+
+
+def _used(values: np.ndarray, names: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
+    """``values`` (ids into ``names``, MISSING allowed) renumbered over the names they use, and those names."""
+    ids = np.unique(values[values != MISSING]).tolist()
+    lut = np.full(len(names) + 1, MISSING, dtype=np.int32)  # the last slot: MISSING stays MISSING
+    lut[ids] = np.arange(len(ids), dtype=np.int32)
+    return lut[values].astype(np.int32), [names[i] for i in ids]
+
+
+def _attributes(table: np.ndarray, vocab: Sequence[tuple[str, Sequence[str]]]) -> tuple[np.ndarray, list[Any]]:
+    """An attribute table reduced to the attributes and values its rows use (a chunk's view)."""
+    columns, local = [], []
+    for j, (name, values) in enumerate(vocab):
+        column, used = _used(table[:, j], values)
+        if used:
+            columns.append(column)
+            local.append((name, used))
+    out = np.stack(columns, axis=1) if columns else np.zeros((len(table), 0), dtype=np.int32)
+    return out, local
+
+
+def _kept_partial(old: AnnotationIndex, rows: np.ndarray, problems: list[Problem]) -> Partial:
+    """The old index's ``rows`` as the chunk their files would parse to, with their ``problems``."""
+    sub = old.subset(rows)
+    packed = sub.arrays()
+    arrays: dict[str, np.ndarray] = {OFFSETS: sub.object_offsets}
+    strings: dict[str, list[str]] = {}
+    vocabs: dict[str, Any] = {"landmarks": []}
+    vocab = old.vocab
+    for f in FIELDS:
+        if f.level == "string":
+            strings[f.name] = unpack_strings(packed[f"{f.name}_blob"], packed[f"{f.name}_offsets"])
+        elif f.name == "image_ids":
+            arrays[f.name] = np.full(len(sub), MISSING, dtype=f.dtype)
+        elif f.vocab in ("classes", "image_classes"):
+            arrays[f.name], vocabs[f.vocab] = _used(getattr(sub, f.name), getattr(vocab, f.vocab))
+        elif f.vocab in ("image_attributes", "object_attributes"):
+            arrays[f.name], vocabs[f.vocab] = _attributes(getattr(sub, f.name), getattr(vocab, f.vocab))
+        else:
+            arrays[f.name] = getattr(sub, f.name)
+    return Partial(arrays=arrays, strings=strings, vocabs=vocabs, problems=problems)
+
+
+def refresh_index(
+    reader: Reader,
+    source: Source,
+    options: ReadOptions,
+    cache_file: Path,
+    base: str,
+    digests: dict[str, bytes] | None = None,
+) -> AnnotationIndex | None:
+    """The index of ``source`` from the cached one, parsing only the annotation files added or
+    changed since (and those whose images were dropped as duplicates); None when it cannot be
+    refreshed (then build in full). ``base``: :func:`base_key` now; ``digests``: the files'
+    content digests under ``verify="content"``."""
+    if not reader.per_file or not source.files:
+        return None
+    stored = _load_stamps(stamps_file(cache_file))
+    stamps = _file_stamps(source, digests)
+    if stored is None or stamps is None or stored[1] != base:
+        return None
+    stored_key, _, before = stored
+    try:
+        if read_key(cache_file) != stored_key or not key_matches(stored_key, stored_key.split(" ", 1)[0], source.root):
+            return None  # another cache file, or images added or removed in an image folder
+        old = load_index_file(cache_file, root=source.root)
+    except (OSError, CacheError):
+        return None
+    if not _refreshable(old, options):
+        return None
+    start, stop = old.meta["parsed_problems"]
+    parsed = list(old.problems)[start:stop]
+    redo = {p.file for p in old.problems if p.kind == "duplicate_image"}  # their rows were dropped
+    kept = {rel for rel, stamp in stamps.items() if before.get(rel) == stamp and rel not in redo}
+    if len(source.files) - len(kept) > max(MIN_CHANGED, MAX_CHANGED_SHARE * len(source.files)):
+        return None
+    rows_of: dict[str, list[int]] = {}
+    arrays = old.arrays()
+    for i, rel in enumerate(unpack_strings(arrays["annotation_paths_blob"], arrays["annotation_paths_offsets"])):
+        rows_of.setdefault(rel, []).append(i)
+    problems_of: dict[str, list[Problem]] = {}
+    for problem in parsed:
+        if problem.file not in before:
+            return None  # not one file's own: it could not be kept or dropped with its file
+        problems_of.setdefault(problem.file, []).append(problem)
+    if not set(rows_of) <= set(before):
+        return None
+    partials: list[Partial] = []
+    run: list[str] = []
+    run_kept = True
+    for rel in [*source.files, None]:
+        is_kept = rel in kept
+        if run and (rel is None or is_kept != run_kept):
+            if run_kept:
+                rows = np.asarray([i for f in run for i in rows_of.get(f, ())], dtype=np.int64)
+                partials.append(_kept_partial(old, rows, [p for f in run for p in problems_of.get(f, ())]))
+            else:
+                partials.append(_parse_chunk(reader.name, source, run, options))
+            run = []
+        if rel is not None:
+            run.append(rel)
+            run_kept = is_kept
+    index = assemble(reader, source, options, partials)
+    searched = options.image_dir is None and options.check_images and source.image_dirs is not None
+    if searched and should_search(len(index), index.problems.counts().get("missing_image", 0)):
+        return None  # the full build looks for the images elsewhere
+    index.meta["refreshed"] = len(source.files) - len(kept)
+    return index

@@ -1,0 +1,245 @@
+"""The incremental refresh of a cached VOC index: files added, removed, edited or renamed are parsed
+alone, and the refreshed index equals a build from scratch (arrays, vocabularies, splits, problems)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import keypoints_xml, voc_dataset, voc_object, voc_xml, write_image
+
+from detloader import read_annotations
+from detloader.annotations.readers import READERS
+from detloader.annotations.refresh import stamps_file
+
+ATTRS = "<attributes><attribute><name>color</name><value>{}</value></attribute></attributes>"
+
+
+def _files() -> dict[str, str]:
+    files = {
+        f"{i}": voc_xml(f"{i}.jpg", [voc_object("cat" if i % 2 else "dog", (1, 1, 10 + i, 20))]) for i in range(8)
+    }
+    files["2"] = voc_xml("2.jpg", [voc_object("bird", (1, 1, 9, 9)), voc_object("dog", (2, 2, 90, 9))])  # clipped
+    image_attrs = "<attributes><attribute><name>class</name><value>{}</value></attribute>{}</attributes>"
+    files["3"] = voc_xml(
+        "3.jpg",
+        [voc_object("cat", (1, 1, 9, 9), extra=ATTRS.format("red"))],
+        extra=image_attrs.format("indoor", "<attribute><name>time</name><value>dusk</value></attribute>"),
+    )
+    outdoor = image_attrs.format("outdoor", "")
+    files["7"] = voc_xml("7.jpg", [voc_object("cat", (1, 1, 9, 9))], extra=outdoor, verified=True)
+    files["4"] = voc_xml("nowhere.jpg", [voc_object("cat", (1, 1, 9, 9))])  # missing image
+    files["6"] = voc_xml("5.jpg", [voc_object("dog", (3, 3, 9, 9))])  # 5.jpg again: a duplicate
+    return files
+
+
+def _dataset(tmp_path: Path) -> Path:
+    images = [f"{i}.jpg" for i in range(10) if i != 4]  # 8.jpg, 9.jpg: not annotated yet
+    return voc_dataset(tmp_path / "data", _files(), images=images, splits={"train": ["0", "1", "3"], "val": ["2"]})
+
+
+def _write(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+
+
+def _edit(root: Path) -> None:  # the only bird goes, a new class and an attribute value come
+    zebra = voc_object("zebra", (1, 1, 5, 5), extra=ATTRS.format("blue"))
+    _write(root / "Annotations" / "2.xml", voc_xml("2.jpg", [zebra]))
+
+
+def _add(root: Path) -> None:
+    objects = [voc_object("ant", (1, 1, 7, 7)), voc_object("cat", (0, 0, 3, 3))]
+    _write(root / "Annotations" / "8.xml", voc_xml("8.jpg", objects))
+
+
+def _remove(root: Path) -> None:
+    (root / "Annotations" / "3.xml").unlink()  # the only image class "indoor" and attribute values go
+
+
+def _rename(root: Path) -> None:
+    os.rename(root / "Annotations" / "1.xml", root / "Annotations" / "1b.xml")
+
+
+def _unduplicate(root: Path) -> None:  # 5.xml names another image: 6.xml's annotation of 5.jpg is kept now
+    _write(root / "Annotations" / "5.xml", voc_xml("9.jpg", [voc_object("cat", (1, 1, 4, 4))]))
+
+
+def _fix_missing(root: Path) -> None:
+    _write(root / "Annotations" / "4.xml", voc_xml("9.jpg", [voc_object("cat", (1, 1, 9, 9))]))
+
+
+#: each change and the files a refresh parses: the changed ones, and 6.xml while its image is a
+#: duplicate (its rows were dropped from the old index)
+CHANGES = {
+    "edited": (_edit, ["2", "6"]),
+    "added": (_add, ["6", "8"]),
+    "removed": (_remove, ["6"]),
+    "renamed": (_rename, ["1b", "6"]),
+    "duplicate_freed": (_unduplicate, ["5", "6"]),
+    "missing_image_fixed": (_fix_missing, ["4", "6"]),
+}
+
+
+@pytest.fixture
+def parse_calls(monkeypatch):
+    """The annotation files parsed, in order."""
+    reader = type(READERS["voc"])
+    calls: list[str] = []
+    original = reader.parse_file
+
+    def counted(self, source, rel, builder):
+        calls.append(rel)
+        return original(self, source, rel, builder)
+
+    monkeypatch.setattr(reader, "parse_file", counted)
+    return calls
+
+
+def assert_same_index(got, want) -> None:
+    """Every array, the vocabularies, the splits, the problems and the meta of a full build."""
+    got_arrays, want_arrays = got.arrays(), want.arrays()
+    assert list(got_arrays) == list(want_arrays)
+    for name, arr in want_arrays.items():
+        assert got_arrays[name].dtype == arr.dtype and np.array_equal(got_arrays[name], arr), name
+    assert got.vocab.to_dict() == want.vocab.to_dict()
+    assert {k: v.tolist() for k, v in got.splits.items()} == {k: v.tolist() for k, v in want.splits.items()}
+    assert got.problems.to_list() == want.problems.to_list()
+    skip = ("cache_key", "refreshed")
+    assert {k: v for k, v in got.meta.items() if k not in skip} == {k: v for k, v in want.meta.items() if k not in skip}
+
+
+def _differs(a, b) -> bool:
+    arrays = any(not np.array_equal(x, b.arrays()[name]) for name, x in a.arrays().items())
+    return arrays or a.problems.to_list() != b.problems.to_list() or a.vocab != b.vocab
+
+
+@pytest.mark.parametrize("verify", ["stat", "content"])
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_refresh_parses_only_the_changed_files_and_equals_a_full_build(tmp_path, parse_calls, change, verify):
+    root = _dataset(tmp_path)
+    before = read_annotations(root, on_error="skip", verify=verify)
+    assert len(parse_calls) == len(_files())
+    apply, parsed = CHANGES[change]
+    apply(root)
+    parse_calls.clear()
+    refreshed = read_annotations(root, on_error="skip", verify=verify)
+    assert parse_calls == [os.path.join("Annotations", f"{stem}.xml") for stem in parsed]
+    assert refreshed.meta["refreshed"] == len(parsed)
+    full = read_annotations(root, on_error="skip", verify=verify, cache=False)
+    assert_same_index(refreshed, full)
+    assert _differs(before, full)  # the old cache is stale: reusing it would fail the comparison
+    parse_calls.clear()
+    again = read_annotations(root, on_error="skip", verify=verify)  # the refreshed cache is current
+    assert parse_calls == [] and again._source_file is not None
+    assert_same_index(again, full)
+
+
+def test_several_refreshes_in_a_row_stay_equal_to_a_full_build(tmp_path, parse_calls):
+    root = _dataset(tmp_path)
+    read_annotations(root, on_error="skip")
+    for apply in (_edit, _add, _rename, _remove, _unduplicate):
+        apply(root)
+        parse_calls.clear()
+        refreshed = read_annotations(root, on_error="skip")
+        assert 0 < len(parse_calls) <= 2
+        assert_same_index(refreshed, read_annotations(root, on_error="skip", cache=False))
+
+
+def test_same_stamp_new_content_is_caught_with_verify_content(tmp_path, parse_calls):
+    root = _dataset(tmp_path)
+    read_annotations(root, on_error="skip", verify="content")
+    path = root / "Annotations" / "0.xml"
+    st = path.stat()
+    _write(path, voc_xml("0.jpg", [voc_object("cat", (1, 1, 11, 20))]))  # same size as before
+    assert path.stat().st_size == st.st_size
+    parse_calls.clear()
+    refreshed = read_annotations(root, on_error="skip", verify="content")
+    assert parse_calls == [os.path.join("Annotations", name) for name in ("0.xml", "6.xml")]
+    assert_same_index(refreshed, read_annotations(root, on_error="skip", cache=False))
+
+
+def _change_split(root: Path) -> None:
+    _write(root / "ImageSets" / "Main" / "val.txt", "2\n5\n")
+
+
+def _add_image(root: Path) -> None:
+    write_image(root / "JPEGImages" / "10.jpg")
+
+
+@pytest.mark.parametrize("change", [_change_split, _add_image])
+def test_anything_but_annotation_files_changed_builds_in_full(tmp_path, parse_calls, change):
+    root = _dataset(tmp_path)
+    read_annotations(root, on_error="skip")
+    change(root)
+    _edit(root)
+    parse_calls.clear()
+    index = read_annotations(root, on_error="skip")
+    assert len(parse_calls) == len(_files()) and "refreshed" not in index.meta
+    assert_same_index(index, read_annotations(root, on_error="skip", cache=False))
+
+
+def test_options_or_rebuild_never_refresh(tmp_path, parse_calls):
+    root = _dataset(tmp_path)
+    read_annotations(root, on_error="skip")
+    _edit(root)
+    parse_calls.clear()
+    read_annotations(root, on_error="skip", clip_boxes=False)  # another cache file: built in full
+    assert len(parse_calls) == len(_files())
+    parse_calls.clear()
+    index = read_annotations(root, on_error="skip", cache="rebuild")
+    assert len(parse_calls) == len(_files()) and "refreshed" not in index.meta
+
+
+def test_damaged_or_foreign_stamps_build_in_full(tmp_path, parse_calls):
+    root = _dataset(tmp_path)
+    first = read_annotations(root, on_error="skip")
+    stamps = stamps_file(Path(first._source_file))
+    assert stamps.is_file()
+    stamps.write_bytes(b"PK\x03\x04 not a zip")
+    _edit(root)
+    parse_calls.clear()
+    index = read_annotations(root, on_error="skip")
+    assert len(parse_calls) == len(_files())
+    assert_same_index(index, read_annotations(root, on_error="skip", cache=False))
+
+
+def test_stamps_of_another_cache_file_build_in_full(tmp_path, parse_calls):
+    root = _dataset(tmp_path)
+    stamps = stamps_file(Path(read_annotations(root, on_error="skip")._source_file))
+    old = stamps.read_bytes()
+    _edit(root)
+    read_annotations(root, on_error="skip")  # refreshed: new stamps for the new cache file
+    stamps.write_bytes(old)  # left over from the cache file before
+    _add(root)
+    parse_calls.clear()
+    index = read_annotations(root, on_error="skip")
+    assert len(parse_calls) == len(_files()) + 1 and "refreshed" not in index.meta
+    assert_same_index(index, read_annotations(root, on_error="skip", cache=False))
+
+
+def test_landmarks_build_in_full(tmp_path, parse_calls):
+    points = keypoints_xml([("nose", 4, 4, 2), ("left_eye", 2, 2, 2)])
+    files = {f"{i}": voc_xml(f"{i}.jpg", [voc_object("face", (1, 1, 9, 9), extra=points)]) for i in range(3)}
+    root = voc_dataset(tmp_path / "lm", files)
+    assert read_annotations(root, on_error="skip").vocab.landmarks.names
+    _write(root / "Annotations" / "1.xml", voc_xml("1.jpg", [voc_object("face", (1, 1, 8, 9), extra=points)]))
+    parse_calls.clear()
+    index = read_annotations(root, on_error="skip")
+    assert len(parse_calls) == 3
+    assert_same_index(index, read_annotations(root, on_error="skip", cache=False))
+
+
+def test_many_changed_files_build_in_full(tmp_path, parse_calls, monkeypatch):
+    from detloader.annotations import refresh
+
+    monkeypatch.setattr(refresh, "MIN_CHANGED", 0)  # a quarter of 8 files: 2
+    root = _dataset(tmp_path)
+    read_annotations(root, on_error="skip")
+    _edit(root)
+    _add(root)
+    parse_calls.clear()
+    index = read_annotations(root, on_error="skip")  # 2.xml, 8.xml and the duplicate 6.xml: 3 > 2
+    assert len(parse_calls) == len(_files()) + 1 and "refreshed" not in index.meta
+    assert_same_index(index, read_annotations(root, on_error="skip", cache=False))
