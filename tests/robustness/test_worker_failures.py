@@ -166,10 +166,15 @@ def _train(data: Path, out: Path, *extra: str) -> subprocess.Popen[str]:
                             start_new_session=True)
 
 
-def _workers_of(proc: subprocess.Popen[str], timeout: float = 60.0) -> list[psutil.Process]:
-    """The 2 loader workers of a running ``train``, waited for: between two epochs (or on a loaded
-    machine, right after the first checkpoint) a loader may have none for a moment."""
-    deadline = time.monotonic() + timeout
+def _workers_after_first_checkpoint(proc: subprocess.Popen[str], out: Path) -> list[psutil.Process]:
+    """The 2 loader workers of a running ``train``, once ``out/last.pt`` exists; waited for: between
+    two epochs (or on a loaded machine, right after the first checkpoint) a loader may have none for
+    a moment."""
+    deadline = time.monotonic() + 180
+    while not (out / "last.pt").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.1)
+    deadline = time.monotonic() + 60
     while True:
         workers = psutil.Process(proc.pid).children()
         if len(workers) == 2:
@@ -211,11 +216,7 @@ def test_train_with_a_killed_worker_exits_4_and_keeps_the_last_checkpoint(longer
     out = tmp_path / "run"
     proc = _train(longer, out, "--checkpoint-every", "1", "--epochs", "20")
     try:
-        deadline = time.monotonic() + 180
-        while not (out / "last.pt").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
-            time.sleep(0.1)
-        workers = _workers_of(proc)
+        workers = _workers_after_first_checkpoint(proc, out)
         os.kill(workers[1].pid, signal.SIGKILL)
         killed = time.monotonic()
         _, err = proc.communicate(timeout=60)
@@ -242,11 +243,7 @@ def test_workers_of_a_training_killed_from_outside_end_within_seconds(longer: Pa
     out = tmp_path / "run"
     proc = _train(longer, out, "--checkpoint-every", "1", "--epochs", "20")
     try:
-        deadline = time.monotonic() + 180
-        while not (out / "last.pt").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
-            time.sleep(0.1)
-        assert len(_workers_of(proc)) == 2
+        assert len(_workers_after_first_checkpoint(proc, out)) == 2
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
         deadline = time.monotonic() + 10
