@@ -16,11 +16,20 @@ import platformdirs
 RECORD_NAME = "made.jsonl"
 
 
+#: The environment variable that moves every cache of the project (index caches, stores, tuning).
+CACHE_DIR_ENV = "DETLOADER_CACHE_DIR"
+
+
+def user_cache_dir() -> Path:
+    """The user cache folder of detloader (``$XDG_CACHE_HOME/detloader``, ``~/.cache/detloader``
+    on Linux; each system's own place elsewhere)."""
+    return Path(platformdirs.user_cache_dir("detloader", appauthor=False))
+
+
 def cache_root() -> Path:
-    """The cache folder: ``$DETLOADER_CACHE_DIR``, else the user cache folder (as
-    :func:`detloader.annotations.cache.user_cache_dir`; not created here)."""
-    env = os.environ.get("DETLOADER_CACHE_DIR")
-    return Path(env) if env else Path(platformdirs.user_cache_dir("detloader", appauthor=False))
+    """The cache folder: ``$DETLOADER_CACHE_DIR``, else :func:`user_cache_dir` (not created here)."""
+    env = os.environ.get(CACHE_DIR_ENV)
+    return Path(env) if env else user_cache_dir()
 
 
 def record_file() -> Path:

@@ -32,11 +32,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import platformdirs
 from filelock import FileLock
 
 from detloader._files import atomic_write, open_regular, refuse_special, special_kind
-from detloader._made_record import remember
+from detloader._made_record import CACHE_DIR_ENV, remember, user_cache_dir
 from detloader.annotations.fields import Vocabulary, array_names
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.problems import ProblemReport
@@ -49,18 +48,11 @@ MAGIC = b"DLINDEX\n"
 CACHE_VERSION = 2
 _ALIGN = 64
 _PREFIX = struct.Struct("<8sIIQ")
-CACHE_DIR_ENV = "DETLOADER_CACHE_DIR"
 CACHE_SUBDIR = ".detloader-cache"
 
 
 def _align(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
-
-
-def user_cache_dir() -> Path:
-    """The user cache folder of detloader (``$XDG_CACHE_HOME/detloader``, ``~/.cache/detloader``
-    on Linux; each system's own place elsewhere)."""
-    return Path(platformdirs.user_cache_dir("detloader", appauthor=False))
 
 
 def cache_dir_for(root: str | os.PathLike[str]) -> Path:

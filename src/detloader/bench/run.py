@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from detloader._made_record import CACHE_DIR_ENV
 from detloader._system import logical_cores, physical_cores, usable_cpus
 from detloader._system.memory import memory_facts
-from detloader.annotations.cache import CACHE_DIR_ENV
 from detloader.annotations.read import read_annotations
 from detloader.bench.baselines import voc_layout
 from detloader.bench.index_speed import bench_index

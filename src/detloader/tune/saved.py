@@ -19,7 +19,7 @@ from typing import Any
 
 from detloader import _system
 from detloader._files import atomic_write, read_capped
-from detloader.annotations.cache import CACHE_DIR_ENV, user_cache_dir
+from detloader._made_record import cache_root
 from detloader.errors import (
     DetloaderRuntimeWarning,
     DetloaderValueError,
@@ -136,8 +136,7 @@ def tune_cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
     """Folder of the stored results (not created here)."""
     if override is not None:
         return Path(override)
-    env = os.environ.get(CACHE_DIR_ENV)
-    return (Path(env) if env else user_cache_dir()) / "tune"
+    return cache_root() / "tune"
 
 
 def cache_file(key: dict[str, Any], folder: str | os.PathLike[str] | None = None) -> Path:
