@@ -34,12 +34,17 @@ test-quick: $(STAMP)
 VENV_INT ?= .venv-integration
 INTEGRATION_PINS ?= torch==2.14.1 torchvision==0.29.1
 
-$(VENV_INT)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV_INT)
-	echo '*' > $(VENV_INT)/.gitignore
-	$(VENV_INT)/bin/python -m pip install --quiet $(INTEGRATION_PINS)
-	$(VENV_INT)/bin/python -m pip install --quiet -e ".[dev]"
+# A side environment: $(1) its folder (git-ignored), $(2) the pins installed before the project.
+define side_venv
+	$(PYTHON) -m venv $(1)
+	echo '*' > $(1)/.gitignore
+	$(1)/bin/python -m pip install --quiet $(2)
+	$(1)/bin/python -m pip install --quiet -e ".[dev]"
 	touch $@
+endef
+
+$(VENV_INT)/.installed: pyproject.toml
+	$(call side_venv,$(VENV_INT),$(INTEGRATION_PINS))
 
 test-integration: $(VENV_INT)/.installed
 	$(VENV_INT)/bin/python -m pytest -q -m integration
@@ -50,11 +55,7 @@ VENV_ULTRA ?= .venv-ultralytics
 ULTRALYTICS_PINS ?= ultralytics==8.4.190
 
 $(VENV_ULTRA)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV_ULTRA)
-	echo '*' > $(VENV_ULTRA)/.gitignore
-	$(VENV_ULTRA)/bin/python -m pip install --quiet $(ULTRALYTICS_PINS)
-	$(VENV_ULTRA)/bin/python -m pip install --quiet -e ".[dev]"
-	touch $@
+	$(call side_venv,$(VENV_ULTRA),$(ULTRALYTICS_PINS))
 
 test-ultralytics: $(VENV_ULTRA)/.installed
 	$(VENV_ULTRA)/bin/python -m pytest -q -m ultralytics
