@@ -56,3 +56,17 @@ def test_class_median_equals_np_median_with_ties_and_even_counts():
     for c in range(7):
         assert medians[c] == np.median(values[labels == c])
     assert np.isnan(medians[7])
+
+
+@pytest.mark.parametrize("cpus", [1, 2, 4])
+def test_box_quantiles_on_threads_equal_numpy(monkeypatch, cpus):
+    """Past a million values the four box-size partitions run on threads: same figures."""
+    from detloader.stats import describe
+
+    monkeypatch.setattr(describe, "usable_cpus", lambda: cpus)
+    rng = np.random.default_rng(3)
+    columns = {name: (rng.gamma(2.0, 30.0, 300_000 + k), 2 + 2 * (k == 3)) for k, name in enumerate("whar")}
+    got = describe._box_quantiles(columns)
+    assert got.pop("quantiles") == list(describe.QUANTILES)
+    for name, (values, digits) in columns.items():
+        assert got[name] == [round(float(v), digits) for v in np.quantile(values, describe.QUANTILES)]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
+from detloader._system import usable_cpus
 from detloader._unique import group_order
 from detloader.annotations.index import MISSING, AnnotationIndex
 
@@ -23,6 +25,19 @@ def imbalance_ratio(counts: Sequence[float] | np.ndarray) -> float | None:
 
 def _quantiles(values: np.ndarray, digits: int = 2) -> list[float]:
     return [round(float(v), digits) for v in np.quantile(values, QUANTILES)] if len(values) else []
+
+
+def _box_quantiles(columns: dict[str, tuple[np.ndarray, int]]) -> dict[str, Any]:
+    """``{"quantiles": QUANTILES, name: _quantiles(values, digits), ...}``. Each is a partition
+    of a per-object array, which numpy runs without the GIL: on up to one thread per usable
+    CPU, so that at millions of objects they take one partition's time where the cores are
+    free (the same figures either way)."""
+    threads = min(len(columns), usable_cpus())
+    if threads < 2 or sum(len(v) for v, _ in columns.values()) < 1 << 20:
+        return {"quantiles": list(QUANTILES)} | {k: _quantiles(v, d) for k, (v, d) in columns.items()}
+    with ThreadPoolExecutor(threads, thread_name_prefix="detloader-stats") as pool:
+        futures = {k: pool.submit(_quantiles, v, d) for k, (v, d) in columns.items()}
+        return {"quantiles": list(QUANTILES)} | {k: f.result() for k, f in futures.items()}
 
 
 def class_figures(labels: np.ndarray, object_image: np.ndarray, values: np.ndarray,
@@ -123,12 +138,8 @@ def dataset_stats(index: AnnotationIndex) -> dict[str, Any]:
         "object_attributes": {n: index.attribute_counts(n, "object") for n, _ in index.vocab.object_attributes},
         "image_attributes": {n: index.attribute_counts(n, "image") for n, _ in index.vocab.image_attributes},
         "landmarks": landmarks,
-        "box_size": {
-            "quantiles": list(QUANTILES),
-            "width": _quantiles(w),
-            "height": _quantiles(h),
-            "sqrt_area": _quantiles(area),
-            "relative_sqrt_area": _quantiles(relative, 4),
-        },
+        "box_size": _box_quantiles(
+            {"width": (w, 2), "height": (h, 2), "sqrt_area": (area, 2), "relative_sqrt_area": (relative, 4)}
+        ),
         "box_sqrt_area_median": per_class_median,
     }
