@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import multiprocessing
 
 import pytest
 
@@ -36,7 +37,9 @@ def test_bench_quick_json_on_a_tiny_synthetic_set(small_synth_root, capsys):
     cpus = usable_cpus()
     assert {r["section"] for r in data["ratios"]} == {"loader", "index", "sampler"}
     loader = data["figures"]["loader"]
-    assert math.isclose(loader["decode_ceiling"], loader["decode_single_core"] * cpus)
+    ceiling = rows[f"decode ceiling ({cpus} processes at once) / 1 core x {cpus}"]
+    assert ceiling["a"] == loader["decode_ceiling"]
+    assert math.isclose(ceiling["b"], loader["decode_single_core"] * cpus)
     for w in range(cpus + 1):  # every num_workers 0..CPUs, as a fraction of the ceiling
         row = rows[f"detloader num_workers={w} / decode ceiling"]
         assert row["b"] == loader["decode_ceiling"] and row["a"] == loader["detloader"][str(w)]
@@ -151,3 +154,18 @@ def test_bench_runs_only_the_sections_asked_for(capsys):
     assert set(data["figures"]) == {"sampler"} and data["settings"]["sections"] == ["sampler"]
     assert main(["bench", "--sections", "speed"]) == 2
     assert "choose from loader, index, sampler" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(multiprocessing.get_start_method() != "fork", reason="the children see the patch by fork")
+def test_the_ceiling_sums_processes_started_together(monkeypatch, tmp_path):
+    """The decode ceiling is the sum of one rate per process, each timed in its own process."""
+    import os
+
+    def rate(*args, **kwargs):
+        (tmp_path / str(os.getpid())).touch()
+        return 2.5
+
+    monkeypatch.setattr(bench_loader_module, "decode_rate", rate)
+    assert bench_loader_module.concurrent_decode_rate(None, 8, 2, 3) == 7.5  # type: ignore[arg-type]
+    pids = {int(p.name) for p in tmp_path.iterdir()}
+    assert len(pids) == 3 and os.getpid() not in pids
