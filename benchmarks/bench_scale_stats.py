@@ -14,7 +14,16 @@ Each measure runs ``--runs`` times, alternating with its baseline (the reload fo
 the argsort for the samplers); the table gives the medians and the median of the pairwise
 ratios. The machine may be shared: only the ratios are meant to be compared.
 
+With ``--loader FOLDER`` (a folder of JPEGs of one size), the same index's image paths cycle
+over those files and, per size, a loader as ``detloader train`` makes one
+(``DetectionDataset(index, Resize((384, 384)))``, the ``class_aware`` sampler,
+``num_workers=2``, batches of 16) is timed from its construction to the first batch (the
+sampler build, the dataset, the workers' start) and over the next 20 batches, against the
+decode ceiling of the same files (one bare decode + resize process per usable CPU, all at
+once; ``detloader bench``), alternating ``--runs`` times.
+
     python benchmarks/bench_scale_stats.py --images 30000 300000 1000000
+    python benchmarks/bench_scale_stats.py --images 10000 100000 1000000 --loader DATA/JPEGImages
 """
 
 from __future__ import annotations
@@ -27,23 +36,31 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import torch
+from PIL import Image
 
+from detloader import DetectionDataset, make_loader
 from detloader.annotations.cache import load_index_file, save_index
 from detloader.annotations.fields import pack_strings
 from detloader.annotations.index import MISSING, AnnotationIndex, Vocabulary
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.balance import make_balanced_sampler
+from detloader.bench.loader_speed import concurrent_decode_rate
 from detloader.stats import balance_report, dataset_stats
+from detloader.transforms import Resize
 
 #: the issue's goals: stats within this many reloads, a sampler build within this many argsorts
 GOAL_STATS = 20.0
 GOAL_SAMPLER = 5.0
 
 
-def lvis_like(num_images: int, num_classes: int = 1203, seed: int = 0) -> AnnotationIndex:
+def lvis_like(
+    num_images: int, num_classes: int = 1203, seed: int = 0, files: list[Path] | None = None
+) -> AnnotationIndex:
     """An index of ``num_images`` 640x480 images whose objects follow a long tail over
     ``num_classes`` classes (class ``c`` drawn with probability ~ 1 / (c + 1)^1.1, so the tail
-    holds classes with a handful of objects or none); built from arrays, no files."""
+    holds classes with a handful of objects or none); built from arrays, no files. ``files``
+    (images of one size in one folder): image ``i`` is ``files[i % len(files)]``, at their size."""
     rng = np.random.default_rng(seed)
     per_image = rng.poisson(6.7, num_images)
     offsets = np.zeros(num_images + 1, dtype=np.int64)
@@ -54,10 +71,13 @@ def lvis_like(num_images: int, num_classes: int = 1203, seed: int = 0) -> Annota
     xy = rng.uniform(0, 500, (m, 2))
     wh = rng.uniform(2, 140, (m, 2))
     boxes = np.concatenate([xy, xy + wh], axis=1).astype(np.float32)
-    blob, poffs = pack_strings([f"img{i}.jpg" for i in range(num_images)])
+    names = [f"img{i}.jpg" for i in range(num_images)] if files is None else [
+        files[i % len(files)].name for i in range(num_images)]
+    blob, poffs = pack_strings(names)
+    width, height = (640, 480) if files is None else Image.open(files[0]).size
     ablob, aoffs = pack_strings([""] * num_images)
     arrays = {
-        "width": np.full(num_images, 640, dtype=np.int32), "height": np.full(num_images, 480, dtype=np.int32),
+        "width": np.full(num_images, width, dtype=np.int32), "height": np.full(num_images, height, dtype=np.int32),
         "image_labels": np.full(num_images, MISSING, dtype=np.int32),
         "image_attributes": np.zeros((num_images, 0), dtype=np.int32), "verified": np.zeros(num_images, dtype=bool),
         "object_offsets": offsets, "boxes": boxes, "labels": labels, "difficult": np.zeros(m, dtype=bool),
@@ -68,7 +88,8 @@ def lvis_like(num_images: int, num_classes: int = 1203, seed: int = 0) -> Annota
     }
     vocab = Vocabulary(classes=tuple(f"class{c:04d}" for c in range(num_classes)), image_classes=(),
                        object_attributes=(), landmarks=LandmarkSchema())
-    return AnnotationIndex(root="/nonexistent", arrays=arrays, vocab=vocab)
+    root = "/nonexistent" if files is None else str(files[0].parent)
+    return AnnotationIndex(root=root, arrays=arrays, vocab=vocab)
 
 
 def _seconds(fn: Callable[[], object]) -> float:
@@ -113,11 +134,54 @@ def run_size(num_images: int, runs: int, folder: Path) -> tuple[int, list[tuple[
     return mapped.num_objects, rows
 
 
+def loader_at_scale(num_images: int, files: list[Path], runs: int) -> tuple[float, float, float]:
+    """(median seconds to the first batch, median images/s over the next 20, median of the
+    rate / decode ceiling pairs) of a class-aware ``num_workers=2`` loader over ``num_images``
+    images that cycle over ``files``."""
+    index = lvis_like(num_images, files=files)
+    torch.set_num_threads(1)  # as the workers, and as `detloader bench`
+    for f in files:
+        f.read_bytes()  # every contender reads from memory
+
+    def loader() -> tuple[float, float]:
+        start = time.perf_counter()
+        dataset = DetectionDataset(index, Resize((384, 384)), seed=0)
+        sampler = make_balanced_sampler(index, "class_aware", seed=0)
+        it = iter(make_loader(dataset, batch_size=16, sampler=sampler, num_workers=2))
+        next(it)
+        first = time.perf_counter() - start
+        start, n = time.perf_counter(), 0
+        for _, batch in zip(range(20), it):
+            n += len(batch)
+        rate = n / (time.perf_counter() - start)
+        del it
+        return first, rate
+
+    def ceiling() -> float:
+        return concurrent_decode_rate(index, 384, min(len(files), 320), 2)
+
+    loader(), ceiling()
+    pairs = [(loader(), ceiling()) for _ in range(runs)]
+    return (statistics.median(f for (f, _), _ in pairs), statistics.median(r for (_, r), _ in pairs),
+            statistics.median(r / c for (_, r), c in pairs))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, nargs="+", default=[30_000, 300_000], help="sizes (images)")
     parser.add_argument("--runs", type=int, default=5, help="alternating pairs per measure (default 5)")
+    parser.add_argument("--loader", type=Path, metavar="FOLDER",
+                        help="time a loader at each size over the JPEGs of FOLDER instead")
     args = parser.parse_args(argv)
+    if args.loader is not None:
+        files = sorted(args.loader.glob("*.jpg"))
+        print(f"{len(files)} JPEGs of {Image.open(files[0]).size} in {args.loader}")
+        print("| images | first batch s | loader img/s | loader / decode ceiling |")
+        print("|---:|---:|---:|---:|")
+        for n in args.images:
+            first, rate, ratio = loader_at_scale(n, files, args.runs)
+            print(f"| {n:,} | {first:.2f} | {rate:,.0f} | {ratio:.2f} |", flush=True)
+        return 0
     print("| images | objects | measure | seconds | baseline | baseline s | ratio | goal |")
     print("|---:|---:|---|---:|---|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
