@@ -14,6 +14,8 @@ process and that peak's growth over the imports, and
 the parent prints medians and the detloader / pycocotools ratios. By default no image files
 exist and detloader runs with ``check_images=False`` (pycocotools never looks at the images);
 ``--with-images`` writes an empty file per image and checks that each exists (one ``stat``).
+``--cached`` also times, after each pair, a first read with the index cache (the cold build and
+the cache write) and a second one (the reload: a COCO dataset is built once, not twice).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,7 +42,7 @@ def rss():
     with open("/proc/self/statm") as fh:
         return int(fh.read().split()[1]) * resource.getpagesize()
 which, path, check = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
-if which in ("detloader", "general"):
+if which in ("detloader", "general", "cached"):
     from detloader import read_annotations
     if which == "general":  # the general path only, as before the fast path
         import detloader.annotations.readers.coco as coco_reader
@@ -48,7 +51,10 @@ else:
     from pycocotools.coco import COCO
 import numpy
 base_cpu, base_rss, start = cpu(), rss(), time.perf_counter()
-if which != "pycocotools":
+if which == "cached":  # with the index cache (made by the run before when it exists)
+    index = read_annotations(path, check_images=check, on_error="skip")
+    n = (len(index), index.num_objects)
+elif which != "pycocotools":
     index = read_annotations(path, cache=False, check_images=check, on_error="skip")
     n = (len(index), index.num_objects)
 else:
@@ -133,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--with-images", action="store_true", help="write empty image files and check them")
     parser.add_argument("--general", action="store_true", help="also time detloader's general (slow) path")
     parser.add_argument("--dir", help="where to write the file (default: a temporary folder)")
+    parser.add_argument("--cached", action="store_true",
+                        help="also time a first read with the index cache (build + write) and a second (reload)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         folder = Path(tmp)
@@ -151,9 +159,14 @@ def main(argv: list[str] | None = None) -> int:
             "pycocotools": [],
             **({"general": []} if args.general else {}),
         }
+        cached: dict[str, list[dict]] = {"first": [], "second": []}
         for _ in range(args.runs):
             for which in results:
                 results[which].append(_run(which, path, args.with_images))
+            if args.cached:
+                shutil.rmtree(folder / ".detloader-cache", ignore_errors=True)
+                for which in cached:
+                    cached[which].append(_run("cached", path, args.with_images))
     med = {
         w: {k: statistics.median(r[k] for r in runs) for k in ("cpu", "wall", "peak", "growth")}
         for w, runs in results.items()
@@ -169,6 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.general:
         g = med["general"]
         print("general path / pycocotools: " + ", ".join(f"{k} {g[k] / p[k]:.2f}x" for k in ("cpu", "wall", "peak")))
+    if args.cached:
+        first, second = (statistics.median(r["cpu"] for r in cached[w]) for w in ("first", "second"))
+        print(f"with the index cache: first read CPU {first:.2f} s, second {second:.3f} s "
+              f"({second / first:.3f}x the first; pycocotools / second {p['cpu'] / second:.0f}x)")
+        med |= {f"cached_{w}": {"cpu": statistics.median(r["cpu"] for r in cached[w])} for w in cached}
     print(json.dumps({"images": args.images, "objects": m, "medians": med, "ratios": ratios}))
     return 0
 
