@@ -47,6 +47,24 @@ def _refuse(path: Path, fd: int | None, what: str) -> None:
         )
 
 
+def _open(path: Path, flags: int, what: str, blocking: bool = False) -> int:
+    """A descriptor of the regular file ``path`` opened with ``flags`` without blocking (a FIFO
+    without a writer would wait forever), then made ``blocking``; :func:`_refuse` for anything else."""
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as err:
+        if err.errno in (errno.ENXIO, errno.EISDIR, errno.ENODEV):  # a socket, a folder, a device
+            _refuse(path, None, what)
+        raise
+    try:
+        _refuse(path, fd, what)
+        os.set_blocking(fd, blocking)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def open_store(path: Path, write: bool = False, what: str = "images") -> int:
     """A descriptor of the regular file ``path`` for reading (``write``: and writing), opened
     without blocking (a FIFO without a writer would wait forever).
@@ -54,20 +72,7 @@ def open_store(path: Path, write: bool = False, what: str = "images") -> int:
     Raises:
         NotRegularFileError: ``path`` is a FIFO, socket, device or folder (named, with what to do).
     """
-    flags = (os.O_RDWR if write else os.O_RDONLY) | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags)
-    except OSError as err:
-        if err.errno in (errno.ENXIO, errno.EISDIR, errno.ENODEV):  # a socket, a folder, a device
-            _refuse(path, None, what)
-        raise
-    try:
-        _refuse(path, fd, what)
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return _open(path, os.O_RDWR if write else os.O_RDONLY, what, blocking=True)
 
 
 def _same_file(path: Path, fd: int) -> bool:
@@ -90,21 +95,15 @@ def locked(path: Path, wait: bool = True) -> Iterator[bool]:
     """
     while True:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+            fd = _open(path, os.O_RDWR | os.O_CREAT, "lock")
         except PermissionError:  # another user's lock: a shared flock works on a read-only descriptor
             fd = open_store(path, what="lock")
-        except OSError as err:
-            if err.errno in (errno.ENXIO, errno.EISDIR, errno.ENODEV):
-                _refuse(path, None, "lock")
-            raise
         try:
-            _refuse(path, fd, "lock")
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-            except BlockingIOError:
-                os.close(fd)
-                yield False
-                return
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            yield False
+            return
         except BaseException:
             os.close(fd)
             raise

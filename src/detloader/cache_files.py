@@ -135,12 +135,10 @@ def _in_use(path: Path, kind: str) -> bool:
 def _candidates() -> dict[str, str]:
     """Paths of every cache and store that may be detloader's, with the root where known."""
     found = {path: str(entry.get("root", "")) for path, entry in _read_record().items()}
-    folders = [cache_root()]
-    ram = store_files.store_dir("ram", Path("."))
-    for folder in folders:
-        with contextlib.suppress(OSError):
-            for path in [*folder.glob("*/*.dlindex"), *folder.glob(f"*/*{store_files.SUFFIX}")]:
-                found.setdefault(str(path.absolute()), "")
+    folder, ram = cache_root(), store_files.store_dir("ram", Path("."))
+    with contextlib.suppress(OSError):
+        for path in [*folder.glob("*/*.dlindex"), *folder.glob(f"*/*{store_files.SUFFIX}")]:
+            found.setdefault(str(path.absolute()), "")
     uid = os.getuid()
     with contextlib.suppress(OSError):
         for path in ram.glob(f"*{store_files.SUFFIX}"):

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from detloader.annotations.index import MISSING, AnnotationIndex
-from detloader.annotations.problems import check_choice
+from detloader.annotations.problems import check_choice, check_int
 from detloader.errors import (
     DetloaderIndexError,
     DetloaderRuntimeWarning,
@@ -104,7 +104,7 @@ class DetectionDataset(torch.utils.data.Dataset):
             raise DetloaderTypeError(f"transform={transform!r} is not callable")
         check_exif_policy(exif)
         check_choice("on_decode_error", on_decode_error, DECODE_ERROR_CHOICES)
-        check_decode_threads(decode_threads)
+        check_int("decode_threads", decode_threads, 0)
         self.index = index
         self.transform = transform
         self.seed = int(np.random.SeedSequence().entropy % 2**63) if seed is None else int(seed)  # type: ignore[operator]
@@ -148,7 +148,7 @@ class DetectionDataset(torch.utils.data.Dataset):
     def with_decode_threads(self, decode_threads: int) -> DetectionDataset:
         """A copy that loads batches on ``decode_threads`` threads; it shares the index, the
         transform and the epoch with this dataset (``set_epoch`` on either reaches both)."""
-        check_decode_threads(decode_threads)
+        check_int("decode_threads", decode_threads, 0)
         if int(decode_threads) == self.decode_threads:
             return self
         return self._twin(decode_threads=int(decode_threads))
@@ -391,9 +391,3 @@ class DetectionDataset(torch.utils.data.Dataset):
         state = self.__dict__.copy()
         state["_warned"] = set()  # each process warns for itself
         return state
-
-
-def check_decode_threads(decode_threads: int) -> None:
-    """ValueError unless ``decode_threads`` is an int >= 0."""
-    if isinstance(decode_threads, bool) or not isinstance(decode_threads, (int, np.integer)) or decode_threads < 0:
-        raise DetloaderValueError(f"decode_threads={decode_threads!r} must be an int >= 0")

@@ -23,10 +23,10 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, Sequen
 
 from detloader._pool import worker_context
 from detloader._system import accelerator_available
+from detloader.annotations.problems import check_int
 from detloader.balance.weighted import WeightedSampler, make_balanced_sampler
 from detloader.balance.wrapper import AspectRatioBatchSampler, PartnerSampler
 from detloader.collate import collate_detection
-from detloader.dataset import check_decode_threads
 from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError
 from detloader.load_ahead import DetectionLoader
 from detloader.transforms.mix import MixUp, Mosaic, group_size
@@ -240,7 +240,7 @@ def check_options(o: LoaderOptions) -> None:
     if o.seed is not None and not isinstance(o.seed, (int, np.integer)):
         raise DetloaderValueError(f"seed={o.seed!r} must be an int or None")
     if o.decode_threads is not None:
-        check_decode_threads(o.decode_threads)
+        check_int("decode_threads", o.decode_threads, 0)
 
 
 def with_decode_threads(dataset: Dataset[Any], decode_threads: int | None) -> Dataset[Any]:

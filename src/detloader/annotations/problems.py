@@ -14,6 +14,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 from detloader.errors import AnnotationError, AnnotationWarning, DetloaderValueError
 
 OnError = Literal["raise", "skip", "warn"]
@@ -183,6 +185,14 @@ def problems_of(
     """``found`` (file, element, message) as problems of ``kind``, every one of them (a report
     counts what it holds, so it holds all; the CLI shortens what it prints)."""
     return [Problem(kind, file, element, message, action, severity) for file, element, message in found]
+
+
+def check_int(name: str, value: Any, minimum: int, hint: str = "") -> int:
+    """``int(value)``; raises ``"{name}={value!r} must be an int >= {minimum}"`` (plus ``hint``)
+    for a bool, a non-integer or a value below ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise DetloaderValueError(f"{name}={value!r} must be an int >= {minimum}{hint}")
+    return int(value)
 
 
 def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:

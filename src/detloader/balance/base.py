@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from detloader.annotations.problems import check_int
 from detloader.errors import DetloaderValueError, DetloaderWarning
 
 #: Draws per chunk: bounds temporary memory (and keeps it in cache), and fixes the random
@@ -28,14 +29,6 @@ _YIELD_SLICE = 1 << 16
 # Stream ids keep the draws of different sampler kinds apart for the same seed and epoch.
 STREAM_WEIGHTED, STREAM_NO_REPLACEMENT, STREAM_REPEAT = 1, 2, 3
 STREAM_CLASS_AWARE, STREAM_BATCH, STREAM_WRAPPER = 4, 5, 6
-
-
-def check_int(name: str, value: Any, minimum: int, hint: str = "") -> int:
-    """``int(value)``; raises ``"{name}={value!r} must be an int >= {minimum}"`` (plus ``hint``)
-    for a bool, a non-integer or a value below ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise DetloaderValueError(f"{name}={value!r} must be an int >= {minimum}{hint}")
-    return int(value)
 
 
 def distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:

@@ -181,8 +181,11 @@ def operating_point(gt: dict[str, Any], detections: list[dict[str, Any]], thresh
     return out
 
 
-def ratio(a: int, b: int) -> float | None:
-    return a / b if b else None
+def rates(point: np.ndarray) -> dict[str, Any]:
+    """``tp``, ``fp``, ``fn`` of ``point`` (``[3]``) and the ``precision`` and ``recall`` they give (None: 0 / 0)."""
+    tp, fp, fn = (int(v) for v in point)
+    return {"tp": tp, "fp": fp, "fn": fn, "precision": tp / (tp + fp) if tp + fp else None,
+            "recall": tp / (tp + fn) if tp + fn else None}
 
 
 def per_class(
@@ -190,16 +193,11 @@ def per_class(
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, name in enumerate(classes):
-        tp, fp, fn = (int(v) for v in point[k])
         scored = counts[k] > ignored[k]
         out[name] = {
             "objects": int(counts[k]),
             "ignored": int(ignored[k]),
-            "tp": tp,
-            "fp": fp,
-            "fn": fn,
-            "precision": ratio(tp, tp + fp),
-            "recall": ratio(tp, tp + fn),
+            **rates(point[k]),
             "max_recall": float(result["recall"][0, k]) if scored else None,
             "ap50": _mean_valid(result["precision"][0, :, k]) if scored else None,
             "ap50_95": _mean_valid(result["precision"][:, :, k]) if scored else None,

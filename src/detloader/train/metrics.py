@@ -32,7 +32,7 @@ from detloader.train.coco_eval import (
     evaluation_image_ids,
     operating_point,
     per_class,
-    ratio,
+    rates,
 )
 from detloader.train.predictions import ImagePredictions, as_predictions, check_prediction
 
@@ -160,18 +160,13 @@ def compute_metrics(
     counts = np.bincount(labels, minlength=n_classes)
     ignored = np.bincount(labels[np.asarray(index.crowd) | np.asarray(index.difficult)], minlength=n_classes)
     point = operating_point(gt, detections, score_threshold)
-    tp, fp, fn = (int(v) for v in point.sum(axis=0))
     nme, normaliser, nme_objects = _nme(index, predictions)
     accuracy, recall = _image_class(index, predictions)
     return {
         "map50": float(result["stats"][1]),
         "map50_95": float(result["stats"][0]),
         "per_class": per_class(result, index.classes, counts, ignored, point),
-        "tp": tp,
-        "fp": fp,
-        "fn": fn,
-        "precision": ratio(tp, tp + fp),
-        "recall": ratio(tp, tp + fn),
+        **rates(point.sum(axis=0)),
         "score_threshold": score_threshold,
         "nme": nme,
         "nme_normaliser": normaliser,

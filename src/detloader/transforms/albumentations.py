@@ -25,7 +25,6 @@ from detloader.transforms.functional import clip_boxes, compose_affine, hflip_bo
 
 BOX_FIELD = "object_index"
 POINT_FIELD = "point_index"
-_N_PROBES = 3
 
 
 def _params_format(params: Any) -> str | None:

@@ -10,6 +10,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from detloader.annotations.problems import check_int
 from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError, StaleTuneWarning
 from detloader.tune.explain import explain, summary
 from detloader.tune.measure import Consumer, LoaderFactory, loader_kwargs, make_consumer
@@ -47,9 +48,7 @@ def normalise_candidate(candidate: Mapping[str, Any]) -> dict[str, Any]:
                         persistent_workers=bool(candidate.get("persistent_workers", True)))
     threads = candidate.get("decode_threads", 0)
     if threads:  # like the search's settings: the key only where threads are used
-        from detloader.dataset import check_decode_threads  # lazy: torch
-
-        check_decode_threads(threads)
+        check_int("decode_threads", threads, 0)
         out["decode_threads"] = int(threads)
     return out
 

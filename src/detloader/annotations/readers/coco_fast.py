@@ -1,17 +1,9 @@
-"""The fast path of the COCO reader: a typed decode (msgspec) and object columns built with numpy.
-
-A COCO file of boxes (LVIS, Objects365, COCO instances) is decoded into small typed records that
-skip what the index does not hold (segmentation, area), and its objects become columns without a
-Python call per object: image ids and category ids are looked up by ``np.searchsorted``, boxes are
-checked as arrays. Images still go one by one through the general path's code (their files are
-located, their problems named). An object whose box or category needs a named problem is checked
-by the general path's rule (:func:`~detloader.annotations.checks.check_box`) where the general
-path would meet it, so the problems and their order are the same.
-
-A file the typed decode refuses (anything but an integer ``image_id`` / ``category_id``, a
-``bbox`` of four numbers, an integer or null ``iscrowd``; keypoints or attributes on an object;
-not JSON or not UTF-8), or a read with ``classes``, ``class_map`` or ``one_based``, takes the
-general path: :func:`parse_fast` returns False having reported nothing.
+"""The fast path of the COCO reader, for files of boxes: a typed decode (msgspec) and object
+columns built with numpy (ids looked up by ``np.searchsorted``, boxes checked as arrays); images,
+and objects that need a named problem, go through the general path's code where it would meet
+them, so the index and the problems, in their order, are the same. Which files take it and why:
+docs/index.md, "COCO at scale"; :func:`parse_fast` returns False, having reported nothing, for
+a file or a read that needs the general path.
 """
 
 from __future__ import annotations
