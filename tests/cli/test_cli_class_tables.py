@@ -11,7 +11,7 @@ from balance_helpers import long_tail_index
 
 from detloader.cli import _common as common
 from detloader.cli import data, main
-from detloader.cli._class_rows import cap_rows
+from detloader.cli._class_rows import cap_rows, print_counts
 
 
 @pytest.fixture(scope="module")
@@ -110,3 +110,22 @@ def test_cap_rows_keeps_small_tables_whole_and_sorted():
     assert [r[0] for r in capped.rows] == ["5", "4"]
     assert capped.rest == ("4 more groups: 3 under 10 images, 1 with none; rarest: 1 (1), 2 (2), 3 (3) "
                            "(--top 0 lists all)")
+
+
+@pytest.mark.parametrize("top", [20, 0])
+def test_image_classes_and_attribute_values_are_capped_too(capsys, top):
+    """Thousands of image classes or attribute values (track ids) read like the class table."""
+    out = common.console()
+    print_counts(out, "image classes", ("image class", "images"), {f"s{i:03d}": 100 - i for i in range(60)}, top)
+    values = {f"t{i}": i + 1 for i in range(50)}
+    common.print_attribute_counts(out, {"object_attributes": {"track": values}, "image_attributes": {}}, top)
+    lines = capsys.readouterr().out.splitlines()
+    rows, after = _table(lines, "image classes")
+    attribute = next(line for line in lines if line.startswith("object attribute track: "))
+    if top:
+        assert lines[0] == "# image classes: largest 20 of 60" and len(rows) == 20 and rows[0] == "s000\t100"
+        assert after[0].startswith("40 more image classes: 0 under 10 images, 0 with none; rarest: s059 (41)")
+        assert attribute == ("object attribute track: " + ", ".join(f"t{i} {i + 1}" for i in range(49, 29, -1))
+                             + ", and 30 more values (--top 0 lists all)")
+    else:
+        assert len(rows) == 60 and attribute.count(",") == 49 and "more values" not in attribute

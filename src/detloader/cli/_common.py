@@ -273,12 +273,21 @@ def count_table(title: str, header: Sequence[str], rows: Iterable[Sequence[Any]]
     return table
 
 
-def print_attribute_counts(out: Any, summary: dict[str, Any]) -> None:
+def print_attribute_counts(out: Any, summary: dict[str, Any], top: int = 20) -> None:
     """One line per object and image attribute: value counts (``summary`` as
-    :meth:`AnnotationIndex.summary` or :func:`detloader.stats.dataset_stats` give it)."""
+    :meth:`AnnotationIndex.summary` or :func:`detloader.stats.dataset_stats` give it); an
+    attribute with more than ``top + 1`` values (0: no limit) shows its ``top`` commonest and
+    how many more."""
     for level in ("object_attributes", "image_attributes"):
         for name, values in summary[level].items():
-            out.print(f"{level.split('_')[0]} attribute {name}: " + ", ".join(f"{v} {c}" for v, c in values.items()))
+            items = list(values.items())
+            if 0 < top < len(items) - 1:
+                shown = sorted(items, key=lambda vc: -vc[1])[:top]
+                more = f", and {len(items) - top:,} more values (--top 0 lists all)"
+            else:
+                shown, more = items, ""
+            line = ", ".join(f"{v} {c}" for v, c in shown)
+            out.print(f"{level.split('_')[0]} attribute {name}: {line}{more}", markup=False)
 
 
 # --- stdout: rich tables on a terminal, one line per row in a pipe -------------------------

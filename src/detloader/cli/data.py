@@ -18,7 +18,7 @@ import warnings
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from detloader.cli._class_rows import TOP, add_top_argument, cap_rows, named, print_rest
+from detloader.cli._class_rows import TOP, add_top_argument, cap_rows, named, print_counts, print_rest
 from detloader.cli._common import (
     add_cache_arguments,
     add_read_arguments,
@@ -130,7 +130,7 @@ def print_summary(
             markup=False,
         )
     if summary["image_classes"]:
-        print_table(out, count_table("image classes", ("image class", "images"), summary["image_classes"].items()))
+        print_counts(out, "image classes", ("image class", "images"), summary["image_classes"], top)
     lm = summary["landmarks"]
     if lm["names"]:
         out.print(
@@ -142,7 +142,7 @@ def print_summary(
         swapped = ", ".join(f"{a}<->{b}" for a, b in flips["pairs"]) or "none"
         alone = ", ".join(flips["one_sided"]) or "none"
         out.print(escape(f"classes with a side: a flip swaps {swapped}; never mirrored (no mirror class): {alone}"))
-    print_attribute_counts(out, summary)
+    print_attribute_counts(out, summary, top)
     if summary["splits"]:
         sources = split_sources or {}
         shown = (f"{k} {v}" + (f" ({sources[k]})" if k in sources else "") for k, v in summary["splits"].items())

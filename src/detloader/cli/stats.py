@@ -160,13 +160,12 @@ def print_stats(index: Any, stats: dict[str, Any], top: int = class_rows.TOP) ->
         markup=False,
     )
     if stats["image_classes"]:
-        image_rows = stats["image_classes"].items()
-        common.print_table(out, common.count_table("image classes", ("image class", "images"), image_rows))
+        class_rows.print_counts(out, "image classes", ("image class", "images"), stats["image_classes"], top)
         out.print(
             f"image-class imbalance ratio {_ratio(stats['image_class_imbalance_ratio'])}; "
             f"{stats['images_without_image_class']} images without an image class"
         )
-    common.print_attribute_counts(out, stats)
+    common.print_attribute_counts(out, stats, top)
     if stats["landmarks"]:
         rows = [(name, v["visible"], v["hidden"], v["absent"]) for name, v in stats["landmarks"].items()]
         columns = ("landmark", "visible", "hidden", "absent")
