@@ -29,3 +29,15 @@ def test_bench_prints_every_measure_as_a_ratio(capsys):
     assert [row[2] for row in rows] == ["dataset_stats", "balance_report sqrt", "build weighted sqrt",
                                         "build weighted inverse", "build repeat_factor", "build class_aware"]
     assert all(float(row[6]) > 0 for row in rows)
+
+
+def test_loader_at_scale_prints_a_row_per_size(small_synth_root, capsys):
+    """The loader over an index whose images cycle over a folder's JPEGs (a class-aware 2-worker loader)."""
+    module = _load()
+    index = module.lvis_like(300, num_classes=20, files=sorted((small_synth_root / "JPEGImages").glob("*.jpg")))
+    assert index.image_path(25).name == index.image_path(1).name and int(index.width[0]) > 0
+    assert module.main(["--images", "200", "--runs", "1", "--loader", str(small_synth_root / "JPEGImages")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("24 JPEGs of ") and out[1].startswith("| images | first batch s |")
+    first, rate, ratio = (float(x.replace(",", "")) for x in out[3].strip("| ").split(" | ")[1:])
+    assert out[3].startswith("| 200 |") and first > 0 and rate > 0 and ratio > 0
