@@ -376,3 +376,28 @@ def test_empty_dataset_and_images_without_objects(tmp_path):
 def test_public_api_names():
     for name in detloader.__all__:
         assert hasattr(detloader, name), name
+
+
+def test_listing_names_only_finds_what_a_stamped_listing_finds(tmp_path):
+    """The image folder is listed without a stat per file: same files, same problems."""
+    import os
+
+    from detloader.annotations.readers.common import scan_files
+
+    images = tmp_path / "JPEGImages"
+    (images / "sub").mkdir(parents=True)
+    for name in ("a.jpg", "sub/b.JPG", "c.txt"):
+        (images / name).write_bytes(b"x")
+    os.mkfifo(images / "pipe.jpg")
+    (images / "link.jpg").symlink_to(images / "a.jpg")
+    (images / "dangling.jpg").symlink_to(tmp_path / "gone.jpg")
+    found: dict[bool, tuple] = {}
+    for stamps in (True, False):
+        problems: list = []
+        listed = scan_files(images, (".jpg",), root=tmp_path, problems=problems, stamps=stamps)
+        found[stamps] = ([rel for rel, *_ in listed], [(p.kind, p.file) for p in problems])
+        assert all(entry[1:] == (0, 0, 0, 0) for entry in listed) != stamps
+    assert found[True] == found[False]
+    assert found[False][0] == ["JPEGImages/a.jpg", "JPEGImages/link.jpg", "JPEGImages/sub/b.JPG"]
+    assert sorted(found[False][1]) == [("not_a_regular_file", "JPEGImages/pipe.jpg"),
+                                       ("unreadable_file", "JPEGImages/dangling.jpg")]

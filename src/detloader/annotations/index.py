@@ -204,6 +204,10 @@ class AnnotationIndex:
         """Annotation file (and record) of image ``i``, relative to the root."""
         return unpack_string(*self._strings["annotation_paths"], i)
 
+    def annotation_paths(self) -> list[str]:
+        """Every image's :meth:`annotation_path`, in row order."""
+        return unpack_strings(*self._strings["annotation_paths"])
+
     def image(self, i: int) -> ImageView:
         """A view of image ``i`` (negative indices count from the end)."""
         n = len(self)

@@ -157,8 +157,13 @@ def _folder_splits(index: AnnotationIndex) -> tuple[dict[str, np.ndarray], dict[
             hits = by_folder[folder] = _split_folders(path)
         return hits
 
-    for i, image_path in enumerate(index.image_paths()):
-        hits = hits_of(image_path) or hits_of(index.annotation_path(i).split("#", 1)[0])
+    image_paths, annotation_paths = index.image_paths(), index.annotation_paths()
+    unique = {p.replace(os.sep, "/").rpartition("/")[0] + "/" for p in image_paths}
+    unique.update(p.split("#", 1)[0].replace(os.sep, "/").rpartition("/")[0] + "/" for p in annotation_paths)
+    if not any(_split_folders(folder) for folder in unique):  # the usual case: no split folder at all
+        return {}, {}
+    for i, image_path in enumerate(image_paths):
+        hits = hits_of(image_path) or hits_of(annotation_paths[i].split("#", 1)[0])
         if not hits:
             outside.append(i)
             continue

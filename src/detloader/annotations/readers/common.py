@@ -114,6 +114,7 @@ def scan_files(
     recursive: bool = True,
     problems: list[Problem] | None = None,
     follow_outside: bool = False,
+    stamps: bool = True,
 ) -> list[Stamp]:
     """:data:`Stamp` of the regular files under ``top`` whose name ends with one of
     ``suffixes`` (case-insensitive), sorted by path. Hidden folders and detloader's cache
@@ -121,7 +122,10 @@ def scan_files(
     (``not_a_regular_file``), links to a folder already read (``symlink_loop``) and, unless
     ``follow_outside``, links to a folder outside both ``root`` and ``top``
     (``link_outside_dataset``: a link to ``/`` would list the whole machine). ``top`` itself
-    is taken as it is, link or not: it is the layout's folder or the user's."""
+    is taken as it is, link or not: it is the layout's folder or the user's. ``stamps=False``
+    (the names are all the caller needs): a regular file is told by its folder entry's type, with
+    no ``stat`` per file (one per file was 99 % of listing a folder of 300,000 images), and its
+    stamp numbers are 0."""
     suffixes = tuple(s.lower() for s in suffixes)
     root = os.fspath(root)
     bases = () if follow_outside else (os.path.realpath(root), os.path.realpath(top))
@@ -164,6 +168,9 @@ def scan_files(
                             seen.add(folder_id)
                             stack.append(entry.path)
                 elif name.lower().endswith(suffixes):
+                    if not stamps and entry.is_file():
+                        out.append((prefix + name, 0, 0, 0, 0))
+                        continue
                     st = entry.stat()
                     if is_regular(st.st_mode):
                         out.append((prefix + name, st.st_mtime_ns, st.st_size, st.st_ctime_ns, st.st_ino))

@@ -291,7 +291,7 @@ class VocReader(Reader):
             return problems
         listed = scan_files(
             source.root / image_dir, IMAGE_EXTENSIONS, root=source.root, problems=problems,
-            follow_outside=options.allow_outside_images,
+            follow_outside=options.allow_outside_images, stamps=False,
         )
         named = set(index.image_paths())
         ann_dir = source.annotation_dir
