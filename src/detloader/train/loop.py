@@ -30,7 +30,13 @@ from typing import Any
 import torch
 
 from detloader._files import write_file
-from detloader.errors import DataMismatchError, DetloaderRuntimeWarning, DetloaderValueError, RunDirError
+from detloader.errors import (
+    DataMismatchError,
+    DetloaderRuntimeWarning,
+    DetloaderValueError,
+    NonFiniteLossError,
+    RunDirError,
+)
 from detloader.train.checkpoint import check_finite_state, load_checkpoint, load_weights, save_checkpoint
 from detloader.train.config import TrainConfig
 from detloader.train.distributed import DistEnv, all_gather_objects, broadcast_object, running_distributed
@@ -116,11 +122,14 @@ def train(
         stack.callback(stop.close)
         try:
             return _train(config, env, task, on_step, on_epoch, on_start, stop)
+        except NonFiniteLossError as err:  # the frames hold the DDP model, which holds the process group:
+            failed: Exception = err.with_traceback(None)  # let them go before the group is destroyed
         except RuntimeError as err:
             died = worker_died(err, config.out_dir)
             if died is None:
                 raise
-        raise died  # outside the except clause: torch's error and the frames it holds are let go
+            failed = died
+        raise failed  # outside the except clause: torch's error and the frames it holds are let go
 
 
 def _batches(loader: Any, stop: StopRequest) -> Any:
