@@ -28,7 +28,7 @@ def add_top_argument(p: argparse.ArgumentParser) -> None:
     """``--top N``: rows of each class table."""
     p.add_argument(
         "--top", type=_top, default=TOP, metavar="N",
-        help=f"rows of each class table: the N largest classes, then one line that sums up the rest "
+        help=f"rows of each class table (bars of --plot): the N largest classes, then one line that sums up the rest "
         f"(default {TOP}; 0: every class, in a pipe too; --json always lists every class)",
     )
 

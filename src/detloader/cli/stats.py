@@ -85,7 +85,7 @@ def _stats(args: argparse.Namespace) -> int:
         if report is None:
             raise DetloaderValueError("--plot needs --balance STRATEGY (the plot is raw vs balanced)")
         try:
-            plot_balance(report, args.plot, log=_log(args.log))
+            plot_balance(report, args.plot, log=_log(args.log), top=args.top)
         except ImportError as err:
             print(f"detloader stats: error: {err}", file=sys.stderr)
             return 2

@@ -220,25 +220,36 @@ def use_log_scale(report: BalanceReport, log: LogScale = "auto") -> bool:
     raise DetloaderValueError(f"log={log!r} is not one of True, False, 'auto'")
 
 
-def plot_balance(report: BalanceReport, path: str | os.PathLike[str], log: LogScale = "auto") -> None:
+def plot_balance(
+    report: BalanceReport, path: str | os.PathLike[str], log: LogScale = "auto", top: int = 20
+) -> None:
     """Raw vs balanced (expected) bars per group, and the real draw as markers; a PNG at
     ``path``. ``log``: a log y axis, ``True``, ``False`` or ``"auto"`` (see
-    :func:`use_log_scale`). Needs matplotlib (the ``plot`` extra); no pyplot state is touched."""
+    :func:`use_log_scale`). With more than ``top + 1`` groups (``top=0``: no limit), the ``top``
+    largest by raw count and one "N more" group summing the rest (1,200 bars side by side made
+    a picture 72,200 pixels wide, never seen whole). Needs matplotlib (the ``plot`` extra); no pyplot
+    state is touched."""
     logarithmic = use_log_scale(report, log)
-    names = list(report.names)
+    names, raw, expected, drawn = list(report.names), report.raw, report.expected, report.drawn
+    if 0 < top < len(names) - 1:
+        order = np.argsort(-raw, kind="stable")
+        head, rest = order[:top], order[top:]
+        names = [names[i] for i in head] + [f"{len(rest):,} more"]
+        raw, expected = (np.append(a[head], a[rest].sum()) for a in (report.raw, report.expected))
+        drawn = None if drawn is None else np.append(drawn[head], drawn[rest].sum())
     x = np.arange(len(names))
     fig = new_figure(figsize=(max(6.0, 0.6 * len(names) + 2), 4.0), dpi=100)
     ax = fig.add_subplot(1, 1, 1)
-    ax.bar(x - 0.2, report.raw, width=0.4, label="raw (each image once)")
-    ax.bar(x + 0.2, report.expected, width=0.4, label=f"balanced: {report.strategy} (expected)")
-    if report.drawn is not None:
-        ax.plot(x + 0.2, report.drawn, "k_", markersize=14, label=f"one draw (seed {report.seed})")
+    ax.bar(x - 0.2, raw, width=0.4, label="raw (each image once)")
+    ax.bar(x + 0.2, expected, width=0.4, label=f"balanced: {report.strategy} (expected)")
+    if drawn is not None:
+        ax.plot(x + 0.2, drawn, "k_", markersize=14, label=f"one draw (seed {report.seed})")
     ax.set_xticks(x)
     ax.set_xticklabels(names, rotation=30 if len(names) > 6 else 0, ha="right" if len(names) > 6 else "center")
     ax.set_ylabel(f"{report.unit} per epoch" + (" (log scale)" if logarithmic else ""))
     if logarithmic:
         ax.set_yscale("log", nonpositive="clip")
-        heights = np.concatenate([report.raw, report.expected])
+        heights = np.concatenate([raw, expected])
         heights = heights[heights > 0]
         if len(heights):
             ax.set_ylim(bottom=heights.min() / 2)
