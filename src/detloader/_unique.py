@@ -73,10 +73,18 @@ def distinct_pairs_by_group(
     if len(a) == 0:
         return np.zeros(0, dtype=np.int64), a.astype(np.int64), np.zeros(0, dtype=np.int64)
     sizes = np.bincount(groups, minlength=num_groups)
-    first = np.empty(len(a), dtype=bool)
-    first[0] = True
-    np.not_equal(a[1:], a[:-1], out=first[1:])
-    first[(np.cumsum(sizes) - sizes)[sizes > 0]] = True  # where a group starts
-    starts = np.flatnonzero(first)
+    starts = np.flatnonzero(pair_starts(a, sizes))
     g = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)  # groups[order], without a gather
     return g[starts], a[starts].astype(np.int64), np.diff(np.r_[starts, len(a)]).astype(np.int64)
+
+
+def pair_starts(major: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """bool mask over ``major`` in stable group order (``sizes[g]`` values of group ``g``, group
+    after group, ``major`` non-decreasing within each): True where a new distinct ``(group,
+    major)`` pair starts, i.e. where ``major`` changes or a group begins."""
+    first = np.empty(len(major), dtype=bool)
+    if len(first):
+        first[0] = True
+        np.not_equal(major[1:], major[:-1], out=first[1:])
+        first[(np.cumsum(sizes) - sizes)[sizes > 0]] = True
+    return first

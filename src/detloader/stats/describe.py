@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from detloader._system import usable_cpus
-from detloader._unique import group_order
+from detloader._unique import group_order, pair_starts
 from detloader.annotations.index import MISSING, AnnotationIndex
 
 #: Quantiles reported for box sizes.
@@ -54,11 +54,7 @@ def class_figures(labels: np.ndarray, object_image: np.ndarray, values: np.ndarr
         return sizes, np.zeros(num_classes, dtype=np.int64), medians
     order = group_order(labels, num_classes)
     starts = np.cumsum(sizes) - sizes
-    image = np.asarray(object_image)[order]
-    first = np.empty(len(order), dtype=bool)  # the first object of its (class, image) pair
-    first[0] = True
-    np.not_equal(image[1:], image[:-1], out=first[1:])
-    first[starts[sizes > 0]] = True  # where a class starts
+    first = pair_starts(np.asarray(object_image)[order], sizes)  # the first object of its (class, image) pair
     by_class = np.repeat(np.arange(num_classes, dtype=np.int64), sizes)  # labels[order], without a gather
     images = np.bincount(by_class[first], minlength=num_classes)[:num_classes].astype(np.int64)
     grouped = values[order]
