@@ -51,6 +51,12 @@ class Groups:
         uniq, mult = unique_counts(key)
         return uniq // g, uniq % g, mult.astype(np.int64)
 
+    def pairs_by_group(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The same pairs sorted by group then image: int64 ``groups``, ``images`` and
+        ``multiplicity`` (one stable sort by group: the images are already in order)."""
+        valid = self.ids != MISSING
+        return distinct_pairs_by_group(self.image_of[valid], self.ids[valid], len(self.names))
+
 
 def normalize_by(by: ByKey) -> tuple[str, ...]:
     """``"class,image_class"`` / ``("class", "image_class")`` -> ``("class", "image_class")``."""
@@ -116,8 +122,7 @@ def group_counts(groups: Groups, count: Count = "objects") -> np.ndarray:
     if count == "objects" or groups.level == "image":
         valid = groups.ids[groups.ids != MISSING]
         return np.bincount(valid, minlength=g).astype(np.int64)
-    valid = groups.ids != MISSING
-    group, _, _ = distinct_pairs_by_group(groups.image_of[valid], groups.ids[valid], g)
+    group, _, _ = groups.pairs_by_group()
     return np.bincount(group, minlength=g).astype(np.int64)
 
 
@@ -125,9 +130,8 @@ def class_members(index: AnnotationIndex, by: ByKey = "class") -> tuple[tuple[st
     """Group names and, per group, the sorted int64 ids of the images that contain it
     (empty for groups that never occur). For class-aware and P x K batch samplers."""
     groups = balance_groups(index, by)
-    valid = groups.ids != MISSING
     num = len(groups.names)
-    group, images, _ = distinct_pairs_by_group(groups.image_of[valid], groups.ids[valid], num)
+    group, images, _ = groups.pairs_by_group()
     bounds = np.searchsorted(group, np.arange(num + 1))  # sorted by group, then image
     return groups.names, [images[bounds[g] : bounds[g + 1]] for g in range(num)]
 
