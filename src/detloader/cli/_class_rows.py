@@ -45,11 +45,17 @@ def _top(value: str) -> int:
 
 @dataclass(frozen=True)
 class CappedRows:
-    """The rows a table shows (largest count first) and the line that sums up the rest
-    (empty when every row is shown)."""
+    """The rows a table shows (largest count first), the line that sums up the rest (empty
+    when every row is shown) and how many rows there were."""
 
     rows: list[tuple[Any, ...]]
     rest: str
+    total: int
+
+    def title(self, title: str, sep: str = ": ", noun: str = "") -> str:
+        """``title``, then ``sep`` and "largest N of M" (``noun`` after M) when the table leaves
+        rows out."""
+        return f"{title}{sep}largest {len(self.rows):,} of {self.total:,}{noun}" if self.rest else title
 
 
 def cap_rows(rows: Sequence[tuple[Any, ...]], counts: Sequence[float], top: int = TOP, *,
@@ -63,7 +69,7 @@ def cap_rows(rows: Sequence[tuple[Any, ...]], counts: Sequence[float], top: int 
     order = sorted(range(len(rows)), key=lambda i: -counts[i])
     ranked = [rows[i] for i in order]
     if top <= 0 or len(ranked) <= top + 1:
-        return CappedRows(ranked, "")
+        return CappedRows(ranked, "", len(ranked))
     rest = order[top:]
     none = sum(1 for i in rest if counts[i] == 0)
     few = sum(1 for i in rest if 0 < counts[i] < FEW)
@@ -72,7 +78,7 @@ def cap_rows(rows: Sequence[tuple[Any, ...]], counts: Sequence[float], top: int 
     line = f"{len(rest):,} more {noun}: " + ", ".join(parts)
     if rarest:
         line += "; rarest: " + ", ".join(f"{rows[i][0]} ({_count(counts[i])})" for i in rarest)
-    return CappedRows(ranked[:top], line + " (--top 0 lists all)")
+    return CappedRows(ranked[:top], line + " (--top 0 lists all)", len(ranked))
 
 
 def _count(value: float) -> str:
@@ -99,6 +105,5 @@ def print_counts(out: Any, title: str, columns: tuple[str, str], counts: dict[st
 
     rows = list(counts.items())
     capped = cap_rows(rows, [c for _, c in rows], top, unit=unit, noun=noun)
-    title = f"{title}: largest {len(capped.rows):,} of {len(rows):,}" if capped.rest else title
-    print_table(out, count_table(title, columns, capped.rows))
+    print_table(out, count_table(capped.title(title), columns, capped.rows))
     print_rest(out, capped)

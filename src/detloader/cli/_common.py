@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from detloader.annotations.checks import BOXES_FROM_POINTS
 from detloader.annotations.problems import ON_ERROR_CHOICES, ProblemReport, check_choice
+from detloader.cli._class_rows import TOP
 from detloader.errors import AnnotationWarning, DetloaderValueError
 
 if TYPE_CHECKING:
@@ -273,7 +274,7 @@ def count_table(title: str, header: Sequence[str], rows: Iterable[Sequence[Any]]
     return table
 
 
-def print_attribute_counts(out: Any, summary: dict[str, Any], top: int = 20) -> None:
+def print_attribute_counts(out: Any, summary: dict[str, Any], top: int = TOP) -> None:
     """One line per object and image attribute: value counts (``summary`` as
     :meth:`AnnotationIndex.summary` or :func:`detloader.stats.dataset_stats` give it); an
     attribute with more than ``top + 1`` values (0: no limit) shows its ``top`` commonest and

@@ -117,8 +117,7 @@ def print_summary(
         for name, count in summary["classes"].items()
     ]
     capped = cap_rows(rows, list(summary["classes"].values()), top)
-    title = f"object classes: largest {len(capped.rows):,} of {len(rows):,}" if capped.rest else "object classes"
-    print_table(out, count_table(title, ("class", "objects", "images", "share"), capped.rows))
+    print_table(out, count_table(capped.title("object classes"), ("class", "objects", "images", "share"), capped.rows))
     print_rest(out, capped)
     if len(rows) > 1:
         empty = [name for name, count in summary["classes"].items() if count == 0]

@@ -149,7 +149,7 @@ def print_stats(index: Any, stats: dict[str, Any], top: int = class_rows.TOP) ->
     counts = [c["objects"] for c in stats["classes"].values()]
     capped = class_rows.cap_rows(rows, counts, top)
     columns = ("class", "objects", "share", "images", "median box (px)")
-    common.print_table(out, common.count_table(_title("object classes", capped, rows), columns, capped.rows))
+    common.print_table(out, common.count_table(capped.title("object classes"), columns, capped.rows))
     class_rows.print_rest(out, capped)
     ratio = stats["imbalance_ratio"]
     empty = stats["empty_classes"]
@@ -178,11 +178,6 @@ def print_stats(index: Any, stats: dict[str, Any], top: int = class_rows.TOP) ->
         common.print_table(out, common.count_table("box sizes (pixels)", header, rows))
 
 
-def _title(title: str, capped: Any, rows: list[Any]) -> str:
-    """``title``, with "largest N of M by count" when the table leaves rows out."""
-    return f"{title}: largest {len(capped.rows):,} of {len(rows):,}" if capped.rest else title
-
-
 def print_balance(report: Any, top: int = class_rows.TOP) -> None:
     """What ``detloader stats --balance`` prints of a :class:`detloader.stats.BalanceReport`:
     the ``top`` groups largest raw (0: all), a line on the rest, the imbalance ratios."""
@@ -203,10 +198,8 @@ def print_balance(report: Any, top: int = class_rows.TOP) -> None:
         f"balance {report.strategy} by {','.join(report.by)}: {report.unit} per epoch "
         "(expected from the weights; one real draw beside)"
     )
-    if capped.rest:
-        title += f"; largest {len(capped.rows):,} of {len(rows):,} groups"
     header = ("group", "raw / epoch", "raw %", "balanced / epoch", "balanced %", f"drawn (seed {report.seed})", "x")
-    common.print_table(out, common.count_table(title, header, capped.rows))
+    common.print_table(out, common.count_table(capped.title(title, "; ", " groups"), header, capped.rows))
     class_rows.print_rest(out, capped)
     if capped.rest:
         shown = {row[0] for row in capped.rows}
