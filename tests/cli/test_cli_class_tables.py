@@ -11,7 +11,8 @@ from balance_helpers import long_tail_index
 
 from detloader.cli import _common as common
 from detloader.cli import data, main
-from detloader.cli._class_rows import cap_rows, print_counts
+from detloader.cli._class_rows import cap_rows
+from detloader.cli._common import print_counts
 
 
 @pytest.fixture(scope="module")

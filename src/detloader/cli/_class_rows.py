@@ -96,14 +96,3 @@ def print_rest(out: Any, capped: CappedRows) -> None:
     if capped.rest:
         out.print(capped.rest, markup=False)
 
-
-def print_counts(out: Any, title: str, columns: tuple[str, str], counts: dict[str, int], top: int = TOP, *,
-                 unit: str = "images", noun: str = "image classes") -> None:
-    """A two-column table of ``counts`` (name -> count), capped as :func:`cap_rows` does, with
-    its line on the rest."""
-    from detloader.cli._common import count_table, print_table
-
-    rows = list(counts.items())
-    capped = cap_rows(rows, [c for _, c in rows], top, unit=unit, noun=noun)
-    print_table(out, count_table(capped.title(title), columns, capped.rows))
-    print_rest(out, capped)

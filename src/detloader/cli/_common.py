@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from detloader.annotations.checks import BOXES_FROM_POINTS
 from detloader.annotations.problems import ON_ERROR_CHOICES, ProblemReport, check_choice
-from detloader.cli._class_rows import TOP
+from detloader.cli._class_rows import TOP, cap_rows, print_rest
 from detloader.errors import AnnotationWarning, DetloaderValueError
 
 if TYPE_CHECKING:
@@ -289,6 +289,16 @@ def print_attribute_counts(out: Any, summary: dict[str, Any], top: int = TOP) ->
                 shown, more = items, ""
             line = ", ".join(f"{v} {c}" for v, c in shown)
             out.print(f"{level.split('_')[0]} attribute {name}: {line}{more}", markup=False)
+
+
+def print_counts(out: Any, title: str, columns: tuple[str, str], counts: dict[str, int], top: int = TOP, *,
+                 unit: str = "images", noun: str = "image classes") -> None:
+    """A two-column table of ``counts`` (name -> count), capped as
+    :func:`~detloader.cli._class_rows.cap_rows` does, with its line on the rest."""
+    rows = list(counts.items())
+    capped = cap_rows(rows, [c for _, c in rows], top, unit=unit, noun=noun)
+    print_table(out, count_table(capped.title(title), columns, capped.rows))
+    print_rest(out, capped)
 
 
 # --- stdout: rich tables on a terminal, one line per row in a pipe -------------------------

@@ -18,13 +18,14 @@ import warnings
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from detloader.cli._class_rows import TOP, add_top_argument, cap_rows, named, print_counts, print_rest
+from detloader.cli._class_rows import TOP, add_top_argument, cap_rows, named, print_rest
 from detloader.cli._common import (
     add_cache_arguments,
     add_read_arguments,
     console,
     count_table,
     print_attribute_counts,
+    print_counts,
     print_json,
     print_table,
     problems_line,

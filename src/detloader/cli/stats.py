@@ -160,7 +160,7 @@ def print_stats(index: Any, stats: dict[str, Any], top: int = class_rows.TOP) ->
         markup=False,
     )
     if stats["image_classes"]:
-        class_rows.print_counts(out, "image classes", ("image class", "images"), stats["image_classes"], top)
+        common.print_counts(out, "image classes", ("image class", "images"), stats["image_classes"], top)
         out.print(
             f"image-class imbalance ratio {_ratio(stats['image_class_imbalance_ratio'])}; "
             f"{stats['images_without_image_class']} images without an image class"
