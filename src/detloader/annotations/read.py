@@ -260,12 +260,13 @@ def read_annotations(
             if index is None:
                 # only the annotation files changed: parse those alone (docs/index.md, "The cache")
                 base = _refresh.base_key(name, options_json, source, verify, digests)
-                index = _refresh.refresh_index(reader, source, options, cache_file, base, digests) if current else None
+                stamps = _refresh.file_stamps(reader, source, digests)
+                index = _refresh.refresh_index(reader, source, options, cache_file, base, stamps) if current else None
                 index = build() if index is None else index
                 full_key = _cache.folders_key(key, source.root, {os.path.dirname(p) for p in index.image_paths()})
                 try:
                     _cache.save_index(index, cache_file, full_key)
-                    _refresh.save_stamps(reader, cache_file, full_key, base, source, digests)
+                    _refresh.save_stamps(cache_file, full_key, base, stamps)
                     index = _cache.load_index_file(cache_file, root=source.root)
                 except OSError as err:
                     warnings.warn(

@@ -70,21 +70,21 @@ def base_key(
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
-def _file_stamps(source: Source, digests: dict[str, bytes] | None) -> dict[str, FileStamp] | None:
-    """Each annotation file's stamp; None when one has none (the reader does not stamp its files)."""
+def file_stamps(reader: Reader, source: Source, digests: dict[str, bytes] | None) -> dict[str, FileStamp] | None:
+    """Each annotation file's stamp (what :func:`refresh_index` compares and :func:`save_stamps`
+    writes); None for a reader that is not refreshed or when a file has none."""
+    if not reader.per_file:
+        return None
     files = set(source.files)
     out = {s[0]: (s[1], s[2], s[3], s[4], (digests or {}).get(s[0], b"").hex()) for s in source.stamp if s[0] in files}
     return out if len(out) == len(files) else None
 
 
-def save_stamps(
-    reader: Reader, cache_file: Path, key: str, base: str, source: Source, digests: dict[str, bytes] | None
-) -> None:
+def save_stamps(cache_file: Path, key: str, base: str, stamps: dict[str, FileStamp] | None) -> None:
     """Write the stamps of ``cache_file`` (whose key is ``key``) for a later refresh; nothing for a
     reader that is not refreshed, and a stale file is removed when there is nothing to write.
     ``OSError`` when it cannot be written."""
     path = stamps_file(cache_file)
-    stamps = _file_stamps(source, digests) if reader.per_file else None
     if stamps is None:
         with contextlib.suppress(OSError):
             path.unlink()
@@ -184,16 +184,15 @@ def refresh_index(
     options: ReadOptions,
     cache_file: Path,
     base: str,
-    digests: dict[str, bytes] | None = None,
+    stamps: dict[str, FileStamp] | None,
 ) -> AnnotationIndex | None:
     """The index of ``source`` from the cached one, parsing only the annotation files added or
     changed since (and those whose images were dropped as duplicates); None when it cannot be
-    refreshed (then build in full). ``base``: :func:`base_key` now; ``digests``: the files'
-    content digests under ``verify="content"``."""
-    if not reader.per_file or not source.files:
+    refreshed (then build in full). ``base``: :func:`base_key` now; ``stamps``: :func:`file_stamps`
+    now."""
+    if stamps is None or not source.files:
         return None
     stored = _load_stamps(stamps_file(cache_file))
-    stamps = _file_stamps(source, digests)
     if stored is None or stamps is None or stored[1] != base:
         return None
     stored_key, _, before = stored
