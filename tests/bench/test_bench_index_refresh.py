@@ -3,17 +3,11 @@ file that changed (none for a removal), the warm read none."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_index_refresh.py"
+from helpers import load_benchmark
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("bench_index_refresh", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_index_refresh")
 
 
 def test_bench_prints_each_step_as_a_ratio_and_refreshes_one_file(capsys):

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_scale_stats.py"
+from helpers import load_benchmark
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("bench_scale_stats", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_scale_stats")
 
 
 def test_lvis_like_is_a_long_tail():
