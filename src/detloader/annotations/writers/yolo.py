@@ -144,7 +144,7 @@ def _notes(index: AnnotationIndex, named: dict[str, str], config: dict[str, Any]
     dropped = [split for split in index.splits if split not in named.values() and len(index.splits[split])]
     for split in dropped:
         notes.append(f"{split} is written as {split}.txt but {path.name} names one train, val and test split "
-                     f"only: it is not read back as a split")
+                     "only: it is not read back as a split")
     return notes
 
 
