@@ -178,7 +178,8 @@ class FlipPairWarning(DetloaderWarning):
 
 
 class YoloExportWarning(DetloaderWarning):
-    """data.yaml's ``val`` names the training images (the index has no val split)."""
+    """data.yaml lacks a key Ultralytics needs (``train``, ``val``: the index has no such split),
+    or leaves out a split it cannot name (``trainval``)."""
 
 
 # -- files and images -----------------------------------------------------------------------

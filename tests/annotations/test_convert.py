@@ -54,9 +54,84 @@ def assert_same(a, b, fields=EVERYTHING, *, vocab: bool | None = True) -> None:
         assert a.classes == b.classes and a.landmark_schema == b.landmark_schema
 
 
+def _split_names(index) -> dict[str, list[str]]:
+    """Each split's image names (as :func:`_keys`), sorted."""
+    keys = _keys(index)
+    return {name: sorted(keys[int(i)] for i in ids) for name, ids in index.splits.items()}
+
+
+def _with_splits(index, splits: dict[str, object]):
+    """``index`` with ``splits`` (name -> image ids) instead of its own."""
+    out = index.subset(np.arange(len(index)))
+    out.splits = {name: np.asarray(ids, dtype=np.int64) for name, ids in splits.items()}
+    return out
+
+
 @pytest.fixture
 def synth(small_synth_root):
     return read_annotations(small_synth_root)
+
+
+@pytest.mark.parametrize("target", ["voc", "coco", "yolo"])
+@pytest.mark.parametrize("splits", ["train/val/test", "none"])
+def test_convert_keeps_splits(small_synth_root, tmp_path, target, splits, capsys):
+    """convert, then read the export: the same images per split, the same objects."""
+    parts = {"train": range(0, 14), "val": range(14, 20), "test": range(20, 24)} if splits != "none" else {}
+    source = _with_splits(read_annotations(small_synth_root), parts)
+    src = tmp_path / "src"
+    write_voc(source, src)  # the source as a user has it: its splits in ImageSets/Main
+    assert _split_names(read_annotations(src)) == _split_names(source)
+    assert main(["convert", str(src), "--to", target, str(tmp_path / target)]) == 0
+    printed = capsys.readouterr().out
+    back = read_annotations(tmp_path / target, cache=False)
+    assert not back.problems, back.problems.summary()
+    if target == "yolo" and not parts:  # data.yaml needs a key: every image is train, and no val is said
+        assert _split_names(back) == {"train": sorted(_keys(source))}
+        assert "note: " in printed and "no val split" in printed and "val" not in _yaml(tmp_path / "yolo/data.yaml")
+    else:
+        assert _split_names(back) == _split_names(source)
+        assert "note: " not in printed
+    if target == "yolo":
+        assert_same(source, back, GEOMETRY, vocab=False)
+    else:
+        assert_same(source, back)
+    if target == "coco":  # one file per split, as COCO's own; nothing else needed
+        names = sorted(p.name for p in (tmp_path / "coco").glob("*.json"))
+        assert names == (["instances_test.json", "instances_train.json", "instances_val.json"] if parts
+                         else ["annotations.json"])
+
+
+def test_coco_keeps_splits_its_files_cannot(synth, tmp_path):
+    """trainval, images in no split, a single split, CVAT's spelling: splits.json beside the JSON."""
+    n = len(synth)
+    cases = {
+        "trainval": {"train": range(0, 14), "val": range(14, 20), "test": range(20, n), "trainval": range(0, 20)},
+        "rest": {"train": range(0, 14), "val": range(14, 20)},  # images 20.. in no split
+        "one": {"train": range(n)},
+        "cvat": {"Train": range(0, 20), "Validation": range(20, n)},
+    }
+    for case, parts in cases.items():
+        index = _with_splits(synth, parts)
+        path = write_coco(index, tmp_path / case)
+        written = sorted(p.name for p in (tmp_path / case).glob("*.json"))
+        back = read_annotations(path, cache=False)
+        assert _split_names(back) == _split_names(index), case
+        assert back.meta["split_sources"]["train" if case != "cvat" else "Train"].startswith("splits.json (made by")
+        assert_same(index, back)
+        if case in ("trainval", "cvat"):  # the train/val/test files too, for other tools
+            files = ["instances_Train.json", "instances_Validation.json"] if case == "cvat" else [
+                "instances_test.json", "instances_train.json", "instances_val.json"]
+            assert path == tmp_path / case and written == sorted(files + ["splits.json"])
+        else:  # no file per split holds them: one file, and the splits beside it
+            assert path.name == "annotations.json" and written == ["annotations.json", "splits.json"]
+    # the reader's root for a folder named annotations is the one above, outside out: refused
+    with pytest.raises(ValueError, match="need splits.json at the dataset root"):
+        write_coco(_with_splits(synth, cases["rest"]), tmp_path / "ds" / "annotations")
+    assert not (tmp_path / "ds").exists()
+    # images left where they are: splits.json names them as the export's reader finds them
+    index = _with_splits(synth, cases["rest"])
+    back = read_annotations(write_coco(index, tmp_path / "none", images="none"), allow_outside_images=True)
+    assert _split_names(back) == _split_names(index)
 
 
 def test_voc_round_trip_keeps_everything(synth, tmp_path):
@@ -69,14 +144,18 @@ def test_voc_round_trip_keeps_everything(synth, tmp_path):
     assert os.path.samefile(back.image_path(0), synth.image_path(0))  # hard links
 
 
-def test_coco_round_trip_keeps_everything_but_verified_and_splits(synth, tmp_path):
+def test_coco_round_trip_keeps_everything_but_verified(synth, tmp_path):
     path = write_coco(synth, tmp_path / "coco")
-    data = json.loads(path.read_text())
+    assert path == tmp_path / "coco"  # one file per split: read the folder
+    assert sorted(p.name for p in path.glob("*.json")) == ["instances_train.json", "instances_val.json"]
+    data = json.loads((path / "instances_train.json").read_text())
+    assert len(data["images"]) == len(synth.splits["train"]) and len(data["categories"]) == len(synth.classes)
     face = next(c for c in data["categories"] if c["name"] == "face")
     assert face["keypoints"] == list(synth.landmark_schema.names) and face["skeleton"] == []
     assert data["annotations"][0]["bbox"][2] > 0 and "num_keypoints" in data["annotations"][0]
     back = read_annotations(path)
     assert_same(synth, back)
+    assert _split_names(back) == _split_names(synth)
     assert not back.problems
 
 
@@ -183,14 +262,16 @@ def test_image_modes(synth, tmp_path):
     assert not os.path.samefile(copy.image_path(0), synth.image_path(0))
     assert copy.image_path(0).read_bytes() == synth.image_path(0).read_bytes()
     link = read_annotations(write_coco(synth, tmp_path / "symlink", images="symlink"))
-    assert link.image_path(0).is_symlink() and os.path.samefile(link.image_path(0), synth.image_path(0))
+    # COCO lists images in file order (one file per split): match them by name
+    first = _keys(synth).index(_keys(link)[0])
+    assert link.image_path(0).is_symlink() and os.path.samefile(link.image_path(0), synth.image_path(first))
     for writer in (write_voc, write_coco):
         out = writer(synth, tmp_path / f"none-{writer.__name__}", images="none")
         with pytest.raises(AnnotationError, match="outside_dataset"):
             read_annotations(out, cache=False)  # names pointing back to the source: refused by default
         ref = read_annotations(out, allow_outside_images=True)
         assert_same(synth, ref)
-        assert os.path.samefile(ref.image_path(3), synth.image_path(3))
+        assert os.path.samefile(ref.image_path(3), synth.image_path(_keys(synth).index(_keys(ref)[3])))
         assert not (tmp_path / f"none-{writer.__name__}" / "images").exists()
     with pytest.raises(ValueError, match="images='none' is not possible for YOLO"):
         write_yolo(synth, tmp_path / "y", images="none")
@@ -324,18 +405,43 @@ def _listed(root: Path, name: str) -> list[str]:
     return (root / name).read_text().splitlines()
 
 
-def test_yolo_of_an_unsplit_index_names_train_as_val_and_says_so(synth, tmp_path):
+def test_yolo_of_an_unsplit_index_names_no_val_and_says_so(synth, tmp_path):
     from detloader.annotations.writers.yolo import YoloExportWarning
 
-    with pytest.warns(YoloExportWarning, match="no val split, so val names the training images"):
+    with pytest.warns(YoloExportWarning, match="no val split, so data.yaml has no val key; Ultralytics needs"):
         path = write_yolo(_unsplit(synth), tmp_path / "y")
     config = _yaml(path)
-    assert config["train"] == config["val"] == "images"  # Ultralytics requires the val key
+    assert config["train"] == "images" and "val" not in config  # never val: the training images
+    assert path.read_text().startswith("# no val split")  # said in the file too
     assert not list((tmp_path / "y").glob("*.txt"))
     # an empty val split (here: after split="train") is no val either
-    with pytest.warns(YoloExportWarning):
+    with pytest.warns(YoloExportWarning, match="no val split"):
         path = write_annotations(synth, tmp_path / "t", "yolo", split="train")
-    assert _yaml(path)["val"] == _yaml(path)["train"] == "train.txt"
+    assert _yaml(path)["train"] == "train.txt" and "val" not in _yaml(path)
+    assert _split_names(read_annotations(path)) == {"train": _split_names(synth)["train"]}
+
+
+def test_yolo_refuses_images_in_no_split_and_names_splits_it_drops(synth, tmp_path):
+    from detloader.annotations.writers.yolo import YoloExportWarning
+
+    rest = _with_splits(synth, {"train": range(0, 14), "val": range(14, 20)})
+    with pytest.raises(ValueError, match=r"write_yolo: 4 of 24 images are in none of the splits data.yaml can name "
+                       r"\(train, val\), first '.*'; YOLO reads only the images data.yaml names"):
+        write_yolo(rest, tmp_path / "rest")
+    assert not (tmp_path / "rest").exists()  # refused before anything is written
+    # no train split: data.yaml names none (it named every image before, val's too), and says so
+    with pytest.warns(YoloExportWarning, match="no train split, so data.yaml has no train key"):
+        path = write_yolo(_with_splits(synth, {"val": range(24)}), tmp_path / "val")
+    assert _yaml(path)["val"] == "val.txt" and "train" not in _yaml(path)
+    # trainval: its images are in train and val; the split itself is said to be left out of data.yaml
+    parts = {"train": range(0, 20), "val": range(20, 24), "trainval": range(24)}
+    index = _with_splits(synth, parts)
+    with pytest.warns(YoloExportWarning, match="trainval is written as trainval.txt but data.yaml names"):
+        path = write_yolo(index, tmp_path / "tv")
+    expected = _split_names(index)
+    del expected["trainval"]
+    assert _split_names(read_annotations(path)) == expected
+    assert len(_listed(tmp_path / "tv", "trainval.txt")) == 24
 
 
 def test_yolo_val_fraction_holds_out_a_seeded_part_of_train(synth, tmp_path):

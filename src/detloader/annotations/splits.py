@@ -277,7 +277,18 @@ def _write_splits(
                 fh.write("".join(f"{stems[i]}\n" for i in ids))
         return {name: os.path.relpath(main / f"{name}.txt", root) for name in parts}
     paths = {name: [Path(index.relative_image_path(int(i))).as_posix() for i in ids] for name, ids in parts.items()}
-    with atomic_write(root / SPLITS_JSON, "w") as fh:
-        json.dump({"splits": paths, "made": made}, fh, indent=1)
-        fh.write("\n")
+    write_splits_json(root, paths, made)
     return dict.fromkeys(parts, _made_text(made))
+
+
+def write_splits_json(root: Path, paths: Mapping[str, list[str]], made: Mapping[str, Any]) -> Path:
+    """Write ``root/splits.json``: ``{"splits": {name: [image path relative to root, "/"
+    separated]}, "made": made}``, which every later read of ``root`` takes as its splits
+    (:func:`settle_splits`); ``made`` says who wrote it (shown as the splits' source)."""
+    from detloader._files import atomic_write
+
+    path = root / SPLITS_JSON
+    with atomic_write(path, "w") as fh:
+        json.dump({"splits": dict(paths), "made": dict(made)}, fh, indent=1)
+        fh.write("\n")
+    return path

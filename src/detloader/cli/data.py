@@ -297,7 +297,7 @@ def add_convert(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--val-fraction", type=float, metavar="F",
         help="YOLO: hold out this fraction of the training images as val (seeded by --seed); "
-        "without it and without a val split, data.yaml's val names the training images",
+        "without it and without a val split, data.yaml has no val (a note says so; Ultralytics needs one)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of --val-fraction (default 0)")
     p.add_argument("--overwrite", action="store_true", help="write into a non-empty OUT")

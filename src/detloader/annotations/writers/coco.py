@@ -1,4 +1,4 @@
-"""COCO JSON writer: ``<file_name>`` and ``images/``."""
+"""COCO JSON writer: ``<file_name>`` or ``instances_<split>.json``, ``images/``, ``splits.json``."""
 
 from __future__ import annotations
 
@@ -12,18 +12,36 @@ import numpy as np
 from detloader._files import atomic_write
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import skeleton_for
+from detloader.annotations.splits import split_role, write_splits_json
 from detloader.annotations.writers.common import ImagePlacer, attribute_rows, image_attributes, prepare_out
+from detloader.errors import DetloaderValueError
 
 
 def write_coco(
     index: AnnotationIndex, out: str | os.PathLike[str], *, images: str = "link", overwrite: bool = False,
     image_class_attribute: str = "class", file_name: str = "annotations.json",
 ) -> Path:
-    """Write ``out/<file_name>`` and ``out/images/<image>`` (unless ``images="none"``); return
-    the JSON's path. Categories get ids 1..C in class order; what is kept: docs/formats.md
-    ("Writing").
+    """Write the COCO JSON and ``out/images/<image>`` (unless ``images="none"``); return the
+    JSON's path, or ``out`` when there is one JSON per split.
+
+    Without splits: ``out/<file_name>``. With splits that are files of their own
+    (:func:`split_files`): ``out/instances_<split>.json`` each, which the COCO reader pairs
+    as splits (as ``instances_train2017.json`` + ``instances_val2017.json``); otherwise
+    ``out/<file_name>`` with every image. Splits the files do not give back as they are
+    (``trainval``, images in no split, ``Train`` read back as ``train``) are written to
+    ``splits.json`` beside them, which every read of the export takes as its splits. Categories
+    get ids 1..C in class order; what is kept: docs/formats.md ("Writing").
     """
     placer = ImagePlacer(index, images)
+    files = split_files(index)
+    exact = files is not None and set(files) == set(index.splits) and all(split_role(n) == n for n in files)
+    data_root = _dataset_root(Path(out))
+    if index.splits and not exact and data_root != Path(out):
+        raise DetloaderValueError(
+            f"out={str(out)!r}: the splits {', '.join(index.splits)} need splits.json at the dataset root, which "
+            f"for a COCO file in a folder named {Path(out).name!r} is the folder above; choose another out "
+            "folder, or write one split (split=)"
+        )
     root = prepare_out(out, overwrite)
     img_dir = root / "images"
     image_attrs = attribute_rows(index.image_attributes, index.vocab.image_attributes)
@@ -46,10 +64,12 @@ def write_coco(
             cat["skeleton"] = skeleton_for(schema)
         categories.append(cat)
     image_records: list[dict[str, Any]] = []
-    annotations: list[dict[str, Any]] = []
+    annotations: list[list[dict[str, Any]]] = []  # per image
+    written: list[str] = []  # each image's path relative to the dataset root, "/" separated
     for i in range(len(index)):
         target = placer.place(i, img_dir)
         name = os.path.relpath(target, root if images == "none" else img_dir)
+        written.append(Path(os.path.relpath(target, root)).as_posix())
         record: dict[str, Any] = {
             "id": image_ids[i],
             "file_name": name.replace(os.sep, "/"),
@@ -60,20 +80,51 @@ def write_coco(
         if attrs:
             record["attributes"] = attrs
         image_records.append(record)
-        for j in range(int(index.object_offsets[i]), int(index.object_offsets[i + 1])):
-            ids = (image_ids[i], category_ids[int(index.labels[j])])
-            annotations.append(_coco_annotation(index, j, ids, object_attrs(j), with_points))
-    data = {
-        "info": {"description": "written by detloader", "version": "1.0"},
-        "licenses": [],
-        "images": image_records,
-        "annotations": annotations,
-        "categories": categories,
+        annotations.append([
+            _coco_annotation(index, j, (image_ids[i], category_ids[int(index.labels[j])]), object_attrs(j), with_points)
+            for j in range(int(index.object_offsets[i]), int(index.object_offsets[i + 1]))
+        ])
+    parts = {file_name: np.arange(len(index))} if files is None else {
+        f"instances_{name}.json": ids for name, ids in files.items()
     }
-    path = root / file_name
-    with atomic_write(path, "w") as fh:
-        json.dump(data, fh, ensure_ascii=False)
-    return path
+    for json_name, ids in parts.items():
+        data = {
+            "info": {"description": "written by detloader", "version": "1.0"},
+            "licenses": [],
+            "images": [image_records[i] for i in ids],
+            "annotations": [a for i in ids for a in annotations[i]],
+            "categories": categories,
+        }
+        with atomic_write(root / json_name, "w") as fh:
+            json.dump(data, fh, ensure_ascii=False)
+    if index.splits and not exact:
+        from detloader import __version__
+
+        made = {"by": f"detloader {__version__}", "converted_from": index.meta.get("format", "an index")}
+        paths = {name: [written[int(i)] for i in ids] for name, ids in index.splits.items()}
+        write_splits_json(root, paths, made)
+    return root / file_name if files is None else root
+
+
+def split_files(index: AnnotationIndex) -> dict[str, np.ndarray] | None:
+    """The splits of ``index`` to write as one COCO file each: its train / val / test splits
+    (:func:`~detloader.annotations.splits.split_role`: ``train``, ``Validation``, ``test2``),
+    when there are two or more (the reader pairs several files only), of distinct roles, and
+    every image lies in exactly one of them; else None (one file for every image)."""
+    named = {name: ids for name, ids in index.splits.items() if split_role(name) is not None}
+    roles = [split_role(name) for name in named]
+    if len(named) < 2 or len(set(roles)) < len(roles):
+        return None
+    times = np.zeros(len(index), dtype=np.int64)
+    for ids in named.values():
+        np.add.at(times, np.asarray(ids, dtype=np.int64), 1)
+    return named if bool((times == 1).all()) else None
+
+
+def _dataset_root(out: Path) -> Path:
+    """The dataset root the COCO reader takes for a JSON in ``out``: the folder above one
+    named ``annotations``, else ``out``."""
+    return out.parent if out.name.lower() == "annotations" else out
 
 
 def _coco_annotation(

@@ -31,7 +31,8 @@ def write_annotations(
 ) -> Path:
     """Write ``index`` (or its split ``split``) to the folder ``out`` in ``format`` (one of
     :data:`EXPORT_FORMATS`); return the path to read back (the folder for VOC, the JSON for
-    COCO, data.yaml for YOLO). ``val_fraction`` and ``seed``: YOLO only, see
+    COCO or the folder with one JSON per split, data.yaml for YOLO). The export's splits read
+    back as ``index``'s (for YOLO those data.yaml can name). ``val_fraction`` and ``seed``: YOLO only, see
     :func:`~detloader.annotations.writers.yolo.write_yolo`."""
     check_choice("format", format, EXPORT_FORMATS)
     check_choice("images", images, IMAGE_MODES)

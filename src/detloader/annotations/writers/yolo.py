@@ -12,19 +12,9 @@ import yaml
 
 from detloader._files import write_file
 from detloader.annotations.index import AnnotationIndex
+from detloader.annotations.splits import split_role
 from detloader.annotations.writers.common import ImagePlacer, prepare_out
 from detloader.errors import DetloaderValueError, YoloExportWarning
-
-#: Index split names that map to Ultralytics' data.yaml keys.
-YOLO_SPLIT_KEYS = {
-    "train": "train",
-    "training": "train",
-    "val": "val",
-    "valid": "val",
-    "validation": "val",
-    "test": "test",
-    "testing": "test",
-}
 
 
 def write_yolo(
@@ -39,9 +29,15 @@ def write_yolo(
     """Write ``out/images/<image>``, ``out/labels/<image>.txt``, ``<split>.txt`` lists and
     ``out/data.yaml``; return the YAML's path.
 
-    ``images="none"`` is refused: YOLO finds a label from its image's path. ``val_fraction`` holds
-    out a seeded fraction of the training images as ``val.txt`` (refused with a val split); what is
-    kept and why ``val`` may name the training images: docs/formats.md ("Writing").
+    data.yaml names the first non-empty split of each role (``train``, ``val``, ``test``:
+    :func:`~detloader.annotations.splits.split_role`), or ``train: images`` when the index has
+    no splits; it names no split the index does not have. Ultralytics needs ``train`` and
+    ``val``: a key left out, and a split data.yaml cannot name (``trainval``), is said in a
+    :class:`YoloExportWarning`. An image in none of the named splits would be lost (YOLO reads
+    the images data.yaml names): refused. ``images="none"`` is refused: YOLO finds a label from
+    its image's path. ``val_fraction`` holds out a seeded fraction of the train split (or, with
+    none, of the images in no split) as ``val.txt`` (refused with a val split).
+    docs/formats.md ("Writing").
     """
     if images == "none":
         raise DetloaderValueError("images='none' is not possible for YOLO (labels are found from image paths); "
@@ -49,6 +45,29 @@ def write_yolo(
     if val_fraction is not None and not (isinstance(val_fraction, (int, float)) and 0 < val_fraction < 1):
         raise DetloaderValueError(f"val_fraction={val_fraction!r} must be a number between 0 and 1 (exclusive)")
     placer = ImagePlacer(index, images)
+    named: dict[str, str] = {}  # data.yaml key -> split
+    for split, members in index.splits.items():
+        key = split_role(split)
+        if key is not None and key not in named and len(members):
+            named[key] = split
+    cut: dict[str, np.ndarray] = {}
+    if val_fraction is not None:
+        if "val" in named:
+            raise DetloaderValueError(
+                f"val_fraction={val_fraction}: the index has a val split already ({named['val']}); "
+                "pass val_fraction only for a dataset without one"
+            )
+        pool = index.splits[named["train"]] if "train" in named else _unlisted(index, named)
+        cut = _hold_out(np.asarray(pool, dtype=np.int64), float(val_fraction), seed)
+    whole = not index.splits and val_fraction is None  # train: images
+    left = _unlisted(index, named, cut) if not whole else np.zeros(0, dtype=np.int64)
+    if len(left):
+        raise DetloaderValueError(
+            f"write_yolo: {len(left)} of {len(index)} images are in none of the splits data.yaml can name "
+            f"({', '.join(named.values()) or 'none'}), first {index.relative_image_path(int(left[0]))!r}; YOLO "
+            "reads only the images data.yaml names, so they would be lost. Write one split (split=, convert "
+            "--split NAME), or give every image a train/val/test split first (detloader split SRC --force)"
+        )
     root = prepare_out(out, overwrite)
     img_dir, lbl_dir = root / "images", root / "labels"
     lbl_dir.mkdir(exist_ok=True)
@@ -76,34 +95,17 @@ def write_yolo(
             rows.append(" ".join(fields) + "\n")
         write_file(label_file, "".join(rows))
     config: dict[str, Any] = {}
-    train: np.ndarray | None = None
     for split, members in index.splits.items():
         _write_list(root, f"{split}.txt", targets, members)
-        key = YOLO_SPLIT_KEYS.get(split.lower())
-        if key is not None and key not in config and len(members):
-            config[key] = f"{split}.txt"
-            if key == "train":
-                train = members
-    if val_fraction is not None:
-        if "val" in config:
-            raise DetloaderValueError(
-                f"val_fraction={val_fraction}: the index has a val split already ({config['val']}); "
-                "pass val_fraction only for a dataset without one"
-            )
-        pool = np.arange(len(index)) if train is None else np.asarray(train, dtype=np.int64)
-        parts = _hold_out(pool, float(val_fraction), seed)
-        for key in ("train", "val"):
-            config[key] = _write_list(root, f"{key}.txt", targets, parts[key])
-    config.setdefault("train", "images")
-    if "val" not in config:
-        config["val"] = config["train"]
-        warnings.warn(
-            f"{root / 'data.yaml'}: the index has no val split, so val names the training images "
-            f"({config['train']}; Ultralytics requires a val key); pass val_fraction= "
-            "(convert --val-fraction) to hold some out",
-            YoloExportWarning,
-            stacklevel=2,
-        )
+    if whole:
+        config["train"] = "images"
+    for key in ("train", "val", "test"):
+        if key in cut:
+            config[key] = _write_list(root, f"{key}.txt", targets, cut[key])
+        elif key in named:
+            config[key] = f"{named[key]}.txt"
+    path = root / "data.yaml"
+    notes = _notes(index, named, config, path)
     config["nc"] = len(index.classes)
     config["names"] = {c: name for c, name in enumerate(index.classes)}
     if k:
@@ -111,9 +113,39 @@ def write_yolo(
         config["kpt_shape"] = [k, 3]
         config["flip_idx"] = [int(v) for v in flip]
         config["kpt_names"] = {c: list(schema.names) for c in range(len(index.classes))}
-    path = root / "data.yaml"
-    write_file(path, yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
+    comments = "".join(f"# {note}\n" for note in notes)
+    write_file(path, comments + yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
+    for note in notes:
+        warnings.warn(f"{path}: {note}", YoloExportWarning, stacklevel=2)
     return path
+
+
+def _unlisted(index: AnnotationIndex, named: dict[str, str], cut: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    """Image ids in none of the ``named`` splits (and none of ``cut``'s parts), sorted."""
+    listed = np.zeros(len(index), dtype=bool)
+    for split in named.values():
+        listed[index.splits[split]] = True
+    for ids in (cut or {}).values():
+        listed[ids] = True
+    return np.flatnonzero(~listed)
+
+
+def _notes(index: AnnotationIndex, named: dict[str, str], config: dict[str, Any], path: Path) -> list[str]:
+    """What data.yaml leaves out, one sentence each (the YAML's comments and the warnings)."""
+    notes = []
+    missing = [key for key in ("train", "val") if key not in config]
+    if missing:
+        notes.append(
+            f"no {' or '.join(missing)} split, so data.yaml has no {' or '.join(missing)} key; Ultralytics needs "
+            "train and val"
+            + ("; pass val_fraction= (convert --val-fraction 0.2) to hold out part of train as val, or give the "
+               "source a val split (detloader split SRC --val 0.2) and write again" if "val" in missing else "")
+        )
+    dropped = [split for split in index.splits if split not in named.values() and len(index.splits[split])]
+    for split in dropped:
+        notes.append(f"{split} is written as {split}.txt but {path.name} names one train, val and test split "
+                     "only: it is not read back as a split")
+    return notes
 
 
 def _write_list(root: Path, name: str, targets: list[Path], members: Any) -> str:
