@@ -116,7 +116,7 @@ def test_a_test_image_a_split_file_also_lists_in_train_is_not_trained_on(tmp_pat
     data = prepare_data(config)
     assert data.train.image_paths() == [os.path.join("JPEGImages", f"{s}.jpg") for s in "abc"]
     source = data.split_info("train")["source"]
-    assert source == "ImageSets/Main/train.txt; 1 of its images also in split 'test' left out"
+    assert source == "ImageSets/Main/train.txt; 1 images also in test removed"  # by the index (split_overlap)
     assert data.val.image_paths() == [os.path.join("JPEGImages", "e.jpg")]
 
 

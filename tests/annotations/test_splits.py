@@ -107,11 +107,33 @@ def test_image_in_train_and_val_is_a_named_overlap_trainval_is_not(tmp_path):
     splits = {"train": ["0", "1", "2"], "val": ["2", "3"], "trainval": ["0", "1", "2", "3"]}
     index = read_annotations(voc_dataset(tmp_path / "voc", files, splits=splits))
     (overlap,) = _of(index, "split_overlap")
-    assert overlap.file == os.path.join("ImageSets", "Main", "val.txt") and overlap.severity == "repaired"
-    assert "2.jpg" in overlap.message and "train (ImageSets/Main/train.txt)" in overlap.message
-    assert index.splits["val"].tolist() == [2, 3]  # kept in both
+    val, train = (os.path.join("ImageSets", "Main", f"{n}.txt") for n in ("val", "train"))
+    assert overlap.file == val and overlap.severity == "repaired"
+    assert overlap.message == f"1 of 2 images of val ({val}) are also in train ({train}), as 'JPEGImages/2.jpg'"
+    assert overlap.action == "kept in train, removed from val"
+    assert index.splits["val"].tolist() == [3] and index.splits["train"].tolist() == [0, 1, 2]
+    assert index.splits["trainval"].tolist() == [0, 1, 2, 3]  # no role: not compared
+    assert index.meta["split_sources"]["val"] == f"{val}; 1 images also in train removed"
     assert [split_role(n) for n in ("Train", "valid", "validation", "val2017", "testing", "trainval")] == [
         "train", "val", "val", "val", "test", None]
+
+
+def test_overlapping_splits_keep_an_image_in_test_then_train_then_val(tmp_path):
+    files = {f"{i}": voc_xml(f"{i}.jpg") for i in range(6)}
+    splits = {"train": ["0", "1", "2", "3"], "val": ["3", "4", "5"], "test": ["2", "3", "5"]}
+    index = read_annotations(voc_dataset(tmp_path / "voc", files, splits=splits))
+    assert {k: v.tolist() for k, v in index.splits.items()} == {"test": [2, 3, 5], "train": [0, 1], "val": [4]}
+    found = {(p.action, p.message.split(" images of ")[0]) for p in _of(index, "split_overlap")}
+    assert found == {
+        ("kept in test, removed from train", "2 of 4"),  # never trained on
+        ("kept in test, removed from val", "2 of 3"),
+        # 3 is in all three: once out of train, train and val share nothing more
+    }
+    ids = np.concatenate(list(index.splits.values()))
+    assert len(ids) == len(np.unique(ids))
+    again = read_annotations(index.root)  # the cache keeps the settled splits and their problems
+    assert {k: v.tolist() for k, v in again.splits.items()} == {k: v.tolist() for k, v in index.splits.items()}
+    assert len(_of(again, "split_overlap")) == 2
 
 
 def test_folder_holding_a_vocdevkit_is_read_as_its_year(tmp_path):
@@ -201,10 +223,11 @@ def test_splits_json_is_made_for_other_layouts_and_read_by_every_later_read(tmp_
     data["splits"]["val"] += [moved, "images/nope.jpg"]  # hand-edited: the cache follows
     (root / "splits.json").write_text(json.dumps(data))
     edited = read_annotations(root)
-    assert edited.meta["split_sources"]["val"] == source
+    assert edited.meta["split_sources"]["val"] == f"{source}; 1 images also in train removed"
     assert [p.element for p in _of(edited, "split_mismatch")] == [f"splits/val[{len(data['splits']['val']) - 1}]"]
     (overlap,) = _of(edited, "split_overlap")
     assert overlap.file == "splits.json" and moved in overlap.message and "also in train" in overlap.message
+    assert overlap.action == "kept in train, removed from val" and moved not in _paths(edited, edited.splits["val"])
     (root / "splits.json").write_text('{"splits": ["x"]}')
     with pytest.raises(detloader.AnnotationError, match=r"splits.json: splits: \[\"x\"\] is not"):
         read_annotations(root)

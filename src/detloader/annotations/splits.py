@@ -187,34 +187,57 @@ def _folder_splits(index: AnnotationIndex) -> tuple[dict[str, np.ndarray], dict[
     return {role: np.asarray(ids, dtype=np.int64) for role, ids in members.items()}, sources
 
 
-def _check_overlap(index: AnnotationIndex) -> None:
-    """A ``split_overlap`` per image in two of the train / val / test splits (not for two
-    splits that are the same list, as YOLO's ``val: train`` when there is no val)."""
+#: Which of two splits keeps an image both list: a test image is never trained on, and a val
+#: image that is also a training image leaves val (training cuts a val from train when none is left).
+KEEPS_FIRST = ("test", "train", "val")
+
+
+def _settle_overlap(index: AnnotationIndex) -> None:
+    """Make the train / val / test splits disjoint: an image two of them list stays in the one
+    earlier in :data:`KEEPS_FIRST` and leaves the other (splits of one role, as ``val`` and
+    ``valid``, and names of no role, as ``trainval``, are not compared). Each pair that shares
+    images is one ``split_overlap`` problem naming both splits, their sources and the count;
+    the source of the split that lost them says so too (``data.yaml: val; 19 images also in
+    train removed``). A split left empty stays, empty."""
     sources = index.meta["split_sources"]
-    named = sorted(n for n in index.splits if split_role(n) is not None)
+    found = dict(sources)
+    named = sorted((n for n in index.splits if split_role(n) is not None), key=lambda n: (_keeps(n), n))
     for a, b in itertools.combinations(named, 2):
-        ids_a, ids_b = index.splits[a], index.splits[b]
-        if split_role(a) == split_role(b) or np.array_equal(ids_a, ids_b):
+        ids_b = index.splits[b]
+        shared = np.intersect1d(index.splits[a], ids_b)
+        if split_role(a) == split_role(b) or not len(shared):
             continue
-        found = [
-            ("", f"{index.relative_image_path(int(i))!r} is also in {a} ({sources[a]})")
-            for i in np.intersect1d(ids_a, ids_b)
-        ]
-        report(index, "split_overlap", sources[b].split(" (", 1)[0], found, "kept in both")
+        index.splits[b] = np.setdiff1d(ids_b, shared)
+        every = len(shared) == len(ids_b)
+        first = index.relative_image_path(int(shared[0]))
+        message = (
+            f"{'all' if every else f'{len(shared)} of'} {len(ids_b)} images of {b} ({found[b]}) "
+            f"are also in {a} ({found[a]}), as {first!r}"
+        )
+        action = f"kept in {a}, removed from {b}" + (f"; {b} is left empty" if every else "")
+        file = found[b].split(" (", 1)[0].split(": ", 1)[0]
+        index.problems.add(Problem("split_overlap", file, "", message, action, "repaired"))
+        sources[b] = f"{sources[b]}; {len(shared)} images also in {a} removed"
+
+
+def _keeps(name: str) -> int:
+    """Rank of a train / val / test split name in :data:`KEEPS_FIRST`."""
+    return KEEPS_FIRST.index(split_role(name))  # type: ignore[arg-type]
 
 
 def settle_splits(index: AnnotationIndex, found: Mapping[str, np.ndarray], default_source: str) -> None:
     """Give a freshly built ``index`` its splits: ``splits.json`` at the root when there is
     one, else ``found`` (the reader's; their sources as the reader recorded them in
-    ``index.meta["split_sources"]``, else ``default_source``), else split folders. Checks
-    them for overlaps and records ``index.meta["split_sources"]`` ({name: where from})."""
+    ``index.meta["split_sources"]``, else ``default_source``), else split folders. Makes
+    them disjoint (:func:`_settle_overlap`) and records ``index.meta["split_sources"]``
+    ({name: where from})."""
     recorded = index.meta.pop("split_sources", {})
     splits, sources = _json_splits(index) or (
         (dict(found), {name: recorded.get(name, default_source) for name in found}) if found else _folder_splits(index)
     )
     index.splits = {name: np.asarray(ids, dtype=np.int64) for name, ids in splits.items()}
     index.meta["split_sources"] = sources
-    _check_overlap(index)
+    _settle_overlap(index)
 
 
 # -- made ------------------------------------------------------------------------------------
