@@ -60,10 +60,16 @@ def test_no_splits_says_how_to_make_them_then_make_splits_writes_imagesets(tmp_p
     assert make_splits(index, val=0.25, seed=1).splits["val"].tolist() == made.splits["val"].tolist()
     with pytest.raises(SplitsExistError, match=r"splits already: train \(ImageSets/Main/train.txt\).*force=True"):
         make_splits(again, val=0.2)
-    forced = make_splits(again, val=0.2, test=0.1, force=True)
+    _main_file(root, "test.txt").with_name("testing.txt").write_text("00\n")  # not written again: removed
+    forced = make_splits(read_annotations(root), val=0.2, test=0.1, force=True)
     assert sorted(forced.splits) == ["test", "train", "val"] and _main_file(root, "test").is_file()
-    assert sorted(make_splits(read_annotations(root), val=0.2, force=True).splits) == ["train", "val"]
-    assert not _main_file(root, "test").exists()  # force: train/val/test are exactly the new ones
+    assert not _main_file(root, "testing").exists()
+    test = _main_file(root, "test").read_text()
+    kept = make_splits(read_annotations(root), val=0.25, force=True)  # the test split stays as it is
+    assert sorted(kept.splits) == ["test", "train", "val"] and _main_file(root, "test").read_text() == test
+    assert kept.splits["test"].tolist() == forced.splits["test"].tolist()
+    pool = 20 - len(kept.split("test"))  # val is a fraction of the images outside test
+    assert len(kept.split("val")) + len(kept.split("train")) == pool and abs(len(kept.split("val")) - pool / 4) <= 1
 
 
 def test_cli_split_prints_sizes_classes_and_files_and_refuses_twice(tmp_path, capsys):
@@ -80,7 +86,9 @@ def test_cli_split_prints_sizes_classes_and_files_and_refuses_twice(tmp_path, ca
     assert "--force" in capsys.readouterr().err
     assert main(["split", str(root), "--force", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert sorted(data) == ["train", "val"] and data["val"]["images"] + data["train"]["images"] == 20
+    assert sorted(data) == ["moved", "test", "train", "val"]  # test kept as it was
+    assert data["val"]["images"] + data["train"]["images"] + data["test"]["images"] == 20
+    assert set(data["moved"]) <= {"train -> val", "val -> train"} and data["moved"]
     assert data["val"]["written"] == "ImageSets/Main/val.txt" and set(data["val"]["objects"]) == {"face", "masked"}
 
 

@@ -12,6 +12,7 @@ import itertools
 import json
 import os
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -245,9 +246,11 @@ def make_splits(
     index: AnnotationIndex, val: float = 0.2, test: float = 0.0, seed: int = 0, force: bool = False
 ) -> AnnotationIndex:
     """Split ``index`` into train / val (/ test) once, write them where the layout keeps splits
-    (docs/index.md, "Making them once") and return the index with them. With ``force``, old
-    train / val / test files of ``ImageSets/Main`` not written again are removed; without it a
-    dataset with such splits raises :class:`SplitsExistError`.
+    (docs/index.md, "Making them once") and return the index with them. A dataset with train /
+    val / test splits raises :class:`SplitsExistError` unless ``force``; then a test split
+    it has is kept as it is and train / val are cut from the images outside it (``val`` a
+    fraction of those), unless ``test > 0`` asks for a new test split, cut from every image.
+    Old train / val / test files of ``ImageSets/Main`` not written again are removed.
     """
     for name, value in (("val", val), ("test", test)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
@@ -260,14 +263,20 @@ def make_splits(
         listed = ", ".join(f"{n} ({sources.get(n, 'found')})" for n in existing)
         raise SplitsExistError(
             f"{index.root}: the dataset has splits already: {listed}; "
-            "force=True (detloader split --force) replaces them"
+            "force=True (detloader split --force) replaces them (and keeps a test split unless test > 0)"
         )
+    kept = {} if test else {n: index.splits[n] for n in existing if split_role(n) == "test" and len(index.splits[n])}
+    pool = np.setdiff1d(np.arange(len(index)), np.concatenate([np.zeros(0, np.int64), *kept.values()]))
     groups = class_groups(index.labels, index.object_image, index.image_labels, len(index.classes))
     fractions = {k: f for k, f in (("train", 1 - val - test), ("val", val), ("test", test)) if f > 0}
-    parts = stratified_split(groups, fractions, np.random.default_rng(seed))
+    cut = stratified_split(groups[pool], fractions, np.random.default_rng(seed))
+    parts = {**{k: pool[ids] for k, ids in cut.items()}, **kept}
     from detloader import __version__
 
-    made = {"by": f"detloader {__version__}", "seed": int(seed), "val": val, "test": test, "stratified_by": "class"}
+    made: dict[str, Any] = {"by": f"detloader {__version__}", "seed": int(seed), "val": val, "test": test}
+    if kept:
+        made["test"] = "kept from " + ", ".join(sources.get(n, n) for n in kept)
+    made["stratified_by"] = "class"
     from detloader.annotations.index import AnnotationIndex
 
     return AnnotationIndex(
@@ -278,6 +287,23 @@ def make_splits(
         problems=ProblemReport(p for p in index.problems if not p.kind.startswith("split_")),
         meta={**index.meta, "split_sources": _write_splits(index, parts, made, force)},
     )
+
+
+def split_moves(before: Mapping[str, np.ndarray], after: Mapping[str, np.ndarray], n: int) -> dict[str, int]:
+    """How many of ``n`` images changed split between ``before`` and ``after`` (image ids per
+    split name; only train / val / test names count), as ``{"test -> train": 48, ...}`` (``none``:
+    in no such split), largest first."""
+
+    def labels(splits: Mapping[str, np.ndarray]) -> np.ndarray:
+        out = np.full(n, "none", dtype=object)
+        for name in sorted((k for k in splits if split_role(k) is not None), key=lambda k: (-_keeps(k), k)):
+            out[splits[name]] = name  # in two of one role (val, valid): the later name
+        return out
+
+    old, new = labels(before), labels(after)
+    changed = old != new
+    pairs = Counter(f"{a} -> {b}" for a, b in zip(old[changed], new[changed]))
+    return dict(pairs.most_common())
 
 
 def _write_splits(
