@@ -181,6 +181,29 @@ def test_coco_files_per_split_are_one_dataset(tmp_path):
         read_annotations(tmp_path)
 
 
+def test_coco_files_named_for_their_split_are_one_dataset(tmp_path, capsys):
+    root = tmp_path / "custom"
+    for split, names in (("train", ["a.jpg", "b.jpg"]), ("val", ["c.jpg"])):
+        _coco_file(root / f"custom_{split}.json", names)
+        for name in names:
+            write_image(root / f"{split}2017" / name)
+    index = read_annotations(root)
+    assert {k: v.tolist() for k, v in index.splits.items()} == {"train": [0, 1], "val": [2]}
+    assert index.relative_image_path(2) == os.path.join("val2017", "c.jpg") and not index.problems
+    assert index.meta["split_sources"] == {"train": "custom_train.json", "val": "custom_val.json"}
+    assert main(["index", str(root)]) == 0
+    assert "splits: train 2 (custom_train.json), val 1 (custom_val.json)" in capsys.readouterr().out
+    _coco_file(root / "other_test.json", ["a.jpg"])  # more than a split word differs: refused
+    with pytest.raises(ValueError, match=r"holds 3 COCO files \(custom_train.json, custom_val.json, other_test.json\)"):
+        read_annotations(root)
+    (root / "other_test.json").rename(root / "custom_test_val.json")  # two split words: refused
+    with pytest.raises(ValueError, match="holds 3 COCO files"):
+        read_annotations(root)
+    (root / "custom_test_val.json").rename(root / "custom-test.json")  # custom_{} and custom-{}
+    with pytest.raises(ValueError, match="differ only by a split word"):
+        read_annotations(root)
+
+
 def test_train_valid_test_folders_are_splits_for_every_format(tmp_path):
     voc = tmp_path / "roboflow_voc"
     for folder, stem in (("train", "a"), ("train", "b"), ("valid", "c"), ("test", "d"), ("extra", "e")):
