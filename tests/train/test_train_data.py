@@ -3,16 +3,19 @@ images are never training images."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 from helpers import voc_dataset, voc_object, voc_xml, write_image
 
 from detloader import read_annotations
 from detloader.cli import main
 from detloader.train import TrainConfig
+from detloader.train.checkpoint import load_checkpoint
 from detloader.train.runs import prepare_data
 from detloader.transforms import ColorJitter
 
@@ -75,3 +78,21 @@ def test_a_val_split_inside_the_training_split_is_cut_from_it_whatever_their_nam
     assert data.val.image_paths() == [os.path.join("JPEGImages", "g.jpg")]
     assert data.split_info("val")["source"] == (
         "ImageSets/Main/val.txt; 1 of its images also in split 'trainval' left out")
+
+
+@pytest.mark.slow
+def test_a_run_on_a_yolo_export_whose_val_is_its_train_never_validates_on_a_training_image(tmp_path: Path, capsys):
+    pytest.importorskip("faster_coco_eval")
+    root = _yolo_val_is_train(tmp_path / "yolo", n=20)
+    out = tmp_path / "run"
+    small = ["--size", "64", "--batch-size", "4", "--width", "4", "--num-workers", "0", "--epochs", "1"]
+    assert main(["train", str(root), "--out", str(out), *small]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "validating on split 'val': 4 images (random 80/20 of split 'train'" in printed
+    assert "the dataset's 'val' split has no image outside split 'train'" in printed
+    record = load_checkpoint(out / "last.pt")["data"]["splits"]
+    train, val = (set(record[role]["paths"].split("\n")) for role in ("train", "val"))
+    assert len(train) == 16 and len(val) == 4 and not train & val
+    assert main(["evaluate", str(out / "last.pt"), str(root), "--json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["images"] == 4 and metrics["seen_in_training"] == 0
