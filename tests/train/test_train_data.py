@@ -60,6 +60,13 @@ def test_a_val_split_that_is_the_train_split_is_a_problem_and_never_validated_on
     )
 
 
+def test_a_test_split_that_is_the_train_split_leaves_nothing_to_train_on_and_says_so(tmp_path: Path):
+    root = _yolo_val_is_train(tmp_path / "yolo", n=4)
+    (root / "data.yaml").write_text("train: images\ntest: images\nnames: [a, b]\n")
+    with pytest.raises(ValueError, match=r"no image to train on in split 'train': .*4 images also in test removed"):
+        prepare_data(TrainConfig(data=str(root), out=str(tmp_path / "run")))
+
+
 def test_a_val_split_inside_the_training_split_is_cut_from_it_whatever_their_names(tmp_path: Path):
     files = {s: voc_xml(f"{s}.jpg", [voc_object("cat", (1, 2, 30, 40))]) for s in "abcdefgh"}
     splits = {"train": "abcde", "val": "fg", "trainval": "abcdefg", "test": "h"}

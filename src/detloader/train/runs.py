@@ -29,7 +29,7 @@ import numpy as np
 from filelock import FileLock, Timeout
 
 from detloader._files import refuse_link, write_file
-from detloader.errors import DetloaderRuntimeWarning, NotRegularFileError, RunDirError
+from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError, NotRegularFileError, RunDirError
 from detloader.train.config import TrainConfig
 from detloader.train.distributed import DistEnv, barrier, init_distributed
 
@@ -255,6 +255,8 @@ def prepare_data(config: TrainConfig, env: DistEnv | None = None) -> RunData:
             why = f"the dataset's {v!r} split has no image outside split {t!r}: {found.get(v, 'split file')}"
         how = f"random 80/20 of {what} (seed {config.seed}, stratified by class; {why})"
         parts = {"train": (cut[t], t, how), "val": (cut[v], v, how)}
+    if not len(parts["train"][0]):
+        raise DetloaderValueError(f"{root}: no image to train on in split {t!r}: {parts['train'][2]}")
     from detloader.tune.saved import dataset_hash
 
     return RunData(parts["train"][0], parts["val"][0], data_record(index, parts), dataset_hash(index))
