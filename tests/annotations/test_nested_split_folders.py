@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import voc_dataset, voc_object, voc_xml, write_image
 
@@ -116,7 +117,7 @@ def test_a_test_image_a_split_file_also_lists_in_train_is_not_trained_on(tmp_pat
     data = prepare_data(config)
     assert data.train.image_paths() == [os.path.join("JPEGImages", f"{s}.jpg") for s in "abc"]
     source = data.split_info("train")["source"]
-    assert source == "ImageSets/Main/train.txt; 1 of its images also in split 'test' left out"
+    assert source == "ImageSets/Main/train.txt; 1 images also in test removed"  # by the index (split_overlap)
     assert data.val.image_paths() == [os.path.join("JPEGImages", "e.jpg")]
 
 
@@ -132,3 +133,24 @@ def test_train_then_evaluate_the_test_split_of_a_nested_export(tmp_path: Path, c
     metrics = json.loads(capsys.readouterr().out)
     assert metrics["images"] == N_TEST and metrics["seen_in_training"] == 0
     assert metrics["split"] == {"name": "test", "images": N_TEST, "source": "folder test_zip/test/"}
+
+
+def test_split_force_keeps_the_test_split_and_cuts_train_val_from_the_rest(tmp_path: Path, capsys):
+    root = _voc_beside(tmp_path / "export")
+    test = _paths(read_annotations(root), read_annotations(root).splits["test"])
+    assert main(["split", str(root), "--val", "0.2", "--force"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "test: splits.json (made by" in out and "test kept from folder test_zip/test/" in out
+    assert f"2 of {N_TRAIN + N_TEST} images change split: train -> val 2" in out
+    index = read_annotations(root)
+    assert _paths(index, index.splits["test"]) == test  # as it was
+    assert {k: len(v) for k, v in index.splits.items()} == {"train": 8, "val": 2, "test": N_TEST}
+    assert not set(_paths(index, index.splits["train"])) & test and not index.problems
+    assert main(["split", str(root), "--val", "0.2", "--test", "0.2", "--force", "--json"]) == 0  # a new test split
+    data = json.loads(capsys.readouterr().out)
+    assert sum(data[k]["images"] for k in ("train", "val", "test")) == N_TRAIN + N_TEST
+    moved = data["moved"]
+    assert sum(n for k, n in moved.items() if k.startswith("test -> ")) > 0 and all(" -> " in k for k in moved)
+    again = read_annotations(root)
+    changed = sum(again.splits[k].size - np.isin(again.splits[k], index.splits[k]).sum() for k in again.splits)
+    assert sum(moved.values()) == changed  # every image that changed split, counted once

@@ -60,7 +60,6 @@ def test_pose_kpt_shape_flip_idx_kpt_names(tmp_path):
     line = "0 0.5 0.5 0.8 0.8 0.3 0.4 2 0.7 0.4 1 0.0 0.0 0\n"
     config = {
         "train": "images/train",
-        "val": "images/train",
         "names": ["face"],
         "kpt_shape": [3, 3],
         "flip_idx": [1, 0, 2],
@@ -79,7 +78,7 @@ def test_pose_kpt_shape_flip_idx_kpt_names(tmp_path):
 
 
 def test_pose_two_dims_zero_is_absent(tmp_path):
-    config = {"train": "images/train", "val": "images/train", "names": ["h"], "kpt_shape": [2, 2]}
+    config = {"train": "images/train", "names": ["h"], "kpt_shape": [2, 2]}
     index = read_annotations(_ultralytics(tmp_path, {"train/a": "0 0.5 0.5 1 1 0.1 0.2 0 0\n"}, config))
     assert index.visibility[0].tolist() == [2, 0]
     np.testing.assert_allclose(index.landmarks[0, 0], [10, 10])
@@ -96,7 +95,7 @@ def test_pose_two_dims_zero_is_absent(tmp_path):
     ],
 )
 def test_bad_data_yaml_is_an_error_naming_the_key(tmp_path, config, message):
-    base = {"train": "images/train", "val": "images/train", "names": ["a"]}
+    base = {"train": "images/train", "names": ["a"]}
     path = _ultralytics(tmp_path, {"train/a": ""}, {**base, **config})
     with pytest.raises(YoloConfigError, match=message):
         read_annotations(path)
@@ -112,9 +111,7 @@ def test_bad_lines_name_file_and_line(tmp_path):
         "0 0.5 0.5 0 0.2\n"
         "1 0.1 0.1 0.3 0.1 0.2 0.4\n"
     )
-    path = _ultralytics(
-        tmp_path, {"train/a": text}, {"train": "images/train", "val": "images/train", "names": ["a", "b"]}
-    )
+    path = _ultralytics(tmp_path, {"train/a": text}, {"train": "images/train", "names": ["a", "b"]})
     index = read_annotations(path, on_error="skip")
     assert [str(p) for p in index.problems] == [
         "labels/train/a.txt: line 2: class=7 is not in names (0..1) (object skipped)",
@@ -132,7 +129,7 @@ def test_bad_lines_name_file_and_line(tmp_path):
 
 def test_edge_rounding_is_snapped_but_real_overflow_is_clipped(tmp_path):
     text = "0 0.1000004 0.5 0.200001 0.2\n0 0.95 0.5 0.2 0.2\n"  # x1 = -1e-7 (noise); x2 = 1.05
-    path = _ultralytics(tmp_path, {"train/a": text}, {"train": "images/train", "val": "images/train", "names": ["a"]})
+    path = _ultralytics(tmp_path, {"train/a": text}, {"train": "images/train", "names": ["a"]})
     index = read_annotations(path, on_error="skip")
     assert index.boxes[0, 0] == 0.0
     assert index.problems.counts() == {"box_clipped": 1}
@@ -166,16 +163,14 @@ def test_split_list_files_and_unreadable_image(tmp_path):
     write_image(tmp_path / "images" / "a.jpg", (10, 10))
     (tmp_path / "images" / "bad.jpg").write_bytes(b"not an image")
     (tmp_path / "train.txt").write_text("./images/a.jpg\nimages/bad.jpg\n")
-    (tmp_path / "data.yaml").write_text("train: train.txt\nval: train.txt\nnames: [a]\n")
+    (tmp_path / "data.yaml").write_text("train: train.txt\nnames: [a]\n")
     index = read_annotations(tmp_path, on_error="skip")
     assert len(index) == 1 and index.splits["train"].tolist() == [0]
-    assert index.problems.counts() == {"missing_size": 1, "split_mismatch": 2}
+    assert index.problems.counts() == {"missing_size": 1, "split_mismatch": 1}
 
 
 def test_cache_rebuilds_when_a_label_changes(tmp_path):
-    path = _ultralytics(
-        tmp_path, {"train/a": "0 0.5 0.5 0.2 0.2\n"}, {"train": "images/train", "val": "images/train", "names": ["a"]}
-    )
+    path = _ultralytics(tmp_path, {"train/a": "0 0.5 0.5 0.2 0.2\n"}, {"train": "images/train", "names": ["a"]})
     assert read_annotations(path).num_objects == 1
     (tmp_path / "labels" / "train" / "a.txt").write_text("0 0.5 0.5 0.2 0.2\n0 0.2 0.2 0.1 0.1\n")
     assert read_annotations(path).num_objects == 2
@@ -187,4 +182,5 @@ def test_cli_index_json(tmp_path, capsys):
     )
     assert main(["index", str(path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["format"] == "yolo" and data["images"] == 1 and data["splits"] == {"train": 1, "val": 1}
+    assert data["format"] == "yolo" and data["images"] == 1 and data["splits"] == {"train": 1, "val": 0}
+    assert data["split_sources"]["val"] == "data.yaml: val; 1 images also in train removed"

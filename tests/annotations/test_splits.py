@@ -60,10 +60,16 @@ def test_no_splits_says_how_to_make_them_then_make_splits_writes_imagesets(tmp_p
     assert make_splits(index, val=0.25, seed=1).splits["val"].tolist() == made.splits["val"].tolist()
     with pytest.raises(SplitsExistError, match=r"splits already: train \(ImageSets/Main/train.txt\).*force=True"):
         make_splits(again, val=0.2)
-    forced = make_splits(again, val=0.2, test=0.1, force=True)
+    _main_file(root, "test.txt").with_name("testing.txt").write_text("00\n")  # not written again: removed
+    forced = make_splits(read_annotations(root), val=0.2, test=0.1, force=True)
     assert sorted(forced.splits) == ["test", "train", "val"] and _main_file(root, "test").is_file()
-    assert sorted(make_splits(read_annotations(root), val=0.2, force=True).splits) == ["train", "val"]
-    assert not _main_file(root, "test").exists()  # force: train/val/test are exactly the new ones
+    assert not _main_file(root, "testing").exists()
+    test = _main_file(root, "test").read_text()
+    kept = make_splits(read_annotations(root), val=0.25, force=True)  # the test split stays as it is
+    assert sorted(kept.splits) == ["test", "train", "val"] and _main_file(root, "test").read_text() == test
+    assert kept.splits["test"].tolist() == forced.splits["test"].tolist()
+    pool = 20 - len(kept.split("test"))  # val is a fraction of the images outside test
+    assert len(kept.split("val")) + len(kept.split("train")) == pool and abs(len(kept.split("val")) - pool / 4) <= 1
 
 
 def test_cli_split_prints_sizes_classes_and_files_and_refuses_twice(tmp_path, capsys):
@@ -80,7 +86,9 @@ def test_cli_split_prints_sizes_classes_and_files_and_refuses_twice(tmp_path, ca
     assert "--force" in capsys.readouterr().err
     assert main(["split", str(root), "--force", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert sorted(data) == ["train", "val"] and data["val"]["images"] + data["train"]["images"] == 20
+    assert sorted(data) == ["moved", "test", "train", "val"]  # test kept as it was
+    assert data["val"]["images"] + data["train"]["images"] + data["test"]["images"] == 20
+    assert set(data["moved"]) <= {"train -> val", "val -> train"} and data["moved"]
     assert data["val"]["written"] == "ImageSets/Main/val.txt" and set(data["val"]["objects"]) == {"face", "masked"}
 
 
@@ -107,11 +115,33 @@ def test_image_in_train_and_val_is_a_named_overlap_trainval_is_not(tmp_path):
     splits = {"train": ["0", "1", "2"], "val": ["2", "3"], "trainval": ["0", "1", "2", "3"]}
     index = read_annotations(voc_dataset(tmp_path / "voc", files, splits=splits))
     (overlap,) = _of(index, "split_overlap")
-    assert overlap.file == os.path.join("ImageSets", "Main", "val.txt") and overlap.severity == "repaired"
-    assert "2.jpg" in overlap.message and "train (ImageSets/Main/train.txt)" in overlap.message
-    assert index.splits["val"].tolist() == [2, 3]  # kept in both
+    val, train = (os.path.join("ImageSets", "Main", f"{n}.txt") for n in ("val", "train"))
+    assert overlap.file == val and overlap.severity == "repaired"
+    assert overlap.message == f"1 of 2 images of val ({val}) are also in train ({train}), as 'JPEGImages/2.jpg'"
+    assert overlap.action == "kept in train, removed from val"
+    assert index.splits["val"].tolist() == [3] and index.splits["train"].tolist() == [0, 1, 2]
+    assert index.splits["trainval"].tolist() == [0, 1, 2, 3]  # no role: not compared
+    assert index.meta["split_sources"]["val"] == f"{val}; 1 images also in train removed"
     assert [split_role(n) for n in ("Train", "valid", "validation", "val2017", "testing", "trainval")] == [
         "train", "val", "val", "val", "test", None]
+
+
+def test_overlapping_splits_keep_an_image_in_test_then_train_then_val(tmp_path):
+    files = {f"{i}": voc_xml(f"{i}.jpg") for i in range(6)}
+    splits = {"train": ["0", "1", "2", "3"], "val": ["3", "4", "5"], "test": ["2", "3", "5"]}
+    index = read_annotations(voc_dataset(tmp_path / "voc", files, splits=splits))
+    assert {k: v.tolist() for k, v in index.splits.items()} == {"test": [2, 3, 5], "train": [0, 1], "val": [4]}
+    found = {(p.action, p.message.split(" images of ")[0]) for p in _of(index, "split_overlap")}
+    assert found == {
+        ("kept in test, removed from train", "2 of 4"),  # never trained on
+        ("kept in test, removed from val", "2 of 3"),
+        # 3 is in all three: once out of train, train and val share nothing more
+    }
+    ids = np.concatenate(list(index.splits.values()))
+    assert len(ids) == len(np.unique(ids))
+    again = read_annotations(index.root)  # the cache keeps the settled splits and their problems
+    assert {k: v.tolist() for k, v in again.splits.items()} == {k: v.tolist() for k, v in index.splits.items()}
+    assert len(_of(again, "split_overlap")) == 2
 
 
 def test_folder_holding_a_vocdevkit_is_read_as_its_year(tmp_path):
@@ -149,6 +179,29 @@ def test_coco_files_per_split_are_one_dataset(tmp_path):
     _coco_file(tmp_path / "annotations" / "captions_val2017.json", ["c.jpg"])  # not a split name: refused
     with pytest.raises(ValueError, match="holds 3 COCO files .*; pass one of them"):
         read_annotations(tmp_path)
+
+
+def test_coco_files_named_for_their_split_are_one_dataset(tmp_path, capsys):
+    root = tmp_path / "custom"
+    for split, names in (("train", ["a.jpg", "b.jpg"]), ("val", ["c.jpg"])):
+        _coco_file(root / f"custom_{split}.json", names)
+        for name in names:
+            write_image(root / f"{split}2017" / name)
+    index = read_annotations(root)
+    assert {k: v.tolist() for k, v in index.splits.items()} == {"train": [0, 1], "val": [2]}
+    assert index.relative_image_path(2) == os.path.join("val2017", "c.jpg") and not index.problems
+    assert index.meta["split_sources"] == {"train": "custom_train.json", "val": "custom_val.json"}
+    assert main(["index", str(root)]) == 0
+    assert "splits: train 2 (custom_train.json), val 1 (custom_val.json)" in capsys.readouterr().out
+    _coco_file(root / "other_test.json", ["a.jpg"])  # more than a split word differs: refused
+    with pytest.raises(ValueError, match=r"holds 3 COCO files \(custom_train.json, custom_val.json, other_test.json\)"):
+        read_annotations(root)
+    (root / "other_test.json").rename(root / "custom_test_val.json")  # two split words: refused
+    with pytest.raises(ValueError, match="holds 3 COCO files"):
+        read_annotations(root)
+    (root / "custom_test_val.json").rename(root / "custom-test.json")  # custom_{} and custom-{}
+    with pytest.raises(ValueError, match="differ only by a split word"):
+        read_annotations(root)
 
 
 def test_train_valid_test_folders_are_splits_for_every_format(tmp_path):
@@ -201,10 +254,11 @@ def test_splits_json_is_made_for_other_layouts_and_read_by_every_later_read(tmp_
     data["splits"]["val"] += [moved, "images/nope.jpg"]  # hand-edited: the cache follows
     (root / "splits.json").write_text(json.dumps(data))
     edited = read_annotations(root)
-    assert edited.meta["split_sources"]["val"] == source
+    assert edited.meta["split_sources"]["val"] == f"{source}; 1 images also in train removed"
     assert [p.element for p in _of(edited, "split_mismatch")] == [f"splits/val[{len(data['splits']['val']) - 1}]"]
     (overlap,) = _of(edited, "split_overlap")
     assert overlap.file == "splits.json" and moved in overlap.message and "also in train" in overlap.message
+    assert overlap.action == "kept in train, removed from val" and moved not in _paths(edited, edited.splits["val"])
     (root / "splits.json").write_text('{"splits": ["x"]}')
     with pytest.raises(detloader.AnnotationError, match=r"splits.json: splits: \[\"x\"\] is not"):
         read_annotations(root)

@@ -303,8 +303,9 @@ def load_index_file(
 #: holds ctimes, inodes, the root's identity and the image folders'; 5: split folders are
 #: found two levels down, ``train_zip/train/``, every problem is listed, a YOLO ``flip_idx``
 #: that swaps nothing makes a symmetric landmark schema; 6: image ids, the crowd flag and
-#: category ids).
-READER_VERSION = 6
+#: category ids; 7: train / val / test splits made disjoint, ``split_overlap`` per pair, COCO
+#: files paired by their split word).
+READER_VERSION = 7
 
 
 def dir_identity(path: str | os.PathLike[str]) -> list[int]:

@@ -88,7 +88,8 @@ KINDS: dict[str, str] = {
     "split_mismatch": "a split file (or splits.json) names an image that is not in the index; left out",
     "split_bad_line": "a split file line that is not one image id (it holds whitespace); skipped",
     "split_duplicate": "a split file names the same image twice; counted once",
-    "split_overlap": "an image in two of the train / val / test splits; kept in both",
+    "split_overlap": "images in two of the train / val / test splits; kept in the first of test, train, val, "
+    "removed from the other (one problem per pair of splits, with the count)",
     "split_unassigned": "images outside the train/ val/ test/ folders that split the others; in no split",
     "split_nested": "images below two split folders of different roles (train/test/); in the shallowest one's split",
     "outside_dataset": "an image path leaves the dataset (absolute or ../); not followed",

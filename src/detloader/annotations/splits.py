@@ -12,6 +12,7 @@ import itertools
 import json
 import os
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -187,34 +188,57 @@ def _folder_splits(index: AnnotationIndex) -> tuple[dict[str, np.ndarray], dict[
     return {role: np.asarray(ids, dtype=np.int64) for role, ids in members.items()}, sources
 
 
-def _check_overlap(index: AnnotationIndex) -> None:
-    """A ``split_overlap`` per image in two of the train / val / test splits (not for two
-    splits that are the same list, as YOLO's ``val: train`` when there is no val)."""
+#: Which of two splits keeps an image both list: a test image is never trained on, and a val
+#: image that is also a training image leaves val (training cuts a val from train when none is left).
+KEEPS_FIRST = ("test", "train", "val")
+
+
+def _settle_overlap(index: AnnotationIndex) -> None:
+    """Make the train / val / test splits disjoint: an image two of them list stays in the one
+    earlier in :data:`KEEPS_FIRST` and leaves the other (splits of one role, as ``val`` and
+    ``valid``, and names of no role, as ``trainval``, are not compared). Each pair that shares
+    images is one ``split_overlap`` problem naming both splits, their sources and the count;
+    the source of the split that lost them says so too (``data.yaml: val; 19 images also in
+    train removed``). A split left empty stays, empty."""
     sources = index.meta["split_sources"]
-    named = sorted(n for n in index.splits if split_role(n) is not None)
+    found = dict(sources)
+    named = sorted((n for n in index.splits if split_role(n) is not None), key=lambda n: (_keeps(n), n))
     for a, b in itertools.combinations(named, 2):
-        ids_a, ids_b = index.splits[a], index.splits[b]
-        if split_role(a) == split_role(b) or np.array_equal(ids_a, ids_b):
+        ids_b = index.splits[b]
+        shared = np.intersect1d(index.splits[a], ids_b)
+        if split_role(a) == split_role(b) or not len(shared):
             continue
-        found = [
-            ("", f"{index.relative_image_path(int(i))!r} is also in {a} ({sources[a]})")
-            for i in np.intersect1d(ids_a, ids_b)
-        ]
-        report(index, "split_overlap", sources[b].split(" (", 1)[0], found, "kept in both")
+        index.splits[b] = np.setdiff1d(ids_b, shared)
+        every = len(shared) == len(ids_b)
+        first = index.relative_image_path(int(shared[0]))
+        message = (
+            f"{'all' if every else f'{len(shared)} of'} {len(ids_b)} images of {b} ({found[b]}) "
+            f"are also in {a} ({found[a]}), as {first!r}"
+        )
+        action = f"kept in {a}, removed from {b}" + (f"; {b} is left empty" if every else "")
+        file = found[b].split(" (", 1)[0].split(": ", 1)[0]
+        index.problems.add(Problem("split_overlap", file, "", message, action, "repaired"))
+        sources[b] = f"{sources[b]}; {len(shared)} images also in {a} removed"
+
+
+def _keeps(name: str) -> int:
+    """Rank of a train / val / test split name in :data:`KEEPS_FIRST`."""
+    return KEEPS_FIRST.index(split_role(name))  # type: ignore[arg-type]
 
 
 def settle_splits(index: AnnotationIndex, found: Mapping[str, np.ndarray], default_source: str) -> None:
     """Give a freshly built ``index`` its splits: ``splits.json`` at the root when there is
     one, else ``found`` (the reader's; their sources as the reader recorded them in
-    ``index.meta["split_sources"]``, else ``default_source``), else split folders. Checks
-    them for overlaps and records ``index.meta["split_sources"]`` ({name: where from})."""
+    ``index.meta["split_sources"]``, else ``default_source``), else split folders. Makes
+    them disjoint (:func:`_settle_overlap`) and records ``index.meta["split_sources"]``
+    ({name: where from})."""
     recorded = index.meta.pop("split_sources", {})
     splits, sources = _json_splits(index) or (
         (dict(found), {name: recorded.get(name, default_source) for name in found}) if found else _folder_splits(index)
     )
     index.splits = {name: np.asarray(ids, dtype=np.int64) for name, ids in splits.items()}
     index.meta["split_sources"] = sources
-    _check_overlap(index)
+    _settle_overlap(index)
 
 
 # -- made ------------------------------------------------------------------------------------
@@ -222,9 +246,11 @@ def make_splits(
     index: AnnotationIndex, val: float = 0.2, test: float = 0.0, seed: int = 0, force: bool = False
 ) -> AnnotationIndex:
     """Split ``index`` into train / val (/ test) once, write them where the layout keeps splits
-    (docs/index.md, "Making them once") and return the index with them. With ``force``, old
-    train / val / test files of ``ImageSets/Main`` not written again are removed; without it a
-    dataset with such splits raises :class:`SplitsExistError`.
+    (docs/index.md, "Making them once") and return the index with them. A dataset with train /
+    val / test splits raises :class:`SplitsExistError` unless ``force``; then a test split
+    it has is kept as it is and train / val are cut from the images outside it (``val`` a
+    fraction of those), unless ``test > 0`` asks for a new test split, cut from every image.
+    Old train / val / test files of ``ImageSets/Main`` not written again are removed.
     """
     for name, value in (("val", val), ("test", test)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
@@ -237,14 +263,20 @@ def make_splits(
         listed = ", ".join(f"{n} ({sources.get(n, 'found')})" for n in existing)
         raise SplitsExistError(
             f"{index.root}: the dataset has splits already: {listed}; "
-            "force=True (detloader split --force) replaces them"
+            "force=True (detloader split --force) replaces them (and keeps a test split unless test > 0)"
         )
+    kept = {} if test else {n: index.splits[n] for n in existing if split_role(n) == "test" and len(index.splits[n])}
+    pool = np.setdiff1d(np.arange(len(index)), np.concatenate([np.zeros(0, np.int64), *kept.values()]))
     groups = class_groups(index.labels, index.object_image, index.image_labels, len(index.classes))
     fractions = {k: f for k, f in (("train", 1 - val - test), ("val", val), ("test", test)) if f > 0}
-    parts = stratified_split(groups, fractions, np.random.default_rng(seed))
+    cut = stratified_split(groups[pool], fractions, np.random.default_rng(seed))
+    parts = {**{k: pool[ids] for k, ids in cut.items()}, **kept}
     from detloader import __version__
 
-    made = {"by": f"detloader {__version__}", "seed": int(seed), "val": val, "test": test, "stratified_by": "class"}
+    made: dict[str, Any] = {"by": f"detloader {__version__}", "seed": int(seed), "val": val, "test": test}
+    if kept:
+        made["test"] = "kept from " + ", ".join(sources.get(n, n) for n in kept)
+    made["stratified_by"] = "class"
     from detloader.annotations.index import AnnotationIndex
 
     return AnnotationIndex(
@@ -255,6 +287,23 @@ def make_splits(
         problems=ProblemReport(p for p in index.problems if not p.kind.startswith("split_")),
         meta={**index.meta, "split_sources": _write_splits(index, parts, made, force)},
     )
+
+
+def split_moves(before: Mapping[str, np.ndarray], after: Mapping[str, np.ndarray], n: int) -> dict[str, int]:
+    """How many of ``n`` images changed split between ``before`` and ``after`` (image ids per
+    split name; only train / val / test names count), as ``{"test -> train": 48, ...}`` (``none``:
+    in no such split), largest first."""
+
+    def labels(splits: Mapping[str, np.ndarray]) -> np.ndarray:
+        out = np.full(n, "none", dtype=object)
+        for name in sorted((k for k in splits if split_role(k) is not None), key=lambda k: (-_keeps(k), k)):
+            out[splits[name]] = name  # in two of one role (val, valid): the later name
+        return out
+
+    old, new = labels(before), labels(after)
+    changed = old != new
+    pairs = Counter(f"{a} -> {b}" for a, b in zip(old[changed], new[changed]))
+    return dict(pairs.most_common())
 
 
 def _write_splits(

@@ -248,13 +248,17 @@ def add_split(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--val", type=float, default=0.2, help="fraction of the images for val (default 0.2)")
     p.add_argument("--test", type=float, default=0.0, help="fraction of the images for test (default 0)")
     p.add_argument("--seed", type=int, default=0, help="seed of the shuffle (default 0)")
-    p.add_argument("--force", action="store_true", help="replace the train/val/test splits the dataset has")
+    p.add_argument(
+        "--force", action="store_true",
+        help="replace the train/val splits the dataset has, cut from the images outside its test split, which "
+        "stays as it is (a new test split only with --test F); says how many images change split",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_split)
 
 
 def _split(args: argparse.Namespace) -> int:
-    from detloader.annotations.splits import make_splits
+    from detloader.annotations.splits import make_splits, split_moves
 
     index = read_index(args, reports_problems=False, bar=not args.json, description="reading")
     require_images(index, "split")
@@ -264,8 +268,9 @@ def _split(args: argparse.Namespace) -> int:
         name: {"images": len(part), "objects": part.class_counts(), "written": made.meta["split_sources"][name]}
         for name, part in parts.items()
     }
+    moves = split_moves(index.splits, made.splits, len(index)) if index.splits else None
     if args.json:
-        print_json(summary)
+        print_json({**summary, **({"moved": moves} if moves is not None else {})})
         return 0
     rows = [("images", *(len(part) for part in parts.values()))]
     rows += [(name, *(s["objects"][name] for s in summary.values())) for name in made.classes]
@@ -274,6 +279,10 @@ def _split(args: argparse.Namespace) -> int:
     out.print(f"written in {made.root}:", markup=False)
     for name, s in summary.items():
         out.print(f"  {name}: {s['written']}", markup=False)
+    if moves is not None:
+        shown = ", ".join(f"{k} {v}" for k, v in moves.items())
+        out.print(f"{sum(moves.values())} of {len(index)} images change split" + (f": {shown}" if moves else ""),
+                  markup=False)
     return 0
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from filelock import FileLock, Timeout
 
 from detloader._files import refuse_link, write_file
-from detloader.errors import DetloaderRuntimeWarning, NotRegularFileError, RunDirError
+from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError, NotRegularFileError, RunDirError
 from detloader.train.config import TrainConfig
 from detloader.train.distributed import DistEnv, barrier, init_distributed
 
@@ -205,11 +205,14 @@ def prepare_data(config: TrainConfig, env: DistEnv | None = None) -> RunData:
     """The configured dataset's training and validation parts; rank 0 builds the index
     cache first, the other ranks then read it.
 
-    The dataset's ``train_split`` and ``val_split`` when it has both; otherwise a seeded 80/20
-    split, stratified by each image's rarest class, of its ``train_split`` or, without one,
-    of every image outside a ``test`` split. An image of a ``test`` split is never trained on:
-    one that a split file also lists in ``train_split`` is left out of it, and the source
-    recorded for the training part says how many were."""
+    The dataset's ``train_split`` and ``val_split`` when it has both and the val split has an
+    image outside the training part; otherwise a seeded 80/20 split, stratified by each image's
+    rarest class, of its ``train_split`` or, without one, of every image outside a ``test``
+    split. No image is in both parts and an image of a ``test`` split is never trained on
+    (the index keeps its train / val / test splits apart already; this also holds for other
+    names, such as ``trainval``): one the training split also lists leaves the validation
+    part, a test image leaves the training part, and the source recorded for a part says how
+    many did."""
     import detloader
     from detloader.annotations.splits import split_role
 
@@ -230,10 +233,14 @@ def prepare_data(config: TrainConfig, env: DistEnv | None = None) -> RunData:
         train_ids = index.splits[t][~np.isin(index.splits[t], test_ids)]
         dropped = len(index.splits[t]) - len(train_ids)
         kept_out = f"; {dropped} of its images also in split {held[0]!r} left out" if dropped else ""
-    if t in index.splits and v in index.splits:
+    both = t in index.splits and v in index.splits
+    val_ids = np.setdiff1d(index.splits[v], train_ids) if both else np.zeros(0, np.int64)
+    if len(val_ids):
+        shared = len(index.splits[v]) - len(val_ids)
+        also = f"; {shared} of its images also in split {t!r} left out" if shared else ""
         parts = {
             "train": (index.subset(train_ids), t, found.get(t, "split file") + kept_out),
-            "val": (index.split(v), v, found.get(v, "split file")),
+            "val": (index.subset(val_ids), v, found.get(v, "split file") + also),
         }
     else:
         if t in index.splits:
@@ -243,8 +250,13 @@ def prepare_data(config: TrainConfig, env: DistEnv | None = None) -> RunData:
             pool, what = index.subset(np.setdiff1d(np.arange(len(index)), test_ids)), "every image"
             what += f" outside split {held[0]!r} ({len(test_ids)} images, never trained on)" if held else ""
         cut = pool.random_split({t: 0.8, v: 0.2}, seed=config.seed, stratify="class")
-        how = f"random 80/20 of {what} (seed {config.seed}, stratified by class; the dataset has no {v!r} split)"
+        why = f"the dataset has no {v!r} split"
+        if both:
+            why = f"the dataset's {v!r} split has no image outside split {t!r}: {found.get(v, 'split file')}"
+        how = f"random 80/20 of {what} (seed {config.seed}, stratified by class; {why})"
         parts = {"train": (cut[t], t, how), "val": (cut[v], v, how)}
+    if not len(parts["train"][0]):
+        raise DetloaderValueError(f"{root}: no image to train on in split {t!r}: {parts['train'][2]}")
     from detloader.tune.saved import dataset_hash
 
     return RunData(parts["train"][0], parts["val"][0], data_record(index, parts), dataset_hash(index))

@@ -70,6 +70,27 @@ def _in_split_folder(js: Path, path: Path) -> bool:
     return js.parent.parent == path and split_role(js.parent.name) is not None
 
 
+_WORD = re.compile(r"[^_.\-]+")
+
+
+def _split_word(js: Path, path: Path) -> tuple[str, str]:
+    """(split word, the name around it) of a COCO file read beside others: its split folder
+    (``valid/_annotations.coco.json``), the name less its prefix (``instances_val2017``), or
+    the one word of the name that is a split (``custom_val`` -> ``val``, around it
+    ``custom_{}``); files pair when the names around are the same and the splits distinct.
+    ``("", stem)`` when there is no such word, or more than one."""
+    if _in_split_folder(js, path):
+        return js.parent.name, "{}"
+    name = _PREFIX.sub("", js.stem)
+    if split_role(name) is not None:
+        return name, "{}"
+    words = [m for m in _WORD.finditer(js.stem) if split_role(m.group()) is not None]
+    if len(words) != 1:
+        return "", js.stem
+    m = words[0]
+    return m.group(), js.stem[: m.start()] + "{}" + js.stem[m.end() :]
+
+
 @dataclass(kw_only=True)
 class CocoSource(Source):
     """The JSON size cap; with several files (one split each) each file's image folders and split."""
@@ -213,19 +234,31 @@ class CocoReader(Reader):
         check_options(options, NAME, OPTIONS)
         path = path.resolve()
         found = [path] if path.is_file() else _coco_files(path)
-        splits = {js: js.parent.name if _in_split_folder(js, path) else _PREFIX.sub("", js.stem) for js in found}
+        words = {js: _split_word(js, path) for js in found}
+        splits = {js: word for js, (word, _) in words.items()}
         roles = [split_role(name) for name in splits.values()]
-        if len(found) != 1 and (not found or None in roles or len(set(roles)) < len(roles)):
+        if len(found) != 1 and (
+            not found or None in roles or len(set(roles)) < len(roles) or len({t for _, t in words.values()}) > 1
+        ):
             names = ", ".join(p.name for p in found) or "none"
-            raise DetloaderValueError(f"path={str(path)!r} holds {len(found)} COCO files ({names}); pass one of them")
+            raise DetloaderValueError(
+                f"path={str(path)!r} holds {len(found)} COCO files ({names}); pass one of them (files whose "
+                "names differ only by a split word, as custom_train.json and custom_val.json, are read as one)"
+            )
         js = found[0]
         root = js.parent.parent if js.parent.name.lower() == "annotations" else js.parent
         root = path if _in_split_folder(js, path) else root
+        by_role: dict[str | None, list[str]] = {}  # train2017/, images/train/ for custom_train.json
+        for top in (root, root / "images") if len(found) > 1 else ():
+            for d in sorted(top.iterdir()) if top.is_dir() else ():
+                if split_role(d.name) is not None and d.is_dir():
+                    by_role.setdefault(split_role(d.name), []).append(os.path.relpath(d, root))
         dirs: dict[str, list[str]] = {}
         for js, split in splits.items():
             here = os.path.relpath(js.parent, root)
             here = here if here != "." else ""
-            names = [f"images/{split}", split, "images", "", here, os.path.join(here, "images")]
+            alike = by_role.get(split_role(split), [])
+            names = [f"images/{split}", split, *alike, "images", "", here, os.path.join(here, "images")]
             dirs[os.path.relpath(js, root)] = candidate_dirs(root, names, options.image_dir)
         several = len(found) > 1
         every_dir = list(dict.fromkeys(d for ds in dirs.values() for d in ds))
