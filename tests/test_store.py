@@ -329,7 +329,8 @@ def test_a_file_size_limit_refuses_the_store_up_front(index):
 def test_a_fifo_where_the_store_is_is_refused_at_once(index, where):
     path = DetectionDataset(index, None, cache="disk", cache_size=48).store.path
     fifo = path if where == "store" else f"{path}.lock"
-    os.unlink(fifo)
+    if os.path.exists(fifo):  # the build removed its lock file
+        os.unlink(fifo)
     os.mkfifo(fifo)
     out = _run(f"""
         from detloader import read_annotations
