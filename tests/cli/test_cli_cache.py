@@ -183,3 +183,15 @@ def test_leftovers_of_dead_writes_are_listed_and_cleared_and_one_in_use_kept(
     assert main(["cache", "clear", str(a)]) == 0
     assert "3 files" in capsys.readouterr().out
     assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]  # only what is not detloader's
+
+
+def test_index_says_where_its_cache_is_and_how_to_remove_it(beside: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from detloader.cli.cache import size
+
+    a = make_synthetic(beside / "my faces", 5, seed=1, size=(64, 48))
+    assert main(["index", str(a)]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    cache = next((a / ".detloader-cache").glob("*.dlindex"))
+    assert line == f"index cache: {cache} ({size(cache.stat().st_size)}; `detloader cache clear '{a}'` removes it)"
+    assert main(["index", str(a), "--no-cache"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "index cache: none (--no-cache)"
