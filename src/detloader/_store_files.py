@@ -227,12 +227,10 @@ def sweep(folder: Path) -> list[Path]:
         try:
             if tmp.lstat().st_uid != uid:
                 continue
-            with locked(lock, wait=False) as mine:
+            with locked(lock, wait=False, remove=True) as mine:
                 if mine:  # no build of that store runs: the process that wrote it died
                     tmp.unlink()
                     removed.append(tmp)
-                    if not store.exists():
-                        lock.unlink()
         except OSError:
             pass
     return removed
