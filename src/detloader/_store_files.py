@@ -1,6 +1,6 @@
-"""The files of an image store (:mod:`detloader.store`): its build lock, opening it for
-reading or writing (special files refused by name, never waited on), and the lifetime of a
-``"ram"`` store in shared memory.
+"""The files of an image store (:mod:`detloader.store`): its build lock (:func:`locked`, also the
+index cache's and a run folder's), opening it for reading or writing (special files refused by
+name, never waited on), and the lifetime of a ``"ram"`` store in shared memory.
 
 A ``"ram"`` store lives while a process uses it: every process that maps it holds a shared
 ``flock`` on the file (DataLoader workers forked from it share their parent's; spawned ones
@@ -84,11 +84,23 @@ def _same_file(path: Path, fd: int) -> bool:
 
 
 @contextmanager
-def locked(path: Path, wait: bool = True) -> Iterator[bool]:
+def locked(path: Path, wait: bool = True, remove: bool = False) -> Iterator[bool]:
     """Hold the exclusive ``flock`` of the lock file ``path`` (created if needed) for the block;
     yields True, or False at once when ``wait`` is False and another process holds it. The lock
     is taken on the file the name still names (checked after locking), so a holder may remove
-    it: a waiter then locks the new file.
+    it: a waiter then locks the new file. With ``remove`` the holder does so when the block
+    ends, normally or by an exception: no lock file stays behind (a store's build lock, the
+    index cache's, :mod:`detloader.annotations.cache`, and a run folder's ``.train.lock``,
+    :mod:`detloader.train.runs`).
+
+    Why removing is safe here, and why not filelock's ``FileLock``: a process waiting for the
+    lock holds a descriptor of the file it opened; were the name removed and that process
+    to lock the removed file, a third one would create and lock a new file at the same time.
+    So the holder unlinks while it still holds the lock, and a waiter, once it has the lock,
+    checks that the name still names its file and otherwise starts again on the new one.
+    filelock's ``UnixFileLock`` leaves the file on release by design, for this reason: 3.12
+    does not check the file after locking, so removing its file is not safe. A process killed
+    while holding the lock (``SIGKILL``) leaves the file; its next holder removes it.
 
     Raises:
         NotRegularFileError: ``path`` is a FIFO, socket, device or folder.
@@ -113,7 +125,31 @@ def locked(path: Path, wait: bool = True) -> Iterator[bool]:
     try:
         yield True
     finally:
+        try:
+            if remove and _same_file(path, fd):
+                os.unlink(path)  # while still locked: a waiter on this file then sees the name gone
+        except OSError:
+            pass  # another user's lock in a folder we cannot write: it stays
+        finally:
+            os.close(fd)
+
+
+def held_elsewhere(path: Path) -> bool:
+    """Whether a process holds the ``flock`` of the lock file ``path``, found without waiting
+    and without creating the file (absent, or not a regular file: False)."""
+    try:
+        fd = _open(path, os.O_RDONLY, "lock")
+    except (OSError, NotRegularFileError):
+        return False
+    try:  # a lock file is only ever locked exclusively: a shared probe (allowed read-only) tells
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
         os.close(fd)
+    return False
 
 
 def hold(fd: int) -> None:
@@ -191,12 +227,10 @@ def sweep(folder: Path) -> list[Path]:
         try:
             if tmp.lstat().st_uid != uid:
                 continue
-            with locked(lock, wait=False) as mine:
+            with locked(lock, wait=False, remove=True) as mine:
                 if mine:  # no build of that store runs: the process that wrote it died
                     tmp.unlink()
                     removed.append(tmp)
-                    if not store.exists():
-                        lock.unlink()
         except OSError:
             pass
     return removed

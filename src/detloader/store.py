@@ -160,7 +160,7 @@ class ImageStore:
         key = digest.digest()
         path = folder / f"{name}-{key.hex()[:20]}{files.SUFFIX}"
         store = cls(path, len(index), kind)
-        with files.locked(Path(f"{path}.lock")):
+        with files.locked(Path(f"{path}.lock"), remove=True):  # no lock file stays behind
             try:
                 store._map(key)
             except NotRegularFileError:

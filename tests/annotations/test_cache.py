@@ -293,7 +293,8 @@ print(len(index), index.num_objects, index.source_file)
 def test_two_processes_build_the_index_once_and_both_map_it(tmp_path, cache):
     """Under torchrun every rank calls read_annotations at once: one builds (under the lock
     beside the cache file), the other waits and maps the same file; with cache="rebuild" too
-    (the file built while it waited is the rebuild it asked for)."""
+    (the file built while it waited is the rebuild it asked for). The lock file, removed by
+    its holder while the other waits on it, is gone at the end and was never taken twice."""
     import subprocess
     import sys
 
@@ -309,7 +310,7 @@ def test_two_processes_build_the_index_once_and_both_map_it(tmp_path, cache):
     assert [proc.returncode for proc in procs] == [0, 0]
     assert len((marks / "builds").read_text().split()) == 1  # one build, not two
     assert outputs[0] == outputs[1] and outputs[0][:2] == ["5", "5"]
-    assert outputs[0][2].endswith(".dlindex") and os.path.exists(outputs[0][2] + ".lock")
+    assert outputs[0][2].endswith(".dlindex") and not os.path.exists(outputs[0][2] + ".lock")  # its holder removed it
 
 
 def _fresh_coco_in_its_image_folder(folder) -> tuple:
@@ -351,3 +352,61 @@ def test_a_fresh_coco_dataset_in_its_image_folder_is_built_once(tmp_path, monkey
     write_image(tmp_path / "data" / "c.jpg")  # an image added beside them changes the folder: rebuilt
     read_annotations(path)
     assert len(builds) == 3
+
+
+# -- nothing left behind: the build lock goes with the build ------------------------------------
+def test_no_lock_file_stays_after_a_build_a_failed_build_or_a_dead_builder(tmp_path, monkeypatch):
+    from detloader.errors import AnnotationError
+
+    root = _root(tmp_path)
+    cache_file = read_annotations(root).source_file
+    lock = f"{cache_file}.lock"
+    assert not os.path.exists(lock)  # a build that ends well
+    bad = root / "Annotations" / "1.xml"
+    bad.write_text(voc_xml("1.jpg", [voc_object("k", (9, 1, 5, 5))]))  # xmax <= xmin
+    with pytest.raises(AnnotationError, match="xmax=5 <= xmin=9"):
+        read_annotations(root, on_error="raise")
+    assert not os.path.exists(lock)  # an error under on_error="raise"
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the build died")
+
+    real = read_mod.build_index
+    monkeypatch.setattr(read_mod, "build_index", broken)
+    with pytest.raises(RuntimeError, match="the build died"):
+        read_annotations(root, cache="rebuild")
+    assert not os.path.exists(lock)  # an exception inside the build
+    monkeypatch.setattr(read_mod, "build_index", real)
+    open(lock, "w").close()  # a builder killed (SIGKILL) leaves its lock: the next build removes it
+    assert len(read_annotations(root, cache="rebuild", on_error="skip")) == 3 and not os.path.exists(lock)
+
+
+def test_a_waiter_on_a_removed_lock_file_locks_the_new_one(tmp_path):
+    """The holder removes the lock file while a waiter has it open: the waiter must not take
+    the lock on the removed file (a third process would then lock a new file at the same
+    time); it locks the file the name names, so the third is refused while it holds it."""
+    import threading
+    import time
+
+    from detloader._store_files import locked
+
+    cache_file = tmp_path / "x.dlindex"
+    lock = tmp_path / "x.dlindex.lock"
+    holding, release = threading.Event(), threading.Event()
+
+    def waiter() -> None:
+        with cache_mod.build_lock(cache_file):
+            holding.set()
+            release.wait(30)
+
+    with cache_mod.build_lock(cache_file):
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        time.sleep(0.3)  # the waiter opens the lock file and waits on it (flock is per open file: a thread waits too)
+        assert not holding.is_set()
+    assert holding.wait(30)
+    with locked(lock, wait=False) as mine:
+        assert not mine  # the waiter holds the lock file that is there now
+    release.set()
+    thread.join(30)
+    assert not lock.exists()

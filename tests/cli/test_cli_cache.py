@@ -120,3 +120,78 @@ def test_a_ram_store_in_use_is_named_and_kept(tmp_path: Path, capsys: pytest.Cap
     out = capsys.readouterr().out
     assert f"kept {path} (store ram" in out and "in use by another process" in out
     assert os.path.exists(path)
+
+
+def test_clear_dataset_removes_what_its_cache_folder_holds_unrecorded(
+    beside: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Caches made by a process with another user cache folder (so another record) are still
+    the dataset's: ``list DATASET`` shows them and ``clear DATASET`` removes them."""
+    a = make_synthetic(beside / "faces", 5, seed=1, size=(64, 48))
+    _made(a)
+    held = sorted(str(p) for p in (a / ".detloader-cache").iterdir())
+    assert sorted(Path(p).suffix for p in held) == [".dlindex", ".dlstore", ".stamps"]  # the builds removed their locks
+    monkeypatch.setenv("XDG_CACHE_HOME", str(beside / "another-user-cache"))
+    monkeypatch.setenv("DETLOADER_CACHE_DIR", str(beside / "elsewhere"))
+    assert _listed(capsys)["files"] == []  # this record knows nothing of them
+    files = _listed(capsys, str(a))["files"]
+    assert sorted(f["kind"] for f in files) == ["index", "store disk"] and {f["root"] for f in files} == {str(a)}
+
+    assert main(["cache", "clear", str(a), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"would remove {f['path']}" in out for f in files) and "2 files" in out
+    assert sorted(str(p) for p in (a / ".detloader-cache").iterdir()) == held
+    assert main(["cache", "clear", str(a)]) == 0
+    out = capsys.readouterr().out
+    assert all(f"removed {f['path']}" in out for f in files) and "nothing to remove" not in out
+    assert not (a / ".detloader-cache").exists()
+
+
+def test_leftovers_of_dead_writes_are_listed_and_cleared_and_one_in_use_kept(
+    beside: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from detloader._store_files import locked
+
+    a = make_synthetic(beside / "faces", 5, seed=1, size=(64, 48))
+    read_annotations(a)
+    folder = a / ".detloader-cache"
+    index = next(folder.glob("*.dlindex"))
+    dead = {  # what a killed process leaves: temporary files of writes, the lock of a build
+        folder / f".{index.name}.k1x2c3v4.tmp": "index leftover",
+        folder / f".{index.name}.stamps.a1b2c3d4.tmp": "index leftover",
+        folder / "faces-0123456789abcdef0123.dlstore.lock": "store leftover",
+        folder / ".faces-0123456789abcdef0123.dlstore.q9w8e7r6.tmp": "store leftover",
+        folder / "other-0123456789abcdef.dlindex.lock": "index leftover",
+    }
+    for path in dead:
+        path.write_bytes(b"x" * 10)
+    (folder / "notes.txt").write_text("not detloader's")
+    listed = {f["path"]: f for f in _listed(capsys, str(a))["files"]}
+    assert {p: f["kind"] for p, f in listed.items()} == {str(index): "index", **{str(p): k for p, k in dead.items()}}
+    assert not any(f["in_use"] for f in listed.values()) and {f["root"] for f in listed.values()} == {str(a)}
+    assert main(["cache", "clear", str(a), "--kind", "store", "--json"]) == 0
+    removed = json.loads(capsys.readouterr().out)["removed"]
+    assert sorted(f["path"] for f in removed) == sorted(str(p) for p, k in dead.items() if k == "store leftover")
+
+    with locked(Path(f"{index}.lock")):  # a build of the index runs: it and its temporary files stay
+        assert main(["cache", "clear", str(a), "--json"]) == 0
+        cleared = json.loads(capsys.readouterr().out)
+    assert sorted(f["path"] for f in cleared["in_use"]) == sorted(
+        [str(index), *(str(p) for p in dead if p.name.startswith(f".{index.name}"))]
+    )
+    assert [f["path"] for f in cleared["removed"]] == [str(folder / "other-0123456789abcdef.dlindex.lock")]
+    assert main(["cache", "clear", str(a)]) == 0
+    assert "3 files" in capsys.readouterr().out
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]  # only what is not detloader's
+
+
+def test_index_says_where_its_cache_is_and_how_to_remove_it(beside: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from detloader.cli.cache import size
+
+    a = make_synthetic(beside / "my faces", 5, seed=1, size=(64, 48))
+    assert main(["index", str(a)]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    cache = next((a / ".detloader-cache").glob("*.dlindex"))
+    assert line == f"index cache: {cache} ({size(cache.stat().st_size)}; `detloader cache clear '{a}'` removes it)"
+    assert main(["index", str(a), "--no-cache"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "index cache: none (--no-cache)"

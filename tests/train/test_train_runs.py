@@ -96,7 +96,22 @@ def test_two_trainings_on_one_folder_and_a_stale_lock(no_splits: Path, tmp_path:
     (out / ".train.owner.json").write_text(json.dumps({"pid": 999999, "host": "elsewhere", "started": "then"}))
     with pytest.warns(RuntimeWarning, match="took over the lock.*pid 999999"):
         train(_config(no_splits, out, evaluate=False, max_steps=1))
-    assert not (out / ".train.owner.json").exists()
+    assert not (out / ".train.owner.json").exists() and not (out / ".train.lock").exists()  # a finished run
+
+
+def test_the_run_lock_leaves_no_file_and_refuses_a_second_holder(tmp_path: Path):
+    out = tmp_path / "run"
+    with RunLock(out):
+        assert (out / ".train.lock").is_file() and (out / ".train.owner.json").is_file()
+        with pytest.raises(RunDirError, match="in use by another training"):
+            with RunLock(out):
+                pass
+        assert (out / ".train.lock").is_file()  # the refused one left the holder's file alone
+    assert sorted(p.name for p in out.iterdir()) == []
+    with pytest.raises(RuntimeError, match="the run failed"):
+        with RunLock(out):
+            raise RuntimeError("the run failed")
+    assert sorted(p.name for p in out.iterdir()) == []
 
 
 def test_two_processes_on_one_out(no_splits: Path, tmp_path: Path):

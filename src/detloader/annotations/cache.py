@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from filelock import FileLock
 
 from detloader._files import atomic_write, open_regular, refuse_special, special_kind
 from detloader._made_record import CACHE_DIR_ENV, remember, user_cache_dir
+from detloader._store_files import locked
 from detloader.annotations.fields import Vocabulary, array_names
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.problems import ProblemReport
@@ -55,13 +55,20 @@ def _align(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
+def _tagged(root: Path) -> str:
+    """``NAME-TAG``: the folder of the dataset at the resolved ``root`` in a cache folder (TAG:
+    16 hex digits of its path, so that two datasets of one name stay apart)."""
+    return f"{root.name}-{hashlib.blake2b(str(root).encode('utf-8'), digest_size=8).hexdigest()}"
+
+
 def cache_dir_for(root: str | os.PathLike[str]) -> Path:
-    """Where the cache of the dataset at ``root`` lives (created if needed)."""
+    """Where the cache of the dataset at ``root`` lives (created if needed): ``$DETLOADER_CACHE_DIR/
+    NAME-TAG``, else ``.detloader-cache`` in its folder when that is writable, else the user cache
+    folder's ``NAME-TAG``."""
     root = Path(root).resolve()
-    tag = hashlib.blake2b(str(root).encode("utf-8"), digest_size=8).hexdigest()
     override = os.environ.get(CACHE_DIR_ENV)
     if override:
-        target = Path(override) / f"{root.name}-{tag}"
+        target = Path(override) / _tagged(root)
         target.mkdir(parents=True, exist_ok=True)
         return target
     folder = root if root.is_dir() else root.parent
@@ -73,28 +80,37 @@ def cache_dir_for(root: str | os.PathLike[str]) -> Path:
                 return beside
         except OSError:
             pass
-    target = user_cache_dir() / f"{root.name}-{tag}"
+    target = user_cache_dir() / _tagged(root)
     target.mkdir(parents=True, exist_ok=True)
     return target
+
+
+def cache_dirs_of(root: str | os.PathLike[str]) -> list[Path]:
+    """Every folder :func:`cache_dir_for` may have chosen for the dataset at ``root``, whatever
+    ``$DETLOADER_CACHE_DIR`` was then: beside it, in the user cache folder, in
+    ``$DETLOADER_CACHE_DIR`` now (none created; some may not exist)."""
+    root = Path(root).resolve()
+    places = [(root if root.is_dir() else root.parent) / CACHE_SUBDIR, user_cache_dir() / _tagged(root)]
+    override = os.environ.get(CACHE_DIR_ENV)
+    return [*places, Path(override) / _tagged(root)] if override else places
 
 
 @contextlib.contextmanager
 def build_lock(cache_file: Path) -> Iterator[None]:
     """Hold the lock beside ``cache_file`` (``NAME.lock``) while its index is built, so that one
-    process per node builds it and the others wait, then map the file. Where no lock file can
-    be made (a read-only folder) nothing is locked; a FIFO, socket, device or folder there is
-    :class:`NotRegularFileError` (:func:`cache_file_refused` says so before)."""
-    refuse_special(f"{cache_file}.lock", "not used as the lock")
-    lock = FileLock(f"{cache_file}.lock")
-    try:
-        lock.acquire()
-    except OSError:
+    process per node builds it and the others wait, then map the file. The lock file is removed
+    when the block ends, by an error too (:func:`detloader._store_files.locked`: a waiter then
+    locks a new one). Where no lock file can be made (a read-only folder) nothing is locked; a
+    FIFO, socket, device or folder there is :class:`NotRegularFileError`
+    (:func:`cache_file_refused` says so before)."""
+    lock = Path(f"{cache_file}.lock")
+    refuse_special(lock, "not used as the lock")
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(locked(lock, remove=True))
+        except OSError:
+            pass  # no lock file can be made here: each process builds its own
         yield
-        return
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 def cache_file_refused(cache_file: Path) -> str | None:

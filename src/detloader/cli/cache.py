@@ -1,6 +1,7 @@
 """``detloader cache list|clear``: the index caches and stores of decoded images detloader made
 (:mod:`detloader.cache_files`), listed with their size, dataset and last use, and removed by
-dataset and kind without a question (scripts and CI have no stdin)."""
+dataset and kind without a question (scripts and CI have no stdin). Given a dataset, both find
+everything in its cache folders, recorded or not, and the leftovers of writes that died."""
 
 from __future__ import annotations
 
@@ -17,11 +18,16 @@ def add_cache(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("cache", help="list or remove the index caches and image stores detloader made")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="every index cache and store: path, kind, size, dataset, last use")
+    listing.add_argument(
+        "dataset", nargs="?", metavar="DATASET",
+        help="only this dataset's (its folder or annotation file), with what its cache folders hold unrecorded",
+    )
     listing.add_argument("--kind", choices=("index", "store", "all"), default="all", help="only these (default: all)")
     listing.add_argument("--json", action="store_true", help="print one JSON object")
     listing.set_defaults(func=_list)
     clearing = actions.add_parser(
-        "clear", help="remove the caches and stores of DATASET (of every dataset without it); never one in use",
+        "clear", help="remove the caches and stores of DATASET, recorded or not, and the leftovers of writes that "
+        "died (of every dataset without it); never one in use",
     )
     clearing.add_argument("dataset", nargs="?", metavar="DATASET", help="the dataset's folder or annotation file")
     clearing.add_argument(
@@ -42,25 +48,27 @@ def size(n: int) -> str:
 
 
 def _total(made: list[MadeFile]) -> str:
-    index = sum(m.bytes for m in made if m.kind == "index")
-    stores = sum(m.bytes for m in made if m.kind != "index")
+    index = sum(m.bytes for m in made if m.kind.startswith("index"))
+    stores = sum(m.bytes for m in made if m.kind.startswith("store"))
     files = f"{len(made)} file" + ("" if len(made) == 1 else "s")
     return f"{files}, {size(index + stores)} (index caches {size(index)}, stores {size(stores)})"
 
 
 def _list(args: argparse.Namespace) -> int:
+    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
     from detloader.cache_files import find_made
 
-    made = find_made(args.kind)
+    made = find_made(args.kind, args.dataset)
     if args.json:
         common.print_json({"files": [m.to_dict() for m in made], "bytes": sum(m.bytes for m in made)})
         return 0
     out = common.console()
     if not made:
-        out.print("no index cache or store (reading a dataset makes its index cache; cache=disk|ram a store)")
+        of = f" of {escape(args.dataset)}" if args.dataset else ""
+        out.print(f"no index cache or store{of} (reading a dataset makes its index cache; cache=disk|ram a store)")
         return 0
     table = Table("path", "kind", "size", "dataset", "last use", "in use", title="index caches and stores")
     for m in made:

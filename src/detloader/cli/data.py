@@ -87,12 +87,35 @@ def _index(args: argparse.Namespace) -> int:
         print_json({**summary, "split_sources": sources, "seconds": round(seconds, 4), "cache_file": index.source_file})
     else:
         print_summary(summary, seconds, index.meta.get("split_sources"), args.top)
+        print_cache_line(index.source_file, args.path, args.no_cache)
         if index.problems:
             from rich.markup import escape
 
             console().print(f"\n[yellow]{escape(index.problems.summary())}[/yellow]")
             console().print("run [bold]detloader validate[/bold] for the full list")
     return 1 if index.problems.errors else 0
+
+
+def print_cache_line(cache_file: str | None, path: str, no_cache: bool) -> None:
+    """Where ``index`` left the index cache of the dataset at ``path``, its size and how to remove
+    it (``DATASET/.detloader-cache/`` unless the folder is read-only or ``DETLOADER_CACHE_DIR``
+    says otherwise: a command that only reads writes there); why there is none."""
+    import shlex
+
+    from rich.markup import escape
+
+    from detloader.cli.cache import size
+
+    if cache_file is None:
+        why = "--no-cache" if no_cache else "it could not be written, see the warning above"
+        console().print(f"index cache: none ({why})")
+        return
+    try:
+        bytes_ = size(os.path.getsize(cache_file))
+    except OSError:
+        bytes_ = "size unknown"
+    clear = f"detloader cache clear {shlex.quote(path)}"
+    console().print(escape(f"index cache: {cache_file} ({bytes_}; `{clear}` removes it)"))
 
 
 def print_summary(

@@ -2,7 +2,8 @@
 "Run folders" and "Resume on the same data".
 
 * **One training per folder**: ``out/.train.lock`` (an OS file lock, released by the kernel when the process
-  dies) is held for the whole run; ``out/.train.owner.json`` names the holder.
+  dies) is held for the whole run and removed when it ends, by an error too; ``out/.train.owner.json``
+  names the holder.
 * **The data**: :func:`prepare_data` reads the dataset (rank 0 first) and takes its train / val splits, or
   makes a seeded, stratified one. :func:`data_record` (checkpoint key ``"data"``; also image classes) is
   what ``--resume`` compares with :func:`data_changes`; ``evaluate`` reads the validation split back from it
@@ -13,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -26,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from filelock import FileLock, Timeout
 
 from detloader._files import refuse_link, write_file
+from detloader._store_files import locked
 from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError, NotRegularFileError, RunDirError
 from detloader.train.config import TrainConfig
 from detloader.train.distributed import DistEnv, barrier, init_distributed
@@ -66,12 +68,13 @@ def check_out_dir(out: Path, *, resume: str | None, exist_ok: bool) -> None:
 
 
 class RunLock:
-    """Hold ``out``'s training lock for a ``with`` block (see the module docstring)."""
+    """Hold ``out``'s training lock for a ``with`` block (see the module docstring); the lock
+    file goes when the block ends (:func:`detloader._store_files.locked`)."""
 
     def __init__(self, out: Path) -> None:
         self.out = out
         self.owner = out / ".train.owner.json"
-        self._lock = FileLock(str(out / ".train.lock"), timeout=0)
+        self._held = contextlib.ExitStack()
 
     def __enter__(self) -> RunLock:
         self.out.mkdir(parents=True, exist_ok=True)
@@ -80,20 +83,23 @@ class RunLock:
                 refuse_link(self.out / name)
         except NotRegularFileError as err:
             raise RunDirError(f"out={str(self.out)!r} is not safe to write: {err}") from None
-        try:
-            self._lock.acquire()
-        except Timeout:
+        if not self._held.enter_context(locked(self.out / ".train.lock", wait=False, remove=True)):
+            self._held.close()
             raise RunDirError(
                 f"out={str(self.out)!r} is in use by another training ({self._holder()}); "
                 "wait for it to end or choose another --out"
-            ) from None
-        if self.owner.exists():  # its process ended without releasing: it died
-            warnings.warn(
-                f"{self.out}: took over the lock of a training that is no longer running ({self._holder()})",
-                DetloaderRuntimeWarning, stacklevel=3,
             )
-        mine = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-        write_file(self.owner, json.dumps(mine), durable=True, no_follow=True)
+        try:
+            if self.owner.exists():  # its process ended without releasing: it died
+                warnings.warn(
+                    f"{self.out}: took over the lock of a training that is no longer running ({self._holder()})",
+                    DetloaderRuntimeWarning, stacklevel=3,
+                )
+            mine = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+            write_file(self.owner, json.dumps(mine), durable=True, no_follow=True)
+        except BaseException:
+            self._held.close()
+            raise
         return self
 
     def _holder(self) -> str:
@@ -104,8 +110,10 @@ class RunLock:
             return "holder unknown"
 
     def __exit__(self, *exc: Any) -> None:
-        self.owner.unlink(missing_ok=True)
-        self._lock.release()
+        try:
+            self.owner.unlink(missing_ok=True)
+        finally:
+            self._held.close()
 
 
 # -- the data a run was trained on -------------------------------------------------------------
