@@ -5,6 +5,9 @@ exact ``--resume``, the data-wait share of step time, and a final evaluation; un
 
 ``detloader evaluate CKPT PATH``: box mAP, per-class precision / recall / AP, landmark NME and
 image-class accuracy of a training checkpoint on a dataset split.
+
+Both read the dataset of a checkpoint's run (``evaluate``, ``--resume``) with the read options the run
+recorded, unless given, and say which in one line (:func:`read_option_lines`).
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ import argparse
 import os
 import signal
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 from detloader.cli._common import (
+    ON_ERROR_DEFAULT,
     add_read_arguments,
     console,
     count_table,
@@ -23,6 +28,7 @@ from detloader.cli._common import (
     print_json,
     print_table,
     progress_bar,
+    read_option_flags,
 )
 
 
@@ -113,22 +119,27 @@ def add_train(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_train)
 
 
-def _config(args: argparse.Namespace) -> Any:
+def _config(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The run's :class:`TrainConfig` and, with ``--resume``, the
+    :class:`~detloader.train.runs.RunReadOptions` it reads with (None otherwise)."""
     from detloader.train import TrainConfig
 
     changes: dict[str, Any] = {}
-    if args.resume:  # the run's own settings, unless given again
+    read = None
+    if args.resume:  # the run's own settings and read options, unless given again
         from detloader.train import load_checkpoint
+        from detloader.train.runs import run_read_options
 
         saved = dict(load_checkpoint(args.resume)["config"])
         for key in ("resume", "max_steps", "exist_ok", "allow_data_change", "allow_setting_change"):  # this call's
             saved.pop(key, None)
         changes.update(saved)
-    read_options: dict[str, Any] = dict(changes.get("read_options", {}))
+        read = run_read_options(saved.get("read_options", {}), dataset_kwargs(args, given_only=True))
+        changes["read_options"] = read.options
+    elif args.path is not None:
+        changes["read_options"] = dataset_kwargs(args)
     if args.path is not None:
         changes["data"] = args.path
-        read_options.update(dataset_kwargs(args))
-    changes["read_options"] = read_options
     explicit = {
         "balance": args.balance, "epochs": args.epochs, "size": args.size, "batch_size": args.batch_size,
         "lr": args.lr, "width": args.width, "synthetic_images": args.synthetic_images, "max_steps": args.max_steps,
@@ -147,16 +158,38 @@ def _config(args: argparse.Namespace) -> Any:
         checkpoint_every=args.checkpoint_every, evaluate=not args.no_eval, exist_ok=args.exist_ok,
         allow_data_change=args.allow_data_change, allow_setting_change=args.allow_setting_change,
     )
-    return TrainConfig.from_dict(changes)
+    return TrainConfig.from_dict(changes), read
+
+
+#: What the CLI reads with when not told: a run's recorded value equal to it is not worth a line.
+_READ_DEFAULTS: dict[str, Any] = {"format": "auto", "on_error": ON_ERROR_DEFAULT}
+
+
+def read_option_lines(from_run: Mapping[str, Any], changed: Mapping[str, Any]) -> list[str]:
+    """The lines ``evaluate`` and ``train --resume`` print about a run's recorded read options
+    (:class:`~detloader.train.runs.RunReadOptions`): those applied (less the CLI's defaults) and
+    those given that differ from the run's."""
+    applied = {k: v for k, v in from_run.items() if k not in _READ_DEFAULTS or _READ_DEFAULTS[k] != v}
+    lines = [f"read options from the run: {read_option_flags(applied)}"] if applied else []
+    if changed:
+        differ = "; ".join(
+            f"{read_option_flags({k: now})} (the run: {read_option_flags({k: run}) if run is not None else 'not set'})"
+            for k, (run, now) in changed.items()
+        )
+        lines.append(f"read options given that differ from the run's: {differ}")
+    return lines
 
 
 def _train(args: argparse.Namespace) -> int:
     from detloader.train import train
 
-    config = _config(args)
+    config, read = _config(args)
     rank0 = int(os.environ.get("RANK", "0")) == 0
     show = rank0 and not args.json  # rank 0 prints its split lines, a progress bar and a line per epoch
     out = console()
+    if show and read is not None:
+        for line in read_option_lines(read.from_run, read.changed):
+            out.print(line, markup=False)
 
     def start(info: Any) -> None:
         t, v = info.train, info.val
@@ -231,13 +264,17 @@ def _evaluate(args: argparse.Namespace) -> int:
     picture = os.path.join(os.path.dirname(args.checkpoint), name)
     with progress_bar("evaluate", enabled=not args.json) as progress:
         metrics = evaluate_checkpoint(
-            args.checkpoint, args.path, split=args.split, picture=picture, read_options=dataset_kwargs(args),
+            args.checkpoint, args.path, split=args.split, picture=picture,
+            read_options=dataset_kwargs(args, given_only=True),  # the run's recorded ones fill in the rest
             batch_size=args.batch_size, device=args.device, score_threshold=args.score_threshold,
             backend=args.backend, progress=progress, coco_json=args.coco_json,
         )
     if args.json:
         print_json(metrics)
         return 0
+    read = metrics.get("read_options", {})
+    for line in read_option_lines(read.get("from_run", {}), read.get("changed", {})):
+        console().print(line, markup=False)
     print_metrics(metrics)
     if os.path.isfile(picture):
         console().print(f"{picture}: truth (left) beside predictions (right)")
