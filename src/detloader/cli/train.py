@@ -1,7 +1,7 @@
 """``detloader train [PATH]``: the reference multi-task model on any dataset detloader reads
 (no PATH: the embedded synthetic dataset), with class balancing, a tuned loader, checkpoints,
-exact ``--resume``, the data-wait share of step time, and a final evaluation; under
-``torchrun --nproc_per_node=N`` it runs distributed (docs/training.md).
+exact ``--resume``, the data-wait share of step time, each step's progress (:class:`StepProgress`),
+and a final evaluation; under ``torchrun --nproc_per_node=N`` it runs distributed (docs/training.md).
 
 ``detloader evaluate CKPT PATH``: box mAP, per-class precision / recall / AP, landmark NME and
 image-class accuracy of a training checkpoint on a dataset split.
@@ -15,9 +15,12 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import time
 import warnings
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from detloader.cli._common import (
     ON_ERROR_DEFAULT,
@@ -30,6 +33,16 @@ from detloader.cli._common import (
     progress_bar,
     read_option_flags,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from detloader.train import StepInfo
+
+#: Not on a terminal, a progress line at least this often (seconds), whatever ``--log-every``.
+LOG_SECONDS = 30.0
+#: ``--log-every``'s default: a progress line every this many steps (not on a terminal).
+LOG_EVERY = 50
 
 
 def _workers(value: str) -> int | str:
@@ -115,6 +128,11 @@ def add_train(sub: argparse._SubParsersAction) -> None:
                    "(default: runs/train, or the --resume checkpoint's folder)")
     p.add_argument("--exist-ok", action="store_true", help="write into an --out that holds another run, overwriting it")
     p.add_argument("--no-eval", action="store_true", help="skip the final evaluation")
+    p.add_argument(
+        "--log-every", type=int, default=LOG_EVERY, metavar="N",
+        help=f"when stdout is not a terminal, a progress line every N steps and at least every {LOG_SECONDS:.0f} s "
+        f"(default {LOG_EVERY}); on a terminal a live bar",
+    )
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     p.set_defaults(func=_train)
 
@@ -180,16 +198,128 @@ def read_option_lines(from_run: Mapping[str, Any], changed: Mapping[str, Any]) -
     return lines
 
 
+def _duration(seconds: float) -> str:
+    """``45s``, ``3m10s``, ``2h05m``."""
+    s = max(int(round(seconds)), 0)
+    if s < 60:
+        return f"{s}s"
+    m, s = divmod(s, 60)
+    return f"{m}m{s:02d}s" if m < 60 else f"{m // 60}h{m % 60:02d}m"
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """The epoch in progress, as the CLI shows it: ``epoch`` counted from 1; ``images_per_s`` over all
+    ranks, ``data_share`` (the data wait's share of step time) and ``loss`` (mean total loss) since
+    the epoch began (in this process); ``eta_s``: the rest of the epoch at that pace."""
+
+    epoch: int
+    epochs: int
+    step: int
+    steps: int
+    images_per_s: float
+    data_share: float
+    loss: float
+    eta_s: float
+
+    def detail(self) -> str:
+        """``21.3 img/s data 12% loss 2.341 eta 3m10s``."""
+        return (
+            f"{self.images_per_s:.1f} img/s data {100 * self.data_share:.0f}% loss {self.loss:.3f} "
+            f"eta {_duration(self.eta_s)}"
+        )
+
+    def line(self) -> str:
+        """``epoch 1/12 step 40/107 37% 21.3 img/s data 12% loss 2.341 eta 3m10s``."""
+        done = 100 * self.step / max(self.steps, 1)
+        return f"epoch {self.epoch}/{self.epochs} step {self.step}/{self.steps} {done:.0f}% {self.detail()}"
+
+
+class StepProgress:
+    """``detloader train``'s ``on_step``: :class:`StepFigures` of each step, shown on ``out``: a
+    live bar per epoch on a terminal; elsewhere (a file, a pipe) a :meth:`StepFigures.line`
+    every ``log_every`` steps of an epoch and at least every :data:`LOG_SECONDS`. Use it as a
+    context manager (the bar's lifetime); :meth:`epoch_end` hides the bar until the next step."""
+
+    def __init__(
+        self, out: Console, epochs: int, log_every: int = LOG_EVERY, world_size: int = 1,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.out, self.epochs, self.log_every, self.world_size, self.clock = out, epochs, log_every, world_size, clock
+        self._epoch = -1
+        self._sums: dict[str, float] = {}
+        self._last_line = clock()
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> StepProgress:
+        if self.out.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self._bar = Progress(
+                "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[detail]}"), console=self.out, transient=True,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task("", total=None, detail="", visible=False)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def figures(self, info: StepInfo) -> StepFigures:
+        """This step's figures, the epoch's sums updated."""
+        now = self.clock()
+        if info.epoch != self._epoch:  # the epoch began when its first step here began
+            self._epoch = info.epoch
+            self._sums = {"began": now - info.wait_s - info.compute_s, "steps": 0, "images": 0, "wait": 0.0,
+                          "compute": 0.0, "loss": 0.0}
+        sums = self._sums
+        sums["steps"] += 1
+        sums["images"] += len(info.image_ids) * self.world_size
+        sums["wait"] += info.wait_s
+        sums["compute"] += info.compute_s
+        sums["loss"] += info.losses.get("total", 0.0)
+        elapsed = max(now - sums["began"], 1e-9)
+        return StepFigures(
+            info.epoch + 1, self.epochs, info.step_in_epoch, info.steps_in_epoch, sums["images"] / elapsed,
+            sums["wait"] / max(sums["wait"] + sums["compute"], 1e-12), sums["loss"] / sums["steps"],
+            (info.steps_in_epoch - info.step_in_epoch) * elapsed / sums["steps"],
+        )
+
+    def __call__(self, info: StepInfo) -> None:
+        figures = self.figures(info)
+        if self._bar is not None:
+            self._bar.update(
+                self._task, completed=figures.step, total=figures.steps, visible=True,
+                description=f"epoch {figures.epoch}/{figures.epochs}", detail=figures.detail(),
+            )
+            return
+        now = self.clock()
+        if figures.step % max(self.log_every, 1) == 0 or now - self._last_line >= LOG_SECONDS:
+            self.out.print(figures.line(), markup=False)
+            self._last_line = now
+
+    def epoch_end(self) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, visible=False)
+            self._bar.refresh()  # gone before the epoch's line is printed
+
+
 def _train(args: argparse.Namespace) -> int:
+    from detloader.annotations.problems import check_int
     from detloader.train import train
 
+    check_int("--log-every", args.log_every, 1)
     config, read = _config(args)
     rank0 = int(os.environ.get("RANK", "0")) == 0
-    show = rank0 and not args.json  # rank 0 prints its split lines, a progress bar and a line per epoch
+    show = rank0 and not args.json  # rank 0 prints its split lines, the steps' progress and a line per epoch
     out = console()
     if show and read is not None:
         for line in read_option_lines(read.from_run, read.changed):
             out.print(line, markup=False)
+    progress = StepProgress(out, config.epochs, args.log_every, int(os.environ.get("WORLD_SIZE", "1")))
 
     def start(info: Any) -> None:
         t, v = info.train, info.val
@@ -206,23 +336,17 @@ def _train(args: argparse.Namespace) -> int:
             out.print(escape(info.loader))
 
     def epoch(info: Any) -> None:
+        progress.epoch_end()
         parts = ", ".join(f"{k} {v:.3f}" for k, v in info.losses.items() if k != "total")
         out.print(
             f"epoch {info.epoch + 1}/{info.epochs}: loss {info.losses.get('total', 0):.3f} ({parts}); "
             f"data wait {100 * info.data_wait_fraction:.1f} % of step time"
         )
 
-    with warnings.catch_warnings(), progress_bar("epoch 0", enabled=show, detail=True) as bar:
+    with warnings.catch_warnings(), progress if show else nullcontext():
         if not show:
             warnings.simplefilter("ignore")
-
-        def step(info: Any) -> None:
-            losses = " ".join(f"{k} {v:.3f}" for k, v in info.losses.items())
-            bar(info.step_in_epoch, info.steps_in_epoch, description=f"epoch {info.epoch}", detail=losses)
-
-        metrics = train(
-            config, on_step=step if bar else None, on_epoch=epoch if show else None, on_start=start if show else None
-        )
+        metrics = train(config, **({"on_step": progress, "on_epoch": epoch, "on_start": start} if show else {}))
     status = 128 + signal.Signals[metrics["stopped_by"]] if metrics.get("stopped_by") else 0
     if not rank0:
         return status
