@@ -98,6 +98,9 @@ def test_the_run_read_options_give_way_to_those_given():
     assert read.from_run == {"format": "cvat", "images_by": "id"}  # how the index was built is not taken
     assert read.changed == {"on_error": ("warn", "skip"), "image_dir": (None, "pics")}
     assert run_read_options(recorded, {"format": "cvat"}).changed == {}
+    # defaults lie beneath the run's: they fill in only what it did not record
+    defaults = {"format": "auto", "on_error": "warn", "image_dir": "imgs"}
+    assert run_read_options({"on_error": "raise"}, {}, defaults).options == {**defaults, "on_error": "raise"}
 
 
 @pytest.mark.slow

@@ -152,7 +152,7 @@ def _config(args: argparse.Namespace) -> tuple[Any, Any]:
         for key in ("resume", "max_steps", "exist_ok", "allow_data_change", "allow_setting_change"):  # this call's
             saved.pop(key, None)
         changes.update(saved)
-        read = run_read_options(saved.get("read_options", {}), dataset_kwargs(args, given_only=True))
+        read = run_read_options(saved.get("read_options", {}), dataset_kwargs(args, given_only=True), _READ_DEFAULTS)
         changes["read_options"] = read.options
     elif args.path is not None:
         changes["read_options"] = dataset_kwargs(args)
@@ -179,7 +179,7 @@ def _config(args: argparse.Namespace) -> tuple[Any, Any]:
     return TrainConfig.from_dict(changes), read
 
 
-#: What the CLI reads with when not told: a run's recorded value equal to it is not worth a line.
+#: What the CLI reads with when neither told nor the run recorded one; a run's value equal to it is not worth a line.
 _READ_DEFAULTS: dict[str, Any] = {"format": "auto", "on_error": ON_ERROR_DEFAULT}
 
 
@@ -389,7 +389,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     with progress_bar("evaluate", enabled=not args.json) as progress:
         metrics = evaluate_checkpoint(
             args.checkpoint, args.path, split=args.split, picture=picture,
-            read_options=dataset_kwargs(args, given_only=True),  # the run's recorded ones fill in the rest
+            read_options=dataset_kwargs(args, given_only=True), read_defaults=_READ_DEFAULTS,  # beneath the run's
             batch_size=args.batch_size, device=args.device, score_threshold=args.score_threshold,
             backend=args.backend, progress=progress, coco_json=args.coco_json,
         )

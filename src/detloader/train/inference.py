@@ -117,6 +117,7 @@ def evaluate_checkpoint(
     *,
     split: str | None = None,
     read_options: Mapping[str, Any] | None = None,
+    read_defaults: Mapping[str, Any] | None = None,
     batch_size: int = 16,
     device: str = "auto",
     num_workers: int | str = 0,
@@ -135,7 +136,8 @@ def evaluate_checkpoint(
     dataset's ``val`` split for a checkpoint without that record), a split name of the
     dataset, or ``"all"``. ``read_options``: :func:`detloader.read_annotations` keywords; the
     run's recorded ones fill in those not given (:func:`~detloader.train.runs.run_read_options`:
-    a run trained with ``images_by="id"`` is evaluated with it), and ``metrics["read_options"]``
+    a run trained with ``images_by="id"`` is evaluated with it), ``read_defaults`` those neither gives
+    (``read_annotations``' own otherwise), and ``metrics["read_options"]``
     says what was read with (``options``), which came from the run (``from_run``) and which given
     ones differ from the run's (``changed``: name -> [run's, given]). The dataset is read with the
     checkpoint's class list (``classes=``, unless given), so class ids match the model's; a dataset
@@ -150,7 +152,7 @@ def evaluate_checkpoint(
     with running_distributed(device) as env:
         state = load_checkpoint(checkpoint)
         recorded = {k: v for k, v in state["config"].get("read_options", {}).items() if k != "classes"}
-        read = run_read_options(recorded, read_options or {})  # the checkpoint's classes stand for the run's
+        read = run_read_options(recorded, read_options or {}, read_defaults)  # its classes: the checkpoint's
         index = detloader.read_annotations(data, **{"classes": list(state["classes"]), **read.options})
         _require_known_classes(index, list(state["classes"]), data)
         index, info = _part(index, state.get("data", {}).get("splits", {}), split, data, read)

@@ -185,13 +185,16 @@ class RunReadOptions:
     changed: dict[str, tuple[Any, Any]]
 
 
-def run_read_options(recorded: Mapping[str, Any], given: Mapping[str, Any]) -> RunReadOptions:
+def run_read_options(
+    recorded: Mapping[str, Any], given: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+) -> RunReadOptions:
     """The read options of a run's checkpoint (``config["read_options"]``, less :data:`BUILD_OPTIONS`)
-    with ``given`` in their place where given: a run trained with ``images_by="id"`` is evaluated
-    or resumed with it unless told otherwise (``detloader evaluate``, ``train --resume``)."""
+    with ``given`` in their place where given, and ``defaults`` where neither has one (the CLI's
+    ``on_error="warn"``): a run trained with ``images_by="id"`` is evaluated or resumed with it
+    unless told otherwise (``detloader evaluate``, ``train --resume``)."""
     kept = {k: v for k, v in recorded.items() if k not in BUILD_OPTIONS}
     return RunReadOptions(
-        options={**kept, **given},
+        options={**(defaults or {}), **kept, **given},
         from_run={k: v for k, v in kept.items() if k not in given},
         changed=read_option_changes(kept, {**kept, **given}),
     )
