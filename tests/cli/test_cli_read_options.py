@@ -162,8 +162,7 @@ def test_train_and_evaluate_pass_the_dataset_options(tmp_path, monkeypatch):
     args = build_parser().parse_args(
         ["train", "data", "--image-dir", "pics", "--class-map", "a=b", "--out", str(tmp_path)]
     )
-    config, read = _config(args)
-    assert read is None and config.read_options == {
+    assert _config(args).read_options == {
         "format": "auto",
         "on_error": "warn",
         "image_dir": "pics",

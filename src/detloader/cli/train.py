@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from detloader.train import StepInfo
+    from detloader.train.runs import RunReadOptions
 
 #: Not on a terminal, a progress line at least this often (seconds), whatever ``--log-every``.
 LOG_SECONDS = 30.0
@@ -137,23 +138,27 @@ def add_train(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_train)
 
 
-def _config(args: argparse.Namespace) -> tuple[Any, Any]:
-    """The run's :class:`TrainConfig` and, with ``--resume``, the
-    :class:`~detloader.train.runs.RunReadOptions` it reads with (None otherwise)."""
+def _resumed(args: argparse.Namespace) -> tuple[dict[str, Any], RunReadOptions]:
+    """The settings the ``--resume`` checkpoint's run recorded (less this call's own) and the
+    :class:`~detloader.train.runs.RunReadOptions` it reads with."""
+    from detloader.train import load_checkpoint
+    from detloader.train.runs import run_read_options
+
+    saved = dict(load_checkpoint(args.resume)["config"])
+    for key in ("resume", "max_steps", "exist_ok", "allow_data_change", "allow_setting_change"):  # this call's
+        saved.pop(key, None)
+    return saved, run_read_options(saved.get("read_options", {}), dataset_kwargs(args, given_only=True), _READ_DEFAULTS)
+
+
+def _config(args: argparse.Namespace, resumed: tuple[dict[str, Any], RunReadOptions] | None = None) -> Any:
+    """The run's :class:`TrainConfig`; with ``--resume``, the run's own settings and read options
+    (``resumed``: :func:`_resumed`'s, read here when None) unless given again."""
     from detloader.train import TrainConfig
 
     changes: dict[str, Any] = {}
-    read = None
-    if args.resume:  # the run's own settings and read options, unless given again
-        from detloader.train import load_checkpoint
-        from detloader.train.runs import run_read_options
-
-        saved = dict(load_checkpoint(args.resume)["config"])
-        for key in ("resume", "max_steps", "exist_ok", "allow_data_change", "allow_setting_change"):  # this call's
-            saved.pop(key, None)
-        changes.update(saved)
-        read = run_read_options(saved.get("read_options", {}), dataset_kwargs(args, given_only=True), _READ_DEFAULTS)
-        changes["read_options"] = read.options
+    if args.resume:
+        saved, read = resumed or _resumed(args)
+        changes.update(saved, read_options=read.options)
     elif args.path is not None:
         changes["read_options"] = dataset_kwargs(args)
     if args.path is not None:
@@ -176,7 +181,7 @@ def _config(args: argparse.Namespace) -> tuple[Any, Any]:
         checkpoint_every=args.checkpoint_every, evaluate=not args.no_eval, exist_ok=args.exist_ok,
         allow_data_change=args.allow_data_change, allow_setting_change=args.allow_setting_change,
     )
-    return TrainConfig.from_dict(changes), read
+    return TrainConfig.from_dict(changes)
 
 
 #: What the CLI reads with when neither told nor the run recorded one; a run's value equal to it is not worth a line.
@@ -312,12 +317,13 @@ def _train(args: argparse.Namespace) -> int:
     from detloader.train import train
 
     check_int("--log-every", args.log_every, 1)
-    config, read = _config(args)
+    resumed = _resumed(args) if args.resume else None
+    config = _config(args, resumed)
     rank0 = int(os.environ.get("RANK", "0")) == 0
     show = rank0 and not args.json  # rank 0 prints its split lines, the steps' progress and a line per epoch
     out = console()
-    if show and read is not None:
-        for line in read_option_lines(read.from_run, read.changed):
+    if show and resumed is not None:
+        for line in read_option_lines(resumed[1].from_run, resumed[1].changed):
             out.print(line, markup=False)
     progress = StepProgress(out, config.epochs, args.log_every, int(os.environ.get("WORLD_SIZE", "1")))
 
