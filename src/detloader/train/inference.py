@@ -136,13 +136,13 @@ def evaluate_checkpoint(
     dataset's ``val`` split for a checkpoint without that record), a split name of the
     dataset, or ``"all"``. ``read_options``: :func:`detloader.read_annotations` keywords; the
     run's recorded ones fill in those not given (:func:`~detloader.train.runs.run_read_options`:
-    a run trained with ``images_by="id"`` is evaluated with it), ``read_defaults`` those neither gives
-    (``read_annotations``' own otherwise), and ``metrics["read_options"]``
-    says what was read with (``options``), which came from the run (``from_run``) and which given
-    ones differ from the run's (``changed``: name -> [run's, given]). The dataset is read with the
-    checkpoint's class list (``classes=``, unless given), so class ids match the model's; a dataset
-    with none of its classes is refused (:class:`~detloader.train.runs.DataMismatchError`). Image classes are matched by
-    name. ``picture``: also draw truth beside prediction there (PNG); ``coco_json``: write
+    a run trained with ``images_by="id"`` is evaluated with it), ``read_defaults`` those neither
+    gives (``read_annotations``' own otherwise); ``metrics["read_options"]`` says what was read
+    with (``options``), which came from the run (``from_run``) and which given ones differ from
+    the run's (``changed``: name -> [run's, given]). The dataset is read with the checkpoint's
+    class list (``classes=``, unless given), so class ids match the model's; a dataset with none
+    of its classes is refused (:class:`~detloader.train.runs.DataMismatchError`). Image classes
+    are matched by name. ``picture``: also draw truth beside prediction there (PNG); ``coco_json``: write
     the detections there (COCO results). ``task``: None rebuilds the reference model from
     the checkpoint; a checkpoint of your own model needs its
     :class:`~detloader.train.task.Task` (or a function of the index returning one), whose
