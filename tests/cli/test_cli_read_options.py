@@ -12,7 +12,7 @@ import pytest
 from helpers import voc_dataset, voc_object, voc_xml, write_image
 
 from detloader.cli import COMMANDS, build_parser, main
-from detloader.cli._common import dataset_kwargs
+from detloader.cli._common import dataset_kwargs, read_option_flags
 
 OPTIONS = ["--format", "cvat", "--on-error", "skip", "--image-dir", "imgs", "--images-by", "id",
            "--class-map", "a=b", "--class-map", "c=", "--classes", "b,d", "--no-check-images",
@@ -176,4 +176,29 @@ def test_train_and_evaluate_pass_the_dataset_options(tmp_path, monkeypatch):
 
     monkeypatch.setattr(detloader.train, "evaluate_checkpoint", fake)
     assert main(["evaluate", "run.pt", "data", "--images-by", "id", "--format", "cvat", "--json"]) == 0
-    assert seen == {"format": "cvat", "on_error": "warn", "images_by": "id"}
+    assert seen == {"format": "cvat", "images_by": "id"}  # only those given: the run's recorded ones fill in the rest
+
+
+def test_given_options_are_told_from_defaults_and_said_in_cli_words():
+    from detloader.cli.train import read_option_lines
+
+    parser = build_parser()
+    assert dataset_kwargs(parser.parse_args(["index", "P"]), given_only=True) == {}
+    given = dataset_kwargs(parser.parse_args(["index", "P", *OPTIONS]), given_only=True)
+    assert given == EXPECTED
+    assert read_option_flags(given) == (
+        "--format cvat --on-error skip --classes b,d --class-map a=b --class-map c= --image-dir imgs "
+        "--images-by id --boxes-from-points image --no-check-images"
+    )
+    # the same words parse back to the same options
+    assert dataset_kwargs(parser.parse_args(["index", "P", *read_option_flags(given).split()])) == EXPECTED
+    assert read_option_flags({"workers": 2}) == "workers=2"
+    # the CLI's own defaults recorded by a run are not worth a line; a given option that differs is
+    assert read_option_lines({"format": "auto", "on_error": "warn"}, {}) == []
+    assert read_option_lines({"format": "auto", "images_by": "id"}, {"on_error": ("warn", "skip")}) == [
+        "read options from the run: --images-by id",
+        "read options given that differ from the run's: --on-error skip (the run: --on-error warn)",
+    ]
+    assert read_option_lines({}, {"image_dir": (None, "pics")}) == [
+        "read options given that differ from the run's: --image-dir pics (the run: not set)"
+    ]

@@ -202,6 +202,7 @@ def _hostile(run: Path, where: str, key: str, value) -> Path:
         ("model_config", "head_width", "64", "model_config head_width='64' is outside [4, 4096]"),
         ("config", "width", 10**6, "config width=1000000 is outside [1, 1024]"),
         ("config", "size", 2**20, "config size=1048576 is outside [1, 8192]"),
+        ("config", "read_options", ["images_by", "id"], "config read_options (list) is not a mapping"),
     ],
 )
 def test_a_checkpoint_asking_an_absurd_size_is_refused_before_anything_is_built(

@@ -23,7 +23,7 @@ from detloader.errors import DataMismatchError
 from detloader.synth import make_synthetic
 from detloader.train import TrainConfig, load_checkpoint, train
 from detloader.train.checkpoint import CheckpointError
-from detloader.train.runs import RunDirError, RunLock
+from detloader.train.runs import RunDirError, RunLock, run_read_options
 
 pytest.importorskip("faster_coco_eval")
 
@@ -69,6 +69,77 @@ def test_train_and_evaluate_share_the_split_of_a_dataset_without_split_files(no_
     assert main(["evaluate", str(out / "last.pt"), str(no_splits), "--split", "all"]) == 0
     assert f"{trained} of the 40 images were trained on" in " ".join(capsys.readouterr().out.split())
     assert (out / "predictions-all.png").is_file()
+
+
+@pytest.fixture(scope="module")
+def renamed(no_splits: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The 40 faces as a CVAT export whose images were renamed to their id (``images/107.jpg``):
+    by name (``camera/IMG_0007.jpg``) none is found."""
+    index = detloader.read_annotations(no_splits, cache=False)
+    root = tmp_path_factory.mktemp("cvat") / "faces"
+    (root / "images").mkdir(parents=True)
+    images = []
+    for i in range(len(index)):
+        item = index.image(i)
+        shutil.copy(index.image_path(i), root / "images" / f"{100 + i}.jpg")
+        boxes = "".join(
+            f'<box label="{index.classes[int(label)]}" xtl="{x1}" ytl="{y1}" xbr="{x2}" ybr="{y2}"/>'
+            for (x1, y1, x2, y2), label in zip(item.boxes.tolist(), item.labels.tolist())
+        )
+        images.append(f'<image id="{100 + i}" name="camera/IMG_{i:04d}.jpg" width="96" height="72">{boxes}</image>')
+    (root / "annotations.xml").write_text(f"<annotations><version>1.1</version>{''.join(images)}</annotations>")
+    return root
+
+
+def test_the_run_read_options_give_way_to_those_given():
+    recorded = {"format": "cvat", "on_error": "warn", "images_by": "id", "cache": False, "workers": 1}
+    read = run_read_options(recorded, {"on_error": "skip", "image_dir": "pics"})
+    assert read.options == {"format": "cvat", "on_error": "skip", "images_by": "id", "image_dir": "pics"}
+    assert read.from_run == {"format": "cvat", "images_by": "id"}  # how the index was built is not taken
+    assert read.changed == {"on_error": ("warn", "skip"), "image_dir": (None, "pics")}
+    assert run_read_options(recorded, {"format": "cvat"}).changed == {}
+    # defaults lie beneath the run's: they fill in only what it did not record
+    defaults = {"format": "auto", "on_error": "warn", "image_dir": "imgs"}
+    assert run_read_options({"on_error": "raise"}, {}, defaults).options == {**defaults, "on_error": "raise"}
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::detloader.errors.AnnotationWarning")  # by name, no image is found
+def test_evaluate_and_resume_read_the_dataset_as_the_run_did(renamed: Path, tmp_path: Path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", str(renamed), "--images-by", "id", "--out", str(out), *SMALL, "--epochs", "1",
+                 "--max-steps", "2", "--no-eval"]) == 0
+    val = load_checkpoint(out / "last.pt")["data"]["splits"]["val"]["images"]
+    capsys.readouterr()
+    # evaluate without --images-by: the run's, said first; the checkpoint's validation images are all found
+    assert main(["evaluate", str(out / "last.pt"), str(renamed)]) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[0] == "read options from the run: --images-by id"
+    assert f"split 'val': {val} images (the checkpoint's validation split" in text
+    assert "are not in this dataset" not in text
+    # given, an option wins; that it differs is said (by name no image is found)
+    assert main(["evaluate", str(out / "last.pt"), str(renamed), "--images-by", "name"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "none of the checkpoint's" in err
+    assert "read with other options than the run's (images_by 'id' -> 'name')" in err
+    # the library alike
+    metrics = detloader.train.evaluate_checkpoint(out / "last.pt", renamed, read_options={"cache": False})
+    assert metrics["images"] == val and metrics["read_options"]["from_run"] == {
+        "format": "auto", "on_error": "warn", "images_by": "id"
+    }
+    # --resume reads as the run did, and says so
+    assert main(["train", str(renamed), "--resume", str(out / "last.pt"), *SMALL, "--no-eval"]) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[0] == "read options from the run: --images-by id" and "resuming at step 2" in text
+    assert load_checkpoint(out / "last.pt")["config"]["read_options"]["images_by"] == "id"
+    # a given read option that reads other data is refused as other data, naming the option
+    assert main(["train", str(renamed), "--resume", str(out / "last.pt"), "--class-map", "sunglasses=face",
+                 *SMALL, "--no-eval"]) == 2
+    said = capsys.readouterr()
+    assert "read options given that differ from the run's: --class-map sunglasses=face (the run: not set)" in said.out
+    err = " ".join(said.err.split())
+    assert "checkpoint classes ['face', 'masked', 'sunglasses'] differ" in err
+    assert "(read with other options than the run's: class_map not set -> {'sunglasses': 'face'})" in err
 
 
 def test_a_run_folder_is_never_overwritten(no_splits: Path, tmp_path: Path, capsys):

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -53,9 +53,10 @@ def add_dataset_arguments(parser: argparse.ArgumentParser, on_error_help: str | 
     """How to read the dataset: format, error policy (:data:`ON_ERROR_DEFAULT`; ``on_error_help``
     says what a command does with it otherwise), classes, where the images are."""
     group = parser.add_argument_group("reading the dataset")
-    group.add_argument("--format", default="auto", help="annotation format (default: auto)")
+    # no argparse defaults here: dataset_kwargs(given_only=True) tells an option given from one left out
+    group.add_argument("--format", help="annotation format (default: auto)")
     group.add_argument(
-        "--on-error", choices=ON_ERROR_CHOICES, default=ON_ERROR_DEFAULT,
+        "--on-error", choices=ON_ERROR_CHOICES,
         help=on_error_help or "a bad annotation: raise stops at the first (exit status 2), warn drops its item and "
         f"sums up the problems, skip drops it quietly (default: {ON_ERROR_DEFAULT})",
     )
@@ -140,13 +141,21 @@ def _class_map_file(path: str) -> dict[str, str | None]:
     return out
 
 
-def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+def dataset_kwargs(args: argparse.Namespace, *, given_only: bool = False) -> dict[str, Any]:
     """The options of :func:`add_dataset_arguments` as :func:`detloader.read_annotations`
-    takes them: ``format`` and ``on_error``, and the others where they differ from its defaults."""
+    takes them: ``format`` and ``on_error`` (``auto`` and :data:`ON_ERROR_DEFAULT` when not
+    given), and the others where they differ from its defaults. ``given_only``: only those given
+    on the command line (what a run's recorded options give way to, :func:`detloader.train.runs.run_read_options`)."""
     from detloader.annotations.readers import READERS  # lazy: keeps `detloader --help` fast
 
-    check_choice("--format", args.format, ("auto", *READERS))
-    kwargs: dict[str, Any] = {"format": args.format, "on_error": args.on_error}
+    kwargs: dict[str, Any] = {}
+    if args.format is not None:
+        check_choice("--format", args.format, ("auto", *READERS))
+        kwargs["format"] = args.format
+    if args.on_error is not None:
+        kwargs["on_error"] = args.on_error
+    if not given_only:
+        kwargs = {"format": "auto", "on_error": ON_ERROR_DEFAULT, **kwargs}
     if args.classes:
         kwargs["classes"] = [c.strip() for c in args.classes.split(",")]
     class_map = parse_class_map(args.class_map)
@@ -159,11 +168,37 @@ def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kwargs["images_by"] = args.images_by
     if args.boxes_from_points is not None:
         kwargs["boxes_from_points"] = args.boxes_from_points
-    for flag, name, value in (("one_based", "one_based", True), ("no_check_images", "check_images", False),
-                              ("allow_outside_images", "allow_outside_images", True)):
+    for flag, name, value in _SWITCHES:
         if getattr(args, flag):
             kwargs[name] = value
     return kwargs
+
+
+#: The on/off options of :func:`add_dataset_arguments`: (flag's attribute, keyword, value when given).
+_SWITCHES: tuple[tuple[str, str, bool], ...] = (
+    ("one_based", "one_based", True), ("no_check_images", "check_images", False),
+    ("allow_outside_images", "allow_outside_images", True),
+)
+
+
+def read_option_flags(options: Mapping[str, Any]) -> str:
+    """``options`` (:func:`detloader.read_annotations` keywords, as :func:`dataset_kwargs` gives
+    them) in command-line words: ``--images-by id --class-map a=b --no-check-images``; a
+    keyword without a flag as ``name=value``."""
+    words = []
+    for name, value in options.items():
+        switch = next((flag for flag, key, on in _SWITCHES if key == name and value == on), None)
+        if switch is not None:
+            words.append("--" + switch.replace("_", "-"))
+        elif name == "class_map" and isinstance(value, Mapping):
+            words.extend(f"--class-map {old}={new or ''}" for old, new in value.items())
+        elif name == "classes" and isinstance(value, (list, tuple)):
+            words.append(f"--classes {','.join(map(str, value))}")
+        elif name in ("format", "on_error", "image_dir", "images_by", "boxes_from_points"):
+            words.append(f"--{name.replace('_', '-')} {value}")
+        else:
+            words.append(f"{name}={value!r}")
+    return " ".join(words)
 
 
 def read_index(

@@ -1,10 +1,13 @@
 """``detloader train [PATH]``: the reference multi-task model on any dataset detloader reads
 (no PATH: the embedded synthetic dataset), with class balancing, a tuned loader, checkpoints,
-exact ``--resume``, the data-wait share of step time, and a final evaluation; under
-``torchrun --nproc_per_node=N`` it runs distributed (docs/training.md).
+exact ``--resume``, the data-wait share of step time, each step's progress (:class:`StepProgress`),
+and a final evaluation; under ``torchrun --nproc_per_node=N`` it runs distributed (docs/training.md).
 
 ``detloader evaluate CKPT PATH``: box mAP, per-class precision / recall / AP, landmark NME and
 image-class accuracy of a training checkpoint on a dataset split.
+
+Both read the dataset of a checkpoint's run (``evaluate``, ``--resume``) with the read options the run
+recorded, unless given, and say which in one line (:func:`read_option_lines`).
 """
 
 from __future__ import annotations
@@ -12,10 +15,15 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import time
 import warnings
-from typing import Any
+from collections.abc import Callable, Mapping
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from detloader.cli._common import (
+    ON_ERROR_DEFAULT,
     add_read_arguments,
     console,
     count_table,
@@ -23,7 +31,19 @@ from detloader.cli._common import (
     print_json,
     print_table,
     progress_bar,
+    read_option_flags,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from detloader.train import StepInfo
+    from detloader.train.runs import RunReadOptions
+
+#: Not on a terminal, a progress line at least this often (seconds), whatever ``--log-every``.
+LOG_SECONDS = 30.0
+#: ``--log-every``'s default: a progress line every this many steps (not on a terminal).
+LOG_EVERY = 50
 
 
 def _workers(value: str) -> int | str:
@@ -109,26 +129,40 @@ def add_train(sub: argparse._SubParsersAction) -> None:
                    "(default: runs/train, or the --resume checkpoint's folder)")
     p.add_argument("--exist-ok", action="store_true", help="write into an --out that holds another run, overwriting it")
     p.add_argument("--no-eval", action="store_true", help="skip the final evaluation")
+    p.add_argument(
+        "--log-every", type=int, default=LOG_EVERY, metavar="N",
+        help=f"when stdout is not a terminal, a progress line every N steps and at least every {LOG_SECONDS:.0f} s "
+        f"(default {LOG_EVERY}); on a terminal a live bar",
+    )
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     p.set_defaults(func=_train)
 
 
-def _config(args: argparse.Namespace) -> Any:
+def _resumed(args: argparse.Namespace) -> tuple[dict[str, Any], RunReadOptions]:
+    """The settings the ``--resume`` checkpoint's run recorded (less this call's own) and the
+    :class:`~detloader.train.runs.RunReadOptions` it reads with."""
+    from detloader.train import load_checkpoint
+    from detloader.train.runs import run_read_options
+
+    saved = dict(load_checkpoint(args.resume)["config"])
+    for key in ("resume", "max_steps", "exist_ok", "allow_data_change", "allow_setting_change"):  # this call's
+        saved.pop(key, None)
+    return saved, run_read_options(saved.get("read_options", {}), dataset_kwargs(args, given_only=True), _READ_DEFAULTS)
+
+
+def _config(args: argparse.Namespace, resumed: tuple[dict[str, Any], RunReadOptions] | None = None) -> Any:
+    """The run's :class:`TrainConfig`; with ``--resume``, the run's own settings and read options
+    (``resumed``: :func:`_resumed`'s, read here when None) unless given again."""
     from detloader.train import TrainConfig
 
     changes: dict[str, Any] = {}
-    if args.resume:  # the run's own settings, unless given again
-        from detloader.train import load_checkpoint
-
-        saved = dict(load_checkpoint(args.resume)["config"])
-        for key in ("resume", "max_steps", "exist_ok", "allow_data_change", "allow_setting_change"):  # this call's
-            saved.pop(key, None)
-        changes.update(saved)
-    read_options: dict[str, Any] = dict(changes.get("read_options", {}))
+    if args.resume:
+        saved, read = resumed or _resumed(args)
+        changes.update(saved, read_options=read.options)
+    elif args.path is not None:
+        changes["read_options"] = dataset_kwargs(args)
     if args.path is not None:
         changes["data"] = args.path
-        read_options.update(dataset_kwargs(args))
-    changes["read_options"] = read_options
     explicit = {
         "balance": args.balance, "epochs": args.epochs, "size": args.size, "batch_size": args.batch_size,
         "lr": args.lr, "width": args.width, "synthetic_images": args.synthetic_images, "max_steps": args.max_steps,
@@ -150,13 +184,148 @@ def _config(args: argparse.Namespace) -> Any:
     return TrainConfig.from_dict(changes)
 
 
+#: What the CLI reads with when neither told nor the run recorded one; a run's value equal to it is not worth a line.
+_READ_DEFAULTS: dict[str, Any] = {"format": "auto", "on_error": ON_ERROR_DEFAULT}
+
+
+def read_option_lines(from_run: Mapping[str, Any], changed: Mapping[str, Any]) -> list[str]:
+    """The lines ``evaluate`` and ``train --resume`` print about a run's recorded read options
+    (:class:`~detloader.train.runs.RunReadOptions`): those applied (less the CLI's defaults) and
+    those given that differ from the run's."""
+    applied = {k: v for k, v in from_run.items() if k not in _READ_DEFAULTS or _READ_DEFAULTS[k] != v}
+    lines = [f"read options from the run: {read_option_flags(applied)}"] if applied else []
+    if changed:
+        differ = "; ".join(
+            f"{read_option_flags({k: now})} (the run: {read_option_flags({k: run}) if run is not None else 'not set'})"
+            for k, (run, now) in changed.items()
+        )
+        lines.append(f"read options given that differ from the run's: {differ}")
+    return lines
+
+
+def _duration(seconds: float) -> str:
+    """``45s``, ``3m10s``, ``2h05m``."""
+    s = max(int(round(seconds)), 0)
+    if s < 60:
+        return f"{s}s"
+    m, s = divmod(s, 60)
+    return f"{m}m{s:02d}s" if m < 60 else f"{m // 60}h{m % 60:02d}m"
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """The epoch in progress, as the CLI shows it: ``epoch`` counted from 1; ``images_per_s`` over all
+    ranks, ``data_share`` (the data wait's share of step time) and ``loss`` (mean total loss) since
+    the epoch began (in this process); ``eta_s``: the rest of the epoch at that pace."""
+
+    epoch: int
+    epochs: int
+    step: int
+    steps: int
+    images_per_s: float
+    data_share: float
+    loss: float
+    eta_s: float
+
+    def detail(self) -> str:
+        """``21.3 img/s data 12% loss 2.341 eta 3m10s``."""
+        return (
+            f"{self.images_per_s:.1f} img/s data {100 * self.data_share:.0f}% loss {self.loss:.3f} "
+            f"eta {_duration(self.eta_s)}"
+        )
+
+    def line(self) -> str:
+        """``epoch 1/12 step 40/107 37% 21.3 img/s data 12% loss 2.341 eta 3m10s``."""
+        done = 100 * self.step / max(self.steps, 1)
+        return f"epoch {self.epoch}/{self.epochs} step {self.step}/{self.steps} {done:.0f}% {self.detail()}"
+
+
+class StepProgress:
+    """``detloader train``'s ``on_step``: :class:`StepFigures` of each step, shown on ``out``: a
+    live bar per epoch on a terminal; elsewhere (a file, a pipe) a :meth:`StepFigures.line`
+    every ``log_every`` steps of an epoch and at least every :data:`LOG_SECONDS`. Use it as a
+    context manager (the bar's lifetime); :meth:`epoch_end` hides the bar until the next step."""
+
+    def __init__(
+        self, out: Console, epochs: int, log_every: int = LOG_EVERY, world_size: int = 1,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.out, self.epochs, self.log_every, self.world_size, self.clock = out, epochs, log_every, world_size, clock
+        self._epoch = -1
+        self._sums: dict[str, float] = {}
+        self._last_line = clock()
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> StepProgress:
+        if self.out.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self._bar = Progress(
+                "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[detail]}"), console=self.out, transient=True,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task("", total=None, detail="", visible=False)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def figures(self, info: StepInfo) -> StepFigures:
+        """This step's figures, the epoch's sums updated."""
+        now = self.clock()
+        if info.epoch != self._epoch:  # the epoch began when its first step here began
+            self._epoch = info.epoch
+            self._sums = {"began": now - info.wait_s - info.compute_s, "steps": 0, "images": 0, "wait": 0.0,
+                          "compute": 0.0, "loss": 0.0}
+        sums = self._sums
+        sums["steps"] += 1
+        sums["images"] += len(info.image_ids) * self.world_size
+        sums["wait"] += info.wait_s
+        sums["compute"] += info.compute_s
+        sums["loss"] += info.losses.get("total", 0.0)
+        elapsed = max(now - sums["began"], 1e-9)
+        return StepFigures(
+            info.epoch + 1, self.epochs, info.step_in_epoch, info.steps_in_epoch, sums["images"] / elapsed,
+            sums["wait"] / max(sums["wait"] + sums["compute"], 1e-12), sums["loss"] / sums["steps"],
+            (info.steps_in_epoch - info.step_in_epoch) * elapsed / sums["steps"],
+        )
+
+    def __call__(self, info: StepInfo) -> None:
+        figures = self.figures(info)
+        if self._bar is not None:
+            self._bar.update(
+                self._task, completed=figures.step, total=figures.steps, visible=True,
+                description=f"epoch {figures.epoch}/{figures.epochs}", detail=figures.detail(),
+            )
+            return
+        now = self.clock()
+        if figures.step % max(self.log_every, 1) == 0 or now - self._last_line >= LOG_SECONDS:
+            self.out.print(figures.line(), markup=False)
+            self._last_line = now
+
+    def epoch_end(self) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, visible=False)
+            self._bar.refresh()  # gone before the epoch's line is printed
+
+
 def _train(args: argparse.Namespace) -> int:
+    from detloader.annotations.problems import check_int
     from detloader.train import train
 
-    config = _config(args)
+    check_int("--log-every", args.log_every, 1)
+    resumed = _resumed(args) if args.resume else None
+    config = _config(args, resumed)
     rank0 = int(os.environ.get("RANK", "0")) == 0
-    show = rank0 and not args.json  # rank 0 prints its split lines, a progress bar and a line per epoch
+    show = rank0 and not args.json  # rank 0 prints its split lines, the steps' progress and a line per epoch
     out = console()
+    if show and resumed is not None:
+        for line in read_option_lines(resumed[1].from_run, resumed[1].changed):
+            out.print(line, markup=False)
+    progress = StepProgress(out, config.epochs, args.log_every, int(os.environ.get("WORLD_SIZE", "1")))
 
     def start(info: Any) -> None:
         t, v = info.train, info.val
@@ -173,23 +342,17 @@ def _train(args: argparse.Namespace) -> int:
             out.print(escape(info.loader))
 
     def epoch(info: Any) -> None:
+        progress.epoch_end()
         parts = ", ".join(f"{k} {v:.3f}" for k, v in info.losses.items() if k != "total")
         out.print(
             f"epoch {info.epoch + 1}/{info.epochs}: loss {info.losses.get('total', 0):.3f} ({parts}); "
             f"data wait {100 * info.data_wait_fraction:.1f} % of step time"
         )
 
-    with warnings.catch_warnings(), progress_bar("epoch 0", enabled=show, detail=True) as bar:
+    with warnings.catch_warnings(), progress if show else nullcontext():
         if not show:
             warnings.simplefilter("ignore")
-
-        def step(info: Any) -> None:
-            losses = " ".join(f"{k} {v:.3f}" for k, v in info.losses.items())
-            bar(info.step_in_epoch, info.steps_in_epoch, description=f"epoch {info.epoch}", detail=losses)
-
-        metrics = train(
-            config, on_step=step if bar else None, on_epoch=epoch if show else None, on_start=start if show else None
-        )
+        metrics = train(config, **({"on_step": progress, "on_epoch": epoch, "on_start": start} if show else {}))
     status = 128 + signal.Signals[metrics["stopped_by"]] if metrics.get("stopped_by") else 0
     if not rank0:
         return status
@@ -231,13 +394,17 @@ def _evaluate(args: argparse.Namespace) -> int:
     picture = os.path.join(os.path.dirname(args.checkpoint), name)
     with progress_bar("evaluate", enabled=not args.json) as progress:
         metrics = evaluate_checkpoint(
-            args.checkpoint, args.path, split=args.split, picture=picture, read_options=dataset_kwargs(args),
+            args.checkpoint, args.path, split=args.split, picture=picture,
+            read_options=dataset_kwargs(args, given_only=True), read_defaults=_READ_DEFAULTS,  # beneath the run's
             batch_size=args.batch_size, device=args.device, score_threshold=args.score_threshold,
             backend=args.backend, progress=progress, coco_json=args.coco_json,
         )
     if args.json:
         print_json(metrics)
         return 0
+    read = metrics.get("read_options", {})
+    for line in read_option_lines(read.get("from_run", {}), read.get("changed", {})):
+        console().print(line, markup=False)
     print_metrics(metrics)
     if os.path.isfile(picture):
         console().print(f"{picture}: truth (left) beside predictions (right)")

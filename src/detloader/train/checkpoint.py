@@ -166,13 +166,17 @@ def checkpoint_problem(state: Mapping[str, Any]) -> str | None:
     """What makes ``state`` unsafe to build a model from, checked before anything is built (a
     width of a million or a billion classes would exhaust the memory): the reference model's
     ``model_config`` outside :data:`~detloader.train.model.MODEL_BOUNDS` or at odds with the
-    class lists, the config's ``width`` or ``size`` outside their bounds; None when it is fit."""
+    class lists, the config's ``width`` or ``size`` outside their bounds, its ``read_options`` (which
+    evaluate and resume read with) not a mapping; None when it is fit."""
     from detloader.train.model import MAX_INPUT_SIZE, MODEL_BOUNDS, model_config_problem
     from detloader.train.task import REFERENCE
 
     config = state["config"]
     if not isinstance(config, Mapping):
         return f"config is a {type(config).__name__}, not a mapping"
+    read_options = config.get("read_options", {})
+    if not isinstance(read_options, Mapping) or not all(isinstance(k, str) for k in read_options):
+        return f"config read_options ({type(read_options).__name__}) is not a mapping of read_annotations keywords"
     for name, (low, high) in (("width", (1, MODEL_BOUNDS["width"][1])), ("size", (1, MAX_INPUT_SIZE))):
         value = config.get(name, low)
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:

@@ -18,7 +18,7 @@ from detloader.train.checkpoint import load_checkpoint, load_weights
 from detloader.train.distributed import DistEnv, all_gather_objects, running_distributed
 from detloader.train.metrics import ImagePredictions, as_predictions, score_predictions
 from detloader.train.model import CenterNet, ModelConfig, decode_predictions
-from detloader.train.runs import recorded_rows
+from detloader.train.runs import RunReadOptions, describe_read_changes, recorded_rows, run_read_options
 from detloader.train.task import REFERENCE, Task, as_task, centernet_task
 
 
@@ -117,6 +117,7 @@ def evaluate_checkpoint(
     *,
     split: str | None = None,
     read_options: Mapping[str, Any] | None = None,
+    read_defaults: Mapping[str, Any] | None = None,
     batch_size: int = 16,
     device: str = "auto",
     num_workers: int | str = 0,
@@ -133,10 +134,15 @@ def evaluate_checkpoint(
 
     ``split``: None (the checkpoint's own validation images, recorded by ``train``; the
     dataset's ``val`` split for a checkpoint without that record), a split name of the
-    dataset, or ``"all"``. The dataset is read with the checkpoint's class list
-    (``classes=``), so class ids match the model's; a dataset with none of its classes is
-    refused (:class:`~detloader.train.runs.DataMismatchError`). Image classes are matched by
-    name. ``picture``: also draw truth beside prediction there (PNG); ``coco_json``: write
+    dataset, or ``"all"``. ``read_options``: :func:`detloader.read_annotations` keywords; the
+    run's recorded ones fill in those not given (:func:`~detloader.train.runs.run_read_options`:
+    a run trained with ``images_by="id"`` is evaluated with it), ``read_defaults`` those neither
+    gives (``read_annotations``' own otherwise); ``metrics["read_options"]`` says what was read
+    with (``options``), which came from the run (``from_run``) and which given ones differ from
+    the run's (``changed``: name -> [run's, given]). The dataset is read with the checkpoint's
+    class list (``classes=``, unless given), so class ids match the model's; a dataset with none
+    of its classes is refused (:class:`~detloader.train.runs.DataMismatchError`). Image classes
+    are matched by name. ``picture``: also draw truth beside prediction there (PNG); ``coco_json``: write
     the detections there (COCO results). ``task``: None rebuilds the reference model from
     the checkpoint; a checkpoint of your own model needs its
     :class:`~detloader.train.task.Task` (or a function of the index returning one), whose
@@ -145,11 +151,11 @@ def evaluate_checkpoint(
 
     with running_distributed(device) as env:
         state = load_checkpoint(checkpoint)
-        options = dict(read_options or {})
-        options.setdefault("classes", list(state["classes"]))
-        index = detloader.read_annotations(data, **options)
+        recorded = {k: v for k, v in state["config"].get("read_options", {}).items() if k != "classes"}
+        read = run_read_options(recorded, read_options or {}, read_defaults)  # its classes: the checkpoint's
+        index = detloader.read_annotations(data, **{"classes": list(state["classes"]), **read.options})
         _require_known_classes(index, list(state["classes"]), data)
-        index, info = _part(index, state.get("data", {}).get("splits", {}), split, data)
+        index, info = _part(index, state.get("data", {}).get("splits", {}), split, data, read)
         saved = state.get("task", REFERENCE)
         if task is None and saved != REFERENCE:
             raise DetloaderValueError(
@@ -170,6 +176,7 @@ def evaluate_checkpoint(
         )
         metrics["checkpoint"] = str(checkpoint)
         metrics["split"] = info
+        metrics["read_options"] = {"options": read.options, "from_run": read.from_run, "changed": read.changed}
         metrics["seen_in_training"] = _seen(index, state.get("data", {}).get("splits", {}).get("train"))
         return metrics
 
@@ -184,7 +191,9 @@ def _require_known_classes(index: Any, classes: list[str], data: Any) -> None:
     )
 
 
-def _part(index: Any, recorded: Mapping[str, Any], split: str | None, data: Any) -> tuple[Any, dict[str, Any]]:
+def _part(
+    index: Any, recorded: Mapping[str, Any], split: str | None, data: Any, read: RunReadOptions
+) -> tuple[Any, dict[str, Any]]:
     """The evaluated images and ``{"name", "images", "source"}``."""
     if split == "all":
         return index, {"name": "all", "images": len(index), "source": "every image"}
@@ -192,9 +201,12 @@ def _part(index: Any, recorded: Mapping[str, Any], split: str | None, data: Any)
         rec = recorded["val"]
         rows, missing = recorded_rows(index, rec)
         if not len(rows):
+            changed = describe_read_changes(read.changed)
             raise DataMismatchError(
                 f"{data}: none of the checkpoint's {rec['images']} validation images (split {rec['name']!r}, "
-                f"{rec['source']}) is in this dataset; choose images with --split NAME or --split all"
+                f"{rec['source']}) is in this dataset; "
+                + (f"read with other options than the run's ({changed}); " if changed else "")
+                + "choose images with --split NAME or --split all"
             )
         source = f"the checkpoint's validation split: {rec['source']}"
         source += f"; {missing} of its images are not in this dataset" if missing else ""

@@ -43,7 +43,15 @@ from detloader.train.distributed import DistEnv, all_gather_objects, broadcast_o
 from detloader.train.inference import evaluate_model
 from detloader.train.model import CenterNet, ModelConfig
 from detloader.train.resume_settings import apply_settings, check_resume_settings, describe, setting_changes
-from detloader.train.runs import RunLock, check_out_dir, data_changes, prepare_data, train_loader
+from detloader.train.runs import (
+    RunLock,
+    check_out_dir,
+    data_changes,
+    describe_read_changes,
+    prepare_data,
+    read_option_changes,
+    train_loader,
+)
 from detloader.train.stopping import StopRequest, check_loss, worker_died
 from detloader.train.task import REFERENCE, EpochInfo, StartInfo, StepInfo, Task, as_task, centernet_task
 
@@ -189,17 +197,19 @@ def _train(
                 f"resume={config.resume!r}: the checkpoint holds a {state.get('task', REFERENCE)}, "
                 f"this run trains a {task.name}"
             )
+        read = read_option_changes(state["config"].get("read_options", {}), config.read_options)
+        read_note = f" (read with other options than the run's: {describe_read_changes(read)})" if read else ""
         if list(state["classes"]) != list(train_index.classes):
             raise DetloaderValueError(
                 f"resume={config.resume!r}: checkpoint classes {list(state['classes'])} differ from "
-                f"the dataset's {list(train_index.classes)}"
+                f"the dataset's {list(train_index.classes)}{read_note}"
             )
         changes = data_changes(state["data"], data.record) if "data" in state else []
         if changes and not config.allow_data_change:
             raise DataMismatchError(
-                f"resume={config.resume!r}: the checkpoint was trained on other data: {'; '.join(changes)}. "
-                "Resume on its own data, or pass --allow-data-change (TrainConfig(allow_data_change=True)) "
-                "to continue on this data knowingly"
+                f"resume={config.resume!r}: the checkpoint was trained on other data: {'; '.join(changes)}"
+                f"{read_note}. Resume on its own data, or pass --allow-data-change "
+                "(TrainConfig(allow_data_change=True)) to continue on this data knowingly"
             )
         load_weights(model, state["model"], config.resume)
         load_weights(optimizer, state["optimizer"], config.resume, "optimizer")

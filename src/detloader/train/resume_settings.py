@@ -10,6 +10,10 @@ A setting given on resume that differs from the one the checkpoint records is ne
   what the model sees or the order it sees it in: the resume would not be exact. Refused with a
   :class:`ResumeSettingsError` naming each, unless ``allow_setting_change``; then applied and said as above.
 * :data:`FIXED` (``width``): the checkpoint's weights have its shape; always refused.
+* ``read_options`` are not compared here: what they read is. A resume that reads other data with them
+  (``images_by``, ``class_map``...) is refused as other data (:func:`~detloader.train.runs.data_changes`,
+  the message naming the read options that differ); one that reads the same (``on_error="raise"`` on a
+  clean dataset) resumes exactly. ``detloader train --resume`` reads with the run's unless given.
 
 What ``config.json`` and ``metrics.json`` record is then what the optimiser runs with.
 """

@@ -7,7 +7,7 @@
 * **The data**: :func:`prepare_data` reads the dataset (rank 0 first) and takes its train / val splits, or
   makes a seeded, stratified one. :func:`data_record` (checkpoint key ``"data"``; also image classes) is
   what ``--resume`` compares with :func:`data_changes`; ``evaluate`` reads the validation split back from it
-  with :func:`recorded_rows`.
+  with :func:`recorded_rows`, reading the dataset as the run did (:func:`run_read_options`).
 * **The loader**: :func:`train_loader` puts the training part behind :func:`balanced_loader`, distributed and
   resumable whatever the balance (also the Lightning DataModule's).
 """
@@ -174,6 +174,53 @@ def recorded_rows(index: Any, split: Mapping[str, Any]) -> tuple[np.ndarray, int
     row = {p: i for i, p in enumerate(index.image_paths())}
     rows = np.asarray([row[p] for p in wanted if p in row], dtype=np.int64)
     return rows, len(wanted) - len(rows)
+
+
+#: :func:`detloader.read_annotations` keywords that say how the index is built, not what it holds:
+#: never taken from a run's recorded options.
+BUILD_OPTIONS: tuple[str, ...] = ("workers", "cache", "verify", "progress")
+
+
+@dataclass(frozen=True)
+class RunReadOptions:
+    """How to read a dataset for a recorded run (:func:`run_read_options`)."""
+
+    #: the :func:`detloader.read_annotations` keywords to read with
+    options: dict[str, Any]
+    #: the run's recorded options among them, those not given
+    from_run: dict[str, Any]
+    #: ``{name: (run's value, given value)}`` of given options that differ from the run's (None: the run had none)
+    changed: dict[str, tuple[Any, Any]]
+
+
+def run_read_options(
+    recorded: Mapping[str, Any], given: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+) -> RunReadOptions:
+    """The read options of a run's checkpoint (``config["read_options"]``, less :data:`BUILD_OPTIONS`)
+    with ``given`` in their place where given, and ``defaults`` where neither has one (the CLI's
+    ``on_error="warn"``): a run trained with ``images_by="id"`` is evaluated or resumed with it
+    unless told otherwise (``detloader evaluate``, ``train --resume``)."""
+    kept = {k: v for k, v in recorded.items() if k not in BUILD_OPTIONS}
+    return RunReadOptions(
+        options={**(defaults or {}), **kept, **given},
+        from_run={k: v for k, v in kept.items() if k not in given},
+        changed=read_option_changes(kept, {**kept, **given}),
+    )
+
+
+def read_option_changes(run: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``{name: (run's value, now)}`` of the read options (less :data:`BUILD_OPTIONS`) that differ
+    between a run's recorded ones and ``now``; None where one has no value."""
+    names = [k for k in {**run, **now} if k not in BUILD_OPTIONS]
+    return {k: (run.get(k), now.get(k)) for k in names if run.get(k) != now.get(k)}
+
+
+def describe_read_changes(changes: Mapping[str, tuple[Any, Any]]) -> str:
+    """``images_by 'id' -> 'name', image_dir not set -> 'imgs'``."""
+    def shown(value: Any) -> str:
+        return "not set" if value is None else repr(value)
+
+    return ", ".join(f"{k} {shown(run)} -> {shown(now)}" for k, (run, now) in changes.items())
 
 
 # -- reading it ---------------------------------------------------------------------------------
