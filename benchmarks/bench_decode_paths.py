@@ -132,7 +132,7 @@ def _profile(root: str, top: int) -> str:
     import io
     import pstats
 
-    from detloader.collate import collate_detection
+    from detloader.loader.collate import collate_detection
 
     dataset = _dataset(root)
     n = len(dataset)
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         env = {**os.environ, "DETLOADER_CACHE_DIR": str(Path(tmp) / "cache")}
         os.environ.update(env)
         sys.path.insert(0, str(SRC))
-        from detloader.synth import make_synthetic
+        from detloader.annotations.synth import make_synthetic
 
         root = make_synthetic(Path(tmp) / "synth", args.images, seed=0, size=tuple(args.size))
         sets = [(root, f"synthetic {args.size[0]}x{args.size[1]} ({args.images} images)")]

@@ -29,9 +29,9 @@ import numpy as np
 
 from detloader import read_annotations
 from detloader._system import usable_cpus
-from detloader.bench import index_speed as bench_index
-from detloader.bench.index_speed import baseline_parse, warm_page_cache, warm_reload
-from detloader.synth import make_synthetic
+from detloader.tune.bench import index_speed as bench_index
+from detloader.tune.bench.index_speed import baseline_parse, warm_page_cache, warm_reload
+from detloader.annotations.synth import make_synthetic
 
 
 def baseline_full(root: Path) -> float:

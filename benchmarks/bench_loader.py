@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from detloader import DetectionDataset, make_loader, read_annotations
-from detloader.synth import make_synthetic
+from detloader.annotations.synth import make_synthetic
 from detloader.transforms import Resize
 
 

@@ -41,7 +41,7 @@ import sys
 import time
 from typing import Any
 
-from detloader.bench.samplers import PeakRSS
+from detloader.tune.bench.samplers import PeakRSS
 
 GOAL_SPEEDUP_10M = 3.0
 GOAL_100M_SECONDS = 5.0

@@ -45,7 +45,7 @@ from detloader.annotations.fields import pack_strings
 from detloader.annotations.index import MISSING, AnnotationIndex, Vocabulary
 from detloader.annotations.landmarks import LandmarkSchema
 from detloader.balance import make_balanced_sampler
-from detloader.bench.loader_speed import concurrent_decode_rate
+from detloader.tune.bench.loader_speed import concurrent_decode_rate
 from detloader.stats import balance_report, dataset_stats
 from detloader.transforms import Resize
 

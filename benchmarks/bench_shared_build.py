@@ -23,7 +23,7 @@ def _open(root: str, cache_dir: str, barrier: object, out: object) -> None:
     os.environ["DETLOADER_CACHE_DIR"] = cache_dir
     import detloader
     import detloader.annotations.read as read
-    import detloader.store as store
+    import detloader.dataset.store as store
     from detloader.transforms import Resize
 
     built = {"index": 0, "store": 0}
@@ -65,7 +65,7 @@ def main() -> None:
     p.add_argument("--procs", type=int, default=2)
     p.add_argument("--runs", type=int, default=3)
     args = p.parse_args()
-    from detloader.synth import make_synthetic
+    from detloader.annotations.synth import make_synthetic
 
     with tempfile.TemporaryDirectory() as tmp:
         root = str(make_synthetic(Path(tmp) / "faces", args.images, seed=0))

@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from detloader.bench import BenchSettings, run_bench
+from detloader.tune.bench import BenchSettings, run_bench
 
 
 def main() -> int:

@@ -45,7 +45,7 @@ from detloader import read_annotations
 from detloader._system import busy_cpus, usable_cpus
 from detloader.dataset import DetectionDataset
 from detloader.loader import make_loader
-from detloader.synth import make_synthetic
+from detloader.annotations.synth import make_synthetic
 from detloader.transforms import Resize
 from detloader.tune import Trial, tune_loader
 from detloader.tune.measure import measure_setting

@@ -33,7 +33,7 @@ def _trainer(cls, data: str, project: str, **overrides):
 def shares(data: str, project: str, balances: list[str], epochs: int = 5) -> dict:
     from ultralytics.models.yolo.detect import DetectionTrainer
 
-    from detloader.ultralytics import dataset_labels, dataset_sampler
+    from detloader.adapters.ultralytics import dataset_labels, dataset_sampler
 
     trainer = _trainer(DetectionTrainer, data, project)
     dataset = trainer.build_dataset(trainer.data["train"], "train", 16)
@@ -56,7 +56,7 @@ def shares(data: str, project: str, balances: list[str], epochs: int = 5) -> dic
 def mosaic(data: str, project: str, balance: str) -> dict:
     from ultralytics.models.yolo.detect import DetectionTrainer
 
-    from detloader.ultralytics import balanced_trainer
+    from detloader.adapters.ultralytics import balanced_trainer
 
     out = {}
     for label, cls in (("ultralytics", DetectionTrainer), (balance, balanced_trainer(balance))):
@@ -76,7 +76,7 @@ def mosaic(data: str, project: str, balance: str) -> dict:
 def train(data: str, project: str, balance: str, epochs: int, imgsz: int) -> dict:
     from ultralytics import YOLO
 
-    from detloader.ultralytics import balanced_trainer
+    from detloader.adapters.ultralytics import balanced_trainer
 
     out = {}
     for label, trainer in (("ultralytics", None), (f"balanced_trainer({balance!r})", balanced_trainer(balance))):

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from detloader.bench.loader_speed import _rate, median_of
-from detloader.collate import Batch, _WorkerBuffers, collate_detection
+from detloader.tune.bench.loader_speed import _rate, median_of
+from detloader.loader.collate import Batch, _WorkerBuffers, collate_detection
 from detloader.dataset import Sample
 
 

@@ -162,7 +162,7 @@ def test_loader_options_are_make_loaders_keywords() -> None:
     import dataclasses
     import inspect
 
-    from detloader.loader import _DATALOADER_OPTIONS
+    from detloader.loader.make import _DATALOADER_OPTIONS
 
     params = inspect.signature(make_loader).parameters
     options = {f.name: f.default for f in dataclasses.fields(LoaderOptions)}

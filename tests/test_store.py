@@ -144,7 +144,7 @@ def test_two_processes_build_once(index, tmp_path):
 
 
 def test_too_large_is_refused_with_the_numbers(index, monkeypatch):
-    monkeypatch.setattr("detloader._store_files.free_bytes", lambda kind, folder: 10_000)
+    monkeypatch.setattr("detloader.dataset.store_files.free_bytes", lambda kind, folder: 10_000)
     with pytest.raises(StoreTooLargeError, match=r"10 images .* needs 0\.1 MiB .* only 0\.0 MiB of disk is free"):
         DetectionDataset(index, None, cache="disk", cache_size=48)
 
@@ -293,7 +293,7 @@ def test_a_damaged_store_is_removed_first_when_both_do_not_fit(index, monkeypatc
     size = first.stat().st_size
     with open(first, "r+b") as fh:
         fh.truncate(size - 3)
-    monkeypatch.setattr("detloader._store_files.free_bytes", lambda kind, folder: size // 2)
+    monkeypatch.setattr("detloader.dataset.store_files.free_bytes", lambda kind, folder: size // 2)
     with pytest.warns(RuntimeWarning, match="rebuilding"):
         again = DetectionDataset(index, None, cache="disk", cache_size=48)
     assert again.store.path.stat().st_size == size and again.store.verify() == []
@@ -312,7 +312,7 @@ def test_a_file_size_limit_refuses_the_store_up_front(index):
             DetectionDataset(index, None, cache="disk", cache_size=48)
         except StoreTooLargeError as err:
             print("refused:", err)
-        import detloader._store_files as f
+        import detloader.dataset.store_files as f
         f.file_size_limit = lambda: float("inf")  # past the check: the kernel's EFBIG is named too
         try:
             DetectionDataset(index, None, cache="disk", cache_size=48)
@@ -366,7 +366,7 @@ def test_verify_names_the_images_whose_pixels_changed(index, capsys):
 
 
 def test_sweep_removes_the_temporary_file_of_a_dead_build_and_leaves_no_lock(tmp_path):
-    from detloader import _store_files as files
+    from detloader.dataset import store_files as files
 
     tmp = tmp_path / ".ds-0123.dlstore.abcd1234.tmp"
     tmp.write_bytes(b"half a store")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
 
-from detloader._files import read_capped
+from detloader._system.files import read_capped
 from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError, FileTooLargeError, ImageDecodeError
 
 if TYPE_CHECKING:

@@ -388,7 +388,7 @@ def test_a_waiter_on_a_removed_lock_file_locks_the_new_one(tmp_path):
     import threading
     import time
 
-    from detloader._store_files import locked
+    from detloader._system.locks import locked
 
     cache_file = tmp_path / "x.dlindex"
     lock = tmp_path / "x.dlindex.lock"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from balance_helpers import long_tail_index
 
-from detloader._unique import distinct_count, distinct_pairs_by_group, unique_counts, unique_sorted
+from detloader.annotations.distinct import distinct_count, distinct_pairs_by_group, unique_counts, unique_sorted
 from detloader.balance import BalancedBatchSampler, ClassAwareSampler, make_balanced_sampler
 from detloader.balance.groups import balance_groups, class_members, group_counts
 

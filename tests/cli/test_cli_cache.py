@@ -29,7 +29,7 @@ def _listed(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
 @pytest.fixture
 def beside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Caches beside each dataset (no DETLOADER_CACHE_DIR), the user cache folder in ``tmp_path``."""
-    from detloader import _store_files
+    from detloader.dataset import store_files as _store_files
 
     monkeypatch.delenv("DETLOADER_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
@@ -83,7 +83,7 @@ def test_clear_by_kind_and_everything(beside: Path, capsys: pytest.CaptureFixtur
 
 
 def test_the_record_loses_files_that_are_gone(beside: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from detloader._made_record import record_file
+    from detloader._system.cache_dir import record_file
 
     a = make_synthetic(beside / "faces", 5, seed=1, size=(64, 48))
     _made(a)
@@ -97,7 +97,7 @@ def test_the_record_loses_files_that_are_gone(beside: Path, capsys: pytest.Captu
 def test_caches_in_the_cache_folder_are_found_without_the_record(
     tmp_path: Path, _isolated_cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from detloader._made_record import record_file
+    from detloader._system.cache_dir import record_file
 
     a = make_synthetic(tmp_path / "faces", 5, seed=1, size=(64, 48))
     _made(a)
@@ -150,7 +150,7 @@ def test_clear_dataset_removes_what_its_cache_folder_holds_unrecorded(
 def test_leftovers_of_dead_writes_are_listed_and_cleared_and_one_in_use_kept(
     beside: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from detloader._store_files import locked
+    from detloader._system.locks import locked
 
     a = make_synthetic(beside / "faces", 5, seed=1, size=(64, 48))
     read_annotations(a)

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 from helpers import voc_dataset, voc_object, voc_xml
 
-from detloader import _files, read_annotations
+from detloader import read_annotations
+from detloader._system import files as _files
 from detloader.annotations.cache import load_index_file
 from detloader.annotations.splits import make_splits
 from detloader.cli import main

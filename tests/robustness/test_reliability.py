@@ -2,7 +2,7 @@
 
 One test (or two) per case of docs/reliability.md ("Files, folders and disks"), each on a
 fixture made in tmp_path: FIFOs with os.mkfifo, a full disk by a fake ``os`` in
-``detloader._files`` whose files raise ENOSPC, a 4 GiB image as a sparse file.
+``detloader._system.files`` whose files raise ENOSPC, a 4 GiB image as a sparse file.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import torch
 from helpers import voc_dataset, voc_object, voc_xml, write_image
 from torch.utils.data import DataLoader, Dataset
 
-from detloader import DetectionDataset, _files, read_annotations
+from detloader import DetectionDataset, read_annotations
+from detloader._system import files as _files
 from detloader.annotations.writers.export import write_annotations
 from detloader.cli import main
 from detloader.images import MAX_IMAGE_BYTES, ImageDecodeError, image_bytes, read_image
@@ -209,7 +210,7 @@ class _FullFile:
 
 
 class _FullDisk:
-    """``os`` as :mod:`detloader._files` sees it on a full disk: every write raises ENOSPC."""
+    """``os`` as :mod:`detloader._system.files` sees it on a full disk: every write raises ENOSPC."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)

@@ -11,8 +11,15 @@ from PIL import Image
 import detloader
 from detloader.cli.parser import main
 from detloader.dataset import DetectionDataset
-from detloader.show import class_color, grid_size, landmark_colors, pick_images, show_dataset, show_predictions
-from detloader.show.draw import POINT_RADIUS
+from detloader.show import (
+    POINT_RADIUS,
+    class_color,
+    grid_size,
+    landmark_colors,
+    pick_images,
+    show_dataset,
+    show_predictions,
+)
 from detloader.synth import make_synthetic
 from detloader.train import ImagePredictions
 from detloader.transforms import Compose, RandomHorizontalFlip

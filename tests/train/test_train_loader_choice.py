@@ -22,7 +22,7 @@ def data(tmp_path: Path) -> Path:
 
 def test_train_cache_disk_builds_the_store_and_reads_from_it(data: Path, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    from detloader._store_files import store_paths
+    from detloader.dataset.store_files import store_paths
     from detloader.store import ImageStore
 
     served = []

@@ -116,7 +116,7 @@ def test_a_full_disk_ends_training_with_the_named_error_and_the_last_checkpoint_
 
 
 def test_the_disk_full_error_is_found_through_torch_wrapping():
-    from detloader._files import no_room_error
+    from detloader._system.files import no_room_error
 
     try:
         _disk_full_save(None, open(os.devnull, "wb"))
@@ -147,7 +147,7 @@ def test_a_link_planted_in_a_reused_run_folder_is_refused_and_its_target_untouch
 
 
 def test_a_link_at_a_file_written_later_is_refused_by_the_writer(tmp_path: Path):
-    from detloader._files import write_file
+    from detloader._system.files import write_file
 
     outside = tmp_path / "outside.json"
     outside.write_text("precious")

@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from detloader._files import atomic_write, open_regular, refuse_special, special_kind
-from detloader._made_record import CACHE_DIR_ENV, remember, user_cache_dir
-from detloader._store_files import locked
+from detloader._system.cache_dir import CACHE_DIR_ENV, remember, user_cache_dir
+from detloader._system.files import atomic_write, open_regular, refuse_special, special_kind
+from detloader._system.locks import locked
 from detloader.annotations.fields import Vocabulary, array_names
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.problems import ProblemReport
@@ -99,7 +99,7 @@ def cache_dirs_of(root: str | os.PathLike[str]) -> list[Path]:
 def build_lock(cache_file: Path) -> Iterator[None]:
     """Hold the lock beside ``cache_file`` (``NAME.lock``) while its index is built, so that one
     process per node builds it and the others wait, then map the file. The lock file is removed
-    when the block ends, by an error too (:func:`detloader._store_files.locked`: a waiter then
+    when the block ends, by an error too (:func:`detloader._system.locks.locked`: a waiter then
     locks a new one). Where no lock file can be made (a read-only folder) nothing is locked; a
     FIFO, socket, device or folder there is :class:`NotRegularFileError`
     (:func:`cache_file_refused` says so before)."""

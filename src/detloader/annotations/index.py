@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from detloader._unique import distinct_pairs_by_group
+from detloader.annotations.distinct import distinct_pairs_by_group
 from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Vocabulary, fields_at, unpack_string, unpack_strings
 from detloader.annotations.landmarks import ClassFlip, LandmarkSchema
 from detloader.annotations.problems import ProblemReport

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from detloader._pool import run_in_processes
 from detloader._system import usable_cpus
+from detloader._system.pool import run_in_processes
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.checks import ReadOptions
 from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Field, Vocabulary, pack_strings

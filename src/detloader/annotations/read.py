@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from detloader._files import file_kind
+from detloader._system.files import file_kind
 from detloader.annotations import cache as _cache
 from detloader.annotations import refresh as _refresh
 from detloader.annotations.checks import ReadOptions

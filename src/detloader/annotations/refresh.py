@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from detloader._files import atomic_write, open_regular
+from detloader._system.files import atomic_write, open_regular
 from detloader.annotations.cache import (
     CACHE_VERSION,
     READER_VERSION,

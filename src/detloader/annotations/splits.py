@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from detloader._files import find_child_dir, read_capped
+from detloader._system.files import find_child_dir, read_capped
 from detloader.annotations.problems import Problem, ProblemReport, problems_of
 from detloader.annotations.stratify import class_groups, stratified_split
 from detloader.errors import DetloaderValueError, NotRegularFileError, SplitsExistError
@@ -310,7 +310,7 @@ def _write_splits(
     index: AnnotationIndex, parts: Mapping[str, np.ndarray], made: dict[str, Any], force: bool
 ) -> dict[str, str]:
     """Write ``parts`` where the layout keeps splits; their sources."""
-    from detloader._files import atomic_write
+    from detloader._system.files import atomic_write
 
     root = index.root
     stems = [os.path.splitext(os.path.basename(index.annotation_path(i)))[0] for i in range(len(index))]
@@ -334,7 +334,7 @@ def write_splits_json(root: Path, paths: Mapping[str, list[str]], made: Mapping[
     """Write ``root/splits.json``: ``{"splits": {name: [image path relative to root, "/"
     separated]}, "made": made}``, which every later read of ``root`` takes as its splits
     (:func:`settle_splits`); ``made`` says who wrote it (shown as the splits' source)."""
-    from detloader._files import atomic_write
+    from detloader._system.files import atomic_write
 
     path = root / SPLITS_JSON
     with atomic_write(path, "w") as fh:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from detloader._unique import distinct_count, is_strictly_increasing, unique_sorted
+from detloader.annotations.distinct import distinct_count, is_strictly_increasing, unique_sorted
 from detloader.annotations.index import AnnotationIndex
 from detloader.balance.base import (
     STREAM_BATCH,

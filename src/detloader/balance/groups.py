@@ -12,7 +12,7 @@ from typing import Literal
 
 import numpy as np
 
-from detloader._unique import distinct_pairs_by_group, unique_counts
+from detloader.annotations.distinct import distinct_pairs_by_group, unique_counts
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.errors import DetloaderValueError
 

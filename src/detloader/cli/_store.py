@@ -1,6 +1,6 @@
 """``detloader validate PATH --store``: each image store of the dataset (``cache="disk"`` beside
 its index cache, ``cache="ram"`` in shared memory) checked against the CRC-32 of every image's
-stored bytes (:meth:`detloader.store.ImageStore.verify`)."""
+stored bytes (:meth:`detloader.dataset.store.ImageStore.verify`)."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ def check_stores(index: AnnotationIndex) -> list[dict[str, Any]]:
     """One finding per store file of ``index``'s dataset: ``store`` (its path), ``images``,
     ``damaged`` (``index`` and ``image`` path of each image whose bytes fail their checksum)
     and, for a file that cannot be checked at all, ``error`` (why)."""
-    from detloader._store_files import store_paths
+    from detloader.dataset.store import ImageStore
+    from detloader.dataset.store_files import store_paths
     from detloader.errors import DetloaderValueError
-    from detloader.store import ImageStore
 
     found: list[dict[str, Any]] = []
     for path in store_paths(index.root):

@@ -1,5 +1,5 @@
 """``detloader cache list|clear``: the index caches and stores of decoded images detloader made
-(:mod:`detloader.cache_files`), listed with their size, dataset and last use, and removed by
+(:mod:`detloader.dataset.caches`), listed with their size, dataset and last use, and removed by
 dataset and kind without a question (scripts and CI have no stdin). Given a dataset, both find
 everything in its cache folders, recorded or not, and the leftovers of writes that died."""
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from detloader.cli import _common as common
 
 if TYPE_CHECKING:
-    from detloader.cache_files import MadeFile
+    from detloader.dataset.caches import MadeFile
 
 
 def add_cache(sub: argparse._SubParsersAction) -> None:
@@ -59,7 +59,7 @@ def _list(args: argparse.Namespace) -> int:
     from rich.table import Table
     from rich.text import Text
 
-    from detloader.cache_files import find_made
+    from detloader.dataset.caches import find_made
 
     made = find_made(args.kind, args.dataset)
     if args.json:
@@ -82,7 +82,7 @@ def _list(args: argparse.Namespace) -> int:
 def _clear(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
-    from detloader.cache_files import clear
+    from detloader.dataset.caches import clear
 
     removed, busy = clear(args.dataset, args.kind, dry_run=args.dry_run)
     if args.json:

@@ -53,7 +53,7 @@ def add_synth(sub: argparse._SubParsersAction) -> None:
 
 
 def _synth(args: argparse.Namespace) -> int:
-    from detloader.synth import make_synthetic
+    from detloader.annotations.synth import make_synthetic
 
     try:
         w, h = (int(v) for v in args.size.lower().split("x"))
@@ -200,7 +200,7 @@ def _validate(args: argparse.Namespace) -> int:
     index = read_index(args, reports_problems=True, bar=not args.json, description="validating", on_error="skip")
     report = index.problems
     if not args.no_images:
-        from detloader.validate_images import check_images
+        from detloader.annotations.image_checks import check_images
 
         workers = (os.cpu_count() or 1) if args.decode else 1
         with progress_bar("decoding" if args.decode else "image headers", enabled=not args.json) as progress:
@@ -395,7 +395,7 @@ def add_show(sub: argparse._SubParsersAction) -> None:
 
 def _show(args: argparse.Namespace) -> int:
     from detloader.dataset import DetectionDataset
-    from detloader.show import show_dataset
+    from detloader.stats.show import show_dataset
 
     index = read_index(args, reports_problems=False, bar=True)
     require_images(index, "show")

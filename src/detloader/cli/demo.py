@@ -42,9 +42,9 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     from detloader import DetectionDataset, make_loader, read_annotations, tune_loader
-    from detloader.show import show_dataset
+    from detloader.annotations.synth import make_synthetic
     from detloader.stats import balance_report
-    from detloader.synth import make_synthetic
+    from detloader.stats.show import show_dataset
     from detloader.train import TrainConfig, train
     from detloader.train.runs import train_transform
     from detloader.tune import auto_loader_kwargs

@@ -118,7 +118,7 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from detloader.bench import BenchSettings, run_bench
+    from detloader.tune.bench import BenchSettings, run_bench
 
     settings = BenchSettings.make(
         args.quick, size=args.size, batch_size=args.batch_size, batches=args.batches, repeats=args.repeats,

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from detloader._system import usable_cpus
-from detloader._unique import group_order, pair_starts
+from detloader.annotations.distinct import group_order, pair_starts
 from detloader.annotations.index import MISSING, AnnotationIndex
 
 #: Quantiles reported for box sizes.

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from detloader._plotting import new_figure
+from detloader._system.plotting import new_figure
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.balance.groups import ByKey, Groups, balance_groups, group_counts
 from detloader.balance.weights import DEFAULT_THRESHOLD, parse_strategy

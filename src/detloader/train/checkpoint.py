@@ -103,7 +103,7 @@ def save_checkpoint(path: str | os.PathLike[str], state: Mapping[str, Any]) -> P
     if missing:
         raise DetloaderValueError(f"save_checkpoint: state lacks {missing}")
     check_finite_state(state, f"{path} at step {state['step']}")
-    from detloader._files import atomic_write, refuse_link  # removes its temporary file; a full disk is named
+    from detloader._system.files import atomic_write, refuse_link  # removes its temporary file; a full disk is named
 
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)

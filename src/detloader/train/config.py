@@ -160,7 +160,7 @@ class TrainConfig:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write :meth:`to_dict` as JSON to ``path``, atomically and durably, never through a link
-        (:func:`detloader._files.write_file`: a link at ``path`` is a ``NotRegularFileError``)."""
-        from detloader._files import write_file
+        (:func:`detloader._system.files.write_file`: a link at ``path`` is a ``NotRegularFileError``)."""
+        from detloader._system.files import write_file
 
         write_file(path, json.dumps(self.to_dict(), indent=2) + "\n", durable=True, no_follow=True)

@@ -105,7 +105,7 @@ def evaluate_model(
         coco_json=coco_json if env.is_main else None,
     )
     if picture is not None and env.is_main and predictions:
-        from detloader.show import show_predictions
+        from detloader.stats.show import show_predictions
 
         show_predictions(index, predictions, picture, n=8, score_threshold=score_threshold)
     return metrics

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from detloader._files import write_file
+from detloader._system.files import write_file
 from detloader.errors import (
     DataMismatchError,
     DetloaderRuntimeWarning,

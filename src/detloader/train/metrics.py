@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from detloader._files import write_file
+from detloader._system.files import write_file
 from detloader.errors import DetloaderValueError, PredictionError
 from detloader.train.coco_eval import (
     Backend,

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from detloader._files import refuse_link, write_file
-from detloader._store_files import locked
+from detloader._system.files import refuse_link, write_file
+from detloader._system.locks import locked
 from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError, NotRegularFileError, RunDirError
 from detloader.train.config import TrainConfig
 from detloader.train.distributed import DistEnv, barrier, init_distributed
@@ -69,7 +69,7 @@ def check_out_dir(out: Path, *, resume: str | None, exist_ok: bool) -> None:
 
 class RunLock:
     """Hold ``out``'s training lock for a ``with`` block (see the module docstring); the lock
-    file goes when the block ends (:func:`detloader._store_files.locked`)."""
+    file goes when the block ends (:func:`detloader._system.locks.locked`)."""
 
     def __init__(self, out: Path) -> None:
         self.out = out
@@ -226,7 +226,7 @@ def describe_read_changes(changes: Mapping[str, tuple[Any, Any]]) -> str:
 # -- reading it ---------------------------------------------------------------------------------
 def _synthetic_root(config: TrainConfig, env: DistEnv) -> Path:
     """The synthetic dataset in ``out/synthetic``, written by rank 0 once per parameters."""
-    from detloader.synth import make_synthetic
+    from detloader.annotations.synth import make_synthetic
 
     root = config.out_dir / "synthetic"
     stamp = root / "detloader-synthetic.json"
@@ -367,7 +367,7 @@ def train_loader(config: TrainConfig, index: Any, env: DistEnv, data_hash: str =
     signals to the loop, with the settings of :func:`~detloader.train.loader_choice.choose_loader`
     (``data_hash``: :attr:`RunData.data_hash`); what was chosen and why is its ``choice``."""
     import detloader
-    from detloader.store import cache_size_from
+    from detloader.dataset.store import cache_size_from
     from detloader.train.loader_choice import choose_loader
 
     transform = train_transform(config.size, config.affine, config.hflip)

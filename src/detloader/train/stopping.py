@@ -16,9 +16,9 @@ import torch
 import torch.distributed as dist
 
 from detloader.errors import LoaderWorkerError, NonFiniteLossError
+from detloader.loader.workers import loader_worker_error
 from detloader.train.config import TrainConfig
 from detloader.train.distributed import DistEnv, all_gather_objects
-from detloader.worker_failures import loader_worker_error
 
 
 class StopRequest:

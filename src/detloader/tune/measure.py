@@ -94,7 +94,7 @@ def images_in(batch: Any, default: int) -> int:
 
 def to_device(batch: Any, device: str, non_blocking: bool) -> Any:
     """Every tensor in ``batch`` (through tuples, lists, dicts; an object with a ``to``
-    method, such as :class:`~detloader.collate.Batch`, moves itself) moved to ``device``."""
+    method, such as :class:`~detloader.loader.collate.Batch`, moves itself) moved to ``device``."""
     from torch.utils._pytree import tree_map
 
     def move(x: Any) -> Any:

@@ -116,7 +116,7 @@ def probe_machine(busy_window_s: float = 1.0) -> MachineProbe:
 # -- dataset ------------------------------------------------------------------------------------
 def batch_nbytes(batch: Any, _depth: int = 0) -> int:
     """Bytes of the tensors and arrays in ``batch``, through tuples, lists, dicts and the
-    attributes of objects (a :class:`~detloader.collate.Batch`)."""
+    attributes of objects (a :class:`~detloader.loader.collate.Batch`)."""
     if hasattr(batch, "element_size") and hasattr(batch, "nelement"):
         return int(batch.nelement() * batch.element_size())
     if isinstance(batch, np.ndarray):

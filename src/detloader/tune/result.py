@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from detloader._plotting import new_figure
+from detloader._system.plotting import new_figure
 from detloader.errors import DetloaderTypeError, DetloaderValueError
 from detloader.tune.measure import Trial
 from detloader.tune.probe import DatasetProbe, MachineProbe
@@ -126,7 +126,7 @@ def plot_trials(trials: Sequence[Trial], chosen: Trial, title: str, path: str | 
     """Images/s per family of settings (prefetch x pinning; the line joins best windows, dots
     are every window, ``chosen`` is circled) and worker memory (USS x workers) over
     ``num_workers``, saved to ``path``; returns the path. Raises
-    :class:`~detloader._plotting.MissingExtraError` without matplotlib."""
+    :class:`~detloader._system.plotting.MissingExtraError` without matplotlib."""
     windows: dict[str, list[tuple[int, float]]] = defaultdict(list)
     best: dict[str, dict[int, float]] = defaultdict(dict)
     memory: dict[str, dict[int, float]] = defaultdict(dict)

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from detloader import _system
-from detloader._files import atomic_write, read_capped
-from detloader._made_record import cache_root
+from detloader._system.cache_dir import cache_root
+from detloader._system.files import atomic_write, read_capped
 from detloader.errors import (
     DetloaderRuntimeWarning,
     DetloaderValueError,

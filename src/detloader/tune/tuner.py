@@ -65,8 +65,8 @@ def default_loader_factory(dataset: Any, batch_size: int, collate_fn: Callable[[
 def default_collate_for(dataset: Any) -> Callable[[list[Any]], Any] | None:
     """The collate function make_loader would use (None: torch's default): ``collate_detection``
     for a ``DetectionDataset`` or a dataset (a user's wrapper) whose items are ``Sample``s."""
-    from detloader.collate import collate_detection
     from detloader.dataset import DetectionDataset, Sample
+    from detloader.loader.collate import collate_detection
 
     try:
         return collate_detection if isinstance(dataset, DetectionDataset) or isinstance(dataset[0], Sample) else None

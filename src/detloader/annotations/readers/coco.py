@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from detloader._files import read_capped
+from detloader._system.files import read_capped
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.checks import ReadOptions
 from detloader.annotations.index import AnnotationIndex

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
-from detloader._files import file_kind, open_regular
-from detloader._files import find_child_dir as find_child_dir  # the readers' folder lookup, kept here for them
+from detloader._system.files import file_kind, open_regular
+from detloader._system.files import find_child_dir as find_child_dir  # the readers' folder lookup, kept here for them
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.checks import MAX_SIDE, ReadOptions
 from detloader.annotations.landmarks import LandmarkSchema

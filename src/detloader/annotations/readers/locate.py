@@ -10,7 +10,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from detloader._files import file_kind, open_regular
+from detloader._system.files import file_kind, open_regular
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.readers.common import int_or_none
 from detloader.errors import DetloaderValueError

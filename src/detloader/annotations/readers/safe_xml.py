@@ -16,7 +16,7 @@ from pathlib import Path
 
 from lxml import etree
 
-from detloader._files import open_regular
+from detloader._system.files import open_regular
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.readers.common import read_head
 from detloader.errors import DetloaderTypeError, DetloaderValueError, FileTooLargeError, UnsafeXMLError

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from lxml import etree
 
-from detloader._files import find_child_dir, read_capped, special_kind
+from detloader._system.files import find_child_dir, read_capped, special_kind
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.checks import MAX_SIDE, ReadOptions
 from detloader.annotations.index import AnnotationIndex

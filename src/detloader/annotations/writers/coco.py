@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from detloader._files import atomic_write
+from detloader._system.files import atomic_write
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import skeleton_for
 from detloader.annotations.splits import split_role, write_splits_json

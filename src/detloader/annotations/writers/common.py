@@ -1,5 +1,5 @@
 """What the writers share: argument checks, the output folder, placing images, attribute rows.
-Every file is written whole or not at all (:func:`detloader._files.atomic_write`): a full disk
+Every file is written whole or not at all (:func:`detloader._system.files.atomic_write`): a full disk
 is one error naming the file and the space left, and leaves no partial file."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from detloader._files import atomic_write, open_regular
+from detloader._system.files import atomic_write, open_regular
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.annotations.problems import check_choice
 from detloader.errors import DetloaderValueError, NotRegularFileError

@@ -9,7 +9,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 import numpy as np
 
-from detloader._files import write_file
+from detloader._system.files import write_file
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.writers.common import ImagePlacer, attribute_rows, image_attributes, prepare_out
 

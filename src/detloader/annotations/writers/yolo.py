@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from detloader._files import write_file
+from detloader._system.files import write_file
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.splits import split_role
 from detloader.annotations.writers.common import ImagePlacer, prepare_out

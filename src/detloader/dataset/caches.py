@@ -25,10 +25,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from detloader import _store_files as store_files
-from detloader._made_record import cache_root, record_file, user_cache_dir
+from detloader._system.cache_dir import cache_root, record_file, user_cache_dir
+from detloader._system.locks import held_elsewhere, locked, open_store
 from detloader.annotations.cache import CACHE_SUBDIR, cache_dirs_of
 from detloader.annotations.refresh import STAMPS_SUFFIX
+from detloader.dataset import store_files
 from detloader.errors import DetloaderValueError
 
 Kind = Literal["index", "store disk", "store ram", "index leftover", "store leftover"]
@@ -77,7 +78,7 @@ def _read_record() -> dict[str, dict[str, Any]]:
 
 def _write_record(entries: Iterable[dict[str, Any]]) -> None:
     """Replace the record with ``entries`` (atomically); left as it is when it cannot be written."""
-    from detloader._files import atomic_write
+    from detloader._system.files import atomic_write
 
     with contextlib.suppress(OSError):
         with atomic_write(record_file(), "w") as fh:
@@ -123,12 +124,12 @@ def _lock_of(path: Path, kind: str) -> Path:
 
 def _in_use(path: Path, kind: str) -> bool:
     """Whether another process holds ``path``: its build lock (:func:`_lock_of`), or (a ``"ram"``
-    store) a user's shared ``flock`` (:mod:`detloader._store_files`)."""
+    store) a user's shared ``flock`` (:mod:`detloader.dataset.store_files`)."""
     import fcntl
 
     if kind in ("store disk", "store ram"):
         try:
-            fd = store_files.open_store(path)
+            fd = open_store(path)
         except OSError:
             return False
         try:
@@ -137,7 +138,7 @@ def _in_use(path: Path, kind: str) -> bool:
             return True
         finally:
             os.close(fd)
-    return store_files.held_elsewhere(_lock_of(path, kind))
+    return held_elsewhere(_lock_of(path, kind))
 
 
 def _files_in(folder: Path) -> list[Path]:
@@ -236,7 +237,7 @@ def belongs_to(made: MadeFile, dataset: str | os.PathLike[str]) -> bool:
 
 def remove(made: MadeFile) -> bool:
     """Remove ``made`` (an index cache: with its stamps) and its lock file, unless another
-    process holds it (then False): a store as :func:`detloader._store_files.remove_unused`
+    process holds it (then False): a store as :func:`detloader.dataset.store_files.remove_unused`
     does, anything else while holding its build lock (:func:`_lock_of`), so that no build
     starts meanwhile. An emptied ``.detloader-cache`` or cache-folder entry folder goes too."""
     path = Path(made.path)
@@ -244,7 +245,7 @@ def remove(made: MadeFile) -> bool:
         if not store_files.remove_unused(path):
             return False
     else:
-        with store_files.locked(_lock_of(path, made.kind), wait=False, remove=True) as mine:
+        with locked(_lock_of(path, made.kind), wait=False, remove=True) as mine:
             if not mine:
                 return False
             path.unlink(missing_ok=True)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from detloader.balance import WeightedSampler
-from detloader.bench.report import BenchReport
+from detloader.tune.bench.report import BenchReport
 
 SECTION = "sampler"
 TORCH_MAX_CATEGORIES = 1 << 24

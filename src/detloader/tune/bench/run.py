@@ -16,17 +16,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from detloader._made_record import CACHE_DIR_ENV
 from detloader._system import logical_cores, physical_cores, usable_cpus
+from detloader._system.cache_dir import CACHE_DIR_ENV
 from detloader._system.memory import memory_facts
 from detloader.annotations.read import read_annotations
-from detloader.bench.baselines import voc_layout
-from detloader.bench.index_speed import bench_index
-from detloader.bench.loader_speed import bench_loader
-from detloader.bench.report import BenchReport
-from detloader.bench.samplers import bench_samplers
+from detloader.annotations.synth import make_synthetic
 from detloader.errors import DetloaderValueError
-from detloader.synth import make_synthetic
+from detloader.tune.bench.baselines import voc_layout
+from detloader.tune.bench.index_speed import bench_index
+from detloader.tune.bench.loader_speed import bench_loader
+from detloader.tune.bench.report import BenchReport
+from detloader.tune.bench.samplers import bench_samplers
 
 #: The sections, in the order they run.
 SECTIONS = ("loader", "index", "sampler")

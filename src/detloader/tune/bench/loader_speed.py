@@ -25,14 +25,14 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from detloader.annotations.index import AnnotationIndex
-from detloader.bench.baselines import TutorialDataset, torchvision_voc, tutorial_collate, voc_layout
-from detloader.bench.report import BenchReport
 from detloader.dataset import DetectionDataset
 from detloader.images import read_image
 from detloader.loader import make_loader
 from detloader.transforms import Resize
 from detloader.transforms.base import min_input_size
 from detloader.transforms.functional import resize_image
+from detloader.tune.bench.baselines import TutorialDataset, torchvision_voc, tutorial_collate, voc_layout
+from detloader.tune.bench.report import BenchReport
 
 SECTION = "loader"
 #: The run ``make bench-torchvision`` records (``$DETLOADER_TORCHVISION_RESULT`` first).

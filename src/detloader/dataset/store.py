@@ -38,9 +38,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from detloader import _store_files as files
-from detloader._made_record import remember
+from detloader._system.cache_dir import remember
+from detloader._system.locks import locked, open_store
 from detloader.annotations.index import AnnotationIndex
+from detloader.dataset import store_files as files
 from detloader.errors import (
     DetloaderRuntimeWarning,
     DetloaderValueError,
@@ -108,7 +109,7 @@ class ImageStore:
     """The decoded images of ``index`` at their stored sizes (:func:`store_sizes`), memory-mapped;
     :meth:`open` builds or maps it, :meth:`at` maps a store file as it is (to :meth:`verify` it).
     Pickles as its path (each process maps the file itself; a ``"ram"`` store's user, see
-    :mod:`detloader._store_files`)."""
+    :mod:`detloader.dataset.store_files`)."""
 
     def __init__(self, path: Path, n: int, kind: str = "disk") -> None:
         self.path, self.n, self.kind = path, n, kind
@@ -160,7 +161,7 @@ class ImageStore:
         key = digest.digest()
         path = folder / f"{name}-{key.hex()[:20]}{files.SUFFIX}"
         store = cls(path, len(index), kind)
-        with files.locked(Path(f"{path}.lock"), remove=True):  # no lock file stays behind
+        with locked(Path(f"{path}.lock"), remove=True):  # no lock file stays behind
             try:
                 store._map(key)
             except NotRegularFileError:
@@ -191,7 +192,7 @@ class ImageStore:
     def _map(self, key: bytes | None) -> None:
         """Check the header, key (None: any), size and table CRC of the file, then map it
         read-only; a ``"ram"`` store's process becomes one of its users."""
-        fd = files.open_store(self.path)
+        fd = open_store(self.path)
         with os.fdopen(fd, "rb") as fh:
             size = os.fstat(fd).st_size
             head = fh.read(_PREFIX.size)
@@ -225,7 +226,7 @@ class ImageStore:
     ) -> None:
         """Write the store: its size checked and reserved first, then each image decoded into
         its slot, then the header; in a temporary file renamed over :attr:`path` at the end."""
-        from detloader._files import atomic_write
+        from detloader._system.files import atomic_write
 
         n = len(index)
         table = np.zeros(n, dtype=TABLE_DTYPE)
@@ -313,7 +314,7 @@ class ImageStore:
         if not len(changed):
             return
         table = self._table.copy()
-        with os.fdopen(files.open_store(self.path, write=True), "r+b") as fh:
+        with os.fdopen(open_store(self.path, write=True), "r+b") as fh:
             for i in changed:
                 _check(self._fill(index, int(i), table, fh.fileno(), self._data_offset, exif), int(i), on_decode_error)
             _write_head(fh, self._key, table, self._data_offset)
@@ -325,7 +326,7 @@ class ImageStore:
         copy-on-write map), no longer match the CRC-32 written when they were stored; images
         that did not decode have no pixels and are not checked."""
         table, bad = self._rows(), []
-        fd = files.open_store(self.path)
+        fd = open_store(self.path)
         try:
             for i in np.flatnonzero(table["ok"]).tolist():
                 row = table[i]

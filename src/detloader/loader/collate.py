@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from detloader.dataset.sample import as_sample
 from detloader.errors import DetloaderValueError
-from detloader.sample import as_sample
 
 #: ImageNet statistics in 0..1 units, the usual default for pretrained backbones.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

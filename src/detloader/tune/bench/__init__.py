@@ -6,7 +6,7 @@ baselines of :mod:`~detloader.bench.baselines`), :mod:`~detloader.bench.index_sp
 :func:`run_bench` runs it all. See docs/benchmarks.md, "What each section measures".
 """
 
-from detloader.bench.report import BenchReport, Ratio
-from detloader.bench.run import BenchSettings, machine_description, run_bench
+from detloader.tune.bench.report import BenchReport, Ratio
+from detloader.tune.bench.run import BenchSettings, machine_description, run_bench
 
 __all__ = ["BenchReport", "BenchSettings", "Ratio", "machine_description", "run_bench"]

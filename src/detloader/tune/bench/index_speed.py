@@ -12,7 +12,7 @@ from typing import Any
 
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.read import read_annotations
-from detloader.bench.report import BenchReport
+from detloader.tune.bench.report import BenchReport
 
 SECTION = "index"
 

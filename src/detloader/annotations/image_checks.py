@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from detloader._pool import run_in_processes
+from detloader._system.pool import run_in_processes
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.problems import Problem
 from detloader.errors import FileTooLargeError, ImageDecodeError, NotRegularFileError

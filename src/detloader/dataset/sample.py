@@ -1,5 +1,5 @@
 """The :class:`Sample`: one transformed image and its targets, what
-:class:`~detloader.dataset.DetectionDataset` yields and :func:`~detloader.collate.collate_detection`
+:class:`~detloader.dataset.DetectionDataset` yields and :func:`~detloader.loader.collate.collate_detection`
 batches; :func:`as_sample` makes one of a user dataset's ``(image, boxes, labels[, landmarks[,
 visibility]])`` or ``(image, target_dict)`` (docs/loader.md, "collate_detection and Batch").
 """
@@ -24,7 +24,7 @@ class Sample:
 
     Attributes:
         image: uint8 ``[3, H, W]`` RGB tensor (may be a non-contiguous view of ``[H, W, 3]``
-            memory; :func:`~detloader.collate.collate_detection` copies it into the batch).
+            memory; :func:`~detloader.loader.collate.collate_detection` copies it into the batch).
         boxes: float32 ``[N, 4]`` xyxy pixels of ``image``.
         labels: int64 ``[N]`` object class ids.
         landmarks: float32 ``[N, K, 2]`` pixels of ``image``; (0, 0) where visibility is 0.

@@ -1,6 +1,6 @@
 """The record of the index caches and image stores detloader writes: one JSON line per file
 written (``path``, ``kind``, ``root``, ``created``) appended to ``made.jsonl`` in the cache
-folder, read by :mod:`detloader.cache_files` (``detloader cache list|clear``). A leaf module:
+folder, read by :mod:`detloader.dataset.caches` (``detloader cache list|clear``). A leaf module:
 the writers of caches and stores import it without importing what reads it."""
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ except ImportError:  # the standalone package
         raise MissingExtraError("detloader.lightning needs Lightning: pip install 'detloader[lightning]'") from None
 
 from detloader.balance.base import distributed_defaults
-from detloader.collate import Batch
 from detloader.loader import make_loader
+from detloader.loader.collate import Batch
 from detloader.train.metrics import Backend, ImagePredictions, as_predictions, score_predictions
 from detloader.train.runs import balanced_loader
 

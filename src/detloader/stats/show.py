@@ -271,7 +271,7 @@ def _save(image: Image.Image, out: str | os.PathLike[str] | None) -> Path | None
         return None
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    from detloader._files import atomic_write
+    from detloader._system.files import atomic_write
 
     with atomic_write(path, no_follow=True) as fh:  # whole or not at all, never through a link
         image.save(fh, format=Image.registered_extensions().get(path.suffix.lower(), "PNG"))

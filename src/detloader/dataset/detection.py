@@ -18,13 +18,16 @@ import os
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.annotations.problems import check_choice, check_int
+from detloader.annotations.stratify import rarest_class_per_image
+from detloader.dataset.sample import Sample
+from detloader.dataset.store import CacheKind, ImageStore, cache_size_from, decode_to_size
 from detloader.errors import (
     DetloaderIndexError,
     DetloaderRuntimeWarning,
@@ -33,9 +36,6 @@ from detloader.errors import (
     ImageDecodeError,
 )
 from detloader.images import ExifPolicy, MinSize, check_exif_policy, read_image
-from detloader.sample import Sample
-from detloader.store import CacheKind, ImageStore, cache_size_from, decode_to_size
-from detloader.substitutes import DECODE_ERROR_CHOICES, MAX_SUBSTITUTE_TRIES, OnDecodeError, Substitutes
 from detloader.transforms.base import Annotated, check_output, min_input_size, mirror_maps
 from detloader.transforms.functional import chw_tensor
 from detloader.transforms.geometric import Resize
@@ -60,7 +60,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         decode_threads: threads that load the images of a batch (:meth:`__getitems__`); 0
             loads them in the calling thread. Batches are the same for any value.
         cache: ``"disk"`` or ``"ram"``: decode every image once into a memory-mapped store
-            (:mod:`detloader.store`), built now under a file lock unless a valid one exists.
+            (:mod:`detloader.dataset.store`), built now under a file lock unless a valid one exists.
             None (default): decode every time.
         cache_size: longer side of the stored images; default: the size the transform's
             first :class:`~detloader.transforms.Resize` gives each image; required when it has
@@ -391,3 +391,47 @@ class DetectionDataset(torch.utils.data.Dataset):
         state = self.__dict__.copy()
         state["_warned"] = set()  # each process warns for itself
         return state
+
+
+OnDecodeError = Literal["raise", "skip"]
+DECODE_ERROR_CHOICES: tuple[str, ...] = ("raise", "skip")
+#: Images tried as substitutes of one undecodable image before giving up.
+MAX_SUBSTITUTE_TRIES = 32
+
+
+class Substitutes:
+    """The skip flags and substitute order of one dataset (``enabled``: the ``"skip"`` policy;
+    otherwise no flags are kept)."""
+
+    def __init__(self, index: AnnotationIndex, seed: int, enabled: bool) -> None:
+        self.index, self.seed = index, seed
+        self.flags = torch.zeros(len(index) if enabled else 0, dtype=torch.uint8).share_memory_()
+        self._rarest: np.ndarray | None = None
+
+    def clear(self) -> None:
+        self.flags.zero_()
+
+    def mark(self, i: int) -> None:
+        """Image ``i`` failed to decode in this epoch."""
+        self.flags[i] = 1
+
+    def skipped(self) -> list[tuple[int, str]]:
+        """(index, image path) of the images marked since :meth:`clear`, in index order."""
+        return [(int(i), os.fspath(self.index.image_path(int(i)))) for i in torch.nonzero(self.flags).flatten()]
+
+    def order(self, i: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """Substitute candidates of image ``i`` in the order they are tried: the other images of
+        its group (same image class, same rarest object class), then the rest, each in the
+        order of ``default_rng((seed, epoch, i, 1))``."""
+        idx = self.index
+        if self._rarest is None:
+            self._rarest = rarest_class_per_image(idx.labels, idx.object_image, len(idx), len(idx.classes))
+        same = (self._rarest == self._rarest[i]) & (idx.image_labels == idx.image_labels[i])
+        same[i] = False
+        others = ~same
+        others[i] = False
+        rng = np.random.default_rng((self.seed, epoch, i, 1))
+        return rng.permutation(np.flatnonzero(same)), rng.permutation(np.flatnonzero(others))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_rarest": None}  # each process computes it again when needed

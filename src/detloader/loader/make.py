@@ -21,17 +21,16 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
 
-from detloader._pool import worker_context
 from detloader._system import accelerator_available
+from detloader._system.pool import worker_context
 from detloader.annotations.problems import check_int
 from detloader.balance.weighted import WeightedSampler, make_balanced_sampler
 from detloader.balance.wrapper import AspectRatioBatchSampler, PartnerSampler
-from detloader.collate import collate_detection
 from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError
-from detloader.load_ahead import DetectionLoader
+from detloader.loader.collate import collate_detection
+from detloader.loader.workers import DetectionLoader, watch_parent
 from detloader.transforms.mix import MixUp, Mosaic, group_size
 from detloader.tune.saved import auto_loader_kwargs
-from detloader.worker_failures import watch_parent
 
 
 class WorkerInit:
