@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from detloader import read_annotations
+from detloader.annotations.readers import coco as coco_fast
 from detloader.annotations.readers import coco as coco_mod
-from detloader.annotations.readers import coco_fast
 
 
 def _messy(tmp_path: Path, seed: int) -> Path:

@@ -122,7 +122,7 @@ def test_train_with_num_workers_given_says_so(data: Path, tmp_path: Path, capsys
 def test_a_resume_with_another_cache_is_refused_unless_allowed() -> None:
     from detloader.errors import ResumeSettingsError
     from detloader.train import TrainConfig
-    from detloader.train.resume_settings import check_resume_settings, setting_changes
+    from detloader.train.checkpoint import check_resume_settings, setting_changes
 
     saved = TrainConfig().to_dict()
     changes = setting_changes(saved, TrainConfig(cache="ram"), reference=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,6 @@ from detloader.annotations.checks import (
     parse_number,
 )
 from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, AttributeCells, Field, LocalVocab
-from detloader.annotations.partial import Partial
 from detloader.annotations.problems import Problem, Severity
 from detloader.errors import DetloaderError
 
@@ -392,3 +392,31 @@ class ChunkBuilder:
             missing_names=self.missing_names,
             file_classes=sorted(self._file_classes),
         )
+
+
+@dataclass
+class Partial:
+    """One chunk of a dataset as arrays, with chunk-local vocabularies (see ``merge``).
+
+    ``arrays``: every field of ``FIELDS`` plus ``object_offsets``, with chunk-local ids;
+    ``vocabs``: for each vocabulary a field refers to, the local names in id order (attribute
+    tables: ``(attribute, values)`` pairs); ``missing_names``: the first images not found.
+    """
+
+    arrays: dict[str, np.ndarray]
+    strings: dict[str, list[str]]
+    vocabs: dict[str, Any]
+    problems: list[Problem]
+    stats: dict[str, int] = field(default_factory=dict)
+    declared_classes: list[str] = field(default_factory=list)
+    #: the id the files give each declared class (COCO category id), when they give one
+    declared_class_ids: dict[str, int] = field(default_factory=dict)
+    missing_names: list[str] = field(default_factory=list)
+    #: class names in the files before ``class_map`` (only collected when there is one)
+    file_classes: list[str] = field(default_factory=list)
+
+    @property
+    def landmark_names(self) -> list[str]:
+        """Landmark names found in the chunk, in local slot order."""
+        names: list[str] = self.vocabs["landmarks"]
+        return names

@@ -17,12 +17,11 @@ import numpy as np
 
 from detloader._system import usable_cpus
 from detloader._system.pool import run_in_processes
-from detloader.annotations.builder import ChunkBuilder
+from detloader.annotations.builder import ChunkBuilder, Partial
 from detloader.annotations.checks import ReadOptions
 from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Field, Vocabulary, pack_strings
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, infer_flip_pairs
-from detloader.annotations.partial import Partial
 from detloader.annotations.problems import Problem, ProblemReport
 from detloader.annotations.readers import READERS
 from detloader.annotations.readers.common import Reader, Source

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from detloader._system.files import atomic_write, open_regular
+from detloader.annotations.builder import Partial
 from detloader.annotations.cache import (
     CACHE_VERSION,
     READER_VERSION,
@@ -37,7 +38,6 @@ from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, pack_strings,
 from detloader.annotations.image_search import should_search
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.parse import _parse_chunk, assemble
-from detloader.annotations.partial import Partial
 from detloader.annotations.problems import Problem
 from detloader.annotations.readers.common import Reader, Source
 from detloader.errors import CacheError

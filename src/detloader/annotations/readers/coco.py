@@ -4,7 +4,7 @@ The JSON is loaded whole (the format gives no record boundary to stream on), und
 option ``max_json_bytes``. Layouts, split files and image folders: docs/formats.md ("Each
 reader's files and layouts", "What each format maps to"); positions in problems are 0-based,
 as in the file (``annotations[17]/bbox``). A file of boxes takes the fast path
-(:mod:`~detloader.annotations.readers.coco_fast`), any other the general one below; both give
+(:mod:`~detloader.annotations.readers.coco`), any other the general one below; both give
 the same index and problems (docs/index.md, "COCO at scale").
 """
 
@@ -16,17 +16,16 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 import numpy as np
 
 from detloader._system.files import read_capped
 from detloader.annotations.builder import ChunkBuilder
-from detloader.annotations.checks import ReadOptions
+from detloader.annotations.checks import ReadOptions, check_box
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
-from detloader.annotations.readers import coco_records as rec
-from detloader.annotations.readers.coco_fast import parse_fast
 from detloader.annotations.readers.common import (
     Reader,
     Source,
@@ -37,7 +36,7 @@ from detloader.annotations.readers.common import (
     parse_flag,
     read_head,
 )
-from detloader.annotations.readers.locate import ImageLocator
+from detloader.annotations.readers.locate import ImageLocator, locate_image
 from detloader.annotations.splits import files_as_splits, split_role
 from detloader.errors import DetloaderValueError, FileTooLargeError
 
@@ -131,7 +130,7 @@ def _records(data: dict, key: str, b: ChunkBuilder) -> list | None:
 
 
 def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> None:
-    cat = rec.referred(ann, "category_id", categories, "categories", where, b)
+    cat = referred(ann, "category_id", categories, "categories", where, b)
     if cat is None:
         return
     name, kp_names = cat
@@ -141,7 +140,7 @@ def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> Non
         box = _bbox(bbox, f"{where}/bbox", b)
         if box is None:
             return
-    attrs = rec.attributes(ann.get("attributes"), f"{where}/attributes", b)
+    attrs = record_attributes(ann.get("attributes"), f"{where}/attributes", b)
     flags = {}
     for key in _FLAGS:
         text = attrs.pop(key, None)
@@ -149,7 +148,7 @@ def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> Non
             b.problem("bad_value", f"{where}/attributes/{key}", f"{key}={text!r} is not a boolean", "treated as false")
         flags[key] = bool(value)
     crowd = ann.get("iscrowd", 0)
-    crowd_flag = parse_flag(rec.text(crowd)) if crowd is not None else False
+    crowd_flag = parse_flag(record_text(crowd)) if crowd is not None else False
     if crowd_flag is None:
         b.problem("bad_value", f"{where}/iscrowd", f"iscrowd={crowd!r} is not 0/1", "treated as 0")
     points = _keypoints(ann.get("keypoints"), kp_names, f"{where}/keypoints", b)
@@ -269,7 +268,7 @@ class CocoReader(Reader):
         )
 
     def parse_file(self, source: CocoSource, rel: str, b: ChunkBuilder) -> None:
-        """The fast path (:func:`~detloader.annotations.readers.coco_fast.parse_fast`) when the file
+        """The fast path (:func:`~detloader.annotations.readers.coco.parse_fast`) when the file
         fits it, else every record in Python; both report the same problems in the same order."""
         root = str(source.root)
         raw = _read(os.path.join(root, rel), source.max_json_bytes, b)
@@ -288,21 +287,21 @@ class CocoReader(Reader):
         images, annotations, cats = (_records(data, key, b) for key in ("images", "annotations", "categories"))
         if images is None or annotations is None or cats is None:
             return
-        categories, _ = rec.declare(cats, b)
-        image_ids = rec.image_rows(images, b)
+        categories, _ = declare(cats, b)
+        image_ids = image_rows(images, b)
         per_image: dict[int, list[int]] = {}
         for j, ann in enumerate(annotations):
             where = f"annotations[{j}]"
             if not isinstance(ann, dict):
                 b.problem("bad_value", where, "not an object", "object skipped")
                 continue
-            owner = rec.referred(ann, "image_id", image_ids, "images", where, b)
+            owner = referred(ann, "image_id", image_ids, "images", where, b)
             if owner is None:
                 continue
             per_image.setdefault(owner, []).append(j)
         for i, img in enumerate(images):
             where = f"images[{i}]"
-            if not rec.image_problem(img, where, image_ids, i, b) and rec.image(img, where, locator, b):
+            if not image_problem(img, where, image_ids, i, b) and record_image(img, where, locator, b):
                 for j in per_image.get(i, ()):
                     _annotation(annotations[j], f"annotations[{j}]", categories, b)
 
@@ -314,3 +313,281 @@ class CocoReader(Reader):
         """The iBUG 68-point preset for names ``00`` .. ``67``; else names in category order with
         flip pairs from left/right spelling (None: the builder's default does exactly that)."""
         return preset_schema(names)
+
+
+def coco_id(value: Any) -> int | str | None:
+    """A COCO id as a dictionary key: an int or a string (an integral float reads as the
+    int); None for anything else (lists, objects, booleans, fractions, NaN, infinity)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+
+
+def bad_id(b: ChunkBuilder, where: str, field: str, value: Any, action: str) -> None:
+    b.problem("bad_value", f"{where}/{field}", f"{field}={value!r} is not an integer or string id", action)
+
+
+def referred(ann: dict, field: str, table: dict, table_name: str, where: str, b: ChunkBuilder) -> Any:
+    """The entry of ``table`` that ``ann[field]`` names; None, with the problem reported
+    (the object is skipped), when the id is malformed or not in ``table_name``."""
+    raw = ann.get(field)
+    if raw is not None and coco_id(raw) is None:
+        bad_id(b, where, field, raw, "object skipped")
+        return None
+    found = table.get(coco_id(raw))
+    if found is None:
+        b.problem("bad_value", f"{where}/{field}", f"{field}={raw!r} is not in {table_name}", "object skipped")
+    return found
+
+
+def record_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return str(value).strip()
+
+
+def record_attributes(value: Any, where: str, b: ChunkBuilder) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        b.problem("bad_value", where, f"attributes={value!r} is not an object", "attributes skipped")
+        return {}
+    return {str(k).strip(): record_text(v) for k, v in value.items() if str(k).strip()}
+
+
+def record_categories(records: list, b: ChunkBuilder) -> dict[Any, tuple[str, list[str] | None]]:
+    out: dict[Any, tuple[str, list[str] | None]] = {}
+    for i, cat in enumerate(records):
+        where = f"categories[{i}]"
+        if not isinstance(cat, dict):
+            b.problem("bad_value", where, "not an object", "category skipped")
+            continue
+        raw_id, name = cat.get("id"), cat.get("name")
+        if raw_id is None or name is None or not str(name).strip():
+            field = "id" if raw_id is None else "name"
+            b.problem("missing_field", f"{where}/{field}", f"{field} is missing", "category skipped")
+            continue
+        cid = coco_id(raw_id)
+        if cid is None:
+            bad_id(b, where, "id", raw_id, "category skipped")
+            continue
+        if cid in out:
+            b.problem("bad_value", f"{where}/id", f"id={cid!r} repeats an earlier category", "category skipped")
+            continue
+        kp = cat.get("keypoints")
+        names = [str(n) for n in kp] if isinstance(kp, list) and kp else None
+        out[cid] = (str(name).strip(), names)
+    return out
+
+
+def id_order(item: tuple[Any, Any]) -> tuple[int, Any]:
+    """Categories in id order (ids are usually ints; anything else after, as text)."""
+    cid = item[0]
+    return (0, cid) if isinstance(cid, int) else (1, str(cid))
+
+
+def record_image(img: Any, where: str, locator: ImageLocator, b: ChunkBuilder) -> tuple[int, int] | None:
+    """Locate and add one image (a dict, or anything with ``.get``); its (width, height) when added,
+    else None with the problem reported."""
+    name = img.get("file_name")
+    if not isinstance(name, str) or not name.strip():
+        b.problem("missing_field", f"{where}/file_name", "file_name is missing", "image skipped")
+        return None
+    raw = f"width={img.get('width')!r} height={img.get('height')!r}"
+    width, height = record_text(img.get("width", "")), record_text(img.get("height", ""))
+    shown = f"file_name={name!r}"
+    found = locate_image(locator, b, name, where, shown, width, height, name_where=f"{where}/file_name", raw=raw)
+    if found is None:
+        return None
+    rel, width, height = found
+    attrs = record_attributes(img.get("attributes"), f"{where}/attributes", b)
+    image_class = attrs.pop(b.options.image_class_attribute, None)
+    iid = coco_id(img.get("id"))
+    image_id = iid if isinstance(iid, int) else None  # a string id: numbered by row
+    added = b.add_image(rel, width, height, image_class=image_class, attributes=attrs, record=name, image_id=image_id)
+    return (width, height) if added else None
+
+
+def is_record(value: Any) -> bool:
+    """A JSON object: a dict (general path) or a decoded record of the fast path."""
+    return isinstance(value, dict) or hasattr(type(value), "__struct_fields__")
+
+
+def declare(records: list, b: ChunkBuilder) -> tuple[dict[Any, tuple[str, list[str] | None]], list[str]]:
+    """The file's categories (:func:`categories`), declared to ``b`` in id order; and their names in that order."""
+    found = record_categories(records, b)
+    ordered = sorted(found.items(), key=id_order)
+    b.declare_classes([name for _, (name, _) in ordered], [cid if isinstance(cid, int) else None for cid, _ in ordered])
+    return found, [name for _, (name, _) in ordered]
+
+
+def image_rows(images: list, b: ChunkBuilder) -> dict[Any, int]:
+    """``{image id: position in images}``; a malformed or repeated id is reported (image skipped)."""
+    rows: dict[Any, int] = {}
+    for i, img in enumerate(images):
+        if is_record(img) and img.get("id") is not None:
+            iid = coco_id(img.get("id"))
+            if iid is None:
+                bad_id(b, f"images[{i}]", "id", img.get("id"), "image skipped")
+                continue
+            if iid in rows:
+                message = f"id={img.get('id')!r} repeats images[{rows[iid]}]"
+                b.problem("duplicate_image", f"images[{i}]/id", message, "image skipped")
+                continue
+            rows[iid] = i
+    return rows
+
+
+def image_problem(img: Any, where: str, rows: dict[Any, int], i: int, b: ChunkBuilder) -> bool:
+    """Whether images[i] is skipped: not an object, or without a usable id (reported), or a repeat."""
+    if not is_record(img):
+        b.problem("bad_value", where, "not an object", "image skipped")
+        return True
+    if rows.get(coco_id(img.get("id"))) != i:
+        if img.get("id") is None:
+            b.problem("missing_field", f"{where}/id", "id is missing", "image skipped")
+        return True
+    return False
+
+
+_I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+_NONE = Annotated[list, msgspec.Meta(max_length=0)]
+
+
+class _Image(msgspec.Struct, gc=False):
+    """An image record: its fields as in the file (any JSON value; UNSET when absent)."""
+
+    id: Any = msgspec.UNSET
+    file_name: Any = msgspec.UNSET
+    width: Any = msgspec.UNSET
+    height: Any = msgspec.UNSET
+    attributes: Any = msgspec.UNSET
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``dict.get`` over the fields, so that the general path's image code reads it."""
+        value = getattr(self, key, msgspec.UNSET)
+        return default if value is msgspec.UNSET else value
+
+
+class _Object(msgspec.Struct, gc=False):
+    """An object record as the fast path takes it (anything else refuses the file)."""
+
+    image_id: _I64
+    category_id: _I64
+    bbox: tuple[float, float, float, float]
+    iscrowd: int | None = 0
+    keypoints: _NONE | None = None
+    attributes: Annotated[dict, msgspec.Meta(max_length=0)] | None = None
+
+
+class _File(msgspec.Struct):
+    images: list[_Image] = []
+    annotations: list[_Object] = []
+    categories: list[Any] = []
+
+
+_DECODER = msgspec.json.Decoder(_File)
+
+
+def _lookup(keys: dict[Any, int], values: np.ndarray) -> np.ndarray:
+    """``keys[v]`` for every int64 ``v`` of ``values``, -1 where it is not a key (only int keys
+    can match)."""
+    pairs = sorted((k, i) for k, i in keys.items() if type(k) is int and -(2**63) <= k < 2**63)
+    out = np.full(len(values), -1, dtype=np.int64)
+    if pairs and len(values):
+        ks = np.fromiter((k for k, _ in pairs), np.int64, len(pairs))
+        at = np.minimum(np.searchsorted(ks, values), len(ks) - 1)
+        hit = ks[at] == values
+        out[hit] = np.fromiter((i for _, i in pairs), np.int64, len(pairs))[at[hit]]
+    return out
+
+
+def _declared_sides(images: list[_Image]) -> np.ndarray:
+    """``[n, 2]`` width, height as declared when both are positive ints (the size the image gets
+    without reading its header), else -1 (its objects are checked one by one)."""
+    sides = np.full((len(images), 2), -1, dtype=np.int64)
+    for i, img in enumerate(images):
+        w, h = img.width, img.height
+        if type(w) is int and type(h) is int and 0 < w < 2**62 and 0 < h < 2**62:
+            sides[i] = (w, h)
+    return sides
+
+
+def parse_fast(raw: bytes, locator: ImageLocator, b: ChunkBuilder) -> bool:
+    """Parse the COCO file ``raw`` into ``b`` on the fast path (see the module docstring); False,
+    with nothing added or reported, when the file needs the general path."""
+    opts = b.options
+    if opts.classes is not None or opts.class_map or opts.one_based:
+        return False
+    try:
+        data = _DECODER.decode(raw)
+    except (msgspec.MsgspecError, ValueError, RecursionError):
+        return False
+    images, objects = data.images, data.annotations
+    found, names = declare(data.categories, b)
+    image_ids = image_rows(images, b)
+    m = len(objects)
+    owner = _lookup(image_ids, np.fromiter((o.image_id for o in objects), np.int64, m))
+    for j in np.flatnonzero(owner < 0).tolist():  # reported before any image, as the general path does
+        message = f"image_id={objects[j].image_id!r} is not in images"
+        b.problem("bad_value", f"annotations[{j}]/image_id", message, "object skipped")
+    cat_rows = {cid: k for k, cid in enumerate(sorted(found, key=lambda c: id_order((c, None))))}
+    labels = _lookup(cat_rows, np.fromiter((o.category_id for o in objects), np.int64, m))
+    xywh = np.fromiter((o.bbox for o in objects), np.dtype((np.float64, 4)), m).reshape(m, 4)
+    xyxy64 = np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], axis=1)
+    sides = _declared_sides(images)[np.maximum(owner, 0)]
+    with np.errstate(over="ignore", invalid="ignore"):  # beyond float32: inf, named by check_box
+        boxes = xyxy64.astype(np.float32)
+        plain = (
+            np.isfinite(boxes).all(axis=1)
+            & (boxes[:, 2] > boxes[:, 0])
+            & (boxes[:, 3] > boxes[:, 1])
+            & (boxes[:, 0] >= 0)
+            & (boxes[:, 1] >= 0)
+            & (boxes[:, 2] <= sides[:, 0])
+            & (boxes[:, 3] <= sides[:, 1])
+        )
+    slow = (owner >= 0) & ~(plain & (labels >= 0))
+    order = np.argsort(owner, kind="stable")  # objects grouped by image, in file order within one
+    starts = np.searchsorted(owner[order], np.arange(len(images) + 1))
+    slow_per_image = np.bincount(owner[slow], minlength=len(images)) if slow.any() else None
+    keep = plain & (labels >= 0)
+    row_of = np.full(len(images), -1, dtype=np.int64)
+    first = b.image_count
+    for i, img in enumerate(images):
+        where = f"images[{i}]"
+        if image_problem(img, where, image_ids, i, b):
+            continue
+        size = record_image(img, where, locator, b)
+        if size is None:
+            continue
+        row_of[i] = b.image_count - 1
+        if slow_per_image is not None and slow_per_image[i]:
+            for j in order[starts[i] : starts[i + 1]].tolist():
+                if slow[j]:
+                    keep[j] = _check_one(j, objects[j], xyxy64[j], labels[j], boxes, size, b)
+    kept = order[keep[order] & (row_of[np.maximum(owner[order], 0)] >= 0) & (owner[order] >= 0)]
+    crowd = np.fromiter(((o.iscrowd or 0) != 0 for o in objects), np.bool_, m)
+    b.add_objects(first, row_of[owner[kept]], boxes[kept], labels[kept], names, crowd[kept])
+    return True
+
+
+def _check_one(
+    j: int, obj: _Object, xyxy: np.ndarray, label: int, boxes: np.ndarray, size: tuple[int, int], b: ChunkBuilder
+) -> bool:
+    """The general path's checks of one object (unknown category, then the box); its stored box
+    goes to ``boxes[j]``. Whether it is kept."""
+    where = f"annotations[{j}]"
+    if label < 0:
+        message = f"category_id={obj.category_id!r} is not in categories"
+        b.problem("bad_value", f"{where}/category_id", message, "object skipped")
+        return False
+    stored, finding = check_box(tuple(xyxy.tolist()), size[0], size[1], one_based=False, clip=b.options.clip_boxes)
+    if finding is not None:
+        b.report(finding, f"{where}/bbox")
+    if stored is None:
+        return False
+    boxes[j] = stored
+    return True
