@@ -58,7 +58,7 @@ _LAZY = {
     "RepeatFactorSampler": "detloader.balance.weighted",
     "ClassAwareSampler": "detloader.balance.class_aware",
     "BalancedBatchSampler": "detloader.balance.class_aware",
-    "DistributedSamplerWrapper": "detloader.balance.wrapper",
+    "DistributedSamplerWrapper": "detloader.balance.wrappers",
     "make_balanced_sampler": "detloader.balance.weighted",
     "TuneResult": "detloader.tune.result",
     "tune_loader": "detloader.tune.tuner",
@@ -70,7 +70,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ lo
     from detloader.balance.class_aware import BalancedBatchSampler, ClassAwareSampler
     from detloader.balance.weighted import RepeatFactorSampler, WeightedSampler, make_balanced_sampler
     from detloader.balance.weights import sample_weights
-    from detloader.balance.wrapper import DistributedSamplerWrapper
+    from detloader.balance.wrappers import DistributedSamplerWrapper
     from detloader.dataset import DetectionDataset, Sample
     from detloader.loader import make_loader, set_epoch
     from detloader.loader.collate import Batch, collate_detection

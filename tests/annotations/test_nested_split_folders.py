@@ -15,7 +15,7 @@ from helpers import voc_dataset, voc_object, voc_xml, write_image
 from detloader import read_annotations
 from detloader.cli import main
 from detloader.train import TrainConfig
-from detloader.train.runs import prepare_data
+from detloader.train.run_data import prepare_data
 
 N_TRAIN, N_TEST = 10, 15
 LAYOUT = (("train_zip/train", "train", N_TRAIN), ("test_zip/test", "test", N_TEST))

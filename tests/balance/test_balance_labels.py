@@ -1,4 +1,4 @@
-"""detloader.balance.labels: balancing from per-image class arrays (what detloader.ultralytics
+"""detloader.balance.label_lists: balancing from per-image class arrays (what detloader.ultralytics
 reads from an Ultralytics dataset), the self-advancing epoch and the rect refusal. No
 ultralytics needed."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from detloader.balance import AutoEpochSampler, WeightedSampler, labels_index, labels_sampler, sample_weights
-from detloader.balance.labels import check_balance, check_label_key, check_rect_batches
+from detloader.balance.label_lists import check_balance, check_label_key, check_rect_batches
 from detloader.errors import DetloaderError, DetloaderTypeError, DetloaderValueError, RectBatchError
 from tests.balance_helpers import tiny_index
 

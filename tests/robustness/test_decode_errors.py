@@ -151,7 +151,7 @@ def test_policy_is_checked_and_reaches_the_trainer(broken) -> None:  # type: ign
     config = TrainConfig(on_decode_error="skip", num_workers=0, batch_size=2)
     assert TrainConfig.from_dict(config.to_dict()).on_decode_error == "skip"
     from detloader.train.distributed import init_distributed
-    from detloader.train.runs import train_loader
+    from detloader.train.run_data import train_loader
 
     loader = train_loader(config, index, init_distributed("cpu"))
     assert loader.loader.dataset.on_decode_error == "skip"

@@ -21,7 +21,7 @@ from detloader.cli.parser import build_parser
 from detloader.cli.train import _config
 from detloader.synth import make_synthetic
 from detloader.train import load_checkpoint
-from detloader.train.runs import _ignore_stop_signals
+from detloader.train.run_data import _ignore_stop_signals
 from detloader.worker_failures import describe, loader_worker_error
 
 EMPTY = 5  # the image written as 0 bytes
@@ -145,7 +145,7 @@ def test_live_workers_that_ignore_sigterm_do_not_hang_the_exit(faces: Path) -> N
     script = (
         "import sys\n"
         "from detloader import DetectionDataset, make_loader, read_annotations\n"
-        "from detloader.train.runs import _ignore_stop_signals\n"
+        "from detloader.train.run_data import _ignore_stop_signals\n"
         "ds = DetectionDataset(read_annotations(sys.argv[1], cache=False), seed=0)\n"
         "it = iter(make_loader(ds, batch_size=2, num_workers=2, worker_init_fn=_ignore_stop_signals,"
         " persistent_workers=True))\n"

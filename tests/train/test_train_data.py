@@ -16,7 +16,7 @@ from detloader import read_annotations
 from detloader.cli import main
 from detloader.train import TrainConfig
 from detloader.train.checkpoint import load_checkpoint
-from detloader.train.runs import prepare_data
+from detloader.train.run_data import prepare_data
 from detloader.transforms import ColorJitter
 
 

@@ -80,7 +80,7 @@ def _save_result(data_hash: str, workers: int, batch_size: int = 4, created: str
 def _data_hash(argv: list[str]) -> str:
     """What ``detloader train ARGV`` files its dataset under (as ``detloader tune`` does)."""
     from detloader.cli.train import _config
-    from detloader.train.runs import prepare_data
+    from detloader.train.run_data import prepare_data
 
     return prepare_data(_config(build_parser().parse_args(argv))).data_hash
 

@@ -23,7 +23,7 @@ from detloader.errors import DataMismatchError
 from detloader.synth import make_synthetic
 from detloader.train import TrainConfig, load_checkpoint, train
 from detloader.train.checkpoint import CheckpointError
-from detloader.train.runs import RunDirError, RunLock, run_read_options
+from detloader.train.run_data import RunDirError, RunLock, run_read_options
 
 pytest.importorskip("faster_coco_eval")
 

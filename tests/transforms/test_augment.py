@@ -19,7 +19,7 @@ import detloader
 from detloader import MISSING
 from detloader.annotations.landmarks import FACE5, FlipPairWarning, LandmarkSchema, infer_flip_pairs
 from detloader.balance import AspectRatioBatchSampler, PartnerSampler, WeightedSampler
-from detloader.balance.wrapper import PARTNER_EPOCHS
+from detloader.balance.wrappers import PARTNER_EPOCHS
 from detloader.show import show_dataset
 from detloader.synth import make_synthetic
 from detloader.transforms import (

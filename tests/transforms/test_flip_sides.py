@@ -160,7 +160,7 @@ def test_train_settings_record_the_flip(tmp_path: Path):
     from detloader.cli.parser import build_parser
     from detloader.cli.train import _config
     from detloader.train import TrainConfig
-    from detloader.train.runs import train_transform
+    from detloader.train.run_data import train_transform
 
     args = build_parser().parse_args(
         ["train", "--hflip", "0", "--class-flip-pairs", "redleft=redright,a=b", "--flip-pairs", "none",

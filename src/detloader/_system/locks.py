@@ -76,7 +76,7 @@ def locked(path: Path, wait: bool = True, remove: bool = False) -> Iterator[bool
     it: a waiter then locks the new file. With ``remove`` the holder does so when the block
     ends, normally or by an exception: no lock file stays behind (a store's build lock, the
     index cache's, :mod:`detloader.annotations.cache`, and a run folder's ``.train.lock``,
-    :mod:`detloader.train.runs`).
+    :mod:`detloader.train.run_data`).
 
     Why removing is safe here, and why not filelock's ``FileLock``: a process waiting for the
     lock holds a descriptor of the file it opened; were the name removed and that process

@@ -34,7 +34,7 @@ from detloader.balance.base import distributed_defaults
 from detloader.loader import make_loader
 from detloader.loader.collate import Batch
 from detloader.train.metrics import Backend, ImagePredictions, as_predictions, score_predictions
-from detloader.train.runs import balanced_loader
+from detloader.train.run_data import balanced_loader
 
 __all__ = ["DetectionDataModule", "evaluate_gathered", "gather_predictions"]
 

@@ -26,7 +26,7 @@ try:
 except ImportError:
     raise MissingExtraError("detloader.ultralytics needs Ultralytics: pip install 'detloader[ultralytics]'") from None
 
-from detloader.balance.labels import (
+from detloader.balance.label_lists import (
     AutoEpochSampler,
     check_balance,
     check_label_key,

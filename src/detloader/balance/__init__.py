@@ -21,16 +21,16 @@ from detloader.balance.weights import (
 )
 
 _LAZY = {
-    "AspectRatioBatchSampler": "detloader.balance.wrapper",
-    "AutoEpochSampler": "detloader.balance.labels",
+    "AspectRatioBatchSampler": "detloader.balance.wrappers",
+    "AutoEpochSampler": "detloader.balance.label_lists",
     "BalancedBatchSampler": "detloader.balance.class_aware",
     "ClassAwareSampler": "detloader.balance.class_aware",
-    "DistributedSamplerWrapper": "detloader.balance.wrapper",
-    "PartnerSampler": "detloader.balance.wrapper",
+    "DistributedSamplerWrapper": "detloader.balance.wrappers",
+    "PartnerSampler": "detloader.balance.wrappers",
     "RepeatFactorSampler": "detloader.balance.weighted",
     "WeightedSampler": "detloader.balance.weighted",
-    "labels_index": "detloader.balance.labels",
-    "labels_sampler": "detloader.balance.labels",
+    "labels_index": "detloader.balance.label_lists",
+    "labels_sampler": "detloader.balance.label_lists",
     "make_balanced_sampler": "detloader.balance.weighted",
     "members_from_labels": "detloader.balance.class_aware",
 }

@@ -145,7 +145,8 @@ def dataset_kwargs(args: argparse.Namespace, *, given_only: bool = False) -> dic
     """The options of :func:`add_dataset_arguments` as :func:`detloader.read_annotations`
     takes them: ``format`` and ``on_error`` (``auto`` and :data:`ON_ERROR_DEFAULT` when not
     given), and the others where they differ from its defaults. ``given_only``: only those given
-    on the command line (what a run's recorded options give way to, :func:`detloader.train.runs.run_read_options`)."""
+    on the command line (what a run's recorded options give way to,
+    :func:`detloader.train.run_data.run_read_options`)."""
     from detloader.annotations.readers import READERS  # lazy: keeps `detloader --help` fast
 
     kwargs: dict[str, Any] = {}

@@ -46,7 +46,7 @@ def _demo(args: argparse.Namespace) -> int:
     from detloader.stats import balance_report
     from detloader.stats.show import show_dataset
     from detloader.train import TrainConfig, train
-    from detloader.train.runs import train_transform
+    from detloader.train.run_data import train_transform
     from detloader.tune import auto_loader_kwargs
 
     if args.images < 10:

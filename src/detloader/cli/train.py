@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from detloader.train import StepInfo
-    from detloader.train.runs import RunReadOptions
+    from detloader.train.run_data import RunReadOptions
 
 #: Not on a terminal, a progress line at least this often (seconds), whatever ``--log-every``.
 LOG_SECONDS = 30.0
@@ -140,9 +140,9 @@ def add_train(sub: argparse._SubParsersAction) -> None:
 
 def _resumed(args: argparse.Namespace) -> tuple[dict[str, Any], RunReadOptions]:
     """The settings the ``--resume`` checkpoint's run recorded (less this call's own) and the
-    :class:`~detloader.train.runs.RunReadOptions` it reads with."""
+    :class:`~detloader.train.run_data.RunReadOptions` it reads with."""
     from detloader.train import load_checkpoint
-    from detloader.train.runs import run_read_options
+    from detloader.train.run_data import run_read_options
 
     saved = dict(load_checkpoint(args.resume)["config"])
     for key in ("resume", "max_steps", "exist_ok", "allow_data_change", "allow_setting_change"):  # this call's
@@ -190,7 +190,7 @@ _READ_DEFAULTS: dict[str, Any] = {"format": "auto", "on_error": ON_ERROR_DEFAULT
 
 def read_option_lines(from_run: Mapping[str, Any], changed: Mapping[str, Any]) -> list[str]:
     """The lines ``evaluate`` and ``train --resume`` print about a run's recorded read options
-    (:class:`~detloader.train.runs.RunReadOptions`): those applied (less the CLI's defaults) and
+    (:class:`~detloader.train.run_data.RunReadOptions`): those applied (less the CLI's defaults) and
     those given that differ from the run's."""
     applied = {k: v for k, v in from_run.items() if k not in _READ_DEFAULTS or _READ_DEFAULTS[k] != v}
     lines = [f"read options from the run: {read_option_flags(applied)}"] if applied else []

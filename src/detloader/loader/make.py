@@ -25,7 +25,7 @@ from detloader._system import accelerator_available
 from detloader._system.pool import worker_context
 from detloader.annotations.problems import check_int
 from detloader.balance.weighted import WeightedSampler, make_balanced_sampler
-from detloader.balance.wrapper import AspectRatioBatchSampler, PartnerSampler
+from detloader.balance.wrappers import AspectRatioBatchSampler, PartnerSampler
 from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError
 from detloader.loader.collate import collate_detection
 from detloader.loader.workers import DetectionLoader, watch_parent

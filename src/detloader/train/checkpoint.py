@@ -10,7 +10,7 @@ plain Python data and tensors, so ``torch.load(weights_only=True)`` reads it:
 ``classes``, ``image_classes``, ``landmark_schema``   the vocabularies the model was built for
 ``history``      per-epoch figures so far (losses, data-wait fraction, samples)
 ``scaler``       the AMP gradient scaler's state (float16 on CUDA only), else absent
-``data``         what the run was trained on (:func:`detloader.train.runs.data_record`)
+``data``         what the run was trained on (:func:`detloader.train.run_data.data_record`)
 
 Saving keeps the checkpoint it replaces as ``previous.pt`` (docs/training.md, "Damaged checkpoints"),
 and refuses a state whose weights or optimiser moments hold a NaN or an infinity

@@ -18,7 +18,7 @@ from detloader.train.checkpoint import load_checkpoint, load_weights
 from detloader.train.distributed import DistEnv, all_gather_objects, running_distributed
 from detloader.train.metrics import ImagePredictions, as_predictions, score_predictions
 from detloader.train.model import CenterNet, ModelConfig, decode_predictions
-from detloader.train.runs import RunReadOptions, describe_read_changes, recorded_rows, run_read_options
+from detloader.train.run_data import RunReadOptions, describe_read_changes, recorded_rows, run_read_options
 from detloader.train.task import REFERENCE, Task, as_task, centernet_task
 
 
@@ -135,13 +135,13 @@ def evaluate_checkpoint(
     ``split``: None (the checkpoint's own validation images, recorded by ``train``; the
     dataset's ``val`` split for a checkpoint without that record), a split name of the
     dataset, or ``"all"``. ``read_options``: :func:`detloader.read_annotations` keywords; the
-    run's recorded ones fill in those not given (:func:`~detloader.train.runs.run_read_options`:
+    run's recorded ones fill in those not given (:func:`~detloader.train.run_data.run_read_options`:
     a run trained with ``images_by="id"`` is evaluated with it), ``read_defaults`` those neither
     gives (``read_annotations``' own otherwise); ``metrics["read_options"]`` says what was read
     with (``options``), which came from the run (``from_run``) and which given ones differ from
     the run's (``changed``: name -> [run's, given]). The dataset is read with the checkpoint's
     class list (``classes=``, unless given), so class ids match the model's; a dataset with none
-    of its classes is refused (:class:`~detloader.train.runs.DataMismatchError`). Image classes
+    of its classes is refused (:class:`~detloader.train.run_data.DataMismatchError`). Image classes
     are matched by name. ``picture``: also draw truth beside prediction there (PNG); ``coco_json``: write
     the detections there (COCO results). ``task``: None rebuilds the reference model from
     the checkpoint; a checkpoint of your own model needs its

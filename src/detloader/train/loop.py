@@ -56,7 +56,7 @@ from detloader.train.config import TrainConfig
 from detloader.train.distributed import DistEnv, all_gather_objects, broadcast_object, running_distributed
 from detloader.train.inference import evaluate_model
 from detloader.train.model import CenterNet, ModelConfig
-from detloader.train.runs import (
+from detloader.train.run_data import (
     RunLock,
     check_out_dir,
     data_changes,

@@ -243,7 +243,7 @@ def _synthetic_root(config: TrainConfig, env: DistEnv) -> Path:
 @dataclass(frozen=True)
 class RunData:
     """A run's training and validation indexes, and what checkpoints record of the data
-    (:func:`detloader.train.runs.data_record`)."""
+    (:func:`detloader.train.run_data.data_record`)."""
 
     train: Any
     val: Any
@@ -364,11 +364,11 @@ def balanced_loader(
 def train_loader(config: TrainConfig, index: Any, env: DistEnv, data_hash: str = "") -> Any:
     """The training loader of a run: its dataset (:func:`train_transform`, mosaic, the store of
     ``config.cache``) behind :func:`balanced_loader`, full batches on every rank, workers that leave stop
-    signals to the loop, with the settings of :func:`~detloader.train.runs.choose_loader`
+    signals to the loop, with the settings of :func:`~detloader.train.run_data.choose_loader`
     (``data_hash``: :attr:`RunData.data_hash`); what was chosen and why is its ``choice``."""
     import detloader
     from detloader.dataset.store import cache_size_from
-    from detloader.train.runs import choose_loader
+    from detloader.train.run_data import choose_loader
 
     transform = train_transform(config.size, config.affine, config.hflip)
     # the store holds each image at the letterbox's content size; past a random affine, at the longer side --size
