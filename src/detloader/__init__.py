@@ -16,6 +16,7 @@ import sys
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from detloader._system import VERSION
 from detloader.annotations import (
     FACE5,
     MISSING,
@@ -42,7 +43,7 @@ from detloader.errors import (
     TuneWarning,
 )
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 # name -> the module that defines it (torch: imported on first use, keeps the CLI fast)
 _LAZY = {

@@ -271,9 +271,9 @@ def make_splits(
     fractions = {k: f for k, f in (("train", 1 - val - test), ("val", val), ("test", test)) if f > 0}
     cut = stratified_split(groups[pool], fractions, np.random.default_rng(seed))
     parts = {**{k: pool[ids] for k, ids in cut.items()}, **kept}
-    from detloader import __version__
+    from detloader._system import VERSION
 
-    made: dict[str, Any] = {"by": f"detloader {__version__}", "seed": int(seed), "val": val, "test": test}
+    made: dict[str, Any] = {"by": f"detloader {VERSION}", "seed": int(seed), "val": val, "test": test}
     if kept:
         made["test"] = "kept from " + ", ".join(sources.get(n, n) for n in kept)
     made["stratified_by"] = "class"

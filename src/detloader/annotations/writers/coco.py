@@ -98,9 +98,9 @@ def write_coco(
         with atomic_write(root / json_name, "w") as fh:
             json.dump(data, fh, ensure_ascii=False)
     if index.splits and not exact:
-        from detloader import __version__
+        from detloader._system import VERSION
 
-        made = {"by": f"detloader {__version__}", "converted_from": index.meta.get("format", "an index")}
+        made = {"by": f"detloader {VERSION}", "converted_from": index.meta.get("format", "an index")}
         paths = {name: [written[int(i)] for i in ids] for name, ids in index.splits.items()}
         write_splits_json(root, paths, made)
     return root / file_name if files is None else root
