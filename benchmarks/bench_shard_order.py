@@ -3,8 +3,8 @@ the same draw, as a multiple of the pack's bytes.
 
 For each size (default 1k, 10k and 100k images) an LVIS-shaped index built from arrays (no
 images; ``bench_scale_stats.lvis_like``), images of log-normal sizes (median 150 KB), packed in
-row order into shards of ``--shard-mb`` (each shard ends at the first image that takes it to
-the size, as a streaming writer's size limit does). One epoch of ``balance="sqrt"`` (the
+row order into shards of at most ``--shard-mb`` (a new shard starts where the next image would
+take it over, as a streaming writer's size limit does). One epoch of ``balance="sqrt"`` (the
 sampler ``make_balanced_sampler`` builds, seed 0) is read through an LRU cache of a quarter of
 the pack (:func:`detloader.balance.shard_order.downloaded_bytes`):
 
@@ -21,25 +21,27 @@ the pack (:func:`detloader.balance.shard_order.downloaded_bytes`):
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
-from bench_scale_stats import lvis_like
 
 from detloader.balance import make_balanced_sampler
-from detloader.balance.shard_order import ShardLocalSampler, downloaded_bytes
+from detloader.balance.shard_order import ShardLocalSampler, _windows, downloaded_bytes
 from detloader.errors import DetloaderWarning
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the index of bench_scale_stats, also when loaded by path
+from bench_scale_stats import lvis_like  # noqa: E402
 
 
 def pack_layout(num_images: int, shard_bytes: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """``(shard_of, bytes per shard)`` of ``num_images`` images of log-normal sizes (median
-    150 KB, 20 KB - 2 MB) written in row order into shards of about ``shard_bytes``."""
+    150 KB, 20 KB - 2 MB) written in row order into shards of at most ``shard_bytes``."""
     sizes = np.random.default_rng(seed).lognormal(np.log(150_000), 0.6, num_images).clip(20_000, 2_000_000)
     sizes = sizes.astype(np.int64)
-    ends = np.cumsum(sizes)
-    shard_of = (ends - 1) // shard_bytes  # the shard an image ends in
-    shard_of = np.unique(shard_of, return_inverse=True)[1].astype(np.int64)  # no empty shards
+    shard_of = _windows(sizes, shard_bytes)  # the same greedy cut as the sampler's windows
     return shard_of, np.bincount(shard_of, weights=sizes).astype(np.int64)
 
 
