@@ -3,8 +3,9 @@
 The pipeline, one stage per folder, data flowing one way: ``annotations`` (read_annotations:
 files -> a validated, cached :class:`AnnotationIndex`) -> ``images`` (decode) ->
 ``transforms`` -> ``dataset`` (:class:`DetectionDataset`) -> ``balance`` (weights, samplers)
--> ``collate`` (:class:`Batch`) -> ``loader`` (:func:`make_loader`, a real DataLoader);
-``tune``, ``stats``, ``train`` and the CLI only read the stages. See docs/architecture.md.
+-> ``loader`` (the collate's :class:`Batch`, :func:`make_loader`: a real DataLoader, resume);
+``tune``, ``stats``, ``train``, ``adapters`` and the CLI only read the stages. See
+docs/architecture.md.
 
 The torch-side names load on first use, so that ``import detloader`` (and the CLI) stays
 quick for work that needs no torch; they are listed in ``__all__`` and ``dir()`` all the same.

@@ -1,4 +1,5 @@
-"""From reader records to a chunk of typed columns, applying the shared rules as it goes.
+"""From reader records to a chunk of typed columns (:class:`ChunkBuilder`, :class:`Partial`),
+applying the shared rules as it goes.
 
 A reader walks its files and calls :class:`ChunkBuilder` once per image and once per object;
 the builder applies the rules of :mod:`detloader.annotations.checks` (boxes, landmarks, sizes)

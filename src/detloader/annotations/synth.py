@@ -7,7 +7,7 @@
     out/ImageSets/Main/{train,val}.txt   an 80/20 split
 
 Each image holds 0 to ``max_objects`` face-like objects: a skin-coloured ellipse with two
-eyes, a nose and a mouth, and 5 landmarks (:data:`detloader.annotations.index.FACE5`: left eye, right
+eyes, a nose and a mouth, and 5 landmarks (:data:`detloader.annotations.landmarks.FACE5`: left eye, right
 eye, nose, left and right mouth corner; flip pairs eyes and mouth corners). Object classes
 are imbalanced (default ``face`` 90 %, ``masked`` 8 %, ``sunglasses`` 2 %): a mask hides the
 mouth corners (visibility 1), sunglasses hide the eyes (visibility 1). Faces cut by the image

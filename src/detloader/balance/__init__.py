@@ -1,10 +1,11 @@
 """Balance: which images an epoch draws, so that rare classes are seen enough.
 
-``groups`` gives each object or image a group, ``weights`` turns groups into image weights
-(pure functions of counts); the samplers live in ``weighted`` (with ``make_balanced_sampler``,
-a strategy string as its sampler), ``class_aware`` and ``wrapper``, their shared contract
-(seed, epoch, ranks, resume) in ``base``, the alias table in ``alias``. The samplers (torch)
-load on first use, so that the CLI's statistics stay quick. See docs/balancing.md.
+``groups`` gives each object or image a group, ``weights`` turns groups into image weights (pure
+functions of counts); the samplers live in ``weighted`` (with ``make_balanced_sampler``, a
+strategy string as its sampler), ``class_aware`` and ``wrappers``, their shared contract (seed,
+epoch, ranks, resume) in ``base``, the alias table in ``alias``; ``label_lists`` balances from
+one class list per image (Ultralytics). The samplers (torch) load on first use, so that the
+CLI's statistics stay quick. See docs/balancing.md.
 """
 
 from detloader.balance.groups import Groups, balance_groups, class_members, group_counts

@@ -4,14 +4,15 @@ store").
 
 They are found without a central database: in the cache folder (``$DETLOADER_CACHE_DIR``) and
 the user cache folder (where a dataset's caches go when its folder is not writable), in shared
-memory (``"ram"`` stores, by their ``.dlstore`` suffix) and through the record :func:`remember`
-appends to whenever an index cache or a store is written (``made.jsonl`` in the cache folder,
-one JSON line each: ``path``, ``kind``, ``root``, ``created``), which is how caches beside a
-dataset (``DATASET/.detloader-cache/``) are found again. :func:`find_made` drops the lines of
-files that are gone. Given a dataset, every folder its caches may be in is searched too
-(:func:`detloader.annotations.cache.cache_dirs_of`), so that what it holds is found recorded or
-not (a record of another cache folder, a file written before the record existed), with the
-leftovers of writes that died: a lock, stamps or temporary file without its cache.
+memory (``"ram"`` stores, by their ``.dlstore`` suffix) and through the record
+:func:`~detloader._system.cache_dir.remember` appends to whenever an index cache or a store is
+written (``made.jsonl`` in the cache folder, one JSON line each: ``path``, ``kind``, ``root``,
+``created``), which is how caches beside a dataset (``DATASET/.detloader-cache/``) are found
+again. :func:`find_made` drops the lines of files that are gone. Given a dataset, every folder
+its caches may be in is searched too (:func:`detloader.annotations.cache.cache_dirs_of`), so
+that what it holds is found recorded or not (a record of another cache folder, a file written
+before the record existed), with the leftovers of writes that died: a lock, stamps or temporary
+file without its cache.
 """
 
 from __future__ import annotations

@@ -5,8 +5,10 @@ image and its objects together and returns a :class:`Sample`. The dataset holds 
 arrays and a few parameters, so DataLoader workers share the index pages instead of copying
 them. Sample ``i`` of an epoch gets ``default_rng((seed, epoch, i))`` whichever worker or thread
 makes it; the epoch lives in shared memory so ``set_epoch`` reaches running workers.
-See docs/loader.md, "DetectionDataset and Sample", and docs/reliability.md, "Decode errors in
-the loader" (the ``on_decode_error="skip"`` substitute rule).
+An image that does not decode raises under ``on_decode_error="raise"``; under ``"skip"``
+:class:`Substitutes` (below the dataset) keeps the skip flags every worker shares and the order
+in which images of the same class group stand in for it. See docs/loader.md, "DetectionDataset
+and Sample", and docs/reliability.md, "Decode errors in the loader".
 """
 
 from __future__ import annotations

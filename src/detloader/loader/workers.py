@@ -1,6 +1,7 @@
-"""A DataLoader worker's failure, as the main process of a :class:`~detloader.loader.workers.DetectionLoader`
-sees it: a named error and every worker of the loader ended (docs/reliability.md, "Loader workers
-that fail").
+""":class:`DetectionLoader`, the ``DataLoader`` :func:`~detloader.loader.make_loader` returns. With
+workers, a worker's failure as its main process sees it: a named error and every worker of the
+loader ended (docs/reliability.md, "Loader workers that fail"). Without workers, the next batch
+is loaded on the dataset's decode threads while the step runs (``_LoadAhead``, at the end).
 
 * A detloader error raised in a worker (an :class:`~detloader.errors.ImageDecodeError` under
   ``on_decode_error="raise"``) is raised again as the same class with the worker's own message,

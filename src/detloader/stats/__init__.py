@@ -1,5 +1,6 @@
 """Statistics: what an index holds (``describe``), and class distributions before and after
-balancing (``report``). See docs/balancing.md, "Statistics".
+balancing (``report``). See docs/balancing.md, "Statistics". Pictures of a dataset and of
+predictions (``show``, ``detloader show``) are imported by their module path.
 """
 
 from detloader.stats.describe import QUANTILES, dataset_stats, imbalance_ratio

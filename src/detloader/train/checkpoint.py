@@ -15,6 +15,11 @@ plain Python data and tensors, so ``torch.load(weights_only=True)`` reads it:
 Saving keeps the checkpoint it replaces as ``previous.pt`` (docs/training.md, "Damaged checkpoints"),
 and refuses a state whose weights or optimiser moments hold a NaN or an infinity
 (:class:`~detloader.errors.NonFiniteWeightsError`): the files already there stay as they were.
+
+A resume's settings against the checkpoint's (:func:`setting_changes`): those of :data:`APPLIED`
+take effect from the checkpoint's step on and are said in one line (:func:`apply_settings`,
+:func:`describe`); those of :data:`CHANGES_RUN` are refused unless ``allow_setting_change``
+(:class:`~detloader.errors.ResumeSettingsError`, :func:`check_resume_settings`).
 """
 
 from __future__ import annotations

@@ -141,7 +141,7 @@ def evaluate_checkpoint(
     with (``options``), which came from the run (``from_run``) and which given ones differ from
     the run's (``changed``: name -> [run's, given]). The dataset is read with the checkpoint's
     class list (``classes=``, unless given), so class ids match the model's; a dataset with none
-    of its classes is refused (:class:`~detloader.train.run_data.DataMismatchError`). Image classes
+    of its classes is refused (:class:`~detloader.errors.DataMismatchError`). Image classes
     are matched by name. ``picture``: also draw truth beside prediction there (PNG); ``coco_json``: write
     the detections there (COCO results). ``task``: None rebuilds the reference model from
     the checkpoint; a checkpoint of your own model needs its

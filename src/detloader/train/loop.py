@@ -13,7 +13,8 @@ stops at once (docs/training.md, "The loop", "Stopping").
 A loss term that goes NaN or infinite stops the run before its backward pass, on every rank
 together (:class:`~detloader.errors.NonFiniteLossError`); no checkpoint with non-finite
 weights is ever written (:class:`~detloader.errors.NonFiniteWeightsError`), so the last one
-saved stays good (docs/training.md, "Non-finite loss"). Both early stops: :mod:`.stopping`.
+saved stays good (docs/training.md, "Non-finite loss"). Both early stops live here, after the
+loop: :class:`StopRequest` (the signals) and :func:`check_loss`.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@
   what ``--resume`` compares with :func:`data_changes`; ``evaluate`` reads the validation split back from it
   with :func:`recorded_rows`, reading the dataset as the run did (:func:`run_read_options`).
 * **The loader**: :func:`train_loader` puts the training part behind :func:`balanced_loader`, distributed and
-  resumable whatever the balance (also the Lightning DataModule's).
+  resumable whatever the balance (also the Lightning DataModule's), with the settings :func:`choose_loader`
+  picks (:class:`LoaderChoice`: a saved tune result, the untuned default, or num_workers as set).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Tune the loader for the machine: how many workers, decode threads, pinned memory, prefetch, and why.
 
 Read in this order: ``probe``, ``measure`` (one setting), ``search``, ``explain``, ``result``,
-``store`` (all that ``make_loader(num_workers="auto")`` reads), ``tuner``. See docs/tuning.md.
+``saved`` (the saved results: all that ``make_loader(num_workers="auto")`` reads), ``tuner``;
+``bench`` is ``detloader bench``. See docs/tuning.md.
 """
 
 from detloader.errors import StaleTuneWarning, TuneWarning

@@ -3,9 +3,12 @@
 The JSON is loaded whole (the format gives no record boundary to stream on), under the format
 option ``max_json_bytes``. Layouts, split files and image folders: docs/formats.md ("Each
 reader's files and layouts", "What each format maps to"); positions in problems are 0-based,
-as in the file (``annotations[17]/bbox``). A file of boxes takes the fast path
-(:mod:`~detloader.annotations.readers.coco`), any other the general one below; both give
-the same index and problems (docs/index.md, "COCO at scale").
+as in the file (``annotations[17]/bbox``).
+
+Three parts: the reader and the general path (:class:`CocoReader`, any file); the record
+helpers both paths use (ids, categories, attributes, image records); the fast path of a file of
+boxes (:func:`parse_fast`: a typed ``msgspec`` decode and numpy columns). Both paths give the
+same index and problems (docs/index.md, "COCO at scale").
 """
 
 from __future__ import annotations

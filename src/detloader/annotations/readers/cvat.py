@@ -2,8 +2,10 @@
 
 The file is streamed: each ``<image>`` is handled when it ends, then dropped with its earlier
 siblings, so memory does not grow with the file. Landmark slots follow the ``<meta>`` label
-schema. Layout, file and options: docs/formats.md ("Each reader's files and layouts", "What
-each format maps to", "Points without boxes").
+schema. The reader and the file first, then the shapes of an image: boxes (:func:`parse_box`),
+points and skeletons (:func:`parse_points`, :func:`parse_skeleton`) and the points linked to
+their boxes (:func:`link_points`). Layout, file and options: docs/formats.md ("Each reader's
+files and layouts", "What each format maps to", "Points without boxes").
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """Pascal VOC XML, as labelImg, CVAT's VOC export and the VOC devkit write it.
 
-One file per image; layouts, the three landmark dialects and attributes: docs/index.md ("VOC
-dialects read") and docs/formats.md ("Each reader's files and layouts"). Element paths in
-problems are XPath-like and 1-based (``object[2]/bndbox``).
+One file per image: the reader, the layout and the file first, then each ``<object>``
+(:func:`parse_object`: name, box, flags, attributes, landmarks in any of three dialects).
+Layouts, the three landmark dialects and attributes: docs/index.md ("VOC dialects read") and
+docs/formats.md ("Each reader's files and layouts"). Element paths in problems are XPath-like
+and 1-based (``object[2]/bndbox``).
 """
 
 from __future__ import annotations
