@@ -25,6 +25,7 @@ from detloader._system import accelerator_available
 from detloader._system.pool import worker_context
 from detloader.annotations.problems import check_int
 from detloader.balance.weighted import WeightedSampler, make_balanced_sampler
+from detloader.balance.weights import NO_BALANCE
 from detloader.balance.wrappers import AspectRatioBatchSampler, PartnerSampler
 from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError
 from detloader.loader.collate import collate_detection
@@ -326,7 +327,8 @@ def make_loader(
     * ``num_workers="auto"``: the settings :func:`detloader.tune_loader` measured, else a
       default from the usable CPUs (a ``TuneWarning`` says so); nothing is measured here.
     * ``balance``, ``balance_by``: a strategy name, a ``{group: weight}`` mapping or a
-      sampler, and the grouping (:func:`detloader.balance.make_balanced_sampler`).
+      sampler, and the grouping (:func:`detloader.balance.make_balanced_sampler`); ``None``
+      or ``"none"``: no balancing.
     * ``mosaic``, ``mixup``: a probability or a :class:`~detloader.transforms.Mosaic` /
       :class:`~detloader.transforms.MixUp`, partners drawn from the loader's own order, so
       ``shuffle=True``, ``balance`` or a ``sampler`` is needed.
@@ -348,7 +350,7 @@ def make_loader(
             "cannot be combined with them",
             ("batch_sampler", batch_sampler is not None),
         )
-    if balance is not None:
+    if balance is not None and not (isinstance(balance, str) and balance == NO_BALANCE):
         sampler = resolve_balance(
             dataset, balance, by=balance_by, seed=seed, shuffle=shuffle, sampler=sampler, batch_sampler=batch_sampler,
             global_draw=bool(group_by_aspect),

@@ -31,6 +31,7 @@ import numpy as np
 
 from detloader._system.files import refuse_link, write_file
 from detloader._system.locks import locked
+from detloader.balance.weights import NO_BALANCE
 from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError, NotRegularFileError, RunDirError
 from detloader.train.config import TrainConfig
 from detloader.train.distributed import DistEnv, barrier, init_distributed
@@ -338,7 +339,7 @@ def _ignore_stop_signals(worker_id: int) -> None:
 
 
 def balanced_loader(
-    dataset: Any, *, balance: str = "none", balance_by: Any = "class", seed: int = 0, **loader_kwargs: Any
+    dataset: Any, *, balance: str = NO_BALANCE, balance_by: Any = "class", seed: int = 0, **loader_kwargs: Any
 ) -> Any:
     """A :class:`detloader.ResumableLoader` that is distributed (rank and world size from
     ``torch.distributed``) and resumable whatever ``balance`` is: ``"none"`` is a seeded
@@ -349,9 +350,9 @@ def balanced_loader(
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TuneWarning)  # "auto" (the Lightning DataModule's) says so; train says its own
-        if balance == "none" and loader_kwargs.get("mosaic"):  # a resumable shuffle that mosaic can draw from
+        if balance == NO_BALANCE and loader_kwargs.get("mosaic"):  # a resumable shuffle that mosaic can draw from
             loader = detloader.make_loader(dataset, shuffle=True, seed=seed, **loader_kwargs)
-        elif balance == "none":
+        elif balance == NO_BALANCE:
             from torch.utils.data import RandomSampler
 
             shuffle = detloader.DistributedSamplerWrapper(RandomSampler(dataset), seed=seed)
@@ -372,7 +373,10 @@ def train_loader(config: TrainConfig, index: Any, env: DistEnv, data_hash: str =
 
     transform = train_transform(config.size, config.affine, config.hflip)
     # the store holds each image at the letterbox's content size; past a random affine, at the longer side --size
-    size = None if config.cache is None or cache_size_from(transform) is not None else config.size
+    size = None
+    if config.cache is not None:  # decided here once: the dataset takes it as given
+        fixed = cache_size_from(transform)
+        size = fixed if fixed is not None else config.size
     dataset = detloader.DetectionDataset(
         index, transform, seed=config.seed, on_decode_error=config.on_decode_error,  # type: ignore[arg-type]
         flip_pairs=config.flip_pairs, class_flip_pairs=config.class_flip_pairs,
