@@ -71,6 +71,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         from detloader.dataset import DECODE_ERROR_CHOICES
+        from detloader.loader.make import check_num_workers
         from detloader.train.coco_eval import BACKENDS
 
         def is_int(value: Any, low: int) -> bool:
@@ -107,8 +108,7 @@ class TrainConfig:
                               ("landmark_loss", LANDMARK_LOSSES), ("eval_backend", BACKENDS)):
             if getattr(self, name) not in choices:
                 raise DetloaderValueError(f"{name}={getattr(self, name)!r} is not one of {choices}")
-        if not (self.num_workers == "auto" or is_int(self.num_workers, 0)):
-            raise DetloaderValueError(f"num_workers={self.num_workers!r} must be an int >= 0 or 'auto'")
+        check_num_workers(self.num_workers)  # make_loader's own check
         if self.cache is not None and self.cache not in ("disk", "ram"):
             raise DetloaderValueError(f"cache={self.cache!r} must be None, 'disk' or 'ram'")
         if not (self.lr > 0 and self.weight_decay >= 0):
