@@ -226,14 +226,13 @@ def check_strategy(
 ) -> tuple[str, dict[str, float]]:
     """``(name, params)`` of a strategy string that :func:`~detloader.balance.weighted.make_balanced_sampler`
     draws by; DetloaderValueError naming ``setting=balance`` for an unknown name (with
-    :data:`BALANCE_CHOICES` and the closest of them: the one message of every caller, ``setting``
-    being ``"--balance"`` in the CLI), a bad parameter, or ``"explicit"``, whose weights come as a
+    :data:`BALANCE_CHOICES` and the closest of them, or an example: the one message of every
+    caller, ``setting`` being ``"--balance"`` in the CLI), a bad parameter, or ``"explicit"``, whose weights come as a
     mapping (``weights_as`` says which)."""
     name = balance.partition(":")[0].strip()
     if name not in BALANCE_CHOICES:
-        raise DetloaderValueError(
-            f"{setting}={balance!r} is not one of {', '.join(BALANCE_CHOICES)}{did_you_mean(name, BALANCE_CHOICES)}"
-        )
+        hint = did_you_mean(name, BALANCE_CHOICES) or "; e.g. 'sqrt', or 'power:0.5' for a strategy's parameter"
+        raise DetloaderValueError(f"{setting}={balance!r} is not one of {', '.join(BALANCE_CHOICES)}{hint}")
     name, params = parse_strategy(balance)
     if name == "explicit":
         raise DetloaderValueError(f"{setting}='explicit' needs the weights: pass balance={weights_as}")
