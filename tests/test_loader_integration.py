@@ -138,16 +138,16 @@ def test_an_unknown_balance_or_num_workers_gets_one_message_everywhere(dataset, 
 
     listed = f"is not one of {', '.join(BALANCE_CHOICES)}"
     for bad in ("bogus", "sqr"):
-        library = message(lambda: make_loader(dataset, balance=bad))
+        library = message(lambda bad=bad: make_loader(dataset, balance=bad))
         assert library.startswith(f"balance={bad!r} {listed}")
-        assert message(lambda: TrainConfig(balance=bad)) == library
+        assert message(lambda bad=bad: TrainConfig(balance=bad)) == library
         for command in ("stats", "train"):
             assert main([command, str(small_synth_root), "--balance", bad]) == 2
             err = capsys.readouterr().err.strip().splitlines()[-1]
             assert err.endswith(library), (command, err)  # '--balance=...' (stats) or 'balance=...' (train)
     for bad in (-1, "many"):
-        library = message(lambda: make_loader(dataset, num_workers=bad))
+        library = message(lambda bad=bad: make_loader(dataset, num_workers=bad))
         assert library == f"num_workers={bad!r} must be an int >= 0 or 'auto'"
-        assert message(lambda: TrainConfig(num_workers=bad)) == library
+        assert message(lambda bad=bad: TrainConfig(num_workers=bad)) == library
         assert main(["train", str(small_synth_root), "--num-workers", str(bad)]) == 2
         assert capsys.readouterr().err.strip().endswith(library)
