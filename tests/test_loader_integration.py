@@ -116,3 +116,38 @@ def test_resumable_loader_set_epoch_reaches_the_dataset(dataset):
     loader.set_epoch(3)
     assert dataset.epoch == 3 and loader.loader.sampler.epoch == 3
     dataset.set_epoch(0)
+
+
+def test_balance_none_is_no_balancing(dataset):
+    for given in (None, "none"):
+        ordered = make_loader(dataset, batch_size=8, balance=given)
+        assert isinstance(ordered.sampler, torch.utils.data.SequentialSampler)
+        shuffled = make_loader(dataset, batch_size=8, balance=given, shuffle=True, seed=4)  # no clash: nothing built
+        assert list(shuffled.sampler) == list(make_loader(dataset, batch_size=8, shuffle=True, seed=4).sampler)
+
+
+def test_an_unknown_balance_or_num_workers_gets_one_message_everywhere(dataset, small_synth_root, capsys):
+    from detloader.balance import BALANCE_CHOICES
+    from detloader.cli import main
+    from detloader.train import TrainConfig
+
+    def message(call) -> str:
+        with pytest.raises(ValueError) as err:
+            call()
+        return str(err.value)
+
+    listed = f"is not one of {', '.join(BALANCE_CHOICES)}"
+    for bad in ("bogus", "sqr"):
+        library = message(lambda bad=bad: make_loader(dataset, balance=bad))
+        assert library.startswith(f"balance={bad!r} {listed}")
+        assert message(lambda bad=bad: TrainConfig(balance=bad)) == library
+        for command in ("stats", "train"):
+            assert main([command, str(small_synth_root), "--balance", bad]) == 2
+            err = capsys.readouterr().err.strip().splitlines()[-1]
+            assert err.endswith(library), (command, err)  # '--balance=...' (stats) or 'balance=...' (train)
+    for bad in (-1, "many"):
+        library = message(lambda bad=bad: make_loader(dataset, num_workers=bad))
+        assert library == f"num_workers={bad!r} must be an int >= 0 or 'auto'"
+        assert message(lambda bad=bad: TrainConfig(num_workers=bad)) == library
+        assert main(["train", str(small_synth_root), "--num-workers", str(bad)]) == 2
+        assert capsys.readouterr().err.strip().endswith(library)

@@ -15,12 +15,13 @@ figure under DDP is the one of one process. docs/training.md, "Lightning".
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 
-from detloader.errors import DetloaderValueError, MissingExtraError
+from detloader.errors import DetloaderValueError, MissingExtraError, TuneWarning
 
 try:
     from lightning.pytorch import LightningDataModule
@@ -144,10 +145,12 @@ class DetectionDataModule(LightningDataModule):
 
     def train_dataloader(self) -> _EpochLoader:
         if self._loader is None:  # built once, after the Trainer started the process group
-            self._loader = balanced_loader(
-                self.train_set, balance=self.balance, balance_by=self.balance_by, seed=self.seed,
-                batch_size=self.batch_size, num_workers=self.num_workers, drop_last=True, **self.loader_kwargs,
-            )
+            with warnings.catch_warnings():  # num_workers="auto" warns of a changed load only, not of no tuning result
+                warnings.simplefilter("ignore", TuneWarning)
+                self._loader = balanced_loader(
+                    self.train_set, balance=self.balance, balance_by=self.balance_by, seed=self.seed,
+                    batch_size=self.batch_size, num_workers=self.num_workers, drop_last=True, **self.loader_kwargs,
+                )
             if self._saved is not None:
                 self._loader.load_state_dict(_own_state(self._saved))
         return _EpochLoader(self._loader, lambda: self.trainer.current_epoch if self.trainer is not None else 0)

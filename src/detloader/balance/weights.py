@@ -15,6 +15,7 @@ from typing import Literal
 import numpy as np
 
 from detloader.annotations.index import MISSING, AnnotationIndex
+from detloader.annotations.problems import did_you_mean
 from detloader.balance.groups import PRODUCT_SEPARATOR, ByKey, Count, Groups, balance_groups, group_counts
 from detloader.errors import DetloaderValueError
 
@@ -27,8 +28,11 @@ AGGREGATES: tuple[str, ...] = ("max", "mean", "sum")
 DEFAULT_THRESHOLD = 0.001
 #: Default beta of the effective-number strategy (Cui et al. 2019 use 0.9 ... 0.9999).
 DEFAULT_BETA = 0.999
-#: Names make_balanced_sampler understands (the strategies plus class_aware).
+#: Names make_balanced_sampler understands (the strategies plus class_aware): the one list that
+#: ``make_loader``, ``detloader stats`` / ``train``, TrainConfig, Lightning and Ultralytics check against.
 BALANCE_CHOICES: tuple[str, ...] = (*STRATEGIES, "class_aware")
+#: ``balance`` that means no balancing, as ``None`` does (``make_loader``, the trainer, Lightning).
+NO_BALANCE = "none"
 
 
 def strategy_weights(
@@ -217,13 +221,19 @@ def parse_strategy(spec: str) -> tuple[str, dict[str, float]]:
     return name, {key: value}
 
 
-def check_strategy(balance: str, weights_as: str = "{group: weight}") -> tuple[str, dict[str, float]]:
+def check_strategy(
+    balance: str, weights_as: str = "{group: weight}", *, setting: str = "balance"
+) -> tuple[str, dict[str, float]]:
     """``(name, params)`` of a strategy string that :func:`~detloader.balance.weighted.make_balanced_sampler`
-    draws by; DetloaderValueError naming ``balance`` for an unknown name or ``"explicit"``, whose weights
-    come as a mapping (``weights_as`` says which)."""
-    name, params = parse_strategy(balance)
+    draws by; DetloaderValueError naming ``setting=balance`` for an unknown name (with
+    :data:`BALANCE_CHOICES` and the closest of them, or an example: the one message of every
+    caller, ``setting`` being ``"--balance"`` in the CLI), a bad parameter, or ``"explicit"``, whose weights come as a
+    mapping (``weights_as`` says which)."""
+    name = balance.partition(":")[0].strip()
     if name not in BALANCE_CHOICES:
-        raise DetloaderValueError(f"balance={balance!r} is not one of {BALANCE_CHOICES}")
+        hint = did_you_mean(name, BALANCE_CHOICES) or "; e.g. 'sqrt', or 'power:0.5' for a strategy's parameter"
+        raise DetloaderValueError(f"{setting}={balance!r} is not one of {', '.join(BALANCE_CHOICES)}{hint}")
+    name, params = parse_strategy(balance)
     if name == "explicit":
-        raise DetloaderValueError(f"balance='explicit' needs the weights: pass balance={weights_as}")
+        raise DetloaderValueError(f"{setting}='explicit' needs the weights: pass balance={weights_as}")
     return name, params

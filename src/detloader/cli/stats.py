@@ -61,12 +61,12 @@ def _by(value: str) -> tuple[str, ...]:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    from detloader.balance import BALANCE_CHOICES
+    from detloader.balance.weights import check_strategy
     from detloader.stats import balance_report, dataset_stats, plot_balance
 
     by = _by(args.by)
     if args.balance:
-        check_choice("--balance", args.balance.partition(":")[0], BALANCE_CHOICES)
+        check_strategy(args.balance, setting="--balance")
     index = common.read_index(args, reports_problems=True, bar=not args.json)
     if args.split:
         index = index.split(args.split)

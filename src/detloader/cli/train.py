@@ -47,12 +47,11 @@ LOG_EVERY = 50
 
 
 def _workers(value: str) -> int | str:
-    if value == "auto":
-        return value
+    """``--num-workers`` as typed: an int where it is one, else the text (``"auto"``); TrainConfig checks it."""
     try:
         return int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"num-workers={value!r} must be an int >= 0 or 'auto'") from None
+        return value
 
 
 def _pairs(value: str) -> list[tuple[str, str]]:

@@ -25,6 +25,7 @@ from detloader._system import accelerator_available
 from detloader._system.pool import worker_context
 from detloader.annotations.problems import check_int
 from detloader.balance.weighted import WeightedSampler, make_balanced_sampler
+from detloader.balance.weights import NO_BALANCE
 from detloader.balance.wrappers import AspectRatioBatchSampler, PartnerSampler
 from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError
 from detloader.loader.collate import collate_detection
@@ -198,8 +199,20 @@ def set_epoch(loader: DataLoader[Any], epoch: int) -> None:
             fn(epoch)
 
 
+def check_num_workers(num_workers: Any) -> int | Literal["auto"]:
+    """``num_workers`` as :func:`make_loader` takes it, an int >= 0 or ``"auto"``; else a ValueError
+    naming it. The one check of the setting: ``TrainConfig``, the Lightning DataModule and
+    ``detloader train --num-workers`` pass it down here unchecked."""
+    if isinstance(num_workers, str) and num_workers == "auto":
+        return "auto"
+    if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 0:
+        raise DetloaderValueError(f"num_workers={num_workers!r} must be an int >= 0 or 'auto'")
+    return int(num_workers)
+
+
 def check_options(o: LoaderOptions) -> None:
-    """Refuse conflicting or invalid options, naming them (ValueError)."""
+    """Refuse conflicting or invalid options, naming them (ValueError); ``num_workers`` is
+    :func:`check_num_workers`'s, before ``"auto"`` is resolved."""
     if o.batch_sampler is not None:
         _refuse_clashes(
             "batch_sampler is given",
@@ -221,8 +234,6 @@ def check_options(o: LoaderOptions) -> None:
             "shuffle=True and sampler are exclusive: the sampler decides the order "
             "(shuffle inside the sampler, or pass shuffle=True without a sampler)"
         )
-    if not isinstance(o.num_workers, int) or o.num_workers < 0:
-        raise DetloaderValueError(f"num_workers={o.num_workers!r} must be an int >= 0 or 'auto'")
     if o.timeout < 0:
         raise DetloaderValueError(f"timeout={o.timeout!r} must be >= 0")
     if o.num_workers == 0:
@@ -326,7 +337,8 @@ def make_loader(
     * ``num_workers="auto"``: the settings :func:`detloader.tune_loader` measured, else a
       default from the usable CPUs (a ``TuneWarning`` says so); nothing is measured here.
     * ``balance``, ``balance_by``: a strategy name, a ``{group: weight}`` mapping or a
-      sampler, and the grouping (:func:`detloader.balance.make_balanced_sampler`).
+      sampler, and the grouping (:func:`detloader.balance.make_balanced_sampler`); ``None``
+      or ``"none"``: no balancing.
     * ``mosaic``, ``mixup``: a probability or a :class:`~detloader.transforms.Mosaic` /
       :class:`~detloader.transforms.MixUp`, partners drawn from the loader's own order, so
       ``shuffle=True``, ``balance`` or a ``sampler`` is needed.
@@ -348,7 +360,7 @@ def make_loader(
             "cannot be combined with them",
             ("batch_sampler", batch_sampler is not None),
         )
-    if balance is not None:
+    if balance is not None and not (isinstance(balance, str) and balance == NO_BALANCE):
         sampler = resolve_balance(
             dataset, balance, by=balance_by, seed=seed, shuffle=shuffle, sampler=sampler, batch_sampler=batch_sampler,
             global_draw=bool(group_by_aspect),
@@ -361,9 +373,7 @@ def make_loader(
         shuffle = False
         if batch_sampler is not None:
             batch_size, drop_last = 1, False
-    auto = isinstance(num_workers, str)
-    if auto and num_workers != "auto":
-        raise DetloaderValueError(f"num_workers={num_workers!r} must be an int >= 0 or 'auto'")
+    auto = check_num_workers(num_workers) == "auto"
     if auto:
         num_workers = 0  # until resolve_auto_workers below
     given = locals()

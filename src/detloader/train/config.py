@@ -14,13 +14,12 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from detloader.balance.weights import NO_BALANCE, check_strategy
 from detloader.errors import DetloaderValueError
 from detloader.train.losses import LANDMARK_LOSSES, LossWeights
 from detloader.train.model import INPUT_MULTIPLE, MAX_INPUT_SIZE, MODEL_BOUNDS
 
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
-#: ``balance`` values: no balancing, or the strategies ``make_loader(balance=)`` knows.
-BALANCE_NAMES: tuple[str, ...] = ("none", "inverse", "sqrt", "power", "effective", "repeat_factor", "class_aware")
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ class TrainConfig:
     lr: float = 3e-3
     weight_decay: float = 1e-4
     warmup_steps: int = 50
-    balance: str = "none"
+    balance: str = NO_BALANCE
     balance_by: Any = "class"
     num_workers: int | str = "auto"
     cache: str | None = None
@@ -72,6 +71,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         from detloader.dataset import DECODE_ERROR_CHOICES
+        from detloader.loader.make import check_num_workers
         from detloader.train.coco_eval import BACKENDS
 
         def is_int(value: Any, low: int) -> bool:
@@ -108,8 +108,7 @@ class TrainConfig:
                               ("landmark_loss", LANDMARK_LOSSES), ("eval_backend", BACKENDS)):
             if getattr(self, name) not in choices:
                 raise DetloaderValueError(f"{name}={getattr(self, name)!r} is not one of {choices}")
-        if not (self.num_workers == "auto" or is_int(self.num_workers, 0)):
-            raise DetloaderValueError(f"num_workers={self.num_workers!r} must be an int >= 0 or 'auto'")
+        check_num_workers(self.num_workers)  # make_loader's own check
         if self.cache is not None and self.cache not in ("disk", "ram"):
             raise DetloaderValueError(f"cache={self.cache!r} must be None, 'disk' or 'ram'")
         if not (self.lr > 0 and self.weight_decay >= 0):
@@ -118,14 +117,8 @@ class TrainConfig:
             raise DetloaderValueError(f"score_threshold={self.score_threshold!r} must be in [0, 1]")
         if not isinstance(self.balance, str) or not self.balance:
             raise DetloaderValueError(f"balance={self.balance!r} must be 'none' or a strategy name")
-        name = self.balance.partition(":")[0].strip()
-        if name not in BALANCE_NAMES:
-            from detloader.annotations.problems import did_you_mean
-
-            raise DetloaderValueError(
-                f"balance={self.balance!r} is not one of {BALANCE_NAMES} (with :PARAM where it takes one)"
-                + did_you_mean(name, BALANCE_NAMES)
-            )
+        if self.balance != NO_BALANCE:  # the strategies and their message: make_loader's
+            check_strategy(self.balance)
         if isinstance(self.loss_weights, Mapping):
             object.__setattr__(self, "loss_weights", LossWeights.from_dict(self.loss_weights))
 

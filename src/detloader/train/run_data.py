@@ -32,6 +32,7 @@ import numpy as np
 
 from detloader._system.files import refuse_link, write_file
 from detloader._system.locks import locked
+from detloader.balance.weights import NO_BALANCE
 from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError, NotRegularFileError, RunDirError
 from detloader.train.config import TrainConfig
 from detloader.train.distributed import DistEnv, barrier, init_distributed
@@ -339,26 +340,23 @@ def _ignore_stop_signals(worker_id: int) -> None:
 
 
 def balanced_loader(
-    dataset: Any, *, balance: str = "none", balance_by: Any = "class", seed: int = 0, **loader_kwargs: Any
+    dataset: Any, *, balance: str = NO_BALANCE, balance_by: Any = "class", seed: int = 0, **loader_kwargs: Any
 ) -> Any:
     """A :class:`detloader.ResumableLoader` that is distributed (rank and world size from
     ``torch.distributed``) and resumable whatever ``balance`` is: ``"none"`` is a seeded
     shuffle (``DistributedSamplerWrapper(RandomSampler)``), anything else
     ``make_loader(balance=...)``. ``loader_kwargs`` go to :func:`detloader.make_loader`."""
     import detloader
-    from detloader.errors import TuneWarning
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", TuneWarning)  # "auto" (the Lightning DataModule's) says so; train says its own
-        if balance == "none" and loader_kwargs.get("mosaic"):  # a resumable shuffle that mosaic can draw from
-            loader = detloader.make_loader(dataset, shuffle=True, seed=seed, **loader_kwargs)
-        elif balance == "none":
-            from torch.utils.data import RandomSampler
+    if balance == NO_BALANCE and loader_kwargs.get("mosaic"):  # a resumable shuffle that mosaic can draw from
+        loader = detloader.make_loader(dataset, shuffle=True, seed=seed, **loader_kwargs)
+    elif balance == NO_BALANCE:
+        from torch.utils.data import RandomSampler
 
-            shuffle = detloader.DistributedSamplerWrapper(RandomSampler(dataset), seed=seed)
-            loader = detloader.make_loader(dataset, sampler=shuffle, seed=seed, **loader_kwargs)
-        else:
-            loader = detloader.make_loader(dataset, balance=balance, balance_by=balance_by, seed=seed, **loader_kwargs)
+        shuffle = detloader.DistributedSamplerWrapper(RandomSampler(dataset), seed=seed)
+        loader = detloader.make_loader(dataset, sampler=shuffle, seed=seed, **loader_kwargs)
+    else:
+        loader = detloader.make_loader(dataset, balance=balance, balance_by=balance_by, seed=seed, **loader_kwargs)
     return detloader.ResumableLoader(loader)
 
 
@@ -373,7 +371,10 @@ def train_loader(config: TrainConfig, index: Any, env: DistEnv, data_hash: str =
 
     transform = train_transform(config.size, config.affine, config.hflip)
     # the store holds each image at the letterbox's content size; past a random affine, at the longer side --size
-    size = None if config.cache is None or cache_size_from(transform) is not None else config.size
+    size = None
+    if config.cache is not None:  # decided here once: the dataset takes it as given
+        fixed = cache_size_from(transform)
+        size = fixed if fixed is not None else config.size
     dataset = detloader.DetectionDataset(
         index, transform, seed=config.seed, on_decode_error=config.on_decode_error,  # type: ignore[arg-type]
         flip_pairs=config.flip_pairs, class_flip_pairs=config.class_flip_pairs,
@@ -416,19 +417,20 @@ def choose_loader(dataset: Any, data_hash: str, num_workers: int | str, batch_si
                   data: str | None = None) -> LoaderChoice:
     """The loader settings of a run training on ``dataset`` (its training part) at ``batch_size``;
     ``data_hash``: :func:`detloader.tune.saved.dataset_hash` of the whole dataset (what ``detloader
-    tune`` files its result under); ``num_workers``: the run's setting (an int is taken as it is);
-    ``pin``: whether batches are pinned; ``data``: the dataset path the line names."""
-    from detloader.tune import saved
+    tune`` files its result under); ``num_workers``: the run's setting (an int is taken as it is;
+    ``"auto"`` is :func:`detloader.tune.saved.auto_settings`'s, as ``make_loader``'s is); ``pin``:
+    whether batches are pinned; ``data``: the dataset path the line names."""
+    from detloader.tune.saved import auto_settings
 
     if num_workers != "auto":
         kwargs: dict[str, Any] = {"num_workers": int(num_workers)}
         return LoaderChoice(kwargs, f"{_settings(kwargs, pin)}: set by num_workers={num_workers}")
-    result = saved.load_result(saved.cache_key(dataset, batch_size)) or saved.find_result(data_hash, batch_size)
-    if result is not None:
-        check = saved.check_load(result)
-        kwargs = saved.fit_to_load(result.recommended, check)
-        kwargs["decode_threads"] = int(result.decode_threads) if kwargs["num_workers"] == 0 else 0
-        kwargs.pop("pin_memory", None)
+    auto = auto_settings(dataset, batch_size, data_hash=data_hash)
+    kwargs = dict(auto.kwargs)
+    kwargs.pop("pin_memory", None)
+    result, check = auto.result, auto.load
+    if result is not None and check is not None:
+        kwargs["decode_threads"] = kwargs["decode_threads"] if kwargs["num_workers"] == 0 else 0
         rate = result.chosen_trial.images_per_s
         when = f" of {result.created[:10]}" if result.created else ""
         why = (f"the saved tune result{when} for this machine and dataset ({rate:.0f} img/s at batch size "
@@ -436,8 +438,6 @@ def choose_loader(dataset: Any, data_hash: str, num_workers: int | str, batch_si
         if check.busier and kwargs["num_workers"] != result.recommended.get("num_workers"):
             why += f", capped to the free CPUs: {check.describe()}"
         return LoaderChoice(kwargs, f"{_settings(kwargs, pin)}: {why}")
-    kwargs, _ = saved.untuned_loader_kwargs()
-    kwargs.pop("pin_memory", None)
     usable = _usable()
     where = data if data is not None else "DATA"
     return LoaderChoice(kwargs, f"{_settings(kwargs, pin)}: untuned default for {usable} usable CPUs "

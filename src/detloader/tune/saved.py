@@ -298,6 +298,41 @@ def find_result(dataset: str, batch_size: int | None = None,
     return found[0] if found else None
 
 
+@dataclass(frozen=True)
+class AutoSettings:
+    """What ``num_workers="auto"`` resolves to (:func:`auto_settings`): ``kwargs`` (``num_workers``,
+    ``pin_memory``, ``prefetch_factor``, ``persistent_workers``, ``decode_threads``), the one-line
+    ``reason``, and the stored ``result`` with its ``load`` re-check (both None for the untuned default)."""
+
+    kwargs: dict[str, Any]
+    reason: str
+    result: TuneResult | None = None
+    load: LoadCheck | None = None
+
+
+def auto_settings(
+    dataset: Any, batch_size: int, *, data_hash: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> AutoSettings:
+    """The one resolution of ``num_workers="auto"`` (``make_loader`` and ``detloader train``), quietly.
+    Never waits. The stored :func:`detloader.tune_loader` result for ``dataset`` at ``batch_size``
+    (with ``data_hash``, a :func:`dataset_hash`, else any result for that data: :func:`find_result`),
+    on a busier machine capped to the CPUs free now (:func:`fit_to_load`); else
+    :func:`untuned_loader_kwargs`."""
+    if batch_size < 1:
+        raise DetloaderValueError(f"batch_size={batch_size} must be >= 1")
+    result = load_result(cache_key(dataset, batch_size), cache_dir)
+    if result is None and data_hash is not None:
+        result = find_result(data_hash, batch_size, cache_dir)
+    if result is None:
+        kwargs, reason = untuned_loader_kwargs()
+        return AutoSettings(kwargs, reason)
+    check = check_load(result)
+    kwargs = {**fit_to_load(result.recommended, check), "decode_threads": int(result.decode_threads)}
+    changed = f", load changed: {result.summary}; {check.describe()}" if check.changed else f": {result.summary}"
+    return AutoSettings(kwargs, f"tuned{changed}", result, check)
+
+
 def auto_loader_kwargs(
     dataset: Any,
     batch_size: int,
@@ -308,36 +343,26 @@ def auto_loader_kwargs(
     decode_threads: bool = False,
 ) -> tuple[dict[str, Any], str]:
     """DataLoader keyword arguments ``num_workers``, ``pin_memory``, ``prefetch_factor``,
-    ``persistent_workers`` for ``dataset`` at ``batch_size``, and a one-line reason. Never waits.
-
-    The stored :func:`detloader.tune_loader` result, its load re-checked (a change: a
-    :class:`StaleTuneWarning`, and on a busier machine no more workers than are free now); else
-    :func:`untuned_loader_kwargs` and, with ``warn``, a :class:`TuneWarning` pointing
-    ``stacklevel`` frames up. With ``decode_threads`` the dict also holds ``decode_threads`` (the
+    ``persistent_workers`` for ``dataset`` at ``batch_size``, and a one-line reason: :func:`auto_settings`
+    and, with ``warn``, a :class:`StaleTuneWarning` when the load changed since the stored result was
+    measured or a :class:`TuneWarning` when there is none, pointing ``stacklevel`` frames up. With
+    ``decode_threads`` the dict also holds ``decode_threads`` (the
     :class:`~detloader.dataset.DetectionDataset` setting, not a DataLoader argument).
     """
-    if batch_size < 1:
-        raise DetloaderValueError(f"batch_size={batch_size} must be >= 1")
-    result = load_result(cache_key(dataset, batch_size), cache_dir)
-    if result is not None:
-        threads = {"decode_threads": result.decode_threads} if decode_threads else {}
-        check = check_load(result)
-        if not check.changed:
-            return {**result.recommended, **threads}, f"tuned: {result.summary}"
-        kwargs = fit_to_load(result.recommended, check)
-        if warn:
-            tuned = result.recommended["num_workers"]
-            capped = (f"num_workers={kwargs['num_workers']} instead of the tuned {tuned}"
-                      if kwargs != result.recommended else f"the tuned num_workers={tuned} is kept")
-            warnings.warn(f"{check.describe()}: {capped}. Run detloader.tune_loader(dataset, batch_size=...) or "
-                          "`detloader tune PATH` again to measure under this load.", StaleTuneWarning,
-                          stacklevel=stacklevel)
-        return {**kwargs, **threads}, f"tuned, load changed: {result.summary}; {check.describe()}"
-    kwargs, reason = untuned_loader_kwargs()
-    if warn:
+    auto = auto_settings(dataset, batch_size, cache_dir=cache_dir)
+    kwargs = dict(auto.kwargs)
+    if warn and auto.result is not None and auto.load is not None and auto.load.changed:
+        tuned = auto.result.recommended["num_workers"]
+        fitted = {k: v for k, v in kwargs.items() if k != "decode_threads"}
+        capped = (f"num_workers={kwargs['num_workers']} instead of the tuned {tuned}"
+                  if fitted != auto.result.recommended else f"the tuned num_workers={tuned} is kept")
+        warnings.warn(f"{auto.load.describe()}: {capped}. Run detloader.tune_loader(dataset, batch_size=...) or "
+                      "`detloader tune PATH` again to measure under this load.", StaleTuneWarning,
+                      stacklevel=stacklevel)
+    elif warn and auto.result is None:
         warnings.warn("no tuning result for this machine, dataset, transform and batch size: loader settings "
                       "come from a heuristic. Run detloader.tune_loader(dataset, batch_size=...) or "
                       "`detloader tune PATH` once to measure them.", TuneWarning, stacklevel=stacklevel)
     if not decode_threads:
         del kwargs["decode_threads"]
-    return kwargs, reason
+    return kwargs, auto.reason
