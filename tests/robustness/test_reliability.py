@@ -243,9 +243,10 @@ def test_atomic_write_names_a_full_disk_and_keeps_the_previous_file(tmp_path: Pa
 
 def test_index_cache_on_a_full_disk(tmp_path: Path, full_disk: None) -> None:
     root = _voc(tmp_path / "ds")
-    with pytest.warns(RuntimeWarning, match="index cache not written to .*no space left on the device"):
+    with pytest.warns(RuntimeWarning, match="index cache not written to .*no space left on the device") as caught:
         index = read_annotations(root)
     assert len(index) == 3 and index.source_file is None
+    assert [w.filename for w in caught if "index cache" in str(w.message)] == [__file__]  # read_annotations' caller
     assert _no_temporary_files(Path(os.environ["DETLOADER_CACHE_DIR"]))
 
 
