@@ -292,8 +292,9 @@ def test_tune_loader_returns_its_result_on_a_full_disk(monkeypatch: pytest.Monke
     ds = _Tiny()
     factory = functools.partial(DataLoader, ds, batch_size=8)
     monkeypatch.setattr(_files, "os", _FullDisk())
-    with pytest.warns(RuntimeWarning, match="tuning result not saved, measured again next time: .*no space left"):
+    with pytest.warns(RuntimeWarning, match="tuning result not saved, measured again next time: .*no space left") as w:
         result = tune_loader(ds, batch_size=8, loader_factory=factory, budget_s=0.5, max_workers=0)
+    assert [x.filename for x in w if "not saved" in str(x.message)] == [__file__]  # tune_loader's caller
     assert result.recommended["num_workers"] == 0 and not saved.cache_file(result.key).exists()
 
 
