@@ -48,6 +48,7 @@ def test_a_fifo_at_the_index_cache_or_its_lock_reads_without_the_cache(tmp_path:
     assert len(index) == 3 and index.source_file is None
     assert f"{fifo}: a FIFO, not a regular file; remove it to cache the index again" in str(caught[0].message)
     assert fifo.exists() and not fifo.is_file()  # never replaced
+    assert caught[0].filename == __file__  # the warning names read_annotations' caller
 
 
 def test_loading_a_fifo_as_the_cache_is_refused(tmp_path: Path) -> None:

@@ -243,9 +243,10 @@ def test_atomic_write_names_a_full_disk_and_keeps_the_previous_file(tmp_path: Pa
 
 def test_index_cache_on_a_full_disk(tmp_path: Path, full_disk: None) -> None:
     root = _voc(tmp_path / "ds")
-    with pytest.warns(RuntimeWarning, match="index cache not written to .*no space left on the device"):
+    with pytest.warns(RuntimeWarning, match="index cache not written to .*no space left on the device") as caught:
         index = read_annotations(root)
     assert len(index) == 3 and index.source_file is None
+    assert [w.filename for w in caught if "index cache" in str(w.message)] == [__file__]  # read_annotations' caller
     assert _no_temporary_files(Path(os.environ["DETLOADER_CACHE_DIR"]))
 
 
@@ -291,8 +292,9 @@ def test_tune_loader_returns_its_result_on_a_full_disk(monkeypatch: pytest.Monke
     ds = _Tiny()
     factory = functools.partial(DataLoader, ds, batch_size=8)
     monkeypatch.setattr(_files, "os", _FullDisk())
-    with pytest.warns(RuntimeWarning, match="tuning result not saved, measured again next time: .*no space left"):
+    with pytest.warns(RuntimeWarning, match="tuning result not saved, measured again next time: .*no space left") as w:
         result = tune_loader(ds, batch_size=8, loader_factory=factory, budget_s=0.5, max_workers=0)
+    assert [x.filename for x in w if "not saved" in str(x.message)] == [__file__]  # tune_loader's caller
     assert result.recommended["num_workers"] == 0 and not saved.cache_file(result.key).exists()
 
 

@@ -251,8 +251,10 @@ def test_an_allowed_batch_size_change_spans_the_schedule_over_the_steps_left(fac
     with pytest.raises(ResumeSettingsError, match="batch_size 4 -> 8"):
         train(resumed)
     starts = []
-    with pytest.warns(UserWarning, match=r"resumed at step 2 with other settings.*batch_size 4 -> 8.*spans 9 steps"):
+    said = r"resumed at step 2 with other settings.*batch_size 4 -> 8.*spans 9 steps"
+    with pytest.warns(UserWarning, match=said) as got:
         metrics = train(resumed.replace(allow_setting_change=True), on_start=starts.append)
+    assert [w.filename for w in got if "resumed at step" in str(w.message)] == [__file__]  # names train's caller
     # 8 of epoch 0's 32 images were consumed at batch 4: 3 steps of 8 finish it, 4 more make epoch 1
     assert starts[0].start_step == 2 and starts[0].total_steps == 9 and metrics["steps"] == 9
     assert "batch_size 4 -> 8" in metrics["resume_changes"]

@@ -94,8 +94,9 @@ def test_load_is_stored_and_reuse_retunes_or_warns_when_it_changed(small_synth_r
     assert stored is not None and stored.machine.free_cpus == first.machine.free_cpus  # the load seen
     assert _tune(ds).from_cache  # same load: reused
     load.busy = float(_system.affinity_cpus())  # every CPU busy with other jobs now
-    with pytest.warns(StaleTuneWarning, match="busier"):
+    with pytest.warns(StaleTuneWarning, match="busier") as said:
         warned = _tune(ds, on_load_change="warn")
+    assert [w.filename for w in said if "stored tuning result" in str(w.message)] == [__file__]  # the caller
     assert warned.from_cache and warned.created == first.created
     assert _tune(ds, on_load_change="ignore").from_cache
     retuned = _tune(ds)  # the default: measure again under this load, and replace the result

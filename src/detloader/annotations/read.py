@@ -10,7 +10,7 @@ import json
 import os
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -183,16 +183,7 @@ def read_annotations(
         progress: ``progress(done_files, total_files)`` during a cold build.
         **format_options: options of one reader (the reader options table of docs/formats.md).
     """
-    check_on_error(on_error)
-    if cache not in (True, False, "rebuild"):
-        raise DetloaderValueError(f"cache={cache!r} is not one of True, False, 'rebuild'")
-    check_choice("verify", verify, VERIFY_CHOICES)
-    p = Path(path)
-    if not p.exists():
-        raise DetloaderFileNotFoundError(f"path={str(path)!r} does not exist")
-    kind = file_kind(p.stat().st_mode)
-    if kind is not None and kind != "a folder":  # whatever the format: a FIFO would block its reader
-        raise DetloaderValueError(f"path={str(path)!r} is {kind}, not an annotation file or dataset folder")
+    p = _checked_path(path, on_error, cache, verify)
     options = _make_options(
         classes,
         class_map,
@@ -206,73 +197,142 @@ def read_annotations(
         boxes_from_points=boxes_from_points,
         format_options=format_options,
     )
+    plan = _plan(p, format, image_dir, options, workers, progress)
+    cache_file = _cache_file(plan) if cache else None
+    # taken once the cache folder exists: making `.detloader-cache` in a root that is also an image
+    # folder changes that folder's identity, and a key taken before would not match on the next read
+    digests: dict[str, bytes] | None = {} if verify == "content" else None
+    key = _cache.content_key(plan.name, plan.options_json, plan.source, verify, digests)
+    if cache_file is None:
+        index = plan.build()
+    else:
+        index = _read_cached(plan, cache_file, key, rebuild=cache == "rebuild", verify=verify, digests=digests)
+    _finish(index, on_error, plan.source.root)
+    return index
+
+
+def _checked_path(path: str | os.PathLike[str], on_error: OnError, cache: bool | str, verify: str) -> Path:
+    """``path`` once ``on_error``, ``cache`` and ``verify`` are valid choices and it exists as
+    a file or folder: FileNotFoundError when absent, ValueError for a FIFO, socket or device
+    (whatever the format: it would block its reader)."""
+    check_on_error(on_error)
+    if cache not in (True, False, "rebuild"):
+        raise DetloaderValueError(f"cache={cache!r} is not one of True, False, 'rebuild'")
+    check_choice("verify", verify, VERIFY_CHOICES)
+    p = Path(path)
+    if not p.exists():
+        raise DetloaderFileNotFoundError(f"path={str(path)!r} does not exist")
+    kind = file_kind(p.stat().st_mode)
+    if kind is not None and kind != "a folder":
+        raise DetloaderValueError(f"path={str(path)!r} is {kind}, not an annotation file or dataset folder")
+    return p
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What one :func:`read_annotations` call reads: the format ``name`` and its ``reader``, the
+    dataset ``path`` (one folder down from the one given, when found there), the files the
+    reader discovered (``source``) and the options in effect (``options_json``: their cache
+    key text)."""
+
+    name: str
+    reader: Reader
+    path: Path
+    source: Source
+    options: ReadOptions
+    options_json: str
+    workers: int | None
+    progress: ProgressFn | None
+
+    def build(self) -> AnnotationIndex:
+        """Parse the files; the images searched for below the root when the layout's folders
+        hold (almost) none of them (:func:`_search_images`)."""
+        missing: list[str] = []
+        index = build_index(
+            self.reader, self.source, self.options, workers=self.workers, progress=self.progress, missing_names=missing
+        )
+        found = _search_images(self.reader, self.path, self.source, self.options, index, missing, self.workers)
+        return found if found is not None else index
+
+
+def _plan(
+    p: Path,
+    format: str,
+    image_dir: str | os.PathLike[str] | None,
+    options: ReadOptions,
+    workers: int | None,
+    progress: ProgressFn | None,
+) -> _Plan:
+    """The format (detected for ``"auto"``, else checked), ``image_dir`` resolved into the
+    options, and the reader's files; ``splits.json`` stamped with them whatever the format (its
+    change rebuilds the index); a forced format that finds nothing to read is refused."""
     name, p = find_dataset(p) if format == "auto" else (format, p)
     check_choice("format", name, ("auto", *READERS))
     reader = READERS[name]
     if image_dir is not None:
         options = replace(options, image_dir=_image_folder(image_dir, reader, p, options))
     source = reader.discover(p, options)
-    if os.path.exists(source.root / SPLITS_JSON):  # read whatever the format: its change rebuilds the index
+    if os.path.exists(source.root / SPLITS_JSON):
         source.stamp.append(stat_entry(source.root / SPLITS_JSON, source.root))
     if format != "auto":
         _require_files(source, name, p)
     options_json = json.dumps(options.to_json(), sort_keys=True)
+    return _Plan(name, reader, p, source, options, options_json, workers, progress)
 
-    cache_file = None
-    if cache:
-        # files beside each other in one folder (training.xml, testing.xml) get their own cache
-        tag_text = options_json + (f"\0{p.name}" if p.is_file() else "")
-        options_tag = hashlib.blake2b(tag_text.encode(), digest_size=8).hexdigest()
+
+def _cache_file(plan: _Plan) -> Path | None:
+    """The index cache file for this read, its folder made; None, said in a warning, when no
+    cache folder can be written or the file there is refused (a FIFO would hang the read: it
+    is never opened, locked or replaced)."""
+    # files beside each other in one folder (training.xml, testing.xml) get their own cache
+    tag_text = plan.options_json + (f"\0{plan.path.name}" if plan.path.is_file() else "")
+    options_tag = hashlib.blake2b(tag_text.encode(), digest_size=8).hexdigest()
+    root = plan.source.root
+    try:
+        cache_file = _cache.cache_dir_for(root) / f"{plan.name}-{options_tag}.dlindex"
+    except OSError as err:  # neither the dataset folder nor the user cache can be written
+        warnings.warn(f"{root}: reading without an index cache ({err})", DetloaderRuntimeWarning, stacklevel=3)
+        return None
+    refused = _cache.cache_file_refused(cache_file)
+    if refused is not None:
+        warnings.warn(
+            f"{root}: reading without an index cache ({refused}; remove it to cache the index again)",
+            DetloaderRuntimeWarning,
+            stacklevel=3,
+        )
+        return None
+    return cache_file
+
+
+def _read_cached(
+    plan: _Plan, cache_file: Path, key: str, *, rebuild: bool, verify: str, digests: dict[str, bytes] | None
+) -> AnnotationIndex:
+    """The index from ``cache_file`` when it is current (``key``), else refreshed from the
+    changed annotation files alone or built, then saved and mapped from the file; a cache that
+    cannot be written is said in a warning and the index read is returned as it is.
+
+    One process per node builds (torchrun ranks, DataLoader workers): the others wait on the
+    file's lock, then map its file; for a ``rebuild``, a file another process wrote while this
+    one waited is that rebuild."""
+    name, source = plan.name, plan.source
+    before = _cache.file_stamp(cache_file)
+    with _cache.build_lock(cache_file):
+        current = not rebuild or _cache.file_stamp(cache_file) not in (None, before)
+        index = _cache.load_current(cache_file, key, source.root) if current else None
+        if index is not None:
+            return index
+        # only the annotation files changed: parse those alone (docs/index.md, "The cache")
+        base = _refresh.base_key(name, plan.options_json, source, verify, digests)
+        stamps = _refresh.file_stamps(plan.reader, source, digests)
+        index = _refresh.refresh_index(plan.reader, source, plan.options, cache_file, base, stamps) if current else None
+        index = plan.build() if index is None else index
+        full_key = _cache.folders_key(key, source.root, {os.path.dirname(p) for p in index.image_paths()})
         try:
-            cache_file = _cache.cache_dir_for(source.root) / f"{name}-{options_tag}.dlindex"
-        except OSError as err:  # neither the dataset folder nor the user cache can be written
-            warnings.warn(
-                f"{source.root}: reading without an index cache ({err})", DetloaderRuntimeWarning, stacklevel=2
-            )
-        refused = None if cache_file is None else _cache.cache_file_refused(cache_file)
-        if refused is not None:  # a FIFO there would hang the read: never opened, locked or replaced
-            warnings.warn(
-                f"{source.root}: reading without an index cache ({refused}; remove it to cache the index again)",
-                DetloaderRuntimeWarning,
-                stacklevel=2,
-            )
-            cache_file = None
-    # taken once the cache folder exists: making `.detloader-cache` in a root that is also an image
-    # folder changes that folder's identity, and a key taken before would not match on the next read
-    digests: dict[str, bytes] | None = {} if verify == "content" else None
-    key = _cache.content_key(name, options_json, source, verify, digests)
-
-    def build() -> AnnotationIndex:
-        missing: list[str] = []
-        index = build_index(reader, source, options, workers=workers, progress=progress, missing_names=missing)
-        found = _search_images(reader, p, source, options, index, missing, workers)
-        return found if found is not None else index
-
-    if cache_file is None:
-        index = build()
-    else:
-        # one process per node builds (torchrun ranks, DataLoader workers): the others wait here, then map its file;
-        # for a rebuild, a file another process wrote while this one waited is that rebuild
-        before = _cache.file_stamp(cache_file)
-        with _cache.build_lock(cache_file):
-            current = cache != "rebuild" or _cache.file_stamp(cache_file) not in (None, before)
-            index = _cache.load_current(cache_file, key, source.root) if current else None
-            if index is None:
-                # only the annotation files changed: parse those alone (docs/index.md, "The cache")
-                base = _refresh.base_key(name, options_json, source, verify, digests)
-                stamps = _refresh.file_stamps(reader, source, digests)
-                index = _refresh.refresh_index(reader, source, options, cache_file, base, stamps) if current else None
-                index = build() if index is None else index
-                full_key = _cache.folders_key(key, source.root, {os.path.dirname(p) for p in index.image_paths()})
-                try:
-                    _cache.save_index(index, cache_file, full_key)
-                    _refresh.save_stamps(cache_file, full_key, base, stamps)
-                    index = _cache.load_index_file(cache_file, root=source.root)
-                except OSError as err:
-                    warnings.warn(
-                        f"index cache not written to {cache_file}: {err}", DetloaderRuntimeWarning, stacklevel=2
-                    )
-    _finish(index, on_error, source.root)
+            _cache.save_index(index, cache_file, full_key)
+            _refresh.save_stamps(cache_file, full_key, base, stamps)
+            index = _cache.load_index_file(cache_file, root=source.root)
+        except OSError as err:
+            warnings.warn(f"index cache not written to {cache_file}: {err}", DetloaderRuntimeWarning, stacklevel=3)
     return index
 
 

@@ -28,6 +28,7 @@ FAST_START_WEIGHTS, FAST_START = 1 << 24, 1 << 20
 _BLOCK = 16  # weights per block of block_cdf
 _MASK32 = np.uint64(0xFFFFFFFF)
 _SHIFT32 = np.uint64(32)
+_UNIT = 1 << 32  # a bucket's whole mass in the table's fixed point
 
 
 def thread_map(fn: Callable[[int], Any], count: int, threads: int) -> list[Any]:
@@ -58,67 +59,88 @@ def alias_table(weights: np.ndarray, chunk: int = 1 << 16, threads: int = 1) -> 
     chunk's merge with the window of ``E`` it reaches is local.
     """
     n = len(weights)
-    unit = 1 << 32
-    scale = n * float(unit) / float(np.sum(weights))
-    table = np.empty(n, dtype=np.uint64)
-    signed = table.view(np.int64)  # holds Q (non-negative) until an entry is packed
-    starts = list(range(0, n, chunk))
+    build = _TableBuild(weights, chunk)
+    count = len(build.starts)
+    # pass 1: Q, and per chunk the totals that make the chunks independent
+    sums = thread_map(build.quantise, count, threads)
+    changed = _spread_residual(build.signed, n * _UNIT - sum(s[0] for s in sums), chunk)
+    if changed is not None:
+        for j in range(changed // chunk, count):
+            sums[j] = build.totals(j)
+    build.prepare_larges(sums)
+    thread_map(build.list_larges, count, threads)
+    # pass 2: pair, chunk by chunk (every small Q is read before any write reaches it: a
+    # chunk writes only its own smalls and larges, which no other chunk reads)
+    thread_map(build.pair, count, threads)
+    return build.finish()
 
-    big: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * len(starts)  # larges per chunk
 
-    def totals(j: int) -> tuple[int, int, int, int]:
+
+class _TableBuild:
+    """One :func:`alias_table` build: the table (holding ``Q`` until an entry is packed) and
+    what its per-chunk passes share. Each pass's method takes a chunk number ``j``, so that
+    the chunks can run on threads (:func:`thread_map`)."""
+
+    def __init__(self, weights: np.ndarray, chunk: int) -> None:
+        self.weights, self.chunk, self.n = weights, chunk, len(weights)
+        self.scale = self.n * float(_UNIT) / float(np.sum(weights))
+        self.table = np.empty(self.n, dtype=np.uint64)
+        self.signed = self.table.view(np.int64)  # holds Q (non-negative) until an entry is packed
+        self.starts = list(range(0, self.n, chunk))
+        self.big: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * len(self.starts)  # larges per chunk
+
+    def totals(self, j: int) -> tuple[int, int, int, int]:
         """Chunk j's sum of Q, number of larges, their excess and the smalls' deficit."""
-        q = signed[starts[j] : starts[j] + chunk]
-        big[j] = idx = np.flatnonzero(q >= unit)
+        q = self.signed[self.starts[j] : self.starts[j] + self.chunk]
+        self.big[j] = idx = np.flatnonzero(q >= _UNIT)
         num = len(idx)
         total = int(q.sum())
-        excess_sum = int(q[idx].sum()) - num * unit
-        deficit_sum = (len(q) - num) * unit - (total - excess_sum - num * unit)
+        excess_sum = int(q[idx].sum()) - num * _UNIT
+        deficit_sum = (len(q) - num) * _UNIT - (total - excess_sum - num * _UNIT)
         return total, num, excess_sum, deficit_sum
 
-    def quantise(j: int) -> tuple[int, int, int, int]:
-        lo = starts[j]
-        part = np.multiply(weights[lo : lo + chunk], scale)
+    def quantise(self, j: int) -> tuple[int, int, int, int]:
+        """Chunk j's Q (its weights scaled to ``n * 2**32`` in all, rounded), and its totals."""
+        lo = self.starts[j]
+        part = np.multiply(self.weights[lo : lo + self.chunk], self.scale)
         np.rint(part, out=part)
-        signed[lo : lo + len(part)] = part
-        return totals(j)
+        self.signed[lo : lo + len(part)] = part
+        return self.totals(j)
 
-    # pass 1: Q, and per chunk the totals that make the chunks independent
-    sums = thread_map(quantise, len(starts), threads)
-    changed = _spread_residual(signed, n * unit - sum(s[0] for s in sums), chunk)
-    if changed is not None:
-        for j in range(changed // chunk, len(starts)):
-            sums[j] = totals(j)
-    at_start = np.concatenate([[0], np.cumsum([s[1] for s in sums])]).tolist()
-    e_start = np.concatenate([[0], np.cumsum([s[2] for s in sums])]).tolist()
-    d_start = np.concatenate([[0], np.cumsum([s[3] for s in sums])]).tolist()
-    num_large = at_start[-1]
-    large = np.empty(num_large, dtype=np.uint32)
-    excess = np.empty(num_large, dtype=np.int64)
+    def prepare_larges(self, sums: list[tuple[int, int, int, int]]) -> None:
+        """From the chunks' totals: where each chunk's larges, excess ``E`` and deficit ``D``
+        start, and the arrays of all larges and their running excess."""
+        self.at_start = np.concatenate([[0], np.cumsum([s[1] for s in sums])]).tolist()
+        self.e_start = np.concatenate([[0], np.cumsum([s[2] for s in sums])]).tolist()
+        self.d_start = np.concatenate([[0], np.cumsum([s[3] for s in sums])]).tolist()
+        num_large = self.at_start[-1]
+        self.large = np.empty(num_large, dtype=np.uint32)
+        self.excess = np.empty(num_large, dtype=np.int64)
 
-    def list_larges(j: int) -> None:
-        lo, at, idx = starts[j], at_start[j], big[j]
-        big[j] = np.zeros(0, dtype=np.int64)  # free as we go
-        large[at : at + len(idx)] = idx + lo
-        e = excess[at : at + len(idx)]
-        np.subtract(signed[lo : lo + chunk][idx], unit, out=e)
+    def list_larges(self, j: int) -> None:
+        """Chunk j's larges and their running excess ``E`` into ``large`` and ``excess``."""
+        lo, at, idx = self.starts[j], self.at_start[j], self.big[j]
+        self.big[j] = np.zeros(0, dtype=np.int64)  # free as we go
+        self.large[at : at + len(idx)] = idx + lo
+        e = self.excess[at : at + len(idx)]
+        np.subtract(self.signed[lo : lo + self.chunk][idx], _UNIT, out=e)
         np.cumsum(e, out=e)
-        e += e_start[j]
+        e += self.e_start[j]
 
-    thread_map(list_larges, len(starts), threads)
-    last = num_large - 1
-
-    def pair(j: int) -> None:
+    def pair(self, j: int) -> None:
         """Chunk j's smalls get their aliases; the larges they exhaust get theirs."""
-        lo = starts[j]
-        hi = min(lo + chunk, n)
+        unit, table, large, excess = _UNIT, self.table, self.large, self.excess
+        num_large = len(large)
+        last = num_large - 1
+        lo = self.starts[j]
+        hi = min(lo + self.chunk, self.n)
         is_small = np.ones(hi - lo, dtype=bool)
-        is_small[large[at_start[j] : at_start[j + 1]].astype(np.int64) - lo] = False
+        is_small[large[self.at_start[j] : self.at_start[j + 1]].astype(np.int64) - lo] = False
         small_local = np.flatnonzero(is_small)
         if not len(small_local):
             return
-        carry = d_start[j]  # running deficit D before this chunk
-        qs = signed[lo:hi][small_local]
+        carry = self.d_start[j]  # running deficit D before this chunk
+        qs = self.signed[lo:hi][small_local]
         deficit = unit - qs
         np.cumsum(deficit, out=deficit)
         deficit += carry
@@ -144,13 +166,11 @@ def alias_table(weights: np.ndarray, chunk: int = 1 << 16, threads: int = 1) -> 
         packed |= large[m]
         table[small_local + lo] = packed
 
-    # pass 2: pair, chunk by chunk (every small Q is read before any write reaches it: a
-    # chunk writes only its own smalls and larges, which no other chunk reads)
-    thread_map(pair, len(starts), threads)
-    # larges never exhausted keep their whole bucket: alias itself
-    rest = large[int(np.searchsorted(excess, d_start[-1], side="left")) :]
-    table[rest] = rest
-    return table
+    def finish(self) -> np.ndarray:
+        """The table, once the larges never exhausted keep their whole bucket (alias itself)."""
+        rest = self.large[int(np.searchsorted(self.excess, self.d_start[-1], side="left")) :]
+        self.table[rest] = rest
+        return self.table
 
 
 def _spread_residual(q: np.ndarray, residual: int, chunk: int) -> int | None:

@@ -41,13 +41,7 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from detloader import DetectionDataset, make_loader, read_annotations, tune_loader
-    from detloader.annotations.synth import make_synthetic
     from detloader.stats import balance_report
-    from detloader.stats.show import show_dataset
-    from detloader.train import TrainConfig, train
-    from detloader.train.run_data import train_transform
-    from detloader.tune import auto_loader_kwargs
 
     if args.images < 10:
         raise DetloaderValueError(f"--images={args.images} must be >= 10 (a train and a val split)")
@@ -55,6 +49,43 @@ def _demo(args: argparse.Namespace) -> int:
     base = Path(args.out)
     root = base / "data"
     began = time.perf_counter()
+    index = _synthesise_and_index(out, root, args)
+
+    out.rule("3. validate")
+    out.print(index.problems.summary(), markup=False)
+
+    out.rule("4. summary")
+    print_summary(index.summary())
+
+    out.rule(f"5. balance ({args.balance}): objects per epoch, raw vs balanced")
+    print_balance(balance_report(index, args.balance, seed=args.seed))
+
+    train_index, val_index = index.split("train"), index.split("val")
+    dataset = _pictures(out, base, train_index, args)
+    if args.tune_budget > 0:
+        from detloader import tune_loader
+
+        out.rule(f"7. tune the loader for this machine (budget {args.tune_budget:g} s)")
+        # the training run's own dataset, transform and batch size: its num_workers="auto" finds this
+        result = tune_loader(dataset, batch_size=args.batch_size, budget_s=args.tune_budget)
+        print_result(result, cached=result.from_cache)
+    _load_one_epoch(out, dataset, train_index, args)
+    config, metrics = _train_run(out, root, base, dataset, args)
+
+    out.rule("10. evaluate on the validation split")
+    print_metrics(metrics)
+    out.print(f"{config.out}/predictions.png: {min(8, len(val_index))} validation images, "
+              "truth (left) beside predictions (right)")
+    out.print(f"[bold]done in {time.perf_counter() - began:.0f} s[/bold]")
+    return 0
+
+
+def _synthesise_and_index(out: Any, root: Path, args: argparse.Namespace) -> Any:
+    """1. The synthetic dataset in ``root``; 2. its index built cold, then reloaded warm from
+    the cache (both timed): the warm index."""
+    from detloader import read_annotations
+    from detloader.annotations.synth import make_synthetic
+
     out.rule("1. synthesise")
     t = time.perf_counter()
     make_synthetic(root, args.images, seed=args.seed)
@@ -72,28 +103,28 @@ def _demo(args: argparse.Namespace) -> int:
     warm = time.perf_counter() - t
     out.print(f"cold {cold * 1000:.0f} ms, warm {warm * 1000:.1f} ms ({cold / max(warm, 1e-9):.0f}x)")
     out.print(f"cache: {index.source_file}")
+    return index
 
-    out.rule("3. validate")
-    out.print(index.problems.summary(), markup=False)
 
-    out.rule("4. summary")
-    print_summary(index.summary())
-
-    out.rule(f"5. balance ({args.balance}): objects per epoch, raw vs balanced")
-    print_balance(balance_report(index, args.balance, seed=args.seed))
+def _pictures(out: Any, base: Path, train_index: Any, args: argparse.Namespace) -> Any:
+    """6. ``data.png`` and ``augmented.png`` under ``base``: the training split as stored and as
+    training sees it; the training dataset (with the training transform) that shows it."""
+    from detloader import DetectionDataset
+    from detloader.stats.show import show_dataset
+    from detloader.train.run_data import train_transform
 
     out.rule("6. look at the data: as stored, and as training sees it (flip, colour, letterbox)")
-    train_index, val_index = index.split("train"), index.split("val")
     dataset = DetectionDataset(train_index, train_transform(args.size), seed=args.seed)
     for name, data, after in (("data.png", train_index, False), ("augmented.png", dataset, True)):
         grid = show_dataset(data, base / name, n=16, after_transform=after, seed=args.seed)
         out.print(f"{grid.path}: {len(grid.image_ids)} images, {grid.image.size[0]}x{grid.image.size[1]} pixels")
+    return dataset
 
-    if args.tune_budget > 0:
-        out.rule(f"7. tune the loader for this machine (budget {args.tune_budget:g} s)")
-        # the training run's own dataset, transform and batch size: its num_workers="auto" finds this
-        result = tune_loader(dataset, batch_size=args.batch_size, budget_s=args.tune_budget)
-        print_result(result, cached=result.from_cache)
+
+def _load_one_epoch(out: Any, dataset: Any, train_index: Any, args: argparse.Namespace) -> None:
+    """8. One epoch of the balanced loader with ``num_workers="auto"``: its settings, the first
+    batch's shapes, and the rarest class's share of the objects loaded against the data's."""
+    from detloader import make_loader
 
     out.rule("8. load: one epoch of balanced, augmented batches with the tuned settings")
     with warnings.catch_warnings():
@@ -118,6 +149,13 @@ def _demo(args: argparse.Namespace) -> int:
               f"= {images / max(dt, 1e-9):.0f} images/s")
     del loader
 
+
+def _train_run(out: Any, root: Path, base: Path, dataset: Any, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """9. The balanced training run in ``base/run`` (``num_workers="auto"``, said with its
+    reason), a line per epoch: its config and metrics."""
+    from detloader.train import TrainConfig, train
+    from detloader.tune import auto_loader_kwargs
+
     out.rule(f"9. train: {args.epochs} epochs, balance={args.balance}")
     config = TrainConfig(
         data=str(root), out=str(base / "run"), epochs=args.epochs, balance=args.balance,
@@ -135,10 +173,4 @@ def _demo(args: argparse.Namespace) -> int:
         metrics = train(config, on_epoch=epoch_line)
     out.print(f"{config.out}/: last.pt, metrics.json ({metrics['train_seconds']:.0f} s of training, "
               f"num_workers={metrics.get('num_workers')})")
-
-    out.rule("10. evaluate on the validation split")
-    print_metrics(metrics)
-    out.print(f"{config.out}/predictions.png: {min(8, len(val_index))} validation images, "
-              "truth (left) beside predictions (right)")
-    out.print(f"[bold]done in {time.perf_counter() - began:.0f} s[/bold]")
-    return 0
+    return config, metrics

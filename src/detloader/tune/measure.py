@@ -207,49 +207,16 @@ def measure_setting(
     try:
         loader = factory(**settings)
         cycle = _cycle(loader, iterators)
-        t0 = time.perf_counter()
-        consume(next(cycle))
-        startup = time.perf_counter() - t0
-        for _ in range(workers_n * int(settings.get("prefetch_factor") or 2)):
-            consume(next(cycle))
+        startup = _warm_up(cycle, consume, workers_n * int(settings.get("prefetch_factor") or 2))
         start_cpu = {p.pid: _cpu_s(p) for p in _workers(me, before)}
         main0, reaped0, stat0 = _cpu_s(me), _cpu_s(me, children=True), _system.cpu_sample()
-        waits: list[float] = []
-        steps: list[float] = []
-        counts: list[int] = []
-        arrivals: list[float] = []
-        t_start = time.perf_counter()
-        while True:
-            t = time.perf_counter()
-            batch = next(cycle)
-            arrivals.append(time.perf_counter())
-            waits.append(arrivals[-1] - t)
-            counts.append(images_in(batch, batch_size))
-            consume(batch)
-            now = time.perf_counter()
-            steps.append(now - arrivals[-1])
-            if len(waits) >= min_batches and now - t_start >= window_s:
-                break
-            if deadline is not None and now > deadline and len(waits) >= 2:
-                break
-        wall = time.perf_counter() - t_start
+        timed = _time_window(cycle, consume, batch_size, min_batches, window_s, deadline)
+        waits, steps, wall = timed.waits, timed.steps, timed.wall
         stat1 = _system.cpu_sample()
         main_cpu = ((_cpu_s(me) or 0.0) - (main0 or 0.0)) / wall
-        images, batches, seconds = steady_rate(arrivals, waits, counts, wall)
+        images, batches, seconds = steady_rate(timed.arrivals, waits, timed.counts, wall)
         procs = _workers(me, before)
-        workers_cpu_s = (_cpu_s(me, children=True) or 0.0) - (reaped0 or 0.0)
-        uss, pss = [], []
-        for p in procs:
-            cpu = _cpu_s(p)
-            if cpu is not None:
-                workers_cpu_s += cpu - (start_cpu.get(p.pid) or 0.0)
-            try:
-                info = p.memory_full_info()
-            except (psutil.Error, OSError):
-                continue
-            uss.append(info.uss / 2**20)
-            if getattr(info, "pss", None) is not None:
-                pss.append(info.pss / 2**20)
+        workers_cpu_s, uss, pss = _worker_usage(procs, start_cpu, (_cpu_s(me, children=True) or 0.0) - (reaped0 or 0.0))
         workers_cpu = max(0.0, workers_cpu_s / wall)
         total = _system.busy_from_samples(stat0, stat1, 0.0, wall, _system.affinity_set())
         w = np.asarray(waits) * 1000.0
@@ -271,6 +238,74 @@ def measure_setting(
             cycle.close()
         _stop_workers(loader, iterators)
         gc.collect()
+
+
+def _warm_up(cycle: Iterator[Any], consume: Consumer, prepared: int) -> float:
+    """Consume the first batch and then the ``prepared`` ones the workers made while starting;
+    the seconds the first batch took (``startup_s``)."""
+    t0 = time.perf_counter()
+    consume(next(cycle))
+    startup = time.perf_counter() - t0
+    for _ in range(prepared):
+        consume(next(cycle))
+    return startup
+
+
+@dataclass
+class _Window:
+    """One measuring window, per batch: when it arrived, the wait for it, its images and the
+    consumer's time on it (``time.perf_counter`` seconds); ``wall``: the window's length."""
+
+    arrivals: list[float]
+    waits: list[float]
+    counts: list[int]
+    steps: list[float]
+    wall: float
+
+
+def _time_window(cycle: Iterator[Any], consume: Consumer, batch_size: int, min_batches: int, window_s: float,
+                 deadline: float | None) -> _Window:
+    """Time batches until ``min_batches`` and ``window_s`` seconds are reached, or 2 batches
+    past ``deadline``."""
+    timed = _Window([], [], [], [], 0.0)
+    waits, arrivals = timed.waits, timed.arrivals
+    t_start = time.perf_counter()
+    while True:
+        t = time.perf_counter()
+        batch = next(cycle)
+        arrivals.append(time.perf_counter())
+        waits.append(arrivals[-1] - t)
+        timed.counts.append(images_in(batch, batch_size))
+        consume(batch)
+        now = time.perf_counter()
+        timed.steps.append(now - arrivals[-1])
+        if len(waits) >= min_batches and now - t_start >= window_s:
+            break
+        if deadline is not None and now > deadline and len(waits) >= 2:
+            break
+    timed.wall = time.perf_counter() - t_start
+    return timed
+
+
+def _worker_usage(procs: list[Any], start_cpu: Mapping[int, float | None],
+                  cpu_s: float) -> tuple[float, list[float], list[float]]:
+    """``cpu_s`` (the CPU seconds of workers already reaped) plus each live worker's CPU
+    seconds since the window began, and the USS and PSS (MiB) of each worker still readable."""
+    import psutil
+
+    uss, pss = [], []
+    for p in procs:
+        cpu = _cpu_s(p)
+        if cpu is not None:
+            cpu_s += cpu - (start_cpu.get(p.pid) or 0.0)
+        try:
+            info = p.memory_full_info()
+        except (psutil.Error, OSError):
+            continue
+        uss.append(info.uss / 2**20)
+        if getattr(info, "pss", None) is not None:
+            pss.append(info.pss / 2**20)
+    return cpu_s, uss, pss
 
 
 def steady_rate(arrivals: list[float], waits: list[float], counts: list[int], wall: float) -> tuple[int, int, float]:

@@ -193,68 +193,100 @@ def search_settings(
                           deadline=start + budget_s, phase=phase)
 
     runner = _Runner(measure, budget_s, window, memory_available, progress)
-
-    def chosen() -> int:
-        return choose(runner.trials, tolerance, can_pin)
+    search = _Search(runner, can_pin, tolerance)
 
     def outcome(stop: str) -> SearchOutcome:
-        return SearchOutcome(runner.trials, chosen(), stop, window, runner.elapsed(), runner.skipped)
+        return SearchOutcome(runner.trials, search.chosen(), stop, window, runner.elapsed(), runner.skipped)
 
     if candidates is not None:
         for settings in candidates:
             runner.run(settings, "grid")
         return outcome("budget" if runner.out_of_budget else "grid")
-
-    def at(workers: int, pin: bool = can_pin, prefetch: int = 2, threads: int = 0) -> dict[str, Any]:
-        s = loader_kwargs(workers, pin_memory=pin, prefetch_factor=prefetch, persistent_workers=True)
-        return {**s, "decode_threads": threads} if threads >= 2 else s
-
-    # 1. climb
-    best_w, best_rate, hi = 0, -1.0, None
-    for w in worker_ladder(cap):
-        trial = runner.run(at(w), "climb")
-        if trial is None or (w >= 2 and _rate(trial) <= best_rate * (1.0 + tolerance)):
-            hi = w
-            break
-        if _rate(trial) > best_rate:
-            best_w, best_rate = w, _rate(trial)
-    # 2. refine between the rung below the best (which does not reach it) and the best rung
-    plain = {t.num_workers: _rate(t) for t in runner.trials if t.settings == at(t.num_workers)}
-    lo, up = max((n for n in plain if n < best_w), default=best_w), best_w
-    while up - lo > 1 and not runner.out_of_budget:
-        mid = (lo + up) // 2
-        trial = runner.run(at(mid), "refine")
-        if trial is None:
-            break
-        plain[mid] = _rate(trial)
-        lo, up = (lo, mid) if _rate(trial) >= max(plain.values()) / (1.0 + tolerance) else (mid, up)
-    # 3. decode threads: in the main process, then inside the chosen workers
+    best_w, hi = search.climb(cap)
+    search.refine(best_w)
     if threads_cap >= 2 and not runner.out_of_budget:
-        w = runner.trials[chosen()].num_workers
-        top = _rate(runner.run(at(0), "threads"))
-        for t in thread_ladder(threads_cap):
-            trial = runner.run(at(0, threads=t), "threads")
-            if trial is None or _rate(trial) <= top * (1.0 + tolerance):
-                break
-            top = _rate(trial)
-        if w > 0:
-            runner.run(at(w, threads=2), "threads")
-    # 4. extras at the chosen count; a win is confirmed by measuring both settings again
-    s = runner.trials[chosen()].settings
-    w, threads = s["num_workers"], int(s.get("decode_threads", 0))
-    if w > 0:
-        _try_extra(runner, s, at(w, pin=s["pin_memory"], prefetch=4, threads=threads), "prefetch", tolerance)
-    if can_pin:
-        s = runner.trials[chosen()].settings
-        other = at(w, pin=not s["pin_memory"], prefetch=s["prefetch_factor"] or 2, threads=threads)
-        _try_extra(runner, s, other, "pin_memory", tolerance)
+        search.threads(threads_cap)
+    search.extras()
     # 5. recheck the choice against its rivals, back to back
-    _recheck(runner, chosen())
+    _recheck(runner, search.chosen())
     if runner.out_of_budget:
         return outcome("budget")
     if runner.out_of_memory:
         return outcome("memory")
     return outcome("cap" if hi is None and best_w == cap else "converged")
+
+
+@dataclass
+class _Search:
+    """The phases of one :func:`search_settings` search (its steps 1 to 4), measuring through
+    ``runner``: ``can_pin`` (the climb runs pinned) and ``tolerance`` as the search got them."""
+
+    runner: _Runner
+    can_pin: bool
+    tolerance: float
+
+    def at(self, workers: int, pin: bool | None = None, prefetch: int = 2, threads: int = 0) -> dict[str, Any]:
+        """The setting of ``workers`` (pinned as ``can_pin`` unless ``pin`` says), the key
+        ``decode_threads`` only with 2 threads or more."""
+        pin = self.can_pin if pin is None else pin
+        s = loader_kwargs(workers, pin_memory=pin, prefetch_factor=prefetch, persistent_workers=True)
+        return {**s, "decode_threads": threads} if threads >= 2 else s
+
+    def chosen(self) -> int:
+        return choose(self.runner.trials, self.tolerance, self.can_pin)
+
+    def climb(self, cap: int) -> tuple[int, int | None]:
+        """1. Climb the worker ladder until a rung (2 workers or more) gains no more than
+        ``tolerance``: the best rung, and the rung it stopped at (None: it reached ``cap``)."""
+        best_w, best_rate, hi = 0, -1.0, None
+        for w in worker_ladder(cap):
+            trial = self.runner.run(self.at(w), "climb")
+            if trial is None or (w >= 2 and _rate(trial) <= best_rate * (1.0 + self.tolerance)):
+                hi = w
+                break
+            if _rate(trial) > best_rate:
+                best_w, best_rate = w, _rate(trial)
+        return best_w, hi
+
+    def refine(self, best_w: int) -> None:
+        """2. Bisect between the rung below the best (which does not reach it) and the best rung."""
+        runner, at = self.runner, self.at
+        plain = {t.num_workers: _rate(t) for t in runner.trials if t.settings == at(t.num_workers)}
+        lo, up = max((n for n in plain if n < best_w), default=best_w), best_w
+        while up - lo > 1 and not runner.out_of_budget:
+            mid = (lo + up) // 2
+            trial = runner.run(at(mid), "refine")
+            if trial is None:
+                break
+            plain[mid] = _rate(trial)
+            lo, up = (lo, mid) if _rate(trial) >= max(plain.values()) / (1.0 + self.tolerance) else (mid, up)
+
+    def threads(self, threads_cap: int) -> None:
+        """3. Decode threads: in the main process up the thread ladder while they gain, then 2
+        inside the chosen workers."""
+        runner, at = self.runner, self.at
+        w = runner.trials[self.chosen()].num_workers
+        top = _rate(runner.run(at(0), "threads"))
+        for t in thread_ladder(threads_cap):
+            trial = runner.run(at(0, threads=t), "threads")
+            if trial is None or _rate(trial) <= top * (1.0 + self.tolerance):
+                break
+            top = _rate(trial)
+        if w > 0:
+            runner.run(at(w, threads=2), "threads")
+
+    def extras(self) -> None:
+        """4. Extras at the chosen count (prefetch 4, the other pinning); a win is confirmed by
+        measuring both settings again (:func:`_try_extra`)."""
+        runner, at = self.runner, self.at
+        s = runner.trials[self.chosen()].settings
+        w, threads = s["num_workers"], int(s.get("decode_threads", 0))
+        if w > 0:
+            _try_extra(runner, s, at(w, pin=s["pin_memory"], prefetch=4, threads=threads), "prefetch", self.tolerance)
+        if self.can_pin:
+            s = runner.trials[self.chosen()].settings
+            other = at(w, pin=not s["pin_memory"], prefetch=s["prefetch_factor"] or 2, threads=threads)
+            _try_extra(runner, s, other, "pin_memory", self.tolerance)
 
 
 def _try_extra(runner: _Runner, base: Mapping[str, Any], extra: Mapping[str, Any], phase: str,

@@ -125,30 +125,12 @@ def tune_loader(
     neither; ``on_load_change``: a stored result measured under another load is measured again
     (``"retune"``), returned with a ``StaleTuneWarning`` (``"warn"``) or as it is (``"ignore"``).
     """
-    if batch_size < 1:
-        raise DetloaderValueError(f"batch_size={batch_size} must be >= 1")
-    if budget_s <= 0 or not math.isfinite(budget_s):
-        raise DetloaderValueError(f"budget_s={budget_s} must be a positive number of seconds")
-    if cache not in CACHE_CHOICES:
-        raise DetloaderValueError(f"cache={cache!r}; valid: {list(CACHE_CHOICES)}")
-    if on_load_change not in LOAD_CHANGE_CHOICES:
-        raise DetloaderValueError(f"on_load_change={on_load_change!r}; valid: {list(LOAD_CHANGE_CHOICES)}")
-    if len(dataset) == 0:
-        raise DetloaderValueError("tune_loader: the dataset is empty (len(dataset)=0)")
-    grid = [normalise_candidate(c) for c in candidates] if candidates is not None else None
-    if grid is not None and not grid:
-        raise DetloaderValueError("candidates=[]: give at least one setting, or None to search")
+    grid = _checked_grid(dataset, batch_size, budget_s, cache, on_load_change, candidates)
     step_label = _step_label(step_time)
     key = cache_key(dataset, batch_size) if cache else {}
-    stored = load_result(key) if cache is True and grid is None else None
-    if stored is not None and stored.step_time == step_label:
-        check = check_load(stored) if on_load_change != "ignore" else None
-        if check is None or not check.changed:
-            return stored
-        if on_load_change == "warn":
-            warnings.warn(f"stored tuning result of {stored.created}: {check.describe()}; "
-                          "tune_loader(..., cache='refresh') measures again", StaleTuneWarning, stacklevel=2)
-            return stored
+    stored = _stored_result(key, step_label, on_load_change) if cache is True and grid is None else None
+    if stored is not None:
+        return stored
 
     start = time.perf_counter()
 
@@ -168,12 +150,7 @@ def tune_loader(
         cap, cap_reason = worker_cap(machine, max_workers, respect_busy)
     if device == "auto":
         device = machine.accelerator if machine.can_pin else None
-    factory, threads_cap = loader_factory, 0
-    if factory is None:
-        factory = default_loader_factory(dataset, batch_size, collate_fn)
-        if grid is None and hasattr(dataset, "with_decode_threads"):
-            # 2 threads are tried even when busy CPUs cap the workers (threads cost no process)
-            threads_cap = max(cap, 2) if machine.usable_cpus >= 2 else cap
+    factory, threads_cap = _factory(dataset, batch_size, collate_fn, loader_factory, machine, cap, grid is None)
     outcome = search_settings(
         factory, batch_size=batch_size, cap=cap, can_pin=machine.can_pin,
         budget_s=max(0.5, budget_s - (time.perf_counter() - start)), tolerance=tolerance,
@@ -182,21 +159,89 @@ def tune_loader(
     )
     s = outcome.chosen_trial.settings
     result = TuneResult(
-        recommended=loader_kwargs(s["num_workers"], pin_memory=bool(s.get("pin_memory")),
-                                  prefetch_factor=s.get("prefetch_factor") or 2,
-                                  persistent_workers=bool(s.get("persistent_workers", True))),
-        explanation="", summary="", machine=machine, data=data, trials=outcome.trials, chosen=outcome.chosen,
-        batch_size=batch_size, dataset_size=len(dataset), budget_s=float(budget_s),
-        spent_s=time.perf_counter() - start, window_s=outcome.window_s, stop=outcome.stop, worker_cap=cap,
-        cap_reason=cap_reason, tolerance=tolerance, step_time=step_label, device=device,
-        decode_threads=int(s.get("decode_threads", 0)), key=key,
+        recommended=_recommended(s), explanation="", summary="", machine=machine, data=data,
+        trials=outcome.trials, chosen=outcome.chosen, batch_size=batch_size, dataset_size=len(dataset),
+        budget_s=float(budget_s), spent_s=time.perf_counter() - start, window_s=outcome.window_s,
+        stop=outcome.stop, worker_cap=cap, cap_reason=cap_reason, tolerance=tolerance, step_time=step_label,
+        device=device, decode_threads=int(s.get("decode_threads", 0)), key=key,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     )
     result.explanation, result.summary = explain(result), summary(result)
     if cache and grid is None:
-        try:
-            save_result(result)
-        except OSError as err:  # a full disk costs the store, never the measured result
-            warnings.warn(f"tuning result not saved, measured again next time: {err}", DetloaderRuntimeWarning,
-                          stacklevel=2)
+        _save(result)
     return result
+
+
+def _factory(dataset: Any, batch_size: int, collate_fn: Callable[[list[Any]], Any] | None,
+             loader_factory: LoaderFactory | None, machine: MachineProbe, cap: int,
+             searching: bool) -> tuple[LoaderFactory, int]:
+    """The loader factory to measure (``loader_factory``, else :func:`default_loader_factory`)
+    and the most decode threads to try: 0 unless the search runs on the default factory and the
+    dataset takes ``with_decode_threads``; then ``cap``, and 2 even when busy CPUs cap the
+    workers lower (threads cost no process), when 2 CPUs are usable."""
+    if loader_factory is not None:
+        return loader_factory, 0
+    factory, threads_cap = default_loader_factory(dataset, batch_size, collate_fn), 0
+    if searching and hasattr(dataset, "with_decode_threads"):
+        threads_cap = max(cap, 2) if machine.usable_cpus >= 2 else cap
+    return factory, threads_cap
+
+
+def _recommended(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The loader keyword arguments of the chosen trial's ``settings``."""
+    return loader_kwargs(settings["num_workers"], pin_memory=bool(settings.get("pin_memory")),
+                         prefetch_factor=settings.get("prefetch_factor") or 2,
+                         persistent_workers=bool(settings.get("persistent_workers", True)))
+
+
+def _save(result: TuneResult) -> None:
+    """Store ``result``; a store that cannot be written (a full disk) costs the store, never
+    the measured result: a warning naming :func:`tune_loader`'s caller."""
+    try:
+        save_result(result)
+    except OSError as err:
+        warnings.warn(f"tuning result not saved, measured again next time: {err}", DetloaderRuntimeWarning,
+                      stacklevel=3)
+
+
+def _checked_grid(
+    dataset: Any,
+    batch_size: int,
+    budget_s: float,
+    cache: bool | str,
+    on_load_change: str,
+    candidates: Sequence[Mapping[str, Any]] | None,
+) -> list[dict[str, Any]] | None:
+    """The candidates completed (:func:`normalise_candidate`; None: search), once
+    :func:`tune_loader`'s arguments are checked (ValueError naming the first bad one)."""
+    if batch_size < 1:
+        raise DetloaderValueError(f"batch_size={batch_size} must be >= 1")
+    if budget_s <= 0 or not math.isfinite(budget_s):
+        raise DetloaderValueError(f"budget_s={budget_s} must be a positive number of seconds")
+    if cache not in CACHE_CHOICES:
+        raise DetloaderValueError(f"cache={cache!r}; valid: {list(CACHE_CHOICES)}")
+    if on_load_change not in LOAD_CHANGE_CHOICES:
+        raise DetloaderValueError(f"on_load_change={on_load_change!r}; valid: {list(LOAD_CHANGE_CHOICES)}")
+    if len(dataset) == 0:
+        raise DetloaderValueError("tune_loader: the dataset is empty (len(dataset)=0)")
+    grid = [normalise_candidate(c) for c in candidates] if candidates is not None else None
+    if grid is not None and not grid:
+        raise DetloaderValueError("candidates=[]: give at least one setting, or None to search")
+    return grid
+
+
+def _stored_result(key: dict[str, Any], step_label: float | str | None, on_load_change: str) -> TuneResult | None:
+    """The stored result for ``key`` when it measured the same step and may be returned: its
+    load unchanged, ``on_load_change="ignore"``, or ``"warn"`` (with a :class:`StaleTuneWarning`
+    naming :func:`tune_loader`'s caller); None: measure."""
+    stored = load_result(key)
+    if stored is None or stored.step_time != step_label:
+        return None
+    check = check_load(stored) if on_load_change != "ignore" else None
+    if check is None or not check.changed:
+        return stored
+    if on_load_change == "warn":
+        warnings.warn(f"stored tuning result of {stored.created}: {check.describe()}; "
+                      "tune_loader(..., cache='refresh') measures again", StaleTuneWarning, stacklevel=3)
+        return stored
+    return None

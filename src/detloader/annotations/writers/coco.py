@@ -46,23 +46,11 @@ def write_coco(
     img_dir = root / "images"
     image_attrs = attribute_rows(index.image_attributes, index.vocab.image_attributes)
     object_attrs = attribute_rows(index.object_attributes, index.vocab.object_attributes)
-    schema = index.landmark_schema
-    k = len(schema)
-    with_points = np.zeros(len(index.classes), dtype=bool)
-    if k and index.num_objects:
-        has = index.visibility.any(axis=1)
-        with_points[np.unique(index.labels[has])] = True
+    categories, with_points = _categories(index)
     category_ids = index.category_ids.tolist()
     image_ids = index.image_ids.tolist()
     if len(set(image_ids)) != len(image_ids):  # several files' ids together: renumbered by row
         image_ids = list(range(1, len(index) + 1))
-    categories: list[dict[str, Any]] = []
-    for c, name in enumerate(index.classes):
-        cat: dict[str, Any] = {"id": category_ids[c], "name": name, "supercategory": ""}
-        if with_points[c]:
-            cat["keypoints"] = list(schema.names)
-            cat["skeleton"] = skeleton_for(schema)
-        categories.append(cat)
     image_records: list[dict[str, Any]] = []
     annotations: list[list[dict[str, Any]]] = []  # per image
     written: list[str] = []  # each image's path relative to the dataset root, "/" separated
@@ -88,15 +76,8 @@ def write_coco(
         f"instances_{name}.json": ids for name, ids in files.items()
     }
     for json_name, ids in parts.items():
-        data = {
-            "info": {"description": "written by detloader", "version": "1.0"},
-            "licenses": [],
-            "images": [image_records[i] for i in ids],
-            "annotations": [a for i in ids for a in annotations[i]],
-            "categories": categories,
-        }
-        with atomic_write(root / json_name, "w") as fh:
-            json.dump(data, fh, ensure_ascii=False)
+        _write_json(root / json_name, [image_records[i] for i in ids], [a for i in ids for a in annotations[i]],
+                    categories)
     if index.splits and not exact:
         from detloader._system import VERSION
 
@@ -104,6 +85,40 @@ def write_coco(
         paths = {name: [written[int(i)] for i in ids] for name, ids in index.splits.items()}
         write_splits_json(root, paths, made)
     return root / file_name if files is None else root
+
+
+def _categories(index: AnnotationIndex) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """The COCO categories of ``index``'s classes (its category ids), with the landmark names
+    and skeleton for each class that has an object with a visible or hidden point; and which
+    classes those are (bool ``[C]``)."""
+    schema = index.landmark_schema
+    with_points = np.zeros(len(index.classes), dtype=bool)
+    if len(schema) and index.num_objects:
+        has = index.visibility.any(axis=1)
+        with_points[np.unique(index.labels[has])] = True
+    category_ids = index.category_ids.tolist()
+    categories: list[dict[str, Any]] = []
+    for c, name in enumerate(index.classes):
+        cat: dict[str, Any] = {"id": category_ids[c], "name": name, "supercategory": ""}
+        if with_points[c]:
+            cat["keypoints"] = list(schema.names)
+            cat["skeleton"] = skeleton_for(schema)
+        categories.append(cat)
+    return categories, with_points
+
+
+def _write_json(path: Path, images: list[dict[str, Any]], annotations: list[dict[str, Any]],
+                categories: list[dict[str, Any]]) -> None:
+    """One COCO file at ``path``, written atomically."""
+    data = {
+        "info": {"description": "written by detloader", "version": "1.0"},
+        "licenses": [],
+        "images": images,
+        "annotations": annotations,
+        "categories": categories,
+    }
+    with atomic_write(path, "w") as fh:
+        json.dump(data, fh, ensure_ascii=False)
 
 
 def split_files(index: AnnotationIndex) -> dict[str, np.ndarray] | None:

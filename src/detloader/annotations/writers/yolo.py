@@ -45,20 +45,7 @@ def write_yolo(
     if val_fraction is not None and not (isinstance(val_fraction, (int, float)) and 0 < val_fraction < 1):
         raise DetloaderValueError(f"val_fraction={val_fraction!r} must be a number between 0 and 1 (exclusive)")
     placer = ImagePlacer(index, images)
-    named: dict[str, str] = {}  # data.yaml key -> split
-    for split, members in index.splits.items():
-        key = split_role(split)
-        if key is not None and key not in named and len(members):
-            named[key] = split
-    cut: dict[str, np.ndarray] = {}
-    if val_fraction is not None:
-        if "val" in named:
-            raise DetloaderValueError(
-                f"val_fraction={val_fraction}: the index has a val split already ({named['val']}); "
-                "pass val_fraction only for a dataset without one"
-            )
-        pool = index.splits[named["train"]] if "train" in named else _unlisted(index, named)
-        cut = _hold_out(np.asarray(pool, dtype=np.int64), float(val_fraction), seed)
+    named, cut = _named_splits(index, val_fraction, seed)
     whole = not index.splits and val_fraction is None  # train: images
     left = _unlisted(index, named, cut) if not whole else np.zeros(0, dtype=np.int64)
     if len(left):
@@ -79,21 +66,7 @@ def write_yolo(
         targets.append(target)
         label_file = lbl_dir / (os.path.splitext(placer.keys[i])[0] + ".txt")
         label_file.parent.mkdir(parents=True, exist_ok=True)
-        w, h = float(index.width[i]), float(index.height[i])
-        rows = []
-        for j in range(int(index.object_offsets[i]), int(index.object_offsets[i + 1])):
-            x1, y1, x2, y2 = (float(v) for v in index.boxes[j])
-            fields = [
-                str(int(index.labels[j])),
-                repr((x1 + x2) / 2 / w),
-                repr((y1 + y2) / 2 / h),
-                repr((x2 - x1) / w),
-                repr((y2 - y1) / h),
-            ]
-            for (x, y), v in zip(index.landmarks[j], index.visibility[j]):
-                fields += [repr(float(x) / w), repr(float(y) / h), str(int(v))] if v else ["0", "0", "0"]
-            rows.append(" ".join(fields) + "\n")
-        write_file(label_file, "".join(rows))
+        write_file(label_file, _label_text(index, i))
     config: dict[str, Any] = {}
     for split, members in index.splits.items():
         _write_list(root, f"{split}.txt", targets, members)
@@ -118,6 +91,49 @@ def write_yolo(
     for note in notes:
         warnings.warn(f"{path}: {note}", YoloExportWarning, stacklevel=2)
     return path
+
+
+def _named_splits(
+    index: AnnotationIndex, val_fraction: float | None, seed: int
+) -> tuple[dict[str, str], dict[str, np.ndarray]]:
+    """The split data.yaml names for each key (``train``, ``val``, ``test``: the first
+    non-empty split of that role), and with ``val_fraction`` the ``train`` / ``val`` parts held
+    out of the train split (or of the images in no split); refused when a val split exists."""
+    named: dict[str, str] = {}  # data.yaml key -> split
+    for split, members in index.splits.items():
+        key = split_role(split)
+        if key is not None and key not in named and len(members):
+            named[key] = split
+    cut: dict[str, np.ndarray] = {}
+    if val_fraction is not None:
+        if "val" in named:
+            raise DetloaderValueError(
+                f"val_fraction={val_fraction}: the index has a val split already ({named['val']}); "
+                "pass val_fraction only for a dataset without one"
+            )
+        pool = index.splits[named["train"]] if "train" in named else _unlisted(index, named)
+        cut = _hold_out(np.asarray(pool, dtype=np.int64), float(val_fraction), seed)
+    return named, cut
+
+
+def _label_text(index: AnnotationIndex, i: int) -> str:
+    """Image ``i``'s label file: a line per object, ``class cx cy w h`` normalised by the
+    image's size, then ``x y visibility`` per landmark (``0 0 0`` when absent)."""
+    w, h = float(index.width[i]), float(index.height[i])
+    rows = []
+    for j in range(int(index.object_offsets[i]), int(index.object_offsets[i + 1])):
+        x1, y1, x2, y2 = (float(v) for v in index.boxes[j])
+        fields = [
+            str(int(index.labels[j])),
+            repr((x1 + x2) / 2 / w),
+            repr((y1 + y2) / 2 / h),
+            repr((x2 - x1) / w),
+            repr((y2 - y1) / h),
+        ]
+        for (x, y), v in zip(index.landmarks[j], index.visibility[j]):
+            fields += [repr(float(x) / w), repr(float(y) / h), str(int(v))] if v else ["0", "0", "0"]
+        rows.append(" ".join(fields) + "\n")
+    return "".join(rows)
 
 
 def _unlisted(index: AnnotationIndex, named: dict[str, str], cut: dict[str, np.ndarray] | None = None) -> np.ndarray:
