@@ -39,7 +39,7 @@ __all__ = [
     "YoloExportWarning", "NotRegularFileError", "FileTooLargeError", "DiskFullError",
     "ImageDecodeError", "StoreTooLargeError", "TuneWarning", "StaleTuneWarning", "RunDirError",
     "DataMismatchError", "CheckpointError", "NonFiniteError", "NonFiniteLossError", "NonFiniteWeightsError",
-    "PredictionError", "RectBatchError", "ResumeSettingsError", "LoaderWorkerError", "PackError", "ShardError",
+    "PredictionError", "RectBatchError", "ResumeSettingsError", "LoaderWorkerError", "PackError", "StreamError",
     "StreamCacheLimitError",
 ]
 
@@ -239,21 +239,22 @@ class PackError(DetloaderValueError):
     a damaged manifest or packed index; the message names the file, the field and the value."""
 
 
-class ShardError(DetloaderError, OSError):
-    """A shard of a pack that cannot be had whole: its download failed after every retry (the
-    server gone, a timeout, a refused request) or its bytes do not match the hash the manifest
-    records. Nothing of it is served or left in the cache. ``str(err)`` names the URL, the shard
-    and what to try; ``err.url`` and ``err.shard`` (the shard's file name) hold them."""
+class StreamError(DetloaderError, OSError):
+    """A file of a pack (a shard, the packed index, the manifest) that cannot be had whole: its
+    download failed after every retry (the server gone, a timeout, a refused request), or its
+    bytes do not match the size and hash the manifest records. Nothing of it is served or left
+    in the cache. ``str(err)`` names the URL, the file and what to try; ``err.url`` (the pack's
+    URL or folder) and ``err.file`` (the file's name in the pack) hold them."""
 
-    def __init__(self, message: str, url: str = "", shard: str = "") -> None:
+    def __init__(self, message: str, url: str = "", file: str = "") -> None:
         super().__init__(message)
-        self.url, self.shard = url, shard
+        self.url, self.file = url, file
 
     def __str__(self) -> str:  # OSError's own text would be its errno fields
         return str(self.args[0]) if self.args else ""
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ShardError, (str(self), self.url, self.shard))
+        return (StreamError, (str(self), self.url, self.file))
 
 
 class StreamCacheLimitError(DetloaderValueError):
