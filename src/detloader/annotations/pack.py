@@ -363,7 +363,7 @@ def read_pack_index(
         StreamError: the manifest or the index cannot be fetched (see :func:`fetch_verified`).
     """
     location = pack_location(url_or_folder)
-    cache_root = Path(cache_dir)
+    cache_root = Path(cache_dir).absolute()  # meta["pack"] names it to workers, whatever their cwd
     cache_root.mkdir(parents=True, exist_ok=True)
     downloader = make_downloader(location, cache_root, None, storage_options)
     part = fetch_verified(downloader, location, MANIFEST_NAME, cache_root)
