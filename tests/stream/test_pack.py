@@ -288,3 +288,34 @@ def test_a_full_disk_is_named(tmp_path):
     with pytest.raises(DiskFullError, match=r"s3://b/p/chunk-0-0\.bin not cached, no space left"):
         fetch_verified(FullDisk(), "s3://b/p", "chunk-0-0.bin", tmp_path, 10, "0" * 64)
     assert list(tmp_path.iterdir()) == []
+
+
+class _Bytes:
+    """A map-style dataset of a pack's image bytes (what a DataLoader worker pickles)."""
+
+    def __init__(self, cache: ShardCache, n: int) -> None:
+        self.cache, self.n = cache, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, row: int) -> tuple[int, bytes]:
+        return row, self.cache.get(row)
+
+
+def _as_list(batch: list) -> list:
+    return batch
+
+
+@pytest.mark.slow
+def test_spawned_dataloader_workers_share_one_download_per_shard(source, packed, manifest, s3, tmp_path):
+    from torch.utils.data import DataLoader
+
+    prefix = "spawn"
+    index = read_pack_index(s3.upload(packed, prefix), tmp_path / "cache", cache_limit=manifest.total_bytes)
+    loader = DataLoader(_Bytes(ShardCache.for_index(index), len(index)), batch_size=2, num_workers=2,
+                        multiprocessing_context="spawn", collate_fn=_as_list)
+    got = dict(item for batch in loader for item in batch)
+    assert [got[r] for r in range(len(index))] == _originals(source)
+    names = sorted(p.rsplit("/", 1)[-1] for p, _ in s3.gets(f"/{prefix}/chunk-"))
+    assert names == sorted(s.filename for s in manifest.shards)  # once each, whichever worker asked first
