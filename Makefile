@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH_PIN)"
 	$(PY) -m pip install --quiet -e ".[dev]"
+# litdata (packs on an object store) without its declared dependencies: it declares
+# torchvision, which cannot be loaded beside the CPU torch, and never imports it
+	$(PY) -m pip install --quiet --no-deps "litdata==0.2.76" "lightning-utilities>=0.11"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -39,7 +39,8 @@ __all__ = [
     "YoloExportWarning", "NotRegularFileError", "FileTooLargeError", "DiskFullError",
     "ImageDecodeError", "StoreTooLargeError", "TuneWarning", "StaleTuneWarning", "RunDirError",
     "DataMismatchError", "CheckpointError", "NonFiniteError", "NonFiniteLossError", "NonFiniteWeightsError",
-    "PredictionError", "RectBatchError", "ResumeSettingsError", "LoaderWorkerError",
+    "PredictionError", "RectBatchError", "ResumeSettingsError", "LoaderWorkerError", "PackError", "StreamError",
+    "StreamCacheLimitError",
 ]
 
 
@@ -227,6 +228,39 @@ class LoaderWorkerError(DetloaderError, RuntimeError):
 
 class StoreTooLargeError(DetloaderValueError):
     """The store would not fit in the free disk space or memory; names both figures."""
+
+
+# -- packs on an object store ---------------------------------------------------------------
+
+
+class PackError(DetloaderValueError):
+    """A pack that cannot be written or read: an image that cannot be read while packing, a
+    manifest written by another pack version (``str(err)`` names the detloader that wrote it),
+    a damaged manifest or packed index; the message names the file, the field and the value."""
+
+
+class StreamError(DetloaderError, OSError):
+    """A file of a pack (a shard, the packed index, the manifest) that cannot be had whole: its
+    download failed after every retry (the server gone, a timeout, a refused request), or its
+    bytes do not match the size and hash the manifest records. Nothing of it is served or left
+    in the cache. ``str(err)`` names the URL, the file and what to try; ``err.url`` (the pack's
+    URL or folder) and ``err.file`` (the file's name in the pack) hold them."""
+
+    def __init__(self, message: str, url: str = "", file: str = "") -> None:
+        super().__init__(message)
+        self.url, self.file = url, file
+
+    def __str__(self) -> str:  # OSError's own text would be its errno fields
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (StreamError, (str(self), self.url, self.file))
+
+
+class StreamCacheLimitError(DetloaderValueError):
+    """A pack's shard cache whose byte limit cannot hold what it must: a shard bigger than the
+    limit, or the shard asked for beside those other processes of the node are reading.
+    ``str(err)`` names the limit, the bytes needed and what to try."""
 
 
 # -- tuning and training --------------------------------------------------------------------

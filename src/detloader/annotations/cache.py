@@ -142,8 +142,10 @@ def _writable(folder: Path) -> bool:
     return bool(mode & 0o222) and os.access(folder, os.W_OK)
 
 
-def save_index(index: AnnotationIndex, path: str | os.PathLike[str], key: str) -> Path:
-    """Write ``index`` to ``path`` atomically (temporary file + rename)."""
+def save_index(index: AnnotationIndex, path: str | os.PathLike[str], key: str, record: bool = True) -> Path:
+    """Write ``index`` to ``path`` atomically (temporary file + rename). ``record``: note it as
+    the dataset's index cache (``detloader cache list|clear`` find and remove it); False for a
+    file that is no cache (the index of a pack)."""
     path = Path(path)
     arrays = {name: np.ascontiguousarray(a) for name, a in index.arrays().items()}  # FIELDS order
     for name, members in index.splits.items():
@@ -180,7 +182,8 @@ def save_index(index: AnnotationIndex, path: str | os.PathLike[str], key: str) -
             fh.write(memoryview(arr).cast("B") if arr.nbytes else b"")
             pos = start + arr.nbytes
         fh.write(b"\0" * (_align(pos) - pos))
-    remember(path, "index", index.root)  # for `detloader cache list|clear`
+    if record:
+        remember(path, "index", index.root)  # for `detloader cache list|clear`
     return path
 
 
