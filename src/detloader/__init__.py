@@ -41,6 +41,8 @@ from detloader.errors import (
     DetloaderWarning,
     ImageDecodeError,
     LoaderWorkerError,
+    PackError,
+    StreamError,
     TuneWarning,
 )
 
@@ -158,4 +160,5 @@ __all__ = [
     # errors and warnings
     "DetloaderError", "DetloaderWarning", "AnnotationError", "ClassMapError", "CacheError",
     "ImageDecodeError", "LoaderWorkerError", "CheckpointError", "AnnotationWarning", "TuneWarning",
+    "PackError", "StreamError",
 ]

@@ -253,8 +253,14 @@ class AnnotationIndex:
         for name, members in self.splits.items():
             pos = position[members]
             splits[name] = np.sort(pos[pos >= 0])
+        meta = self.meta
+        pack = meta.get("pack")
+        if isinstance(pack, dict):  # each image keeps its row in the pack it is read from (dataset/shards.py)
+            rows = pack.get("rows")
+            rows = np.arange(n, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+            meta = {**meta, "pack": {**pack, "rows": rows[ids]}}
         return AnnotationIndex(
-            root=self.root, arrays=arrays, vocab=self.vocab, splits=splits, problems=self.problems, meta=self.meta
+            root=self.root, arrays=arrays, vocab=self.vocab, splits=splits, problems=self.problems, meta=meta
         )
 
     def split(self, name: str) -> AnnotationIndex:

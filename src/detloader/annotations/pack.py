@@ -34,11 +34,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from detloader._system.cache_dir import cache_root
 from detloader._system.files import no_room_error
 from detloader._system.locks import locked
 from detloader.annotations.cache import MappedIndex, load_index_file
 from detloader.annotations.index import AnnotationIndex
-from detloader.errors import CacheError, DiskFullError, MissingExtraError, PackError, StreamError
+from detloader.errors import CacheError, DetloaderValueError, DiskFullError, MissingExtraError, PackError, StreamError
 
 #: The pack format's version; a pack of another version is refused by name (:class:`PackError`).
 PACK_VERSION = 1
@@ -185,6 +186,65 @@ def _get(data: Any, key: str) -> Any:
 def is_url(location: str | os.PathLike[str]) -> bool:
     """Whether ``location`` names an object store prefix (``s3://``, ``gs://``, ...), not a folder."""
     return str(location).startswith(_SCHEMES)
+
+
+def is_pack(location: str | os.PathLike[str]) -> bool:
+    """Whether ``read_annotations(location)`` reads a pack: an object store prefix, or a folder
+    that holds a manifest (:data:`MANIFEST_NAME`)."""
+    return is_url(location) or (Path(location) / MANIFEST_NAME).is_file()
+
+
+#: The most a pack's shards may take in the stream cache when no limit is given (bytes).
+DEFAULT_CACHE_LIMIT = 16 << 30
+
+
+def default_cache_limit(cache_dir: str | os.PathLike[str]) -> int:
+    """The stream cache limit when none is given: :data:`DEFAULT_CACHE_LIMIT`, or half the room
+    left on the disk of ``cache_dir`` when that is less."""
+    folder = Path(cache_dir)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return DEFAULT_CACHE_LIMIT
+    return int(min(DEFAULT_CACHE_LIMIT, free // 2))
+
+
+def read_pack(
+    location: str | os.PathLike[str],
+    stream_cache: str | os.PathLike[str] | None,
+    stream_cache_limit: int | None,
+    storage_options: Mapping[str, Any] | None,
+    read_options: Sequence[str] = (),
+    classes: Sequence[str] | None = None,
+) -> AnnotationIndex:
+    """:func:`read_pack_index` as ``read_annotations`` calls it: the cache folder defaults to the
+    user cache folder's ``stream/``, the limit to :func:`default_cache_limit`. ``read_options``:
+    the read options the caller gave, refused by name (a pack holds an index read already);
+    ``classes``: the class list the caller expects (a checkpoint's), which must be the pack's.
+
+    Raises:
+        DetloaderValueError: a read option given, or a limit that is not a positive int.
+    """
+    if read_options:
+        raise DetloaderValueError(
+            f"{location}: {', '.join(read_options)} cannot apply to a pack: it holds an index read when it was "
+            "packed; read the source with those options and pack it again (detloader pack SRC OUT)"
+        )
+    if stream_cache_limit is not None and (
+        isinstance(stream_cache_limit, bool) or not isinstance(stream_cache_limit, int) or stream_cache_limit <= 0
+    ):
+        raise DetloaderValueError(f"stream_cache_limit={stream_cache_limit!r} is not a positive number of bytes")
+    folder = Path(stream_cache) if stream_cache is not None else cache_root() / "stream"
+    limit = stream_cache_limit if stream_cache_limit is not None else default_cache_limit(folder)
+    index = read_pack_index(location, folder, storage_options, cache_limit=limit)
+    if classes is not None and tuple(classes) != tuple(index.classes):
+        raise DetloaderValueError(
+            f"{location}: classes={list(classes)[:8]} differ from the pack's {list(index.classes)[:8]}: a pack holds "
+            "the index it was packed with; pack the source again read with those classes"
+        )
+    return index
 
 
 def pack_location(location: str | os.PathLike[str]) -> str:

@@ -21,6 +21,7 @@ from detloader.annotations.checks import ReadOptions
 from detloader.annotations.image_search import find_image_folder, search_message, should_search
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema
+from detloader.annotations.pack import is_pack, read_pack
 from detloader.annotations.parse import ProgressFn, build_index
 from detloader.annotations.problems import OnError, Problem, ProblemReport, apply_policy, check_choice, check_on_error
 from detloader.annotations.readers import READERS
@@ -149,6 +150,9 @@ def read_annotations(
     cache: bool | str = True,
     verify: str = "stat",
     progress: ProgressFn | None = None,
+    stream_cache: str | os.PathLike[str] | None = None,
+    stream_cache_limit: int | None = None,
+    storage_options: Mapping[str, Any] | None = None,
     **format_options: Any,
 ) -> AnnotationIndex:
     """Read a dataset's annotations into an :class:`AnnotationIndex` (cached on disk).
@@ -181,8 +185,26 @@ def read_annotations(
             identities) or ``"content"`` (also a hash of every annotation file's bytes, read on
             every load); docs/index.md, "The cache".
         progress: ``progress(done_files, total_files)`` during a cold build.
+        stream_cache, stream_cache_limit, storage_options: for a pack (``path`` an ``s3://``,
+            ``gs://``, ``azure://`` prefix, or a folder holding ``detloader-pack.json``): the
+            node's cache folder of its shards (default: the user cache folder's ``stream``), the
+            bytes they may take there (default: :func:`~detloader.annotations.pack.default_cache_limit`)
+            and the object store's options (endpoint, credentials; default: the environment's,
+            ``AWS_ENDPOINT_URL``, profiles). Only the pack's index is fetched, no image; read
+            options do not apply to it (it was read when packed): docs/loader.md, "Data on an
+            object store".
         **format_options: options of one reader (the reader options table of docs/formats.md).
     """
+    if is_pack(path):
+        given = {"format": format not in ("auto", "pack"), "class_map": bool(class_map),
+                 "landmark_schema": landmark_schema is not None, "one_based": one_based,
+                 "image_dir": image_dir is not None, "boxes_from_points": boxes_from_points != "enclose",
+                 **{name: True for name in format_options}}
+        check_on_error(on_error)
+        index = read_pack(path, stream_cache, stream_cache_limit, storage_options,
+                          [name for name, on in given.items() if on], classes)
+        apply_policy(index.problems, on_error, str(path))
+        return index
     p = _checked_path(path, on_error, cache, verify)
     options = _make_options(
         classes,

@@ -84,6 +84,34 @@ def add_dataset_arguments(parser: argparse.ArgumentParser, on_error_help: str | 
         "--allow-outside-images", action="store_true",
         help="follow image names that leave the dataset (../, absolute) and folder links that lead out of it",
     )
+    stream = parser.add_argument_group(
+        "a pack (PATH an s3://, gs://, azure:// prefix or a folder made by detloader pack)"
+    )
+    stream.add_argument("--stream-cache", metavar="DIR",
+                        help="the node's folder of the pack's shards (default: the user cache folder's stream/)")
+    stream.add_argument("--stream-cache-limit", metavar="BYTES", type=parse_bytes,
+                        help="bytes the shards may take there: 64MB, 20GB, 20GiB or a number (default: 16 GiB, "
+                        "or half the free disk)")
+
+
+#: Units of :func:`parse_bytes`.
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_bytes(text: str) -> int:
+    """``64MB``, ``1.5GiB`` or ``4096`` as bytes (argparse type: a bad size is a usage error naming it)."""
+    value = text.strip().upper().replace(" ", "")
+    number = value.rstrip("KMGTIB")
+    unit = value[len(number):]
+    try:
+        size = float(number) * _UNITS[unit]
+    except (KeyError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size: a number with B, KB, MB, GB, TB, KiB, MiB, GiB "
+                                         "or TiB (64MB, 20GiB)") from None
+    if not 1 <= size < 2**63:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1 byte")
+    return int(size)
 
 
 def add_cache_arguments(parser: argparse.ArgumentParser, bench: bool = False) -> None:
@@ -172,6 +200,9 @@ def dataset_kwargs(args: argparse.Namespace, *, given_only: bool = False) -> dic
     for flag, name, value in _SWITCHES:
         if getattr(args, flag):
             kwargs[name] = value
+    for name in ("stream_cache", "stream_cache_limit"):  # a pack's: read_annotations ignores them otherwise
+        if getattr(args, name, None) is not None:
+            kwargs[name] = getattr(args, name)
     return kwargs
 
 
@@ -195,7 +226,8 @@ def read_option_flags(options: Mapping[str, Any]) -> str:
             words.extend(f"--class-map {old}={new or ''}" for old, new in value.items())
         elif name == "classes" and isinstance(value, (list, tuple)):
             words.append(f"--classes {','.join(map(str, value))}")
-        elif name in ("format", "on_error", "image_dir", "images_by", "boxes_from_points"):
+        elif name in ("format", "on_error", "image_dir", "images_by", "boxes_from_points", "stream_cache",
+                      "stream_cache_limit"):
             words.append(f"--{name.replace('_', '-')} {value}")
         else:
             words.append(f"{name}={value!r}")

@@ -24,6 +24,7 @@ from detloader.cli._common import (
     add_read_arguments,
     console,
     count_table,
+    parse_bytes,
     print_attribute_counts,
     print_counts,
     print_json,
@@ -82,18 +83,39 @@ def _index(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     require_images(index, "index")
     summary = index.summary()
+    if "pack" in index.meta:  # its root is the node's cache folder: name the pack
+        summary["root"] = index.meta["pack"]["url"]
     if args.json:
         sources = index.meta.get("split_sources", {})
         print_json({**summary, "split_sources": sources, "seconds": round(seconds, 4), "cache_file": index.source_file})
     else:
         print_summary(summary, seconds, index.meta.get("split_sources"), args.top)
-        print_cache_line(index.source_file, args.path, args.no_cache)
+        if "pack" in index.meta:
+            print_pack_line(index.meta["pack"])
+        else:
+            print_cache_line(index.source_file, args.path, args.no_cache)
         if index.problems:
             from rich.markup import escape
 
             console().print(f"\n[yellow]{escape(index.problems.summary())}[/yellow]")
             console().print("run [bold]detloader validate[/bold] for the full list")
     return 1 if index.problems.errors else 0
+
+
+def print_pack_line(pack: dict[str, Any]) -> None:
+    """Where a pack's index came from and where its shards go: its URL, shards and bytes, the
+    node's stream cache folder and its limit (``index.meta["pack"]``)."""
+    from rich.markup import escape
+
+    from detloader.cli.cache import size
+
+    shards = pack["manifest"]["shards"]
+    total = sum(int(s["bytes"]) for s in shards)
+    limit = pack.get("cache_limit")
+    console().print(escape(
+        f"pack: {pack['url']}, {len(shards)} shards ({size(total)}); stream cache: {pack['cache_dir']} "
+        f"(limit {size(limit) if limit else 'none'}; only the manifest and the index are fetched until images are read)"
+    ))
 
 
 def print_cache_line(cache_file: str | None, path: str, no_cache: bool) -> None:
@@ -362,6 +384,41 @@ def _convert(args: argparse.Namespace) -> int:
     if index.problems:
         out.print(f"[yellow]source problems: {problems_line(index.problems)}[/yellow]")
         out.print("run [bold]detloader validate[/bold] on the source for the full list")
+    return 0
+
+
+def add_pack(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "pack",
+        help="pack a dataset (its index and images) into shards for an object store",
+        description="Read SRC (any format detloader reads) and write OUT: the index and every image's original "
+        "bytes in shards of litdata's chunk format, with a manifest of their sha256. Upload OUT (aws s3 sync OUT "
+        "s3://bucket/prefix) and read it from there: detloader index s3://bucket/prefix. Packing the same data "
+        "again writes the same bytes. Needs the stream extra (pip install 'detloader[stream]').",
+    )
+    add_read_arguments(p)
+    p.add_argument("out", help="output folder (created; must be empty unless --overwrite)")
+    p.add_argument("--shard-size", type=parse_bytes, default="64MB", metavar="BYTES",
+                   help="most bytes of one shard: 64MB (default), 256MiB, ...")
+    p.add_argument("--overwrite", action="store_true", help="replace what OUT holds")
+    p.set_defaults(func=_pack)
+
+
+def _pack(args: argparse.Namespace) -> int:
+    from detloader.annotations.writers.pack import write_pack
+
+    index = read_index(args, reports_problems=True)
+    require_images(index, "pack")
+    with progress_bar("packing", enabled=True) as progress:
+        out = write_pack(index, args.out, args.shard_size, overwrite=args.overwrite, progress=progress)
+    from detloader.annotations.pack import MANIFEST_NAME, PackManifest
+
+    manifest = PackManifest.from_json((out / MANIFEST_NAME).read_bytes())
+    shown = console()
+    shown.print(f"packed {len(index)} images, {index.num_objects} objects in {len(manifest.shards)} shards "
+                f"({manifest.total_bytes / 2**20:.1f} MiB) to {out}")
+    if index.problems:
+        shown.print(f"[yellow]source problems: {problems_line(index.problems)}[/yellow] (packed with the index)")
     return 0
 
 

@@ -16,6 +16,7 @@ from detloader.errors import LoaderWorkerError, NonFiniteError
 #: ``add_<command>``.
 _ADDERS = (
     demo.add_demo, data.add_synth, data.add_index, data.add_validate, data.add_split, data.add_convert,
+    data.add_pack,
     data.add_show, speed.add_tune, stats.add_stats, train.add_train, train.add_evaluate, speed.add_bench,
     cache.add_cache,
 )

@@ -18,7 +18,7 @@ import functools
 import operator
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, Literal
 
@@ -29,6 +29,7 @@ from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.annotations.problems import check_choice, check_int
 from detloader.annotations.stratify import rarest_class_per_image
 from detloader.dataset.sample import Sample
+from detloader.dataset.shards import ShardCache, pack_rows
 from detloader.dataset.store import CacheKind, ImageStore, cache_size_from, decode_to_size
 from detloader.errors import (
     DetloaderIndexError,
@@ -73,6 +74,11 @@ class DetectionDataset(torch.utils.data.Dataset):
         class_flip_pairs: the classes a mirror swaps (``[("redleft", "redright")]``), in place of
             the pairs inferred from the class names (:class:`ClassFlip`); ``[]`` says no class
             has a side.
+        storage_options: for an index read from a pack (``read_annotations("s3://...")``), the
+            object store's options as given there (endpoint, credentials; default: the
+            environment's). Its images are read from their shards (:attr:`shards`, a
+            :class:`~detloader.dataset.shards.ShardCache`: each shard downloaded once per node, kept
+            under the ``stream_cache_limit``); ``cache`` is refused for a pack.
 
     A transform that can mirror gets the flip warnings of :func:`~detloader.transforms.base.mirror_maps`
     once, here (docs/loader.md, "Flips: classes and points with a side").
@@ -99,6 +105,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         cache_size: int | Resize | None = None,
         flip_pairs: Sequence[tuple[str | int, str | int]] | None = None,
         class_flip_pairs: Sequence[tuple[str | int, str | int]] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(index, AnnotationIndex):
             raise DetloaderTypeError(f"index={type(index).__name__}: expected an AnnotationIndex")
@@ -120,6 +127,16 @@ class DetectionDataset(torch.utils.data.Dataset):
         self.on_decode_error: OnDecodeError = on_decode_error
         self._substitutes = Substitutes(index, self.seed, on_decode_error == "skip")
         self.store: ImageStore | None = None
+        #: the shards of the pack the index was read from (None: images are files)
+        self.shards: ShardCache | None = None
+        self._pack_rows = pack_rows(index)
+        if self._pack_rows is not None:
+            if cache is not None:
+                raise DetloaderValueError(
+                    f"cache={cache!r}: {index.meta['pack']['url']} is a pack, and the image store is tied to "
+                    "image files on disk; leave cache out (the stream cache keeps the shards, stream_cache_limit)"
+                )
+            self.shards = ShardCache.for_index(index, storage_options=storage_options)
         if cache is not None:
             size = cache_size if cache_size is not None else cache_size_from(transform)
             if size is None:
@@ -189,7 +206,11 @@ class DetectionDataset(torch.utils.data.Dataset):
         if self.reduced_decode and self.transform is not None:
             hint = functools.partial(min_input_size, (self.transform,))
         path = idx.image_path(i)
-        decoded = read_image(path, expected_size=ann_size, exif=self.exif, min_size=hint)
+        if self.shards is not None and self._pack_rows is not None:
+            decoded = self.shards.read(int(self._pack_rows[i]), expected_size=ann_size, exif=self.exif,
+                                       min_size=hint, source=f"{self.shards.url}: {idx.relative_image_path(i)}")
+        else:
+            decoded = read_image(path, expected_size=ann_size, exif=self.exif, min_size=hint)
         if decoded.exif_ignored:
             self._warn_once(
                 "exif",

@@ -37,9 +37,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from detloader._system.locks import held_elsewhere, locked
 from detloader.annotations.pack import PackManifest, fetch_verified, make_downloader
-from detloader.errors import DetloaderIndexError, DetloaderValueError, PackError, StreamCacheLimitError
+from detloader.errors import (
+    DetloaderIndexError,
+    DetloaderValueError,
+    ImageDecodeError,
+    PackError,
+    StreamCacheLimitError,
+)
+from detloader.images import Decoded, ExifPolicy, MinSize, decode_image
 
 _PART = re.compile(r"^\.(?P<name>.+)\.\d+\.\d+\.part")
 _WANT = re.compile(r"^\.(?P<name>.+)\.want$")
@@ -48,6 +57,17 @@ ROOM_WAIT_S = 60.0
 _POLL_S = 0.05
 _U32 = struct.Struct("<I")
 _PAIR = struct.Struct("<II")
+
+
+def pack_rows(index: Any) -> np.ndarray | None:
+    """The row in its pack of each image of ``index`` (a packed index or a subset of one:
+    :meth:`~detloader.annotations.index.AnnotationIndex.subset` carries them in
+    ``meta["pack"]["rows"]``); None for an index not read from a pack."""
+    pack = index.meta.get("pack")
+    if not isinstance(pack, Mapping):
+        return None
+    rows = pack.get("rows")
+    return np.arange(len(index), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
 
 
 class ShardCache:
@@ -185,6 +205,20 @@ class ShardCache:
                 f"{item.get('row')!r}: a damaged pack, pack the dataset again"
             )
         return bytes(item["bytes"])
+
+    def read(
+        self, row: int, *, expected_size: tuple[int, int] | None = None, exif: ExifPolicy = "auto",
+        min_size: MinSize = None, source: str | None = None,
+    ) -> Decoded:
+        """:func:`~detloader.images.decode_image` of :meth:`get` ``(row)``, as
+        :func:`~detloader.images.read_image` reads a file: ``source`` (default: the pack's URL and
+        the row) names it in errors; running out of memory on it is its ImageDecodeError."""
+        source = source or f"{self.url} row {row}"
+        try:
+            return decode_image(self.get(row), expected_size=expected_size, exif=exif, min_size=min_size,
+                                source=source)
+        except MemoryError as err:
+            raise ImageDecodeError(f"{source}: out of memory reading or decoding the image") from err
 
     def _item(self, fd: int, shard: int, local: int) -> bytes:
         """Item ``local``'s raw bytes in the chunk open at ``fd`` (litdata's layout: uint32 count,

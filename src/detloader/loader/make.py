@@ -24,9 +24,11 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, Sequen
 from detloader._system import accelerator_available
 from detloader._system.pool import worker_context
 from detloader.annotations.problems import check_int
+from detloader.balance.shard_order import ShardLocalSampler
 from detloader.balance.weighted import WeightedSampler, make_balanced_sampler
 from detloader.balance.weights import NO_BALANCE
 from detloader.balance.wrappers import AspectRatioBatchSampler, PartnerSampler
+from detloader.dataset.shards import pack_rows
 from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError
 from detloader.loader.collate import collate_detection
 from detloader.loader.workers import DetectionLoader, watch_parent
@@ -92,6 +94,32 @@ def resolve_balance(
         )
     ranks = {"rank": 0, "world_size": 1} if global_draw else {}
     return make_balanced_sampler(index, balance, by=by, seed=_seed(seed), **ranks)
+
+
+def resolve_shard_order(dataset: Any, sampler: Sampler[Any] | None, *, seed: int | None,
+                        global_draw: bool = False) -> Sampler[Any]:
+    """For a dataset read from a pack (``dataset.shards``): the loader's draw, the balanced
+    ``sampler`` or (None) ``shuffle=True``'s permutation, in a shard-local order
+    (:class:`~detloader.balance.shard_order.ShardLocalSampler`: the same multiset, grouped by
+    shard into windows of half the stream cache, so a node fetches each shard about once an
+    epoch). A balanced draw is shared out to the ranks as the balanced samplers share it; the
+    shuffle's permutation is each rank's whole, as without a pack (and so is a ``global_draw``
+    that a batch sampler shares out)."""
+    shards = dataset.shards
+    rows = pack_rows(dataset.index)
+    manifest = shards.manifest
+    first = np.array([s.first_row for s in manifest.shards], dtype=np.int64)
+    shard_of = np.searchsorted(first, rows, side="right") - 1
+    shard_bytes = np.array([s.bytes for s in manifest.shards], dtype=np.int64)
+    ranks: dict[str, int] = {}
+    if sampler is None:  # shuffle=True: a seeded permutation, each rank's whole
+        sampler_seed = np.random.SeedSequence(_seed(seed)).generate_state(2, np.uint64)[0]
+        order = torch.Generator().manual_seed(int(sampler_seed) & (2**63 - 1))
+        sampler = RandomSampler(dataset, generator=order)  # type: ignore[arg-type]
+        ranks = {"rank": 0, "world_size": 1}
+    elif global_draw:
+        ranks = {"rank": 0, "world_size": 1}
+    return ShardLocalSampler(sampler, shard_of, shard_bytes, int(shards.limit), seed=_seed(seed), **ranks)
 
 
 def _seed(seed: int | None) -> int:
@@ -360,11 +388,15 @@ def make_loader(
             "cannot be combined with them",
             ("batch_sampler", batch_sampler is not None),
         )
-    if balance is not None and not (isinstance(balance, str) and balance == NO_BALANCE):
+    balanced = balance is not None and not (isinstance(balance, str) and balance == NO_BALANCE)
+    if balanced:
         sampler = resolve_balance(
             dataset, balance, by=balance_by, seed=seed, shuffle=shuffle, sampler=sampler, batch_sampler=batch_sampler,
             global_draw=bool(group_by_aspect),
         )
+    if getattr(dataset, "shards", None) is not None and (balanced or (shuffle and sampler is None)):
+        sampler = resolve_shard_order(dataset, sampler, seed=seed, global_draw=bool(group_by_aspect))
+        shuffle = False
     if mosaic is not None or mixup is not None or group_by_aspect:
         dataset, sampler, batch_sampler = resolve_augment_order(
             dataset, mosaic=mosaic, mixup=mixup, group_by_aspect=group_by_aspect, sampler=sampler,
