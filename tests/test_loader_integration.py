@@ -93,12 +93,12 @@ def test_num_workers_auto_uses_the_heuristic_and_says_so(dataset):
 @pytest.mark.slow
 def test_num_workers_auto_uses_a_cached_tuning_result(dataset, monkeypatch):
     from detloader import tune_loader
-    from detloader.tune import saved
+    from detloader.loader import auto
 
     result = tune_loader(dataset, batch_size=8, budget_s=8, max_workers=1)
     # the load as it was when tuned (a load that changed is the staleness tests' subject)
     machine = result.machine
-    monkeypatch.setattr(saved, "current_free_cpus", lambda: (machine.free_cpus, machine.usable_cpus))
+    monkeypatch.setattr(auto, "current_free_cpus", lambda: (machine.free_cpus, machine.usable_cpus))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a cached result: no heuristic warning
         loader = make_loader(dataset, batch_size=8, num_workers="auto")

@@ -30,10 +30,10 @@ from detloader.balance.weights import NO_BALANCE
 from detloader.balance.wrappers import AspectRatioBatchSampler, PartnerSampler
 from detloader.dataset.shards import pack_rows
 from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError
+from detloader.loader.auto import auto_loader_kwargs
 from detloader.loader.collate import collate_detection
 from detloader.loader.workers import DetectionLoader, watch_parent
 from detloader.transforms.mix import MixUp, Mosaic, group_size
-from detloader.tune.saved import auto_loader_kwargs
 
 
 class WorkerInit:

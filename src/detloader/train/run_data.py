@@ -250,7 +250,7 @@ class RunData:
     train: Any
     val: Any
     record: dict[str, Any]
-    #: :func:`detloader.tune.saved.dataset_hash` of the whole dataset: what ``detloader tune`` files it under
+    #: :func:`detloader.loader.auto.dataset_hash` of the whole dataset: what ``detloader tune`` files it under
     data_hash: str = ""
 
     def split_info(self, role: str) -> dict[str, Any]:
@@ -314,7 +314,7 @@ def prepare_data(config: TrainConfig, env: DistEnv | None = None) -> RunData:
         parts = {"train": (cut[t], t, how), "val": (cut[v], v, how)}
     if not len(parts["train"][0]):
         raise DetloaderValueError(f"{root}: no image to train on in split {t!r}: {parts['train'][2]}")
-    from detloader.tune.saved import dataset_hash
+    from detloader.loader.auto import dataset_hash
 
     return RunData(parts["train"][0], parts["val"][0], data_record(index, parts), dataset_hash(index))
 
@@ -416,11 +416,11 @@ def _settings(kwargs: dict[str, Any], pin: bool) -> str:
 def choose_loader(dataset: Any, data_hash: str, num_workers: int | str, batch_size: int, pin: bool,
                   data: str | None = None) -> LoaderChoice:
     """The loader settings of a run training on ``dataset`` (its training part) at ``batch_size``;
-    ``data_hash``: :func:`detloader.tune.saved.dataset_hash` of the whole dataset (what ``detloader
+    ``data_hash``: :func:`detloader.loader.auto.dataset_hash` of the whole dataset (what ``detloader
     tune`` files its result under); ``num_workers``: the run's setting (an int is taken as it is;
-    ``"auto"`` is :func:`detloader.tune.saved.auto_settings`'s, as ``make_loader``'s is); ``pin``:
+    ``"auto"`` is :func:`detloader.loader.auto.auto_settings`'s, as ``make_loader``'s is); ``pin``:
     whether batches are pinned; ``data``: the dataset path the line names."""
-    from detloader.tune.saved import auto_settings
+    from detloader.loader.auto import auto_settings
 
     if num_workers != "auto":
         kwargs: dict[str, Any] = {"num_workers": int(num_workers)}
@@ -431,7 +431,7 @@ def choose_loader(dataset: Any, data_hash: str, num_workers: int | str, batch_si
     result, check = auto.result, auto.load
     if result is not None and check is not None:
         kwargs["decode_threads"] = kwargs["decode_threads"] if kwargs["num_workers"] == 0 else 0
-        rate = result.chosen_trial.images_per_s
+        rate = result.images_per_s
         when = f" of {result.created[:10]}" if result.created else ""
         why = (f"the saved tune result{when} for this machine and dataset ({rate:.0f} img/s at batch size "
                f"{result.batch_size})")

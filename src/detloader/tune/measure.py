@@ -18,6 +18,7 @@ import numpy as np
 
 from detloader import _system
 from detloader.errors import DetloaderValueError
+from detloader.loader.auto import loader_kwargs  # noqa: F401  (measure's users read it here)
 from detloader.tune.probe import Record, device_synchronizer
 
 LoaderFactory = Callable[..., Iterable[Any]]
@@ -63,21 +64,6 @@ class Trial(Record):
     @property
     def ok(self) -> bool:
         return self.error is None and self.images > 0
-
-
-def loader_kwargs(
-    num_workers: int, pin_memory: bool = False, prefetch_factor: int | None = 2, persistent_workers: bool = True
-) -> dict[str, Any]:
-    """The four DataLoader keyword arguments the tuner sets, valid together (with
-    ``num_workers=0`` DataLoader refuses a ``prefetch_factor`` and ``persistent_workers``)."""
-    if num_workers < 0:
-        raise DetloaderValueError(f"num_workers={num_workers} must be >= 0")
-    if num_workers == 0:
-        return {"num_workers": 0, "pin_memory": bool(pin_memory), "prefetch_factor": None, "persistent_workers": False}
-    if prefetch_factor is None or prefetch_factor < 1:
-        raise DetloaderValueError(f"prefetch_factor={prefetch_factor} must be >= 1 when num_workers > 0")
-    return {"num_workers": int(num_workers), "pin_memory": bool(pin_memory),
-            "prefetch_factor": int(prefetch_factor), "persistent_workers": bool(persistent_workers)}
 
 
 def images_in(batch: Any, default: int) -> int:

@@ -16,6 +16,7 @@ import numpy as np
 
 from detloader import _system
 from detloader.errors import DetloaderValueError
+from detloader.loader.auto import free_cpus
 
 R = TypeVar("R", bound="Record")
 
@@ -88,11 +89,6 @@ def device_synchronizer(device: str) -> Callable[[], None]:
 
     sync = getattr(getattr(torch, torch.device(device).type, None), "synchronize", None)
     return sync if callable(sync) else (lambda: None)
-
-
-def free_cpus(usable: int, affinity: int, busy: float) -> float:
-    """CPUs left for us: affinity CPUs minus those others keep busy, capped by ``usable``."""
-    return max(0.0, min(float(usable), affinity - busy))
 
 
 def probe_machine(busy_window_s: float = 1.0) -> MachineProbe:
