@@ -279,3 +279,22 @@ def _alive(process) -> bool:
     except psutil.NoSuchProcess:
         return False
 
+
+# -- the command line -----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_cli_reads_the_url(url, manifest, s3, tmp_path, capsys):
+    pytest.importorskip("faster_coco_eval")
+    from detloader.cli import main
+
+    stream = ["--stream-cache", str(tmp_path / "stream"), "--stream-cache-limit", str(manifest.total_bytes // 2)]
+    assert main(["index", url, *stream]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"{url} (voc): {IMAGES} images") and f"pack: {url}, {len(manifest.shards)} shards" in text
+    assert main(["stats", url, *stream, "--balance", "sqrt"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"{url}: {IMAGES} images") and "# balance sqrt by class" in text
+    assert main(["show", url, *stream, "--n", "4", "--out", str(tmp_path / "grid.png")]) == 0
+    assert "grid.png: 4 images" in capsys.readouterr().out and (tmp_path / "grid.png").stat().st_size > 0
+    assert _cached_bytes(detloader.read_annotations(url, stream_cache=tmp_path / "stream")) <= manifest.total_bytes // 2
