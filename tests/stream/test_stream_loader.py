@@ -297,4 +297,12 @@ def test_the_cli_reads_the_url(url, manifest, s3, tmp_path, capsys):
     assert text.startswith(f"{url}: {IMAGES} images") and "# balance sqrt by class" in text
     assert main(["show", url, *stream, "--n", "4", "--out", str(tmp_path / "grid.png")]) == 0
     assert "grid.png: 4 images" in capsys.readouterr().out and (tmp_path / "grid.png").stat().st_size > 0
+    run = tmp_path / "run"
+    common = ["--size", "64", "--batch-size", "8", "--width", "4", "--num-workers", "0", "--out", str(run)]
+    assert main(["train", url, *stream, "--epochs", "1", "--balance", "sqrt", *common]) == 0
+    text = capsys.readouterr().out
+    assert "epoch 1/1: loss" in text and "mAP@0.5" in text
+    assert main(["evaluate", str(run / "last.pt"), url, *stream]) == 0
+    text = capsys.readouterr().out
+    assert "mAP@0.5" in text and "images" in text
     assert _cached_bytes(detloader.read_annotations(url, stream_cache=tmp_path / "stream")) <= manifest.total_bytes // 2
