@@ -48,7 +48,8 @@ SHARDS = 50
 
 def _s3_environment() -> None:
     os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
-                      AWS_REQUEST_CHECKSUM_CALCULATION="when_required", AWS_RESPONSE_CHECKSUM_VALIDATION="when_required")
+                      AWS_REQUEST_CHECKSUM_CALCULATION="when_required",
+                      AWS_RESPONSE_CHECKSUM_VALIDATION="when_required")
 
 
 def _epochs_per_second(loader, epochs: tuple[int, ...]) -> list[float]:
