@@ -94,6 +94,13 @@ def add_dataset_arguments(parser: argparse.ArgumentParser, on_error_help: str | 
                         "or half the free disk)")
 
 
+
+def dataset_location(index: Any) -> str:
+    """Where the user's dataset is, as the commands name it: a pack's URL (or folder) for an index
+    read from a pack (its ``root`` is the node's stream cache folder), else the index's root."""
+    pack = index.meta.get("pack")
+    return str(pack["url"]) if isinstance(pack, Mapping) else str(index.root)
+
 #: Units of :func:`parse_bytes`.
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -295,7 +302,7 @@ def require_images(index: AnnotationIndex, what: str) -> None:
     if errors:
         hints.append("detloader validate lists every problem")
     tail = f"; {'; '.join(hints)}" if hints else ""
-    raise DetloaderValueError(f"{index.root}: no images to {what}: {reason}{tail}")
+    raise DetloaderValueError(f"{dataset_location(index)}: no images to {what}: {reason}{tail}")
 
 
 @contextmanager

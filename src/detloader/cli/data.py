@@ -24,6 +24,7 @@ from detloader.cli._common import (
     add_read_arguments,
     console,
     count_table,
+    dataset_location,
     parse_bytes,
     print_attribute_counts,
     print_counts,
@@ -83,8 +84,7 @@ def _index(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     require_images(index, "index")
     summary = index.summary()
-    if "pack" in index.meta:  # its root is the node's cache folder: name the pack
-        summary["root"] = index.meta["pack"]["url"]
+    summary["root"] = dataset_location(index)  # a pack's root is the node's cache folder: its URL
     if args.json:
         sources = index.meta.get("split_sources", {})
         print_json({**summary, "split_sources": sources, "seconds": round(seconds, 4), "cache_file": index.source_file})

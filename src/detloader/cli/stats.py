@@ -72,8 +72,8 @@ def _stats(args: argparse.Namespace) -> int:
         index = index.split(args.split)
     common.require_images(index, "describe")
     if "image_class" in by and not index.image_classes:
-        raise DetloaderValueError(f"--by image_class: {index.root} has no image classes (an image attribute 'class', "
-                         "a CVAT tag); --by class groups by object class")
+        raise DetloaderValueError(f"--by image_class: {common.dataset_location(index)} has no image classes (an "
+                                  "image attribute 'class', a CVAT tag); --by class groups by object class")
     stats = dataset_stats(index)
     report = None
     if args.balance:
@@ -91,7 +91,8 @@ def _stats(args: argparse.Namespace) -> int:
             return 2
     if args.json:
         problems = index.problems.counts()
-        common.print_json({"path": str(index.root), "by": list(by), **body, "stats": stats, "problems": problems})
+        common.print_json({"path": common.dataset_location(index), "by": list(by), **body, "stats": stats,
+                           "problems": problems})
         return 0
     print_stats(index, stats, args.top)
     if report is not None:
@@ -135,7 +136,7 @@ def print_stats(index: Any, stats: dict[str, Any], top: int = class_rows.TOP) ->
 
     out = common.console()
     out.print(
-        f"[bold]{escape(str(index.root))}[/bold]: {stats['images']} images, {stats['objects']} objects "
+        f"[bold]{escape(common.dataset_location(index))}[/bold]: {stats['images']} images, {stats['objects']} objects "
         f"({stats['objects_per_image']['mean']:.2f} per image, max {stats['objects_per_image']['max']}), "
         f"{stats['empty_images']} without objects"
     )

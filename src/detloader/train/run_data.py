@@ -274,7 +274,8 @@ def prepare_data(config: TrainConfig, env: DistEnv | None = None) -> RunData:
     from detloader.annotations.splits import split_role
 
     env = env or init_distributed("cpu")
-    root = Path(config.data) if config.data is not None else _synthetic_root(config, env)
+    # a URL (a pack on an object store) stays a string: Path() would fold its '//'
+    root = config.data if config.data is not None else _synthetic_root(config, env)
     options = dict(config.read_options)
     if env.is_main:
         index = detloader.read_annotations(root, **options)
