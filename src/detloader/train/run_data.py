@@ -135,8 +135,9 @@ def _split(index: Any, name: str, source: str) -> dict[str, Any]:
 def data_record(index: Any, parts: Mapping[str, tuple[Any, str, str]]) -> dict[str, Any]:
     """What a checkpoint records of its data: ``index`` is the whole dataset, ``parts`` maps a
     role (``"train"``, ``"val"``) to (its index, split name, how it was found or made)."""
+    pack = index.meta.get("pack")
     return {
-        "root": str(index.root),
+        "root": str(pack["url"] if isinstance(pack, Mapping) else index.root),  # a pack: its URL, not this node's cache
         "format": index.meta.get("format", ""),
         "classes": list(index.classes),
         "image_classes": list(index.image_classes),
