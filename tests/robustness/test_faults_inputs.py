@@ -4,13 +4,15 @@ absurd worker counts. Each ends with the right result or a named problem or erro
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 from helpers import voc_dataset, voc_object, voc_xml, write_image
 
-from detloader import DetectionDataset, read_annotations
+from detloader import AnnotationError, DetectionDataset, read_annotations
+from detloader.annotations.readers import coco as coco_reader
 
 # -- 1. names that are not UTF-8 --------------------------------------------------------------
 ODD = os.fsdecode(b"a\xffb")  # how Python names a file whose name holds the byte 0xff
@@ -54,3 +56,90 @@ def test_names_not_utf8_read_cold_and_cached(tmp_path, monkeypatch, fmt, folder,
     assert type(index).__name__ == "MappedIndex"  # the second read came from the cache
     ds = DetectionDataset(index)
     assert [tuple(ds[i].image.shape) for i in range(len(ds))] == [(3, 48, 64)] * 2
+
+
+# -- 2. COCO values that break the columns ----------------------------------------------------
+def _coco(root: Path, data: dict) -> Path:
+    for name in ("a.jpg", "b.jpg"):
+        write_image(root / "images" / name)
+    path = root / "annotations.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+_IMAGES = [
+    {"id": 1, "file_name": "a.jpg", "width": 64, "height": 48},
+    {"id": 2, "file_name": "b.jpg", "width": 64, "height": 48},
+]
+_OBJECTS = [
+    {"id": 7, "image_id": 1, "category_id": 1, "bbox": [1, 1, 10, 10]},
+    {"id": 8, "image_id": 2, "category_id": 1, "bbox": [2, 2, 10, 10]},
+]
+_CATS = [{"id": 1, "name": "cat"}]
+
+
+@pytest.fixture(params=["fast", "general"])
+def coco_path(request, monkeypatch):
+    """Both COCO paths: the typed fast one, and the general one (forced)."""
+    if request.param == "general":
+        monkeypatch.setattr(coco_reader, "parse_fast", lambda *a: False)
+    return request.param
+
+
+def _coco_read(path: Path):
+    return read_annotations(path, cache=False, on_error="skip")
+
+
+@pytest.mark.parametrize("huge", [2**70, -(2**63) - 1, 1e30])
+def test_coco_image_id_beyond_64_bits_is_named(tmp_path, coco_path, huge):
+    images = [dict(_IMAGES[0], id=huge), _IMAGES[1]]
+    objects = [dict(_OBJECTS[0], image_id=huge), _OBJECTS[1]]
+    index = _coco_read(_coco(tmp_path, {"images": images, "annotations": objects, "categories": _CATS}))
+    assert len(index) == 1 and index.num_objects == 1
+    shown = [str(p) for p in index.problems]
+    assert shown[0] == (
+        f"annotations.json: images[0]/id: id={huge!r} is outside the 64-bit integer range (image skipped)"
+    )
+    assert shown[1].startswith(f"annotations.json: annotations[0]/image_id: image_id={huge!r} is outside")
+    with pytest.raises(AnnotationError, match=r"images\[0\]/id: id=1180591620717411303424"):
+        read_annotations(_coco(tmp_path / "r", {"images": [dict(_IMAGES[0], id=2**70)]}), cache=False)
+
+
+@pytest.mark.parametrize("objects", [_OBJECTS, []])
+def test_coco_file_without_images_is_named(tmp_path, coco_path, objects):
+    path = _coco(tmp_path, {"annotations": objects, "categories": _CATS})
+    index = _coco_read(path)
+    assert len(index) == 0
+    assert [str(p) for p in index.problems] == [
+        "annotations.json: images: images is missing (keys: annotations, categories) (file skipped)"
+    ]
+    with pytest.raises(AnnotationError, match="images is missing"):
+        read_annotations(path, cache=False)
+
+
+def test_coco_empty_images_with_objects_names_each_object(tmp_path, coco_path):
+    index = _coco_read(_coco(tmp_path, {"images": [], "annotations": _OBJECTS, "categories": _CATS}))
+    assert len(index) == 0
+    assert [p.element for p in index.problems] == ["annotations[0]/image_id", "annotations[1]/image_id"]
+
+
+def test_coco_repeated_annotation_ids_are_named_with_both_positions(tmp_path, coco_path):
+    objects = [_OBJECTS[0], dict(_OBJECTS[1], id=7), dict(_OBJECTS[0]), {**_OBJECTS[1], "id": 9}]
+    index = _coco_read(_coco(tmp_path, {"images": _IMAGES, "annotations": objects, "categories": _CATS}))
+    assert index.num_objects == 3  # the exact copy (annotations[2]) counts once
+    assert [str(p) for p in index.problems] == [
+        "annotations.json: annotations[1]/id: id=7 repeats annotations[0] for another object (object kept)",
+        "annotations.json: annotations[2]/id: id=7 repeats annotations[0], the same object again (object skipped)",
+    ]
+    assert {p.severity for p in index.problems} == {"repaired"}
+
+
+@pytest.mark.parametrize("name", [{"x": 1}, ["a", "b"], True, 1.5])
+def test_coco_category_name_that_is_not_text_is_named(tmp_path, coco_path, name):
+    cats = [{"id": 1, "name": name}, {"id": 2, "name": "dog"}]
+    objects = [_OBJECTS[0], dict(_OBJECTS[1], category_id=2)]
+    index = _coco_read(_coco(tmp_path, {"images": _IMAGES, "annotations": objects, "categories": cats}))
+    assert index.classes == ("dog",) and index.num_objects == 1
+    shown = [str(p) for p in index.problems]
+    assert shown[0] == f"annotations.json: categories[0]/name: name={name!r} is not a text (category skipped)"
+    assert "annotations[0]/category_id: category_id=1 is not in categories" in shown[1]

@@ -74,6 +74,8 @@ KINDS: dict[str, str] = {
     "too_many_pixels": "the image header declares more pixels than the cap (max_pixels)",
     "images_found_elsewhere": "the layout's image folder lacks the images; they were read from the folder found",
     "duplicate_image": "the same image is annotated by more than one file or record",
+    "duplicate_object": "a COCO annotation id repeats an earlier one's: a copy of that object is skipped, another "
+    "object kept",
     "non_finite": "a coordinate is NaN or infinite",
     "empty_box": "box with xmax <= xmin or ymax <= ymin",
     "box_outside_image": "box lies (partly) outside the image",
