@@ -13,6 +13,8 @@ from helpers import voc_dataset, voc_object, voc_xml, write_image
 
 from detloader import AnnotationError, DetectionDataset, read_annotations
 from detloader.annotations.readers import coco as coco_reader
+from detloader.annotations.readers.yolo_config import expanded_values
+from detloader.errors import YoloConfigError
 
 # -- 1. names that are not UTF-8 --------------------------------------------------------------
 ODD = os.fsdecode(b"a\xffb")  # how Python names a file whose name holds the byte 0xff
@@ -143,3 +145,71 @@ def test_coco_category_name_that_is_not_text_is_named(tmp_path, coco_path, name)
     shown = [str(p) for p in index.problems]
     assert shown[0] == f"annotations.json: categories[0]/name: name={name!r} is not a text (category skipped)"
     assert "annotations[0]/category_id: category_id=1 is not in categories" in shown[1]
+
+
+# -- 3. YOLO: lines with extra values, data.yaml that expands ---------------------------------
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (
+            "0 0.5 0.5 0.2 0.2 0.4 0.4",
+            "labels/train/a.txt: line 2: 6 values after the class and no kpt_shape: a segment of 3 points "
+            "(2 lines of this file) (boxed by the extent of its points; keypoints need kpt_shape in data.yaml)",
+        ),
+        (
+            "0 0.5 0.5 0.2 0.2 0.4 0.4 2",
+            "labels/train/a.txt: line 2: 7 values after the class: not cx cy w h nor a segment's x y pairs "
+            "(keypoints need kpt_shape in data.yaml) (object skipped)",
+        ),
+    ],
+)
+def test_yolo_line_with_extra_values_and_no_kpt_shape_is_named(tmp_path, line, expected):
+    root = _yolo_dataset(tmp_path / "d", ["a"])
+    (root / "labels" / "train" / "a.txt").write_text(f"0 0.5 0.5 0.2 0.2\n{line}\n{line}\n")
+    index = read_annotations(root, on_error="skip", cache=False)
+    shown = [str(p) for p in index.problems]
+    assert shown[0] == expected
+    assert len(shown) == (1 if "segment of" in expected else 2)  # a segment: once per file
+
+
+def _bomb(levels: int) -> str:
+    lines = ['a: &a ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    for prev, name in zip("abcdefghij", "bcdefghijk"[: levels - 1]):
+        lines.append(f"{name}: &{name} [{', '.join(['*' + prev] * 9)}]")
+    return "\n".join(lines) + f"\nnames: *{'abcdefghijk'[levels - 1]}\ntrain: images/train\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (_bomb(8), "data.yaml: expands to more than 1,000,000 values through YAML aliases"),  # 9**8 values
+        (_bomb(10), "data.yaml: expands to more than 1,000,000 values through YAML aliases"),
+        ("names: &a [x, *a]\ntrain: images/train\n", "data.yaml: a YAML alias .* refers to a value that holds it"),
+        ("names: [cat, [dog, cow]]\ntrain: images/train\n", r"data.yaml: names\[1\] is a list, not a class name"),
+        ("names: " + "[" * 20000 + "]" * 20000 + "\n", "data.yaml: not readable YAML: nested too deeply"),
+    ],
+    ids=["aliases-9**8", "aliases-9**10", "self", "nested-name", "deep"],
+)
+def test_yolo_data_yaml_that_expands_is_refused_by_name(tmp_path, text, message):
+    root = _yolo_dataset(tmp_path / "d", ["a"])
+    (root / "data.yaml").write_text(text)
+    assert len(text) < 1024 or "[[[" in text
+    with pytest.raises(YoloConfigError, match=message):
+        read_annotations(root, cache=False)
+
+
+def test_yolo_data_yaml_with_a_few_aliases_still_reads(tmp_path):
+    root = _yolo_dataset(tmp_path / "d", ["a"])
+    (root / "data.yaml").write_text("base: &n [cat, dog]\nnames: *n\ntrain: &t images/train\nval: *t\n")
+    index = read_annotations(root, cache=False)
+    assert index.classes == ("cat", "dog") and len(index) == 1
+
+
+def test_expanded_values_counts_without_expanding():
+    shared = ["x"] * 10
+    # the dict, its key, the outer list and two copies of a list of 10
+    assert expanded_values({"a": [shared, shared]}, 100) == 1 + 1 + 1 + 2 * 11
+    assert expanded_values([shared] * 1000, 50) == 51  # stops just over the cap
+    loop: list = []
+    loop.append(loop)
+    assert expanded_values({"k": loop}, 100) == -1

@@ -82,6 +82,8 @@ KINDS: dict[str, str] = {
     "box_clipped": "box partly outside the image, clipped to it",
     "box_from_points": "object with landmarks and no box: boxed by its points, by the image, or "
     "skipped (boxes_from_points=); reported once per file",
+    "box_from_segment": "YOLO lines of x y pairs without kpt_shape (segments, or keypoints whose kpt_shape is "
+    "missing): boxed by the extent of their points; reported once per file",
     "unknown_class": "class not in the given class list",
     "landmark_outside_image": "landmark outside the image; kept with visibility 0",
     "unknown_landmark": "landmark name not in the landmark schema",
