@@ -8,13 +8,15 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import voc_dataset, voc_object, voc_xml, write_image
 
 from detloader import AnnotationError, DetectionDataset, read_annotations
 from detloader.annotations.readers import coco as coco_reader
 from detloader.annotations.readers.yolo_config import expanded_values
-from detloader.errors import YoloConfigError
+from detloader.errors import PredictionError, YoloConfigError
+from detloader.train.metrics import as_predictions, score_predictions
 
 # -- 1. names that are not UTF-8 --------------------------------------------------------------
 ODD = os.fsdecode(b"a\xffb")  # how Python names a file whose name holds the byte 0xff
@@ -213,3 +215,72 @@ def test_expanded_values_counts_without_expanding():
     loop: list = []
     loop.append(loop)
     assert expanded_values({"k": loop}, 100) == -1
+
+
+# -- 5. predictions that cannot be scored -----------------------------------------------------
+@pytest.fixture
+def two_images(tmp_path):
+    files = {
+        "a": voc_xml("a.jpg", [voc_object("cat", (10, 10, 30, 30))]),
+        "b": voc_xml("b.jpg", [voc_object("cat", (5, 5, 25, 25))]),
+    }
+    return read_annotations(voc_dataset(tmp_path / "voc", files), cache=False)
+
+
+_HIT = {"boxes": [[10, 10, 30, 30]], "scores": [0.9], "labels": [0]}
+
+
+@pytest.mark.parametrize("image_id", [0.7, True, "0.5", [0], np.float64(1.5), np.array([0, 1])])
+def test_prediction_image_id_that_is_no_integer_is_named(two_images, image_id):
+    with pytest.raises(PredictionError, match=r"image_id=.* is not an integer image id"):
+        score_predictions([dict(_HIT, image_id=image_id)], two_images)
+    with pytest.raises(PredictionError, match=r"image_id=0.7 is not an integer image id"):
+        score_predictions({0.7: _HIT}, two_images)  # the key, too, is never truncated
+
+
+def test_prediction_integral_ids_of_any_type_are_read(two_images):
+    pytest.importorskip("pycocotools")
+    entries = [dict(_HIT, image_id=np.int64(0)), dict(_HIT, image_id=1.0, boxes=[[5, 5, 25, 25]])]
+    assert score_predictions(entries, two_images)["precision"] == 1.0
+    assert score_predictions({"0": _HIT, 1: dict(_HIT, image_id=1, boxes=[[5, 5, 25, 25]])}, two_images)["tp"] == 2
+
+
+def test_prediction_id_that_differs_from_its_key_is_named(two_images):
+    with pytest.raises(PredictionError, match="the entry under image_id=0 has image_id=1; give one id"):
+        score_predictions({0: dict(_HIT, image_id=1), 1: _HIT}, two_images)
+    own = as_predictions(dict(_HIT, image_id=1))
+    with pytest.raises(PredictionError, match="the entry under image_id=0 has image_id=1"):
+        score_predictions({0: own}, two_images)
+
+
+@pytest.mark.parametrize(
+    ("box", "message"),
+    [
+        ([1e30, 1e30, 2e30, 2e30], r"box 1 is \[1e\+30, 1e\+30, 2e\+30, 2e\+30\] \(2 such in 2 images\)"),
+        ([0, 0, 1e30, 1e30], r"box 1 is \[0, 0, 1e\+30, 1e\+30\] \(2 such in 2 images\)"),
+        ([0, 0, 2e5, 2e5], r"box 1 is \[0, 0, 200000, 200000\] \(2 such"),  # over COCO's largest area
+        ([1e30, 1e30, 1e30, 1e30], r"box 1 is \[1e\+30, 1e\+30, 1e\+30, 1e\+30\]"),  # no area, no pixel either
+        ([0, 0, float("inf"), 5], r"box 1 is \[0.0, 0.0, inf, 5.0\] \(2 such in 2 images\)"),
+        ([float("nan"), 0, 5, 5], r"box 1 is \[nan, 0.0, 5.0, 5.0\] \(2 such"),
+    ],
+)
+def test_prediction_boxes_beyond_any_image_are_counted_and_named(two_images, box, message):
+    entries = {
+        0: {"boxes": [[10, 10, 30, 30], box], "scores": [0.9, 0.95], "labels": [0, 0]},
+        1: {"boxes": [[5, 5, 25, 25], box], "scores": [0.9, 0.95], "labels": [0, 0]},
+    }
+    with pytest.raises(PredictionError, match=r"image_id=0: " + message):
+        score_predictions(entries, two_images)
+
+
+def test_prediction_score_outside_0_1_is_counted(two_images):
+    entries = {0: dict(_HIT, scores=[1e30]), 1: dict(_HIT, scores=[float("nan")])}
+    with pytest.raises(PredictionError, match=r"image_id=0: score 1.00000001504\d+e\+30 is outside \[0, 1\] \(2 such"):
+        score_predictions(entries, two_images)
+
+
+def test_prediction_far_outside_the_image_is_a_false_positive(two_images):
+    pytest.importorskip("pycocotools")
+    entries = {0: {"boxes": [[10, 10, 30, 30], [5000, 5000, 5100, 5100]], "scores": [0.9, 0.95], "labels": [0, 0]}}
+    metrics = score_predictions(entries, two_images)
+    assert (metrics["tp"], metrics["fp"], metrics["precision"]) == (1, 1, 0.5)
