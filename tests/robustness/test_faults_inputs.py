@@ -284,3 +284,50 @@ def test_prediction_far_outside_the_image_is_a_false_positive(two_images):
     entries = {0: {"boxes": [[10, 10, 30, 30], [5000, 5000, 5100, 5100]], "scores": [0.9, 0.95], "labels": [0, 0]}}
     metrics = score_predictions(entries, two_images)
     assert (metrics["tp"], metrics["fp"], metrics["precision"]) == (1, 1, 0.5)
+
+
+# -- 9. absurd settings -----------------------------------------------------------------------
+def test_num_workers_over_the_cpu_cap_is_refused_by_name(monkeypatch, small_synth_root, capsys):
+    import resource
+
+    from detloader import make_loader
+    from detloader._system import cpus
+    from detloader.cli import main
+    from detloader.loader.make import check_num_workers
+    from detloader.train import TrainConfig
+
+    monkeypatch.setattr(cpus, "usable_cpus", lambda: 16)
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert check_num_workers(64) == 64 and check_num_workers(0) == 0
+    expected = (
+        "num_workers=100000 is over the cap of 64 (4 per usable CPU, 16 here, at least 32): more workers only "
+        "wait for each other; use fewer, or num_workers='auto' (--num-workers auto)"
+    )
+    with pytest.raises(ValueError) as err:
+        check_num_workers(100000)
+    assert str(err.value) == expected
+    with pytest.raises(ValueError, match="num_workers=65 is over the cap of 64"):
+        TrainConfig(num_workers=65)
+    index = read_annotations(small_synth_root)
+    with pytest.raises(ValueError, match="num_workers=100000 is over the cap of 64"):
+        make_loader(DetectionDataset(index), num_workers=100000)
+    assert main(["train", str(small_synth_root), "--num-workers", "100000"]) == 2
+    assert capsys.readouterr().err.strip().endswith(expected)
+    monkeypatch.setattr(cpus, "usable_cpus", lambda: 1)
+    assert check_num_workers(32) == 32  # a small machine still gets 32
+    with pytest.raises(ValueError, match=r"num_workers=33 is over the cap of 32 \(4 per usable CPU, 1 here"):
+        check_num_workers(33)
+
+
+def test_num_workers_over_the_open_file_limit_is_refused_by_name(monkeypatch):
+    import resource
+
+    from detloader._system import cpus
+    from detloader.loader.make import check_num_workers
+
+    monkeypatch.setattr(cpus, "usable_cpus", lambda: 64)
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (1024, 4096))
+    assert check_num_workers(128) == 128
+    message = r"num_workers=129 is over the cap of 128 \(the open-file limit, ulimit -n 1024, at 8 descriptors"
+    with pytest.raises(ValueError, match=message):
+        check_num_workers(129)
