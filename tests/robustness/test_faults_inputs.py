@@ -62,6 +62,22 @@ def test_names_not_utf8_read_cold_and_cached(tmp_path, monkeypatch, fmt, folder,
     assert [tuple(ds[i].image.shape) for i in range(len(ds))] == [(3, 48, 64)] * 2
 
 
+@pytest.mark.filterwarnings("ignore:.*no val split")
+@pytest.mark.parametrize("fmt", ["voc", "coco", "yolo"])
+def test_writing_a_name_that_is_not_utf8_as_text_is_refused_before_anything_is_written(tmp_path, fmt):
+    from detloader.annotations.writers.export import write_annotations
+
+    index = read_annotations(_voc_odd(tmp_path / "src"))
+    index.splits["train"] = np.arange(len(index))  # YOLO writes split lists: names as text
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=r"a\\xffb.jpg': the image's name is not UTF-8 \(1 of 2 images so named\)"):
+        write_annotations(index, out, fmt)
+    assert not out.exists()
+    odd_folder = read_annotations(voc_dataset(tmp_path / os.fsdecode(b"set\xfe"), {"x": voc_xml("x.jpg")}))
+    written = write_annotations(odd_folder, out, fmt)  # the folder's name is not written: fine
+    assert len(read_annotations(written)) == 1
+
+
 # -- 2. COCO values that break the columns ----------------------------------------------------
 def _coco(root: Path, data: dict) -> Path:
     for name in ("a.jpg", "b.jpg"):
