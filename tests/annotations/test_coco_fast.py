@@ -52,7 +52,11 @@ def _messy(tmp_path: Path, seed: int) -> Path:
             record["keypoints"] = []
         if rng.random() < 0.05:
             record["bbox"] = [x, y, 0, h]
+        if rng.random() < 0.04:
+            record["id"] = rng.randint(0, j)  # repeats an earlier id, for another object
         objects.append(record)
+        if rng.random() < 0.03:
+            objects.append(dict(record, id=record["id"]))  # the same object again
     categories = [{"id": 5, "name": "b"}, {"id": 1, "name": "a"}, {"id": 2, "name": "a"}, {"id": 7, "name": "unused"}]
     folder = tmp_path / f"d{seed}"
     for i in range(36):  # 36.jpg is missing
@@ -81,7 +85,7 @@ def test_fast_path_gives_the_general_paths_index_and_problems(tmp_path, monkeypa
     assert arrays_equal(fast, general) and fast.vocab == general.vocab
     assert fast.problems.to_list() == general.problems.to_list()
     assert fast.num_objects > 50 and len(fast.problems) > 10
-    assert {p.kind for p in fast.problems} >= {"bad_value", "empty_box", "missing_image"}
+    assert {p.kind for p in fast.problems} >= {"bad_value", "empty_box", "missing_image", "duplicate_object"}
 
 
 @pytest.mark.parametrize(

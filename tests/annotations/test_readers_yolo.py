@@ -119,6 +119,8 @@ def test_bad_lines_name_file_and_line(tmp_path):
         "labels/train/a.txt: line 4: 'abc' is not a number (object skipped)",
         "labels/train/a.txt: line 5: 3 values after the class: not cx cy w h (object skipped)",
         "labels/train/a.txt: line 6: xmax=50 <= xmin=50 (object skipped)",
+        "labels/train/a.txt: line 7: 6 values after the class and no kpt_shape: a segment of 3 points (1 line of "
+        "this file) (boxed by the extent of its points; keypoints need kpt_shape in data.yaml)",
     ]
     assert index.num_objects == 2  # the good line and the segment (its extent)
     np.testing.assert_allclose(index.boxes[1], [10, 5, 30, 20])

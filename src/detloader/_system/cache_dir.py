@@ -43,7 +43,7 @@ def remember(path: str | os.PathLike[str], kind: str, root: str | os.PathLike[st
     line = json.dumps({
         "path": str(Path(path).absolute()), "kind": kind, "root": str(Path(root).absolute()),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-    }, ensure_ascii=False) + "\n"
+    }) + "\n"  # ASCII escapes: a name that is not UTF-8 (surrogate escapes) reads back exactly
     try:
         folder = cache_root()
         folder.mkdir(parents=True, exist_ok=True)

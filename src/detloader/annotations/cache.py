@@ -58,7 +58,7 @@ def _align(n: int) -> int:
 def _tagged(root: Path) -> str:
     """``NAME-TAG``: the folder of the dataset at the resolved ``root`` in a cache folder (TAG:
     16 hex digits of its path, so that two datasets of one name stay apart)."""
-    return f"{root.name}-{hashlib.blake2b(str(root).encode('utf-8'), digest_size=8).hexdigest()}"
+    return f"{root.name}-{hashlib.blake2b(str(root).encode('utf-8', 'surrogateescape'), digest_size=8).hexdigest()}"
 
 
 def cache_dir_for(root: str | os.PathLike[str]) -> Path:
@@ -169,7 +169,7 @@ def save_index(index: AnnotationIndex, path: str | os.PathLike[str], key: str, r
         "meta": index.meta,
         "arrays": table,
     }
-    blob = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    blob = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogateescape")
     data_start = _align(_PREFIX.size + len(blob))
     with atomic_write(path) as fh:
         fh.write(_PREFIX.pack(MAGIC, CACHE_VERSION, zlib.crc32(blob), len(blob)))
@@ -216,7 +216,7 @@ def _read_header(path: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
     if zlib.crc32(blob) != header_crc:
         raise CacheError(f"{path}: damaged header (CRC-32 mismatch)")
     try:
-        header = json.loads(blob.decode("utf-8"))
+        header = json.loads(blob.decode("utf-8", "surrogateescape"))
     except ValueError as err:
         raise CacheError(f"{path}: damaged header ({err})") from None
     if not isinstance(header, dict) or not isinstance(header.get("arrays"), dict):
@@ -361,11 +361,12 @@ def content_key(
     also of the files' bytes (each file's digest into ``digests`` when given)."""
     root = os.stat(source.root)
     h = hashlib.blake2b(digest_size=16)
-    h.update(f"{READER_VERSION}\0{CACHE_VERSION}\0{name}\0{options_json}\0{root.st_dev}\0{root.st_ino}\0".encode())
+    head = f"{READER_VERSION}\0{CACHE_VERSION}\0{name}\0{options_json}\0{root.st_dev}\0{root.st_ino}\0"
+    h.update(head.encode("utf-8", "surrogateescape"))  # names not UTF-8 (surrogate escapes) hash as their bytes
     image_dirs = [dir_identity(source.root / d) for d in source.image_dirs or ()]  # images added or removed
-    h.update(json.dumps([source.facts(), image_dirs], sort_keys=True).encode())
+    h.update(json.dumps([source.facts(), image_dirs], sort_keys=True).encode("utf-8", "surrogateescape"))
     names, *numbers = zip(*source.stamp) if source.stamp else ((),)
-    h.update("\n".join(names).encode())
+    h.update("\n".join(names).encode("utf-8", "surrogateescape"))
     for typecode, column in zip("qqqQ", numbers):  # mtime, size, ctime, inode: 10k files in about 1 ms
         h.update(array.array(typecode, column).tobytes())
     for rel, *_ in source.stamp if verify == "content" else ():

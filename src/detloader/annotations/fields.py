@@ -82,8 +82,10 @@ def array_names() -> list[str]:
 
 
 def pack_strings(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """UTF-8 blob (uint8) and int64 offsets ``[n + 1]`` for a list of strings."""
-    encoded = [s.encode("utf-8") for s in strings]
+    """UTF-8 blob (uint8) and int64 offsets ``[n + 1]`` for a list of strings. A file name that is
+    not UTF-8 reaches Python with surrogate escapes (``os.fsdecode``); it is stored as its own
+    bytes (``surrogateescape``) and read back as the same string, the exact name on disk."""
+    encoded = [s.encode("utf-8", "surrogateescape") for s in strings]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     if encoded:
         np.cumsum([len(e) for e in encoded], out=offsets[1:])
@@ -93,13 +95,13 @@ def pack_strings(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
 
 def unpack_string(blob: np.ndarray, offsets: np.ndarray, i: int) -> str:
     """String ``i`` of a blob made by :func:`pack_strings`."""
-    return blob[offsets[i] : offsets[i + 1]].tobytes().decode("utf-8")
+    return blob[offsets[i] : offsets[i + 1]].tobytes().decode("utf-8", "surrogateescape")
 
 
 def unpack_strings(blob: np.ndarray, offsets: np.ndarray) -> list[str]:
     """Every string of a blob made by :func:`pack_strings`, in order (one copy of the blob)."""
     data = blob.tobytes()
-    return [data[a:b].decode("utf-8") for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+    return [data[a:b].decode("utf-8", "surrogateescape") for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
 
 
 @dataclass(frozen=True)

@@ -74,12 +74,16 @@ KINDS: dict[str, str] = {
     "too_many_pixels": "the image header declares more pixels than the cap (max_pixels)",
     "images_found_elsewhere": "the layout's image folder lacks the images; they were read from the folder found",
     "duplicate_image": "the same image is annotated by more than one file or record",
+    "duplicate_object": "a COCO annotation id repeats an earlier one's: a copy of that object is skipped, another "
+    "object kept",
     "non_finite": "a coordinate is NaN or infinite",
     "empty_box": "box with xmax <= xmin or ymax <= ymin",
     "box_outside_image": "box lies (partly) outside the image",
     "box_clipped": "box partly outside the image, clipped to it",
     "box_from_points": "object with landmarks and no box: boxed by its points, by the image, or "
     "skipped (boxes_from_points=); reported once per file",
+    "box_from_segment": "YOLO lines of x y pairs without kpt_shape (segments, or keypoints whose kpt_shape is "
+    "missing): boxed by the extent of their points; reported once per file",
     "unknown_class": "class not in the given class list",
     "landmark_outside_image": "landmark outside the image; kept with visibility 0",
     "unknown_landmark": "landmark name not in the landmark schema",

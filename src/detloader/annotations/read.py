@@ -308,7 +308,7 @@ def _cache_file(plan: _Plan) -> Path | None:
     is never opened, locked or replaced)."""
     # files beside each other in one folder (training.xml, testing.xml) get their own cache
     tag_text = plan.options_json + (f"\0{plan.path.name}" if plan.path.is_file() else "")
-    options_tag = hashlib.blake2b(tag_text.encode(), digest_size=8).hexdigest()
+    options_tag = hashlib.blake2b(tag_text.encode("utf-8", "surrogateescape"), digest_size=8).hexdigest()
     root = plan.source.root
     try:
         cache_file = _cache.cache_dir_for(root) / f"{plan.name}-{options_tag}.dlindex"

@@ -67,7 +67,7 @@ def base_key(
     image_dirs = [dir_identity(source.root / d) for d in source.image_dirs or ()]
     parts = [READER_VERSION, CACHE_VERSION, name, options_json, root.st_dev, root.st_ino, verify]
     text = json.dumps([parts, source.facts(), image_dirs, others], sort_keys=True)
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    return hashlib.blake2b(text.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
 
 
 def file_stamps(reader: Reader, source: Source, digests: dict[str, bytes] | None) -> dict[str, FileStamp] | None:

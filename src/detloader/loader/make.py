@@ -230,11 +230,33 @@ def set_epoch(loader: DataLoader[Any], epoch: int) -> None:
 def check_num_workers(num_workers: Any) -> int | Literal["auto"]:
     """``num_workers`` as :func:`make_loader` takes it, an int >= 0 or ``"auto"``; else a ValueError
     naming it. The one check of the setting: ``TrainConfig``, the Lightning DataModule and
-    ``detloader train --num-workers`` pass it down here unchecked."""
+    ``detloader train --num-workers`` pass it down here unchecked.
+
+    At most 4 workers per usable CPU (at least 32 in all), and no more than the open-file limit
+    allows (``ulimit -n``, 8 descriptors a worker: torch's queues take 4, tensors in flight
+    more): beyond either, workers only wait for each other, and torch's DataLoader forks them
+    until the descriptors run out, then hangs."""
     if isinstance(num_workers, str) and num_workers == "auto":
         return "auto"
     if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 0:
         raise DetloaderValueError(f"num_workers={num_workers!r} must be an int >= 0 or 'auto'")
+    from detloader._system.cpus import usable_cpus
+
+    cpus = usable_cpus()
+    cap, why = max(32, 4 * cpus), f"4 per usable CPU, {cpus} here, at least 32"
+    try:
+        import resource  # POSIX only
+    except ImportError:
+        files = -1
+    else:
+        files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if files > 0 and files // 8 < cap:
+        cap, why = max(1, files // 8), f"the open-file limit, ulimit -n {files}, at 8 descriptors per worker"
+    if num_workers > cap:
+        raise DetloaderValueError(
+            f"num_workers={num_workers!r} is over the cap of {cap} ({why}): more workers only wait for "
+            "each other; use fewer, or num_workers='auto' (--num-workers auto)"
+        )
     return int(num_workers)
 
 

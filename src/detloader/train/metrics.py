@@ -34,7 +34,7 @@ from detloader.train.coco_eval import (
     per_class,
     rates,
 )
-from detloader.train.predictions import ImagePredictions, as_predictions, check_prediction
+from detloader.train.predictions import ImagePredictions, as_predictions, check_predictions
 
 #: How prediction image ids are read: ``"row"`` a row of the evaluated index, ``"dataset"`` the
 #: dataset's own image id (``index.image_ids``: COCO ``id``).
@@ -149,8 +149,7 @@ def compute_metrics(
     seen = {p.image_id for p in predictions}
     if len(seen) != len(predictions):
         raise DetloaderValueError("predictions: an image_id appears twice (a rank evaluated an image twice?)")
-    for p in predictions:
-        check_prediction(p, len(index), len(index.classes))
+    check_predictions(predictions, len(index), len(index.classes))
     predictions = sorted(predictions, key=lambda p: p.image_id)
     gt = coco_ground_truth(index)
     detections = coco_detections(index, predictions)
@@ -230,8 +229,7 @@ def score_predictions(
                     f"(ids {cat_ids.tolist()}); pass labels='index' for class indexes"
                 )
         preds = [replace(p, labels=np.asarray([lut[int(v)] for v in p.labels.tolist()], np.int64)) for p in preds]
-    for p in preds:
-        check_prediction(p, len(index), len(index.classes))
+    check_predictions(preds, len(index), len(index.classes))
     if coco_json is not None:
         write_file(coco_json, json.dumps(coco_detections(index, preds, keypoints=True)))
     return compute_metrics(index, preds, score_threshold=score_threshold, backend=backend)

@@ -287,16 +287,25 @@ class CocoReader(Reader):
         if not isinstance(data, dict):
             b.problem("unsupported", "", f"top level is a {type(data).__name__}, not a COCO object", "file skipped")
             return
+        if "images" not in data:  # the objects would have no image: say so once, not once per object
+            keys = ", ".join(sorted(map(str, data))[:8]) or "none"
+            b.problem("missing_field", "images", f"images is missing (keys: {keys})", "file skipped")
+            return
         images, annotations, cats = (_records(data, key, b) for key in ("images", "annotations", "categories"))
         if images is None or annotations is None or cats is None:
             return
         categories, _ = declare(cats, b)
         image_ids = image_rows(images, b)
         per_image: dict[int, list[int]] = {}
+        first_of: dict[Any, int] = {}
         for j, ann in enumerate(annotations):
             where = f"annotations[{j}]"
             if not isinstance(ann, dict):
                 b.problem("bad_value", where, "not an object", "object skipped")
+                continue
+            aid = coco_id(ann.get("id"))
+            first = j if aid is None else first_of.setdefault(aid, j)
+            if first != j and repeated_id(ann.get("id"), j, first, same_object(ann, annotations[first]), b):
                 continue
             owner = referred(ann, "image_id", image_ids, "images", where, b)
             if owner is None:
@@ -318,16 +327,46 @@ class CocoReader(Reader):
         return preset_schema(names)
 
 
+def _integral(value: Any) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, float) and value.is_integer())
+
+
 def coco_id(value: Any) -> int | str | None:
-    """A COCO id as a dictionary key: an int or a string (an integral float reads as the
-    int); None for anything else (lists, objects, booleans, fractions, NaN, infinity)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+    """A COCO id as a dictionary key: a 64-bit int or a string (an integral float reads as the
+    int); None for anything else (ints beyond 64 bits such as ``2**70``, which no index column
+    holds; lists, objects, booleans, fractions, NaN, infinity)."""
+    if _integral(value):
+        value = int(value)
+        return value if -(2**63) <= value < 2**63 else None
+    return value if isinstance(value, str) else None
 
 
 def bad_id(b: ChunkBuilder, where: str, field: str, value: Any, action: str) -> None:
-    b.problem("bad_value", f"{where}/{field}", f"{field}={value!r} is not an integer or string id", action)
+    what = "is outside the 64-bit integer range" if _integral(value) else "is not an integer or string id"
+    b.problem("bad_value", f"{where}/{field}", f"{field}={value!r} {what}", action)
+
+
+def same_object(a: Any, b: Any) -> bool:
+    """Whether two annotation records (dicts or fast-path records) give the same object: the
+    same image, category and box (a second copy of it would count the object twice)."""
+    fields = ("image_id", "category_id", "bbox")
+    values = [[x.get(k) if isinstance(x, dict) else getattr(x, k) for k in fields] for x in (a, b)]
+    for v in values:
+        v[2] = tuple(v[2]) if isinstance(v[2], (list, tuple)) else v[2]
+    return values[0] == values[1]
+
+
+def repeated_id(value: Any, j: int, first: int, same: bool, b: ChunkBuilder) -> bool:
+    """Report that ``annotations[j]`` repeats the id of ``annotations[first]``; whether it is
+    skipped: a copy of that object (``same``) is, another object is kept (detloader keeps no
+    annotation ids, but a COCO evaluation keyed by them would lose one of the two)."""
+    if same:
+        message = f"id={value!r} repeats annotations[{first}], the same object again"
+        b.problem("duplicate_object", f"annotations[{j}]/id", message, "object skipped", "repaired")
+    else:
+        message = f"id={value!r} repeats annotations[{first}] for another object"
+        b.problem("duplicate_object", f"annotations[{j}]/id", message, "object kept", "repaired")
+    return same
 
 
 def referred(ann: dict, field: str, table: dict, table_name: str, where: str, b: ChunkBuilder) -> Any:
@@ -371,6 +410,9 @@ def record_categories(records: list, b: ChunkBuilder) -> dict[Any, tuple[str, li
         if raw_id is None or name is None or not str(name).strip():
             field = "id" if raw_id is None else "name"
             b.problem("missing_field", f"{where}/{field}", f"{field} is missing", "category skipped")
+            continue
+        if not isinstance(name, (str, int)) or isinstance(name, bool):  # an object's text would be a class
+            b.problem("bad_value", f"{where}/name", f"name={name!r} is not a text", "category skipped")
             continue
         cid = coco_id(raw_id)
         if cid is None:
@@ -474,19 +516,24 @@ class _Image(msgspec.Struct, gc=False):
         return default if value is msgspec.UNSET else value
 
 
+#: the fast path's ``id`` of an object record without one
+_NO_ID = -(2**63)
+
+
 class _Object(msgspec.Struct, gc=False):
     """An object record as the fast path takes it (anything else refuses the file)."""
 
     image_id: _I64
     category_id: _I64
     bbox: tuple[float, float, float, float]
+    id: _I64 = _NO_ID
     iscrowd: int | None = 0
     keypoints: _NONE | None = None
     attributes: Annotated[dict, msgspec.Meta(max_length=0)] | None = None
 
 
 class _File(msgspec.Struct):
-    images: list[_Image] = []
+    images: list[_Image] | msgspec.UnsetType = msgspec.UNSET  # missing: the general path names it
     annotations: list[_Object] = []
     categories: list[Any] = []
 
@@ -505,6 +552,19 @@ def _lookup(keys: dict[Any, int], values: np.ndarray) -> np.ndarray:
         hit = ks[at] == values
         out[hit] = np.fromiter((i for _, i in pairs), np.int64, len(pairs))[at[hit]]
     return out
+
+
+def _first_of_repeated_ids(ids: np.ndarray) -> dict[int, int]:
+    """``{position: first position with its id}`` for every record whose id (not ``_NO_ID``)
+    repeats an earlier one's."""
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    again = np.flatnonzero((sorted_ids[1:] == sorted_ids[:-1]) & (sorted_ids[1:] != _NO_ID)) + 1
+    if not len(again):
+        return {}
+    run_start = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
+    first = order[run_start[np.searchsorted(run_start, again, side="right") - 1]]
+    return dict(zip(order[again].tolist(), first.tolist()))
 
 
 def _declared_sides(images: list[_Image]) -> np.ndarray:
@@ -529,13 +589,19 @@ def parse_fast(raw: bytes, locator: ImageLocator, b: ChunkBuilder) -> bool:
     except (msgspec.MsgspecError, ValueError, RecursionError):
         return False
     images, objects = data.images, data.annotations
+    if images is msgspec.UNSET or (objects and not images):
+        return False
     found, names = declare(data.categories, b)
     image_ids = image_rows(images, b)
     m = len(objects)
     owner = _lookup(image_ids, np.fromiter((o.image_id for o in objects), np.int64, m))
-    for j in np.flatnonzero(owner < 0).tolist():  # reported before any image, as the general path does
-        message = f"image_id={objects[j].image_id!r} is not in images"
-        b.problem("bad_value", f"annotations[{j}]/image_id", message, "object skipped")
+    firsts = _first_of_repeated_ids(np.fromiter((o.id for o in objects), np.int64, m))
+    for j in sorted({*np.flatnonzero(owner < 0).tolist(), *firsts}):  # before any image, as on the general path
+        if j in firsts and repeated_id(objects[j].id, j, firsts[j], same_object(objects[j], objects[firsts[j]]), b):
+            owner[j] = -1
+        elif owner[j] < 0:
+            message = f"image_id={objects[j].image_id!r} is not in images"
+            b.problem("bad_value", f"annotations[{j}]/image_id", message, "object skipped")
     cat_rows = {cid: k for k, cid in enumerate(sorted(found, key=lambda c: id_order((c, None))))}
     labels = _lookup(cat_rows, np.fromiter((o.category_id for o in objects), np.int64, m))
     xywh = np.fromiter((o.bbox for o in objects), np.dtype((np.float64, 4)), m).reshape(m, 4)

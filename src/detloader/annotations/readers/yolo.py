@@ -109,27 +109,36 @@ def _parse_image(
         b.problem("file_too_large", "", str(err), "labels skipped")
     if not b.add_image(rel, width, height):
         return
+    segments: list[tuple[int, int]] = []  # (line, values after the class) of lines read as segments
     for n, line in enumerate(text.splitlines(), start=1):
         tokens = line.split()
-        if tokens:
-            _line(tokens, f"line {n}", names, kpt, width, height, b)
+        if tokens and _line(tokens, f"line {n}", names, kpt, width, height, b):
+            segments.append((n, len(tokens) - 1))
+    if segments:  # a pose line without kpt_shape looks the same: say so, once per file
+        n, count = segments[0]
+        lines = f"{len(segments)} line{'s' if len(segments) > 1 else ''} of this file"
+        message = f"{count} values after the class and no kpt_shape: a segment of {count // 2} points ({lines})"
+        action = "boxed by the extent of its points; keypoints need kpt_shape in data.yaml"
+        b.problem("box_from_segment", f"line {n}", message, action, "repaired")
 
 
 def _line(
     tokens: list[str], where: str, names: list[str], kpt: dict[str, Any] | None, w: int, h: int, b: ChunkBuilder
-) -> None:
+) -> bool:
+    """Add the object of one label line (problems reported); whether it was read as a segment
+    (x y pairs, boxed by their extent)."""
     raw_class = float(tokens[0]) if is_number(tokens[0]) else -1.0
     if not raw_class.is_integer() or raw_class < 0:
         b.problem("bad_value", where, f"class={tokens[0]!r} is not a class id", "object skipped")
-        return
+        return False
     class_id = int(raw_class)
     if names and class_id >= len(names):
         b.problem("bad_value", where, f"class={class_id} is not in names (0..{len(names) - 1})", "object skipped")
-        return
+        return False
     name = names[class_id] if names else str(class_id)
     values = parse_floats(tokens[1:], where, b, "object skipped")
     if values is None:
-        return
+        return False
     points = None
     if kpt is not None and len(values) != 4:
         expected = 4 + kpt["k"] * kpt["dims"]
@@ -147,12 +156,16 @@ def _line(
         box_values = [(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1]
         b.count("boxes_from_segments")
     else:
-        b.problem("bad_value", where, f"{len(values)} values after the class: not cx cy w h", "object skipped")
-        return
+        message = f"{len(values)} values after the class: not cx cy w h"
+        if len(values) > 4:  # a pose line whose kpt_shape is missing, most likely
+            message += " nor a segment's x y pairs (keypoints need kpt_shape in data.yaml)"
+        b.problem("bad_value", where, message, "object skipped")
+        return False
     cx, cy, bw, bh = box_values
     x1, x2 = _snap(cx - bw / 2), _snap(cx + bw / 2)
     y1, y2 = _snap(cy - bh / 2), _snap(cy + bh / 2)
     b.add_object((x1 * w, y1 * h, x2 * w, y2 * h), name, element=where, box_field="", landmarks=points)
+    return len(values) > 4 and kpt is None
 
 
 def _keypoints(

@@ -11,13 +11,20 @@ from typing import Any
 
 import yaml
 
+from detloader._system.files import read_capped
+from detloader.annotations.checks import MAX_FILE_BYTES
 from detloader.annotations.problems import Problem
 from detloader.annotations.readers.common import Stamp, scan_files, stat_entry
 from detloader.annotations.readers.locate import IMAGE_SUFFIXES
-from detloader.errors import YoloConfigError
+from detloader.errors import FileTooLargeError, YoloConfigError
 
 YAML_NAMES = ("data.yaml", "dataset.yaml", "data.yml", "dataset.yml")
 NAMES_FILES = ("classes.txt", "obj.names", "names.txt", "classes.names")
+#: The most values a data.yaml may hold with its aliases expanded. YAML anchors let a few
+#: hundred bytes stand for billions of values (``&a [x, x, ...]``, ``&b [*a, *a, ...]``, ...):
+#: whatever walks the result (class names, the cache) would expand them. A million is far more
+#: than any dataset's names, splits and keypoint settings.
+MAX_YAML_VALUES = 1_000_000
 
 
 def find_yaml(folder: Path) -> Path | None:
@@ -32,20 +39,60 @@ def find_names_file(*folders: Path | None) -> Path | None:
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
-    """The YAML mapping in ``path``."""
+    """The YAML mapping in ``path``: read under ``MAX_FILE_BYTES``, at most
+    :data:`MAX_YAML_VALUES` values once its aliases are expanded, no value that holds itself;
+    else :class:`YoloConfigError` naming the file and the count."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        data = yaml.safe_load(read_capped(path, MAX_FILE_BYTES).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, FileTooLargeError) as err:
         raise YoloConfigError(f"{path.name}: not readable YAML: {err}") from None
+    except RecursionError:
+        raise YoloConfigError(f"{path.name}: not readable YAML: nested too deeply") from None
     if not isinstance(data, dict):
         raise YoloConfigError(f"{path.name}: top level is a {type(data).__name__}, not a mapping")
+    count = expanded_values(data, MAX_YAML_VALUES)
+    if count < 0:
+        raise YoloConfigError(f"{path.name}: a YAML alias (*name) refers to a value that holds it: endless; refused")
+    if count > MAX_YAML_VALUES:
+        message = f"expands to more than {MAX_YAML_VALUES:,} values through YAML aliases (*name); refused"
+        raise YoloConfigError(f"{path.name}: {message}")
     return data
+
+
+def expanded_values(data: Any, cap: int) -> int:
+    """How many values ``data`` (lists, dicts, scalars as ``yaml.safe_load`` makes them) holds
+    as a tree, each alias expanded (a list met twice counts twice), found without expanding
+    anything: each list or dict is counted once, in time linear in the file. Counts stop just
+    over ``cap``; -1 when a value holds itself (``&a [*a]``)."""
+    sizes: dict[int, int] = {}  # id -> expanded size of a finished list or dict
+    entered: set[int] = set()  # entered and not finished: the path from the top
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        value, finished = stack.pop()
+        key = id(value)
+        children = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+        if finished:
+            total = 1 + sum(sizes[id(c)] if isinstance(c, (list, dict)) else 1 for c in children)
+            sizes[key] = min(total, cap + 1)
+            entered.discard(key)
+        elif isinstance(value, (list, dict)) and key not in sizes:
+            if key in entered:
+                return -1
+            entered.add(key)
+            stack.append((value, True))
+            stack.extend((c, False) for c in children if isinstance(c, (list, dict)))
+    return sizes.get(id(data), 1)
 
 
 def class_names(value: Any, where: str) -> list[str]:
     """``names`` as a list indexed by class id (a list, or ``{id: name}`` with gaps named by id)."""
     if value is None:
         return []
+    if isinstance(value, (list, dict)):  # a list or a mapping of lists is no class name
+        listed = value.items() if isinstance(value, dict) else enumerate(value)
+        bad = next(((k, v) for k, v in listed if isinstance(v, (list, dict))), None)
+        if bad is not None:
+            raise YoloConfigError(f"{where}: names[{bad[0]!r}] is a {type(bad[1]).__name__}, not a class name")
     if isinstance(value, list):
         return [str(v) for v in value]
     if isinstance(value, dict):

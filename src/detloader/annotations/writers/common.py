@@ -33,7 +33,10 @@ def prepare_out(out: str | os.PathLike[str], overwrite: bool) -> Path:
 class ImagePlacer:
     """Where each image of the index goes under the output folder, and putting it there."""
 
-    def __init__(self, index: AnnotationIndex, mode: str) -> None:
+    def __init__(self, index: AnnotationIndex, mode: str, names_as_text: bool = True) -> None:
+        """``names_as_text``: the writer puts the image names in UTF-8 text (VOC, COCO, YOLO's
+        split lists); a name that is not UTF-8 (its file's name holds such bytes) is then refused
+        here, before anything is written."""
         check_choice("images", mode, IMAGE_MODES)
         self.mode = mode
         self.sources = [os.path.abspath(index.image_path(i)) for i in range(len(index))]
@@ -42,6 +45,14 @@ class ImagePlacer:
             self.keys = [os.path.relpath(s, common) for s in self.sources]
         else:
             self.keys = []
+        written = self.sources if mode == "none" else self.keys  # the names the files will hold
+        odd = [i for i, s in enumerate(written) if names_as_text and not s.isprintable() and _not_utf8(s)]
+        if odd:
+            raise DetloaderValueError(
+                f"{os.fsencode(self.sources[odd[0]])!r}: the image's name is not UTF-8 ({len(odd)} of "
+                f"{len(written)} images so named), and this format writes image names as UTF-8 text: rename "
+                "them first (nothing written)"
+            )
 
     def place(self, i: int, folder: Path) -> Path:
         """Put image ``i`` at ``folder/key`` (by the mode) and return that path; with mode
@@ -70,6 +81,14 @@ class ImagePlacer:
             shutil.copyfileobj(fin, fout)
         shutil.copystat(src, dst)
         return dst
+
+
+def _not_utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # surrogate escapes: bytes that are not UTF-8 (os.fsdecode)
+        return True
+    return False
 
 
 def attribute_rows(table: np.ndarray, vocab: Sequence[tuple[str, Sequence[str]]]) -> Callable[[int], dict[str, str]]:

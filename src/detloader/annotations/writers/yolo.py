@@ -44,7 +44,7 @@ def write_yolo(
                          "choose one of link, copy, symlink")
     if val_fraction is not None and not (isinstance(val_fraction, (int, float)) and 0 < val_fraction < 1):
         raise DetloaderValueError(f"val_fraction={val_fraction!r} must be a number between 0 and 1 (exclusive)")
-    placer = ImagePlacer(index, images)
+    placer = ImagePlacer(index, images, names_as_text=bool(index.splits) or val_fraction is not None)  # lists
     named, cut = _named_splits(index, val_fraction, seed)
     whole = not index.splits and val_fraction is None  # train: images
     left = _unlisted(index, named, cut) if not whole else np.zeros(0, dtype=np.int64)
