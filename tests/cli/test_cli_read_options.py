@@ -20,7 +20,8 @@ OPTIONS = ["--format", "cvat", "--on-error", "skip", "--image-dir", "imgs", "--i
 EXPECTED = {"format": "cvat", "on_error": "skip", "image_dir": "imgs", "images_by": "id",
             "class_map": {"a": "b", "c": None}, "classes": ["b", "d"], "check_images": False,
             "boxes_from_points": "image"}
-ARGV = {"convert": ["convert", "P", "--to", "coco", "OUT"], "evaluate": ["evaluate", "run/last.pt", "P"]}
+ARGV = {"convert": ["convert", "P", "--to", "coco", "OUT"], "evaluate": ["evaluate", "run/last.pt", "P"],
+        "pack": ["pack", "P", "OUT"]}
 
 
 def test_every_reading_command_takes_the_dataset_options():
@@ -38,6 +39,7 @@ def test_every_reading_command_takes_the_dataset_options():
         "validate",
         "split",
         "convert",
+        "pack",
         "show",
         "tune",
         "stats",
