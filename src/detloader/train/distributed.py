@@ -10,6 +10,7 @@ the balanced sampler is distributed as soon as the group exists.
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -89,6 +90,7 @@ def running_distributed(device: str = "auto") -> Iterator[DistEnv]:
                 if ended:
                     dist.barrier()
             finally:
+                gc.collect()  # a cycle still holding the DDP model (its reducer) goes before the group it uses
                 dist.destroy_process_group()
 
 
