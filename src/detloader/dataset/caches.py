@@ -83,7 +83,7 @@ def _write_record(entries: Iterable[dict[str, Any]]) -> None:
 
     with contextlib.suppress(OSError):
         with atomic_write(record_file(), "w") as fh:
-            fh.write("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries))
+            fh.write("".join(json.dumps(e) + "\n" for e in entries))
 
 
 def _index_root(path: Path) -> str:
