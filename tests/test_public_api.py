@@ -34,7 +34,8 @@ def test_import_does_not_load_torch() -> None:
 def test_all_is_the_public_face_and_only_there() -> None:
     """``__all__`` in the packages and the public modules (``errors``, ``lightning``), each name it
     lists importable; internal modules have none, so their helpers do not look public."""
-    public = {"detloader.errors", "detloader.adapters.lightning", "detloader.adapters.ultralytics"}
+    public = {"detloader.errors", "detloader.adapters.lightning", "detloader.adapters.ultralytics",
+              "detloader.adapters.transformers"}
     for info in pkgutil.walk_packages(detloader.__path__, "detloader."):
         if info.name.endswith("__main__"):
             continue

@@ -100,6 +100,7 @@ _MODULE_PATHS = {
     "detloader.bench": "detloader.tune.bench",
     "detloader.lightning": "detloader.adapters.lightning",
     "detloader.ultralytics": "detloader.adapters.ultralytics",
+    "detloader.transformers": "detloader.adapters.transformers",
 }
 
 

@@ -39,8 +39,8 @@ __all__ = [
     "YoloExportWarning", "NotRegularFileError", "FileTooLargeError", "DiskFullError",
     "ImageDecodeError", "StoreTooLargeError", "TuneWarning", "StaleTuneWarning", "RunDirError",
     "DataMismatchError", "CheckpointError", "NonFiniteError", "NonFiniteLossError", "NonFiniteWeightsError",
-    "PredictionError", "RectBatchError", "ResumeSettingsError", "LoaderWorkerError", "PackError", "StreamError",
-    "StreamCacheLimitError",
+    "PredictionError", "RectBatchError", "ModelLabelsError", "ResumeSettingsError", "LoaderWorkerError", "PackError",
+    "StreamError", "StreamCacheLimitError",
 ]
 
 
@@ -144,6 +144,11 @@ class YoloConfigError(DetloaderValueError):
 class RectBatchError(DetloaderValueError):
     """``rect=True`` (one letterbox shape per batch of the dataset's own order) asked of a loader
     whose sampler reorders the images, so that a batch would mix shapes; names the shapes."""
+
+
+class ModelLabelsError(DetloaderValueError):
+    """A model whose classes (``config.num_labels``, named ``config.id2label``) are not the
+    dataset's: names both and the config that fits."""
 
 
 class CacheError(DetloaderValueError):
