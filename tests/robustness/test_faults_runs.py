@@ -4,9 +4,14 @@ with one named error (a non-zero exit from the CLI, no traceback) and nothing le
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 import struct
+import subprocess
+import sys
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -158,3 +163,61 @@ def test_a_loss_gone_nan_after_a_resume_names_the_checkpoint_resumed_from_withou
     text = str(info.value)
     assert f"{run / 'last.pt'} (step 2), the checkpoint it resumed from, is unchanged" in text
     assert "last good" not in text
+
+
+# -- family 8: processes and files left behind ----------------------------------------------------
+@pytest.fixture(scope="module")
+def many(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """2,000 small images: a cold index build parses them in worker processes for about a second."""
+    return make_synthetic(tmp_path_factory.mktemp("many") / "faces", 2000, seed=2, size=(96, 72))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+def test_parse_workers_end_with_a_killed_index(many: Path, signum: int, tmp_path: Path):
+    psutil = pytest.importorskip("psutil")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    command = [sys.executable, "-m", "detloader", "index", str(many), "--rebuild", "--workers", "2"]
+    with open(tmp_path / "err.txt", "w") as err:
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, env=env)
+    children: list[Any] = []
+    deadline = time.monotonic() + 60
+    while len(children) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        children = psutil.Process(proc.pid).children(recursive=True)
+        time.sleep(0.02)
+    assert len(children) == 2, "no parse workers seen: the build ended before"
+    os.kill(proc.pid, signum)
+    proc.wait(10)
+    gone, alive = psutil.wait_procs(children, timeout=5)
+    for child in alive:
+        child.kill()
+    assert alive == [], f"parse workers left running: {alive}"
+
+
+def test_the_next_store_build_removes_the_temporary_file_of_a_dead_one(tmp_path: Path):
+    from detloader import read_annotations
+    from detloader._system.locks import locked
+    from detloader.dataset import store_files
+    from detloader.dataset.caches import find_made
+    from detloader.store import ImageStore
+
+    index = read_annotations(make_synthetic(tmp_path / "ds", 6, seed=0, size=(96, 72)))
+    store = ImageStore.open(index, "disk", 48)
+    dead = store.path.with_name(f".{store.path.name}.x1y2z3ab.tmp")  # atomic_write's name
+    dead.write_bytes(b"\0" * 1000)
+    listed = {Path(m.path): m.kind for m in find_made("store", index.root)}
+    assert listed[dead] == "store leftover"
+    with locked(Path(f"{store.path}.lock")):  # a build of that store runs: its file stays
+        assert store_files.sweep_temporaries(store.path.parent) == [] and dead.exists()
+    ImageStore.open(index, "disk", 48)
+    assert not dead.exists() and store.path.is_file()
+
+
+def test_a_killed_checkpoint_save_leaves_nothing_for_the_next_run(faces: Path, base_run: Path, tmp_path: Path):
+    run = Path(shutil.copytree(base_run, tmp_path / "run"))
+    dead = [run / ".last.pt.q7w8e9r0.tmp", run / ".previous.pt.999999.tmp", run / ".metrics.json.a1b2c3d4.tmp"]
+    for path in dead:
+        path.write_bytes(b"partial")
+    train(_config(faces, run, resume=str(run / "last.pt"), max_steps=3))
+    assert sorted(p.name for p in run.iterdir() if p.name.endswith(".tmp")) == []
+    assert load_checkpoint(run / "last.pt")["step"] == 3

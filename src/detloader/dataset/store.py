@@ -158,6 +158,8 @@ class ImageStore:
             digest.update(np.ascontiguousarray(stats[:, 3:], "<i8").tobytes())  # inode, device
             name = f"{name}-{files.root_tag(index.root)}"
             files.sweep(folder)
+        else:  # a disk store lives until removed: only the temporary files of dead builds go
+            files.sweep_temporaries(folder)
         key = digest.digest()
         path = folder / f"{name}-{key.hex()[:20]}{files.SUFFIX}"
         store = cls(path, len(index), kind)

@@ -93,7 +93,7 @@ def remove_unused(path: Path) -> bool:
 
 def sweep(folder: Path) -> list[Path]:
     """Remove this user's ``"ram"`` stores in ``folder`` that no process uses, and the
-    temporary files of builds whose process died (their lock is free); the paths removed."""
+    temporary files of builds whose process died (:func:`sweep_temporaries`); the paths removed."""
     removed = []
     uid = os.getuid()
     for path in folder.glob(f"*{SUFFIX}"):
@@ -110,6 +110,14 @@ def sweep(folder: Path) -> list[Path]:
             pass
         finally:
             os.close(fd)
+    return removed + sweep_temporaries(folder)
+
+
+def sweep_temporaries(folder: Path) -> list[Path]:
+    """Remove this user's temporary store files in ``folder`` (``"disk"`` or ``"ram"``) whose
+    build died: no process holds their store's build lock; the paths removed."""
+    removed = []
+    uid = os.getuid()
     for tmp in folder.glob(f".*{SUFFIX}.*.tmp"):  # atomic_write's ".NAME.dlstore.XXXX.tmp"
         store = folder / (tmp.name[1:].split(f"{SUFFIX}.")[0] + SUFFIX)
         lock = Path(f"{store}.lock")
