@@ -221,3 +221,42 @@ def test_a_killed_checkpoint_save_leaves_nothing_for_the_next_run(faces: Path, b
     train(_config(faces, run, resume=str(run / "last.pt"), max_steps=3))
     assert sorted(p.name for p in run.iterdir() if p.name.endswith(".tmp")) == []
     assert load_checkpoint(run / "last.pt")["step"] == 3
+
+
+# -- family 6: stores in use ------------------------------------------------------------------------
+_READER = """
+import sys
+from detloader import read_annotations
+from detloader.dataset import DetectionDataset
+data = DetectionDataset(read_annotations(sys.argv[1]), cache="disk", cache_size=48)
+data[0]
+print("ready", flush=True)
+sys.stdin.readline()
+data[1]
+print("read", flush=True)
+"""
+
+
+def test_cache_clear_keeps_the_disk_store_and_index_cache_another_process_reads(tmp_path: Path, capsys):
+    from detloader.dataset.caches import find_made
+
+    root = make_synthetic(tmp_path / "ds", 6, seed=0, size=(96, 72))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    reader = subprocess.Popen([sys.executable, "-c", _READER, str(root)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert reader.stdout.readline().strip() == "ready"
+        made = {m.kind: m for m in find_made("all", root)}
+        assert made["store disk"].in_use and made["index"].in_use
+        assert main(["cache", "clear", str(root), "--kind", "all"]) == 0
+        out = capsys.readouterr().out
+        assert "2 in use kept" in out
+        assert all(Path(m.path).is_file() for m in made.values())
+        reader.stdin.write("\n")
+        reader.stdin.flush()
+        assert reader.stdout.readline().strip() == "read"
+    finally:
+        reader.stdin.close()
+        assert reader.wait(30) == 0
+    assert main(["cache", "clear", str(root), "--kind", "all"]) == 0
+    assert not any(Path(m.path).exists() for m in made.values())
