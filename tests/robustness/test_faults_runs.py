@@ -260,3 +260,28 @@ def test_cache_clear_keeps_the_disk_store_and_index_cache_another_process_reads(
         assert reader.wait(30) == 0
     assert main(["cache", "clear", str(root), "--kind", "all"]) == 0
     assert not any(Path(m.path).exists() for m in made.values())
+
+
+# -- family 7: shared memory full -----------------------------------------------------------------
+def test_shared_memory_full_in_a_worker_is_one_named_line_exit_4_and_no_torch_files(
+    faces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+):
+    from detloader._system import pool
+    from detloader.loader import collate
+
+    def full(numel: int) -> torch.Tensor:  # as torch fails when /dev/shm has no room left
+        name = f"torch_{os.getpid()}_4242_0"
+        Path("/dev/shm", name).write_bytes(b"")  # the file torch leaves behind
+        raise RuntimeError(f"unable to allocate shared memory(shm) for file </{name}>: No space left on device (28)")
+
+    monkeypatch.setattr(collate, "_new_shared", full)
+    monkeypatch.setattr(pool, "start_method", lambda: "fork")  # the workers see the patch
+    code = main(["train", str(faces), "--size", "64", "--batch-size", "4", "--width", "4", "--num-workers", "1",
+                 "--epochs", "1", "--no-eval", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 4
+    line = _error_line(err)
+    assert "could not allocate shared memory for a batch" in line and "--shm-size" in line
+    assert "--num-workers" in line and "--cache disk" in line
+    assert len(err.strip().splitlines()) == 1
+    assert list(Path("/dev/shm").glob("torch_*_4242_0")) == []
