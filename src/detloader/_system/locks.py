@@ -135,3 +135,38 @@ def held_elsewhere(path: Path) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+def hold_shared(path: str | os.PathLike[str]) -> int | None:
+    """Mark the calling process a reader of the regular file ``path``: a descriptor holding a
+    shared ``flock`` on it (close it to let go; forked children share it), found by
+    :func:`read_elsewhere` in other processes. None when the file cannot be opened or is being
+    removed (an exclusive holder): a mapping of it stays valid either way."""
+    try:
+        fd = _open(Path(path), os.O_RDONLY, "file")
+    except (OSError, NotRegularFileError):
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def read_elsewhere(path: str | os.PathLike[str]) -> bool:
+    """Whether another process reads the regular file ``path`` (holds a ``flock`` on it:
+    :func:`hold_shared`), found without waiting (absent, or not a regular file: False)."""
+    try:
+        fd = _open(Path(path), os.O_RDONLY, "file")
+    except (OSError, NotRegularFileError):
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False

@@ -26,6 +26,7 @@ import mmap
 import os
 import struct
 import warnings
+import weakref
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -35,7 +36,7 @@ import numpy as np
 
 from detloader._system.cache_dir import CACHE_DIR_ENV, remember, user_cache_dir
 from detloader._system.files import atomic_write, open_regular, refuse_special, special_kind
-from detloader._system.locks import locked
+from detloader._system.locks import hold_shared, locked
 from detloader.annotations.fields import Vocabulary, array_names
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.problems import ProblemReport
@@ -314,6 +315,9 @@ def load_index_file(
         raise CacheError(f"{path}: not a usable index ({err})") from err
     index._file_id = (st.st_dev, st.st_ino)
     index._checksum = header["data_crc32"]
+    reading = hold_shared(path)  # `cache clear` leaves the file while the index lives
+    if reading is not None:
+        weakref.finalize(index, os.close, reading)
     return index
 
 

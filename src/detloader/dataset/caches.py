@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from detloader._system.cache_dir import cache_root, record_file, user_cache_dir
-from detloader._system.locks import held_elsewhere, locked, open_store
+from detloader._system.locks import held_elsewhere, locked, read_elsewhere
 from detloader.annotations.cache import CACHE_SUBDIR, cache_dirs_of
 from detloader.annotations.refresh import STAMPS_SUFFIX
 from detloader.dataset import store_files
@@ -124,21 +124,11 @@ def _lock_of(path: Path, kind: str) -> Path:
 
 
 def _in_use(path: Path, kind: str) -> bool:
-    """Whether another process holds ``path``: its build lock (:func:`_lock_of`), or (a ``"ram"``
-    store) a user's shared ``flock`` (:mod:`detloader.dataset.store_files`)."""
-    import fcntl
-
-    if kind in ("store disk", "store ram"):
-        try:
-            fd = open_store(path)
-        except OSError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
+    """Whether another process holds ``path``: its build lock (:func:`_lock_of`), or (a store or
+    an index cache) a reader's shared ``flock``, held while it maps the file
+    (:mod:`detloader.dataset.store_files`, :func:`detloader.annotations.cache.load_index_file`)."""
+    if kind in ("store disk", "store ram", "index") and read_elsewhere(path):
+        return True
     return held_elsewhere(_lock_of(path, kind))
 
 
@@ -247,7 +237,7 @@ def remove(made: MadeFile) -> bool:
             return False
     else:
         with locked(_lock_of(path, made.kind), wait=False, remove=True) as mine:
-            if not mine:
+            if not mine or (made.kind == "index" and read_elsewhere(path)):
                 return False
             path.unlink(missing_ok=True)
             if made.kind == "index":

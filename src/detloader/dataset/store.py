@@ -158,6 +158,8 @@ class ImageStore:
             digest.update(np.ascontiguousarray(stats[:, 3:], "<i8").tobytes())  # inode, device
             name = f"{name}-{files.root_tag(index.root)}"
             files.sweep(folder)
+        else:  # a disk store lives until removed: only the temporary files of dead builds go
+            files.sweep_temporaries(folder)
         key = digest.digest()
         path = folder / f"{name}-{key.hex()[:20]}{files.SUFFIX}"
         store = cls(path, len(index), kind)
@@ -214,10 +216,10 @@ class ImageStore:
             # into a sample's image (which wraps them without a copy) never reaches the file
             self._pixels = np.memmap(fh, dtype=np.uint8, mode="c", offset=data_offset, shape=(size - data_offset,)) \
                 if size > data_offset else np.zeros(0, np.uint8)
-            if self.kind == "ram" and self._user is None:
+            if self._user is None:  # a user: `cache clear` leaves the store while it is mapped
                 user = os.dup(fd)
                 files.hold(user)
-                self._user = weakref.finalize(self, files.release, self.path, user, os.getpid())
+                self._user = weakref.finalize(self, files.release, self.path, user, os.getpid(), self.kind == "ram")
         self.n, self._table, self._data_offset, self._key = int(n), table.copy(), int(data_offset), got_key
 
     def _build(

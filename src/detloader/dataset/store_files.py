@@ -1,6 +1,7 @@
 """The files of an image store (:mod:`detloader.dataset.store`): where it goes and how much room
 is there, its temporary files, and the lifetime of a ``"ram"`` store in shared memory (its build
-lock and opening it: :mod:`detloader._system.locks`).
+lock and opening it: :mod:`detloader._system.locks`). A ``"disk"`` store's users hold the same
+shared ``flock``, so that ``detloader cache clear`` leaves it while one maps it.
 
 A ``"ram"`` store lives while a process uses it: every process that maps it holds a shared
 ``flock`` on the file (DataLoader workers forked from it share their parent's; spawned ones
@@ -42,16 +43,16 @@ SUFFIX = ".dlstore"
 
 
 def hold(fd: int) -> None:
-    """Mark the calling process a user of the ``"ram"`` store open on ``fd`` (a shared ``flock``)."""
+    """Mark the calling process a user of the store open on ``fd`` (a shared ``flock``)."""
     fcntl.flock(fd, fcntl.LOCK_SH)
 
 
-def release(path: Path, fd: int, pid: int) -> None:
-    """Let go of the ``"ram"`` store ``path`` held on ``fd`` by process ``pid``; its last user
-    removes it and its lock file. Never raises (it runs at exit); a forked child only closes
-    its copy of ``fd`` (its parent's hold is the same one)."""
+def release(path: Path, fd: int, pid: int, last_removes: bool = True) -> None:
+    """Let go of the store ``path`` held on ``fd`` by process ``pid``; with ``last_removes`` (a
+    ``"ram"`` store) its last user removes it and its lock file. Never raises (it runs at exit);
+    a forked child only closes its copy of ``fd`` (its parent's hold is the same one)."""
     try:
-        if os.getpid() == pid:
+        if last_removes and os.getpid() == pid:
             _remove_if_unused(path, fd)
     except OSError:
         pass
@@ -93,7 +94,7 @@ def remove_unused(path: Path) -> bool:
 
 def sweep(folder: Path) -> list[Path]:
     """Remove this user's ``"ram"`` stores in ``folder`` that no process uses, and the
-    temporary files of builds whose process died (their lock is free); the paths removed."""
+    temporary files of builds whose process died (:func:`sweep_temporaries`); the paths removed."""
     removed = []
     uid = os.getuid()
     for path in folder.glob(f"*{SUFFIX}"):
@@ -110,6 +111,14 @@ def sweep(folder: Path) -> list[Path]:
             pass
         finally:
             os.close(fd)
+    return removed + sweep_temporaries(folder)
+
+
+def sweep_temporaries(folder: Path) -> list[Path]:
+    """Remove this user's temporary store files in ``folder`` (``"disk"`` or ``"ram"``) whose
+    build died: no process holds their store's build lock; the paths removed."""
+    removed = []
+    uid = os.getuid()
     for tmp in folder.glob(f".*{SUFFIX}.*.tmp"):  # atomic_write's ".NAME.dlstore.XXXX.tmp"
         store = folder / (tmp.name[1:].split(f"{SUFFIX}.")[0] + SUFFIX)
         lock = Path(f"{store}.lock")

@@ -6,6 +6,9 @@ is loaded on the dataset's decode threads while the step runs (``_LoadAhead``, a
 * A detloader error raised in a worker (an :class:`~detloader.errors.ImageDecodeError` under
   ``on_decode_error="raise"``) is raised again as the same class with the worker's own message,
   without the worker's traceback text that torch puts in it.
+* A worker that could not allocate shared memory for a batch (``/dev/shm`` full: torch's
+  "unable to allocate shared memory") is a :class:`~detloader.errors.LoaderWorkerError` saying
+  what to do (:func:`shm_full`), the shared-memory files its workers left removed.
 * A worker that died (torch: "DataLoader worker (pid 123) is killed by signal: Killed.", or
   "exited unexpectedly") is a :class:`~detloader.errors.LoaderWorkerError` naming the worker, its
   pid, the signal or exit code and what to try; :func:`loader_worker_error` also names torch's
@@ -22,8 +25,10 @@ and ``multiprocessing`` would wait forever for workers that ignore its SIGTERM.
 from __future__ import annotations
 
 import atexit
+import glob
 import os
 import re
+import shutil
 import signal
 import threading
 import time
@@ -55,6 +60,11 @@ _LIVE: weakref.WeakSet[WorkerIterator] = weakref.WeakSet()
 _KILLED = re.compile(r"DataLoader worker \(pid (\d+)\) is killed by signal: ([^.\n]+)")
 _EXITED = re.compile(r"DataLoader worker \(pid (\d+)\) exited unexpectedly with exit code (-?\d+)")
 _GONE = re.compile(r"DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly")
+# torch's words when a worker cannot allocate a shared-memory file (c10 and libshm)
+_SHM_FULL = re.compile(r"unable to allocate shared memory|unable to write to file </torch_|"
+                       r"No space left on device.*torch_|torch_.*No space left on device")
+#: Where torch's shared-memory files live (``torch_PID_...``).
+SHM_DIR = "/dev/shm"
 
 
 class WorkerIterator(_MultiProcessingDataLoaderIter):
@@ -89,6 +99,11 @@ class WorkerIterator(_MultiProcessingDataLoaderIter):
             if isinstance(data.exc_type, type) and issubclass(data.exc_type, DetloaderError):
                 self.end_workers()
                 raise _rebuilt(data.exc_type, worker_message(data))
+            if _SHM_FULL.search(str(data.exc_msg)):
+                pid = self._workers[worker_idx].pid
+                self.end_workers()
+                _remove_shm_files([w.pid for w in self._workers])
+                raise LoaderWorkerError(shm_full(worker_idx, pid), worker_idx, pid, None, None)
         return super()._process_data(data, worker_idx)
 
     def worker_error(self, err: BaseException, look: bool = False) -> LoaderWorkerError | None:
@@ -228,6 +243,36 @@ def describe(worker_id: int | None, pid: int, signum: int | None, exitcode: int 
         return (f"{who} crashed with signal {signum} ({name}) in native code (an image decoder, a transform); "
                 "rerun with --num-workers 0 (num_workers=0) to see where")
     return f"{who} was killed by signal {signum} ({name}) from outside the process; run again"
+
+
+def shm_full(worker_id: int, pid: int) -> str:
+    """The message of a worker that could not allocate shared memory for a batch: the room in
+    :data:`SHM_DIR` and what to do."""
+    try:
+        usage = shutil.disk_usage(SHM_DIR)
+        room = f" ({usage.free / 2**20:.0f} MiB free of {usage.total / 2**20:.0f} MiB in {SHM_DIR})"
+    except OSError:
+        room = ""
+    return (f"loader worker {worker_id} (pid {pid}) could not allocate shared memory for a batch{room}: workers "
+            "hand batches over through it. Give it more room (docker run --shm-size=8g, or free "
+            f"{SHM_DIR}), use fewer workers (--num-workers, num_workers) or a smaller batch, and --cache disk "
+            "rather than ram (a ram store lives there too)")
+
+
+def _remove_shm_files(pids: list[int]) -> list[str]:
+    """Remove the shared-memory files torch made for the (ended) processes ``pids`` and left in
+    :data:`SHM_DIR` (``torch_PID_*``, this user's only); their names."""
+    removed = []
+    uid = os.getuid()
+    for pid in pids:
+        for path in glob.glob(os.path.join(SHM_DIR, f"torch_{pid}_*")):
+            try:
+                if os.lstat(path).st_uid == uid:
+                    os.unlink(path)
+                    removed.append(path)
+            except OSError:
+                pass
+    return removed
 
 
 def worker_message(wrapper: ExceptionWrapper) -> str:

@@ -25,6 +25,7 @@ take effect from the checkpoint's step on and are said in one line (:func:`apply
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import zipfile
@@ -80,6 +81,8 @@ def non_finite_tensors(state: Mapping[str, Any], keys: tuple[str, ...] = ("model
     return [found[i][0] for i in sorted(bad)]
 
 
+#: The most optimiser steps a checkpoint may record (30 years at a thousand steps a second).
+MAX_STEP = 10**12
 #: Non-finite tensors a :class:`NonFiniteWeightsError` names at most (the count of the rest follows).
 SHOWN_TENSORS = 5
 
@@ -136,6 +139,10 @@ def save_checkpoint(path: str | os.PathLike[str], state: Mapping[str, Any]) -> P
 def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Read a checkpoint written by :func:`save_checkpoint` (tensors on ``map_location``)."""
     source = Path(path)
+    if source.is_dir():
+        inside = source / "last.pt"
+        hint = f": give its checkpoint, {inside}" if inside.is_file() else " (no last.pt in it)"
+        raise CheckpointError(f"checkpoint={str(source)!r} is a folder, not a checkpoint file{hint}")
     if not source.is_file():
         raise DetloaderFileNotFoundError(f"checkpoint={str(source)!r} does not exist")
     try:
@@ -166,13 +173,94 @@ def _read(source: Path, map_location: str | torch.device) -> dict[str, Any]:
     missing = [k for k in CHECKPOINT_KEYS if k not in state] if isinstance(state, dict) else list(CHECKPOINT_KEYS)
     if missing:
         raise CheckpointError(f"{source}: not a detloader training checkpoint (lacks {missing})")
-    problem = checkpoint_problem(state)
+    changed = _failed_crc(source)
+    if changed is not None:
+        raise CheckpointError(
+            f"{source}: damaged checkpoint: its record {changed} fails its CRC-32 check (bytes changed since "
+            "it was saved), nothing was built from it"
+        )
+    problem = checkpoint_problem(state) or values_problem(state)
     if problem is not None:
         raise CheckpointError(
             f"{source}: {problem}: a damaged or hostile checkpoint, nothing was built from it; "
             "use a checkpoint written by detloader train"
         )
     return state
+
+
+def _failed_crc(source: Path) -> str | None:
+    """The first record of the zip file ``source`` whose bytes do not match the CRC-32 that
+    ``torch.save`` wrote for it (``torch.load`` does not compare them), or None."""
+    try:
+        with zipfile.ZipFile(source) as archive:
+            return archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as err:
+        return f"(unreadable: {err})"
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _non_finite_numbers(value: Any, name: str) -> Iterator[str]:
+    """``name=value`` of each float (or list of them) in ``value`` that is a NaN or an infinity."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            yield f"{name}={value!r}"
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _non_finite_numbers(item, f"{name}[{i}]")
+
+
+def values_problem(state: Mapping[str, Any]) -> str | None:
+    """What makes the run state of ``state`` unfit to continue or evaluate from, checked on load as
+    :func:`save_checkpoint` checks it on save, named ``field=value``: a NaN or an infinity in the
+    model or optimiser tensors, in the optimiser's or schedule's rates (or a negative rate); an
+    ``epoch`` other than the count of finished epochs its ``history`` records; a ``step`` outside
+    ``[0, MAX_STEP]`` (a resumed epoch's history counts only its steps after the resume, so
+    the history bounds no step count); a ``loader``
+    state that is not ResumableLoader's (``epoch``, ``batches``, ``sampler`` with ``epoch`` and
+    ``offset``, all counts). None when it is fit."""
+    bad = non_finite_tensors(state)
+    if bad:
+        more = f" and {len(bad) - SHOWN_TENSORS} more" if len(bad) > SHOWN_TENSORS else ""
+        return f"{len(bad)} tensors hold NaN or inf: {', '.join(bad[:SHOWN_TENSORS])}{more}"
+    optimizer, scheduler = state["optimizer"], state["scheduler"]
+    groups = optimizer.get("param_groups") if isinstance(optimizer, Mapping) else None
+    if not isinstance(groups, list) or not all(isinstance(g, Mapping) for g in groups):
+        return f"optimizer param_groups ({type(groups).__name__}) is not a list of mappings"
+    if not isinstance(scheduler, Mapping):
+        return f"scheduler is a {type(scheduler).__name__}, not a mapping"
+    rates = [(f"optimizer param_groups[{i}].{k}", v) for i, g in enumerate(groups) for k, v in g.items()
+             if k != "params"]
+    rates += [(f"scheduler {k}", v) for k, v in scheduler.items() if k in ("base_lrs", "_last_lr")]
+    for name, value in rates:
+        for shown in _non_finite_numbers(value, name):
+            return f"{shown} is not finite"
+    for i, group in enumerate(groups):
+        lr = group.get("lr")
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr < 0:
+            return f"optimizer param_groups[{i}].lr={lr!r} is not a rate >= 0"
+    history, loader = state["history"], state["loader"]
+    if not isinstance(history, list) or not all(isinstance(h, Mapping) and _is_count(h.get("steps")) for h in history):
+        return "history is not a list of epoch records with their steps"
+    if not isinstance(loader, Mapping) or not isinstance(loader.get("sampler"), Mapping):
+        shown = repr(loader)[:80]
+        return f"loader={shown} is not a loader state (a mapping of epoch, batches and sampler)"
+    sampler = loader["sampler"]
+    counts = (("loader epoch", loader.get("epoch")), ("loader batches", loader.get("batches")),
+              ("loader sampler epoch", sampler.get("epoch")), ("loader sampler offset", sampler.get("offset")))
+    for name, value in counts:
+        if not _is_count(value):
+            return f"{name}={value!r} is not a count (an int >= 0)"
+    epoch, step = state["epoch"], state["step"]
+    if not _is_count(epoch):
+        return f"epoch={epoch!r} is not a count (an int >= 0)"
+    if epoch != len(history):
+        return f"epoch={epoch!r} does not match the {len(history)} finished epochs its history records"
+    if not _is_count(step) or step > MAX_STEP:
+        return f"step={step!r} is outside [0, {MAX_STEP}] (an int; no real run makes more optimiser steps)"
+    return None
 
 
 def checkpoint_problem(state: Mapping[str, Any]) -> str | None:

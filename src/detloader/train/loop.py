@@ -284,7 +284,8 @@ def _train(
         ddp_kwargs = {"device_ids": [env.device.index]} if env.device.type == "cuda" else {}
         run.model = torch.nn.parallel.DistributedDataParallel(run.model, **ddp_kwargs)
     run.last_good = (
-        f"nothing was saved in this run: {config.resume} (step {run.step}) is the last good checkpoint"
+        f"nothing was saved in this run: {config.resume} (step {run.step}), the checkpoint it resumed from, "
+        "is unchanged"
         if config.resume else "no checkpoint was written yet"
     )
     if env.is_main:

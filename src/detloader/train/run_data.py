@@ -69,14 +69,31 @@ def check_out_dir(out: Path, *, resume: str | None, exist_ok: bool) -> None:
     )
 
 
+def remove_temporaries(out: Path) -> list[Path]:
+    """Remove the temporary files that writes of :data:`WRITTEN_FILES` left in ``out`` when
+    their process died (``.last.pt.XXXXXXXX.tmp`` of a checkpoint save killed midway, the
+    ``.previous.pt.PID.tmp`` link); the paths removed. Only under the run lock: no other
+    training writes there then, so every such file is a dead write's."""
+    removed = []
+    for name in WRITTEN_FILES:
+        for tmp in out.glob(f".{name}.*.tmp"):
+            with contextlib.suppress(OSError):
+                if tmp.is_file() and not tmp.is_symlink():
+                    tmp.unlink()
+                    removed.append(tmp)
+    return removed
+
+
 class RunLock:
     """Hold ``out``'s training lock for a ``with`` block (see the module docstring); the lock
-    file goes when the block ends (:func:`detloader._system.locks.locked`)."""
+    file goes when the block ends (:func:`detloader._system.locks.locked`). Taking it removes
+    the temporary files of writes that died (:func:`remove_temporaries`; ``removed``)."""
 
     def __init__(self, out: Path) -> None:
         self.out = out
         self.owner = out / ".train.owner.json"
         self._held = contextlib.ExitStack()
+        self.removed: list[Path] = []
 
     def __enter__(self) -> RunLock:
         self.out.mkdir(parents=True, exist_ok=True)
@@ -99,6 +116,7 @@ class RunLock:
                 )
             mine = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
             write_file(self.owner, json.dumps(mine), durable=True, no_follow=True)
+            self.removed = remove_temporaries(self.out)
         except BaseException:
             self._held.close()
             raise
