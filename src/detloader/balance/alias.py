@@ -75,7 +75,6 @@ def alias_table(weights: np.ndarray, chunk: int = 1 << 16, threads: int = 1) -> 
     return build.finish()
 
 
-
 class _TableBuild:
     """One :func:`alias_table` build: the table (holding ``Q`` until an entry is packed) and
     what its per-chunk passes share. Each pass's method takes a chunk number ``j``, so that

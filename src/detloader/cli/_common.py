@@ -94,7 +94,6 @@ def add_dataset_arguments(parser: argparse.ArgumentParser, on_error_help: str | 
                         "or half the free disk)")
 
 
-
 def dataset_location(index: Any) -> str:
     """Where the user's dataset is, as the commands name it: a pack's URL (or folder) for an index
     read from a pack (its ``root`` is the node's stream cache folder), else the index's root."""

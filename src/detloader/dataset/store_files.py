@@ -30,18 +30,6 @@ from detloader._system.locks import _same_file, locked, open_store
 SUFFIX = ".dlstore"
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 def hold(fd: int) -> None:
     """Mark the calling process a user of the store open on ``fd`` (a shared ``flock``)."""
     fcntl.flock(fd, fcntl.LOCK_SH)

@@ -166,7 +166,6 @@ def free_cpus(usable: int, affinity: int, busy: float) -> float:
     return max(0.0, min(float(usable), affinity - busy))
 
 
-
 @dataclass(frozen=True)
 class SavedMachine:
     """What :func:`check_load` reads of the machine a result was measured on."""
