@@ -216,6 +216,20 @@ class ImageDecodeError(DetloaderValueError):
     )
 
 
+class RankLostError(DetloaderError, RuntimeError):
+    """Another process of a distributed training run ended (killed, out of memory) while this
+    one waited on it in a collective: ``str(err)`` names this rank, the lost one (with two
+    ranks; "another rank" with more), what the backend said, and the last checkpoint saved.
+    ``err.rank``, ``err.world_size``."""
+
+    def __init__(self, message: str, rank: int, world_size: int) -> None:
+        super().__init__(message)
+        self.rank, self.world_size = rank, world_size
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RankLostError, (str(self), self.rank, self.world_size))
+
+
 class LoaderWorkerError(DetloaderError, RuntimeError):
     """A DataLoader worker process died: killed by a signal (SIGKILL from the out-of-memory
     killer, SIGBUS for want of shared memory) or exited without a word. ``str(err)`` names the

@@ -285,3 +285,59 @@ def test_shared_memory_full_in_a_worker_is_one_named_line_exit_4_and_no_torch_fi
     assert "--num-workers" in line and "--cache disk" in line
     assert len(err.strip().splitlines()) == 1
     assert list(Path("/dev/shm").glob("torch_*_4242_0")) == []
+
+
+# -- 10: a lost DDP rank ------------------------------------------------------------------------
+
+
+def test_a_collective_that_lost_its_peer_is_one_named_line(tmp_path: Path) -> None:
+    from detloader.errors import RankLostError
+    from detloader.train.distributed import DistEnv
+    from detloader.train.loop import rank_lost
+
+    gloo = RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:3804: Connection reset by peer. "
+                        "This is typically caused by a remote worker hanging or bugs in the application. GLHF!")
+    (tmp_path / "last.pt").write_bytes(b"x")
+    two = DistEnv(rank=0, world_size=2, local_rank=0, device=torch.device("cpu"))
+    err = rank_lost(gloo, two, tmp_path)
+    assert isinstance(err, RankLostError) and (err.rank, err.world_size) == (0, 2)
+    assert "rank 1 ended during training" in str(err) and "Connection reset by peer" in str(err)
+    assert f"--resume {tmp_path / 'last.pt'}" in str(err) and "\n" not in str(err)
+    four = DistEnv(rank=2, world_size=4, local_rank=2, device=torch.device("cpu"))
+    assert "another of the 4 ranks" in str(rank_lost(gloo, four, tmp_path / "none"))
+    assert "no checkpoint was saved" in str(rank_lost(gloo, four, tmp_path / "none"))
+    one = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    assert rank_lost(gloo, one, tmp_path) is None  # not distributed: not ours to name
+    assert rank_lost(RuntimeError("CUDA out of memory"), two, tmp_path) is None
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_rank_killed_mid_run_ends_the_other_with_one_line(tmp_path: Path) -> None:
+    from helpers import free_port
+
+    data = make_synthetic(tmp_path / "faces", 24, seed=0, size=(96, 72))
+    port, procs = free_port(), []
+    for rank in range(2):
+        env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                   LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "detloader", "train", str(data), "--epochs", "500", "--size", "64",
+             "--batch-size", "4", "--out", str(tmp_path / "run"), "--num-workers", "0", "--checkpoint-every", "1",
+             "--log-every", "1", "--no-eval"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        ))
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "run" / "last.pt").is_file():  # training runs: a checkpoint was saved
+        assert time.monotonic() < deadline and procs[0].poll() is None, procs[0].stderr.read()[-3000:]
+        time.sleep(0.2)
+    procs[1].kill()
+    try:
+        _, err = procs[0].communicate(timeout=90)
+    finally:
+        for p in procs:
+            p.kill()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert procs[0].returncode == 4, err[-3000:]
+    assert "Traceback" not in err and len(lines) == 1, err[-3000:]
+    assert "rank 0 of 2: rank 1 ended during training" in lines[0] and "last.pt" in lines[0]

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from detloader import __version__
 from detloader.cli import cache, data, demo, speed, stats, train
-from detloader.errors import LoaderWorkerError, NonFiniteError
+from detloader.errors import LoaderWorkerError, NonFiniteError, RankLostError
 
 #: Sub-commands in the order ``--help`` lists them, each added to the parser by its module's
 #: ``add_<command>``.
@@ -78,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
     except NonFiniteError as err:  # training diverged: its own status, one message, no traceback
         print(f"detloader {args.command}: error: {err}", file=sys.stderr)
         return EXIT_NON_FINITE
-    except LoaderWorkerError as err:  # a worker died: its own status, one message, no traceback
+    except (LoaderWorkerError, RankLostError) as err:  # a worker or a rank died: its own status, one line
         print(f"detloader {args.command}: error: {err}", file=sys.stderr)
         return EXIT_WORKER_DIED
     except (ValueError, OSError, KeyError) as err:

@@ -41,6 +41,7 @@ from detloader.errors import (
     DetloaderValueError,
     LoaderWorkerError,
     NonFiniteLossError,
+    RankLostError,
     RunDirError,
 )
 from detloader.loader.workers import loader_worker_error
@@ -148,7 +149,7 @@ def train(
         except NonFiniteLossError as err:  # the frames hold the DDP model, which holds the process group:
             failed: Exception = err.with_traceback(None)  # let them go before the group is destroyed
         except RuntimeError as err:
-            died = worker_died(err, config.out_dir)
+            died = worker_died(err, config.out_dir) or rank_lost(err, env, config.out_dir)
             if died is None:
                 raise
             failed = died
@@ -592,6 +593,37 @@ def check_loss(
         step,
         bad,
     )
+
+
+#: What the gloo and NCCL transports say when the process at the other end of a collective is gone.
+_PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Connection refused", "Broken pipe",
+              "Socket closed", "NCCL communicator was aborted", "remote process exited")
+
+
+def rank_lost(err: RuntimeError, env: DistEnv, out: Path) -> RankLostError | None:
+    """``err`` as the :class:`RankLostError` that stops a rank whose collective lost its peer
+    (another rank killed or out of memory): one line naming this rank, the lost one, the
+    backend's words and ``out/last.pt``, without the 30-line traceback; None for any other
+    error, or outside a distributed run."""
+    text = str(err)
+    if not env.distributed or not any(words in text for words in _PEER_GONE):
+        return None
+    lost = f"rank {1 - env.rank}" if env.world_size == 2 else f"another of the {env.world_size} ranks"
+    said = next(words for words in _PEER_GONE if words in text)
+    last = out / "last.pt"
+    kept = (f"{last} is the last checkpoint saved (continue with --resume {last} once every rank can run)"
+            if last.is_file() else f"no checkpoint was saved in {out}")
+    return RankLostError(
+        f"rank {env.rank} of {env.world_size}: {lost} ended during training ({_backend()}: {said}); "
+        f"training stopped: {kept}", env.rank, env.world_size,
+    )
+
+
+def _backend() -> str:
+    try:
+        return str(torch.distributed.get_backend())
+    except (RuntimeError, ValueError):
+        return "the process group"
 
 
 def worker_died(err: RuntimeError, out: Path) -> LoaderWorkerError | None:
