@@ -62,23 +62,25 @@ def _by(value: str) -> tuple[str, ...]:
 
 def _stats(args: argparse.Namespace) -> int:
     from detloader.balance.weights import check_strategy
-    from detloader.stats import balance_report, dataset_stats, plot_balance
+    from detloader.stats import balance_report, dataset_stats, plot_balance, training_frequency
 
     by = _by(args.by)
     if args.balance:
         check_strategy(args.balance, setting="--balance")
     index = common.read_index(args, reports_problems=True, bar=not args.json)
+    frequency = training_frequency(index)  # from the whole dataset's train split, before --split
     if args.split:
         index = index.split(args.split)
     common.require_images(index, "describe")
     if "image_class" in by and not index.image_classes:
         raise DetloaderValueError(f"--by image_class: {common.dataset_location(index)} has no image classes (an "
                                   "image attribute 'class', a CVAT tag); --by class groups by object class")
-    stats = dataset_stats(index)
+    stats = dataset_stats(index, frequency)
     report = None
     if args.balance:
         report = balance_report(
-            index, args.balance, by=by, unit=args.unit, seed=args.seed, num_samples=args.num_samples
+            index, args.balance, by=by, unit=args.unit, seed=args.seed, num_samples=args.num_samples,
+            frequency=frequency[0],
         )
     body = report.to_dict() if report is not None else _raw_only(index, by, args.unit)  # what --json prints
     if args.plot:
@@ -160,6 +162,7 @@ def print_stats(index: Any, stats: dict[str, Any], top: int = class_rows.TOP) ->
         + (f"; {len(empty):,} classes without objects: {class_rows.named(empty)}" if empty else ""),
         markup=False,
     )
+    print_frequency_groups(out, stats["frequency_groups"])
     if stats["image_classes"]:
         common.print_counts(out, "image classes", ("image class", "images"), stats["image_classes"], top)
         out.print(
@@ -177,6 +180,22 @@ def print_stats(index: Any, stats: dict[str, Any], top: int = class_rows.TOP) ->
         rows.append(("sqrt_area / image", *(f"{v:.3f}" for v in box["relative_sqrt_area"])))
         header = ("box size", *(f"q{q:g}" for q in box["quantiles"]))
         common.print_table(out, common.count_table("box sizes (pixels)", header, rows))
+
+
+def print_frequency_groups(out: Any, groups: dict[str, Any]) -> None:
+    """The LVIS frequency groups of :func:`detloader.stats.frequency_summary`: a table of
+    classes, images and objects per group, and the classes in none."""
+    from detloader.stats import COMMON_MAX_IMAGES, FREQUENCIES, RARE_MAX_IMAGES
+
+    rows = [(name, groups[name]["classes"], groups[name]["images"], groups[name]["objects"])
+            for name in FREQUENCIES.values()]
+    title = (f"frequency groups by training images (rare 1-{RARE_MAX_IMAGES}, common "
+             f"{RARE_MAX_IMAGES + 1}-{COMMON_MAX_IMAGES}, frequent over {COMMON_MAX_IMAGES}; "
+             f"from {groups['source']})")
+    common.print_table(out, common.count_table(title, ("group", "classes", "images", "objects"), rows))
+    none = groups["without_training_images"]
+    if none:
+        out.print(f"{len(none):,} classes in no group (no training image): {class_rows.named(none)}", markup=False)
 
 
 def print_balance(report: Any, top: int = class_rows.TOP) -> None:
@@ -217,6 +236,10 @@ def print_balance(report: Any, top: int = class_rows.TOP) -> None:
         f"imbalance ratio {_ratio(ratio['raw'])} -> {_ratio(ratio['balanced'])}"
         + ("" if dev is None else f"; the draw is within {100 * dev:.1f} % of the expectation")
     )
+    if len(report.frequency_names):
+        shares = ", ".join(f"{name} {100 * r:.1f} % -> {100 * e:.1f} %" for name, r, e in
+                           zip(report.frequency_names, report.frequency_raw, report.frequency_expected))
+        out.print(f"share of an epoch's {report.unit} by frequency group, raw -> balanced: {shares}", markup=False)
     for note in report.notes:
         out.print(f"[yellow]note:[/yellow] {escape(note)}")
     for warning in report.warnings:

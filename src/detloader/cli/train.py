@@ -453,6 +453,14 @@ def print_metrics(metrics: dict[str, Any]) -> None:
             f"({metrics['images']} images, {metrics.get('images_with_predictions', metrics['images'])} with "
             f"predictions, {metrics['backend']})"
         )
+        if "frequency_groups" in metrics:
+            groups = metrics["frequency_groups"]
+            parts = [f"AP{letter} {_fmt(metrics['ap' + letter])} ({groups[name]['scored']} of "
+                     f"{groups[name]['classes']} {name} classes)"
+                     for letter, name in (("r", "rare"), ("c", "common"), ("f", "frequent"))]
+            unranked = groups["without_training_images"]
+            out.print(", ".join(parts) + f"; groups by training images of {groups['source']}"
+                      + (f", {unranked} classes in none (no training image)" if unranked else ""), markup=False)
         if metrics.get("nme") is not None:
             out.print(
                 f"landmark NME {_fmt(metrics['nme'])} (normalised by {metrics['nme_normaliser']}, "

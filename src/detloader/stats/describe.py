@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -11,6 +11,8 @@ import numpy as np
 from detloader._system import usable_cpus
 from detloader.annotations.distinct import group_order, pair_starts
 from detloader.annotations.index import MISSING, AnnotationIndex
+from detloader.balance.groups import Groups, balance_groups, group_counts
+from detloader.errors import DetloaderValueError
 
 #: Quantiles reported for box sizes.
 QUANTILES: tuple[float, ...] = (0.0, 0.05, 0.25, 0.5, 0.75, 0.95, 1.0)
@@ -88,10 +90,96 @@ def _median(values: np.ndarray) -> float:
     return float((part[half - 1] + part[half]) / 2)
 
 
-def dataset_stats(index: AnnotationIndex) -> dict[str, Any]:
+# -- frequency groups (LVIS: rare / common / frequent) ----------------------------------------
+#: LVIS's frequency groups, by the letter its ``frequency`` field uses, in order.
+FREQUENCIES: dict[str, str] = {"r": "rare", "c": "common", "f": "frequent"}
+#: A class in at most this many training images is rare (LVIS: 1-10 images).
+RARE_MAX_IMAGES = 10
+#: A class in more than :data:`RARE_MAX_IMAGES` and at most this many training images is common
+#: (LVIS: 11-100); in more, frequent.
+COMMON_MAX_IMAGES = 100
+
+
+def class_frequency(
+    classes: Sequence[str], image_counts: Sequence[int] | np.ndarray, frequency: Mapping[str, str] | None = None
+) -> dict[str, str | None]:
+    """Class name -> ``"r"`` (rare), ``"c"`` (common) or ``"f"`` (frequent), as LVIS defines the
+    groups: by ``image_counts[k]``, the number of TRAINING images holding class ``classes[k]``
+    (1-10 rare, 11-100 common, over 100 frequent); ``None`` for a class in no training image
+    (in no group). ``frequency``: the dataset's own per-class field (LVIS ``frequency``), which
+    then decides for every class, whatever its count; it must name each class, with ``"r"``,
+    ``"c"``, ``"f"`` or None (in no group); a :class:`DetloaderValueError` names the class and
+    value otherwise."""
+    counts = np.asarray(image_counts, dtype=np.int64).reshape(-1)
+    if len(counts) != len(classes):
+        raise DetloaderValueError(f"image_counts has {len(counts)} entries for {len(classes)} classes")
+    if frequency is not None:
+        missing = [c for c in classes if c not in frequency]
+        if missing:
+            raise DetloaderValueError(f"frequency: class {missing[0]!r} has no frequency ({len(missing)} classes "
+                                      f"lack one); each class needs one of {tuple(FREQUENCIES)}")
+        bad = next(((c, frequency[c]) for c in classes if frequency[c] is not None and frequency[c] not in FREQUENCIES),
+                   None)
+        if bad is not None:
+            raise DetloaderValueError(f"frequency: class {bad[0]!r}: frequency={bad[1]!r} is not one of "
+                                      f"{(*FREQUENCIES, None)}")
+        return {c: frequency[c] for c in classes}
+    letters = np.where(counts <= RARE_MAX_IMAGES, "r", np.where(counts <= COMMON_MAX_IMAGES, "c", "f"))
+    return {c: (str(g) if n > 0 else None) for c, n, g in zip(classes, counts.tolist(), letters.tolist())}
+
+
+def training_frequency(
+    index: AnnotationIndex, frequency: Mapping[str, str] | None = None
+) -> tuple[dict[str, str | None], str]:
+    """:func:`class_frequency` of ``index``'s classes, counted on its ``train`` split (on every
+    image when it has no non-empty one), and where the groups come from, in words."""
+    if frequency is not None:
+        return class_frequency(index.classes, np.zeros(len(index.classes)), frequency), "the dataset's frequency field"
+    train = index.splits.get("train")
+    part, source = index, f"all {len(index):,} images (no train split)"
+    if train is not None and len(train):
+        part, source = index.subset(train), f"the train split ({len(train):,} images)"
+    return class_frequency(index.classes, group_counts(balance_groups(part, "class"), "images")), source
+
+
+def frequency_groups(index: AnnotationIndex, frequency: Mapping[str, str | None]) -> Groups:
+    """Object-level :class:`~detloader.balance.groups.Groups` named ``("rare", "common",
+    "frequent")``: each object in its class's group of ``frequency`` (class name -> letter or
+    None, e.g. :func:`training_frequency`'s); objects of a class in no group are MISSING. For
+    :func:`~detloader.stats.report.group_totals`."""
+    letters = list(FREQUENCIES)
+    lut = np.array([letters.index(g) if (g := frequency.get(c)) is not None else MISSING for c in index.classes],
+                   dtype=np.int64)
+    ids = lut[index.labels.astype(np.int64)] if len(lut) else np.zeros(0, dtype=np.int64)
+    return Groups(("frequency",), tuple(FREQUENCIES.values()), "object", ids, index.object_image, len(index))
+
+
+def frequency_summary(
+    index: AnnotationIndex, frequency: Mapping[str, str | None], source: str
+) -> dict[str, Any]:
+    """Per group (``rare``, ``common``, ``frequent``): ``classes`` (count), ``names``, and the
+    ``images`` and ``objects`` of ``index`` holding them; ``without_training_images``: the
+    classes in no group (no training image), by name; ``source``: where the groups come from."""
+    groups = frequency_groups(index, frequency)
+    valid = groups.ids != MISSING
+    objects = np.bincount(groups.ids[valid], minlength=len(FREQUENCIES))
+    images = np.bincount(groups.pairs()[1], minlength=len(FREQUENCIES))
+    out: dict[str, Any] = {}
+    for k, (letter, name) in enumerate(FREQUENCIES.items()):
+        names = [c for c in index.classes if frequency.get(c) == letter]
+        out[name] = {"classes": len(names), "images": int(images[k]), "objects": int(objects[k]), "names": names}
+    return out | {"without_training_images": [c for c in index.classes if frequency.get(c) is None],
+                  "source": source}
+
+
+def dataset_stats(
+    index: AnnotationIndex, frequency: tuple[Mapping[str, str | None], str] | None = None
+) -> dict[str, Any]:
     """Plain-data statistics of ``index`` (JSON-ready; docs/balancing.md, "Statistics"). Box
     sizes are in pixels at :data:`QUANTILES`, ``relative_sqrt_area`` = sqrt(box area / image
-    area); imbalance ratios leave empty classes out."""
+    area); imbalance ratios leave empty classes out. ``frequency_groups``: :func:`frequency_summary`
+    of ``frequency`` (class -> group and its source, as :func:`training_frequency` gives them;
+    default: ``training_frequency(index)``)."""
     image_classes = index.image_class_counts()
     per_image = index.objects_per_image
     boxes = index.boxes
@@ -138,4 +226,5 @@ def dataset_stats(index: AnnotationIndex) -> dict[str, Any]:
             {"width": (w, 2), "height": (h, 2), "sqrt_area": (area, 2), "relative_sqrt_area": (relative, 4)}
         ),
         "box_sqrt_area_median": per_class_median,
+        "frequency_groups": frequency_summary(index, *(frequency or training_frequency(index))),
     }

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -17,7 +18,7 @@ from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.balance.groups import ByKey, Groups, balance_groups, group_counts
 from detloader.balance.weights import DEFAULT_THRESHOLD, parse_strategy
 from detloader.errors import DetloaderValueError, EmptyIndexError
-from detloader.stats.describe import imbalance_ratio
+from detloader.stats.describe import frequency_groups, imbalance_ratio, training_frequency
 
 Unit = Literal["objects", "images"]
 LogScale = bool | Literal["auto"]
@@ -68,6 +69,12 @@ class BalanceReport:
     most_repeated: str = ""
     max_repeats: float = 0.0
     warnings: list[str] = field(default_factory=list)
+    #: per frequency group (rare, common, frequent: ``frequency_names``), the share of an epoch's
+    #: ``unit`` that holds it, raw and balanced (expected); objects of classes in no group count
+    #: in the total, in no group; image shares may overlap (an image can hold several groups)
+    frequency_names: tuple[str, ...] = ()
+    frequency_raw: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    frequency_expected: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def max_deviation(self) -> float | None:
         """Largest |drawn - expected| / expected over groups expected >= 1 (None: no draw)."""
@@ -92,7 +99,9 @@ class BalanceReport:
                 "max_drawn_deviation": None if dev is None else round(dev, 4), "seed": self.seed,
                 "notes": list(self.notes),
                 "max_repeats": {"image": self.most_repeated, "expected": round(self.max_repeats, 2)},
-                "warnings": list(self.warnings)}
+                "warnings": list(self.warnings),
+                "frequency_shares": {n: {"raw": round(float(r), 4), "balanced": round(float(e), 4)} for n, r, e in
+                                     zip(self.frequency_names, self.frequency_raw, self.frequency_expected)}}
 
 
 def _round(v: float | None, digits: int = 3) -> float | None:
@@ -120,6 +129,7 @@ def balance_report(
     num_samples: int | None = None,
     draw: bool = True,
     repeat_warning: float = REPEAT_WARNING,
+    frequency: Mapping[str, str | None] | None = None,
 ) -> BalanceReport:
     """Raw vs balanced per-epoch distribution of ``index`` under ``balance``.
 
@@ -127,8 +137,10 @@ def balance_report(
     have ``expected_counts()``); the sampler is built with ``by`` and ``seed``. ``unit``: what
     is counted per group (default: :func:`default_unit`). ``draw=True`` adds one real epoch's
     counts (all ranks). When one image is expected more than ``repeat_warning`` times per
-    epoch, ``warnings`` names it and suggests a milder strategy. An index without images
-    raises :class:`EmptyIndexError`.
+    epoch, ``warnings`` names it and suggests a milder strategy. ``frequency``: class name ->
+    ``"r"`` / ``"c"`` / ``"f"`` / None, the LVIS frequency groups whose epoch shares the report
+    gives (default: :func:`~detloader.stats.describe.training_frequency` of ``index``). An index
+    without images raises :class:`EmptyIndexError`.
     """
     if len(index) == 0:
         raise EmptyIndexError(f"the index holds no images ({index.root}): nothing to count or balance (is the path "
@@ -172,9 +184,16 @@ def balance_report(
     if max_repeats > repeat_warning:
         warnings.append(f"{most_repeated} is drawn {max_repeats:.1f} times per epoch in expectation (over "
                         f"{repeat_warning:g}); {_milder(name, params)} repeats it less")
+    freq = frequency_groups(index, training_frequency(index)[0] if frequency is None else frequency)
+    per_object = index.objects_per_image.astype(np.float64)
+    totals = (float(n), float(per_image.sum())) if unit == "images" else (
+        float(per_object.sum()), float(per_object @ per_image))
+    freq_raw, freq_expected = (group_totals(freq, e, unit) / max(t, 1e-12)
+                               for e, t in ((np.ones(n), totals[0]), (per_image, totals[1])))
     return BalanceReport(by=groups.by, unit=unit, strategy=strategy, names=groups.names, raw=raw, expected=expected,
                          drawn=drawn, epoch_length={"raw": float(n), "balanced": float(per_image.sum())}, seed=seed,
-                         notes=notes, most_repeated=most_repeated, max_repeats=max_repeats, warnings=warnings)
+                         notes=notes, most_repeated=most_repeated, max_repeats=max_repeats, warnings=warnings,
+                         frequency_names=freq.names, frequency_raw=freq_raw, frequency_expected=freq_expected)
 
 
 def _milder(name: str, params: dict[str, Any]) -> str:

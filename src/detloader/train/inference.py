@@ -82,11 +82,13 @@ def evaluate_model(
     progress: Callable[[int, int], None] | None = None,
     picture: str | os.PathLike[str] | None = None,
     coco_json: str | os.PathLike[str] | None = None,
+    frequency: Mapping[str, str | None] | None = None,
 ) -> dict[str, Any]:
     """:func:`~detloader.train.metrics.score_predictions` of ``model`` on ``index``, letterboxed
     to ``size``: each rank predicts images ``rank, rank + W, ...`` (each image once over all
     ranks, no padding), every rank scores them all; rank 0 writes ``coco_json`` and draws the
-    first 8 images, truth (left) beside prediction (right), in ``picture``."""
+    first 8 images, truth (left) beside prediction (right), in ``picture``. ``frequency``: the
+    classes' LVIS frequency groups (``score_predictions``' ``frequency``)."""
     import detloader
     from detloader.transforms import Compose, Resize
 
@@ -102,7 +104,7 @@ def evaluate_model(
     predictions = [p for part in all_gather_objects(env, mine) for p in part]
     metrics = score_predictions(
         predictions, index, score_threshold=score_threshold, backend=backend,  # type: ignore[arg-type]
-        coco_json=coco_json if env.is_main else None,
+        coco_json=coco_json if env.is_main else None, frequency=frequency,
     )
     if picture is not None and env.is_main and predictions:
         from detloader.stats.show import show_predictions
@@ -155,6 +157,7 @@ def evaluate_checkpoint(
         read = run_read_options(recorded, read_options or {}, read_defaults)  # its classes: the checkpoint's
         index = detloader.read_annotations(data, **{"classes": list(state["classes"]), **read.options})
         _require_known_classes(index, list(state["classes"]), data)
+        frequency, frequency_source = _training_frequency(index, state.get("data", {}).get("splits", {}))
         index, info = _part(index, state.get("data", {}).get("splits", {}), split, data, read)
         saved = state.get("task", REFERENCE)
         if task is None and saved != REFERENCE:
@@ -172,13 +175,31 @@ def evaluate_checkpoint(
             task.model, task.decode, index, int(state["config"]["size"]), env, batch_size=batch_size,
             num_workers=num_workers, score_threshold=score_threshold, backend=backend, progress=progress,
             image_class_map=[trained.index(name) if name in trained else -1 for name in index.image_classes],
-            picture=picture, coco_json=coco_json,
+            picture=picture, coco_json=coco_json, frequency=frequency,
         )
+        metrics["frequency_groups"]["source"] = frequency_source
         metrics["checkpoint"] = str(checkpoint)
         metrics["split"] = info
         metrics["read_options"] = {"options": read.options, "from_run": read.from_run, "changed": read.changed}
         metrics["seen_in_training"] = _seen(index, state.get("data", {}).get("splits", {}).get("train"))
         return metrics
+
+
+def _training_frequency(index: Any, recorded: Mapping[str, Any]) -> tuple[dict[str, str | None], str]:
+    """The LVIS frequency groups of the run's classes, counted on its training images: those the
+    checkpoint records (found in ``index``, the whole dataset), else the dataset's ``train`` split,
+    else every image of it; and where they were counted, in words."""
+    from detloader.balance.groups import balance_groups, group_counts
+    from detloader.stats.describe import class_frequency, training_frequency
+
+    rec = recorded.get("train")
+    if rec is not None:
+        rows, missing = recorded_rows(index, rec)
+        if len(rows):
+            groups = class_frequency(index.classes, group_counts(balance_groups(index.subset(rows), "class"), "images"))
+            source = f"the checkpoint's training split {rec['name']!r} ({len(rows):,} images"
+            return groups, source + (f"; {missing:,} of its images are not in this dataset)" if missing else ")")
+    return training_frequency(index)
 
 
 def _require_known_classes(index: Any, classes: list[str], data: Any) -> None:

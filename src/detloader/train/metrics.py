@@ -36,6 +36,9 @@ from detloader.train.coco_eval import (
 )
 from detloader.train.predictions import ImagePredictions, as_predictions, check_predictions
 
+#: ``frequency_groups`` of the metrics names at most this many classes per group.
+GROUP_NAMES_SHOWN = 20
+
 #: How prediction image ids are read: ``"row"`` a row of the evaluated index, ``"dataset"`` the
 #: dataset's own image id (``index.image_ids``: COCO ``id``).
 ImageIds = Literal["row", "dataset"]
@@ -129,9 +132,43 @@ def _image_class(index: Any, predictions: Sequence[ImagePredictions]) -> tuple[f
     return float((t == g).mean()), recall
 
 
+# -- frequency groups (LVIS APr / APc / APf) ---------------------------------------------------
+def frequency_ap(
+    index: Any, per_class_rows: dict[str, Any], frequency: Mapping[str, str | None] | None = None
+) -> dict[str, Any]:
+    """``apr``, ``apc``, ``apf`` as LVIS gives them: the mean AP@0.5:0.95 over the classes of
+    each frequency group (:func:`~detloader.stats.describe.class_frequency`) that have ground truth
+    in the evaluated images (None: no such class), and ``frequency_groups``: per group the
+    ``classes`` in it, how many were ``scored``, their ``names`` (at most
+    :data:`GROUP_NAMES_SHOWN`, ``more`` the rest), then ``without_training_images`` (classes in
+    no group) and the groups' ``source``. ``frequency``: class name -> ``"r"`` / ``"c"`` /
+    ``"f"`` / None (e.g. of the training split); default: counted on ``index``'s own ``train``
+    split, or on its images without one. Each row of ``per_class_rows`` gains its ``frequency``."""
+    from detloader.stats.describe import FREQUENCIES, class_frequency, training_frequency
+
+    if frequency is None:
+        groups, source = training_frequency(index)
+    else:
+        groups, source = class_frequency(index.classes, np.zeros(len(index.classes)), frequency), "given"
+    out: dict[str, Any] = {}
+    summary: dict[str, Any] = {}
+    for letter, name in FREQUENCIES.items():
+        members = [c for c in index.classes if groups[c] == letter]
+        aps = [per_class_rows[c]["ap50_95"] for c in members if per_class_rows[c]["ap50_95"] is not None]
+        out[f"ap{letter}"] = float(np.mean(aps)) if aps else None
+        summary[name] = {"classes": len(members), "scored": len(aps), "names": members[:GROUP_NAMES_SHOWN],
+                         "more": max(len(members) - GROUP_NAMES_SHOWN, 0)}
+    for c in index.classes:
+        per_class_rows[c]["frequency"] = groups[c]
+    summary["without_training_images"] = sum(g is None for g in groups.values())
+    summary["source"] = source
+    return out | {"frequency_groups": summary}
+
+
 # -- all together -----------------------------------------------------------------------------
 def compute_metrics(
-    index: Any, predictions: Sequence[ImagePredictions], *, score_threshold: float = 0.3, backend: Backend = "auto"
+    index: Any, predictions: Sequence[ImagePredictions], *, score_threshold: float = 0.3, backend: Backend = "auto",
+    frequency: Mapping[str, str | None] | None = None,
 ) -> dict[str, Any]:
     """Every metric of the module docstring as a JSON-ready dict (keys ``map50``,
     ``map50_95``, ``per_class`` (per class ``objects``, ``ignored`` (crowd or difficult),
@@ -139,7 +176,8 @@ def compute_metrics(
     ``ap50_95``), ``tp``, ``fp``, ``fn``, ``precision``, ``recall`` (all classes, at
     ``score_threshold`` and IoU 0.5), ``score_threshold``, ``nme``, ``nme_normaliser``,
     ``nme_objects``, ``image_class_accuracy``, ``image_class_recall``, ``images``,
-    ``images_with_predictions``, ``backend``).
+    ``images_with_predictions``, ``backend``, and LVIS's ``apr``, ``apc``, ``apf`` with
+    ``frequency_groups`` and each class's ``frequency``: :func:`frequency_ap` of ``frequency``).
 
     ``index`` is the evaluated split, every image of it counted (one without a prediction entry
     is all misses); each prediction's ``image_id`` is a row of it and its labels class indexes
@@ -161,10 +199,12 @@ def compute_metrics(
     point = operating_point(gt, detections, score_threshold)
     nme, normaliser, nme_objects = _nme(index, predictions)
     accuracy, recall = _image_class(index, predictions)
+    rows = per_class(result, index.classes, counts, ignored, point)
     return {
         "map50": float(result["stats"][1]),
         "map50_95": float(result["stats"][0]),
-        "per_class": per_class(result, index.classes, counts, ignored, point),
+        **frequency_ap(index, rows, frequency),
+        "per_class": rows,
         **rates(point.sum(axis=0)),
         "score_threshold": score_threshold,
         "nme": nme,
@@ -187,6 +227,7 @@ def score_predictions(
     score_threshold: float = 0.3,
     backend: Backend = "auto",
     coco_json: str | os.PathLike[str] | None = None,
+    frequency: Mapping[str, str | None] | None = None,
 ) -> dict[str, Any]:
     """Any model's predictions scored: the metrics of :func:`compute_metrics` (what
     ``train`` and ``detloader evaluate`` report).
@@ -202,7 +243,9 @@ def score_predictions(
     scored is a :class:`PredictionError`. ``coco_json``: also write the detections there as a
     COCO results list with the dataset's ids (``image_id``, ``category_id``, ``bbox`` xywh,
     ``score``, and ``keypoints`` x, y, 1 per landmark): it loads with pycocotools' ``loadRes``
-    against the dataset's own annotation file."""
+    against the dataset's own annotation file. ``frequency``: class name -> LVIS frequency group
+    (``"r"``, ``"c"``, ``"f"``, None), best of the training images (``detloader.stats.training_frequency``
+    of the whole dataset); default: counted on ``index`` (its ``train`` split, else its images)."""
     if ids not in ("row", "dataset"):
         raise DetloaderValueError(f"ids={ids!r} is not 'row' or 'dataset'")
     if labels not in ("index", "category"):
@@ -232,4 +275,4 @@ def score_predictions(
     check_predictions(preds, len(index), len(index.classes))
     if coco_json is not None:
         write_file(coco_json, json.dumps(coco_detections(index, preds, keypoints=True)))
-    return compute_metrics(index, preds, score_threshold=score_threshold, backend=backend)
+    return compute_metrics(index, preds, score_threshold=score_threshold, backend=backend, frequency=frequency)
