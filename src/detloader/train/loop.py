@@ -477,11 +477,18 @@ def _finish(run: _Run, train_seconds: float) -> dict[str, Any]:
     config, env, data = run.config, run.env, run.data
     metrics: dict[str, Any] = {}
     if config.evaluate and not run.stopped:
+        from detloader.stats.describe import class_frequency  # lazy: the loop needs stats only here
+
+        # APr / APc / APf: the classes' groups by the run's own training images, as detloader evaluate counts them
+        per_class = data.train.class_counts("images")
+        frequency = class_frequency(data.train.classes, [per_class[name] for name in data.train.classes])
         metrics = evaluate_model(
             _unwrap(run.model), run.task.decode, data.val, config.size, env, batch_size=config.batch_size,
             score_threshold=config.score_threshold, backend=config.eval_backend, amp_dtype=run.amp_dtype,
-            picture=config.out_dir / "predictions.png",
+            picture=config.out_dir / "predictions.png", frequency=frequency,
         )
+        if isinstance(metrics.get("frequency_groups"), dict):
+            metrics["frequency_groups"]["source"] = f"the run's {len(data.train)} training images"
     counts = all_gather_objects(env, run.samples_seen)
     if env.is_main:
         metrics.update(
