@@ -267,6 +267,13 @@ trainer = recording("inverse")(model=tiny_detr(train), args=arguments(out, per_d
 trainer.train()
 with open(f"{out}/seen{dist.get_rank()}.json", "w") as f:
     json.dump({"world": dist.get_world_size(), "seen": trainer.seen}, f)
+# the DDP model (its reducer) goes before the process group, and the group before the interpreter:
+# gloo torn down at exit under a live reducer can abort a rank ('terminate called without an active exception')
+import gc
+del trainer
+gc.collect()
+dist.barrier()
+dist.destroy_process_group()
 '''
 
 
@@ -279,6 +286,7 @@ def test_two_processes_share_out_the_one_global_draw(tmp_path):
 
     script = tmp_path / "worker.py"
     script.write_text(COMMON + WORKER, encoding="utf-8")
+    namespace["fixture"](str(tmp_path / "synth"))  # made once here: two ranks making it at once would race
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
