@@ -121,13 +121,20 @@ def locked(path: Path, wait: bool = True, remove: bool = False) -> Iterator[bool
 
 def held_elsewhere(path: Path) -> bool:
     """Whether a process holds the ``flock`` of the lock file ``path``, found without waiting
-    and without creating the file (absent, or not a regular file: False)."""
+    and without creating the file (absent, or not a regular file: False). A lock file is only
+    ever locked exclusively: a shared probe (allowed read-only) tells."""
+    return _locked_by_another(path, "lock", fcntl.LOCK_SH)
+
+
+def _locked_by_another(path: str | os.PathLike[str], what: str, probe: int) -> bool:
+    """Whether a ``flock`` of ``probe`` (``LOCK_SH`` or ``LOCK_EX``) on ``path`` would wait for
+    another process; False when ``path`` is absent or not a regular file."""
     try:
-        fd = _open(path, os.O_RDONLY, "lock")
+        fd = _open(Path(path), os.O_RDONLY, what)
     except (OSError, NotRegularFileError):
         return False
-    try:  # a lock file is only ever locked exclusively: a shared probe (allowed read-only) tells
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    try:
+        fcntl.flock(fd, probe | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
     except OSError:
@@ -146,27 +153,21 @@ def hold_shared(path: str | os.PathLike[str]) -> int | None:
         fd = _open(Path(path), os.O_RDONLY, "file")
     except (OSError, NotRegularFileError):
         return None
+    return fd if try_flock(fd, fcntl.LOCK_SH) else None
+
+
+def try_flock(fd: int, op: int) -> bool:
+    """Take the ``flock`` ``op`` (``LOCK_SH`` or ``LOCK_EX``) on ``fd`` without waiting: True,
+    or False with ``fd`` closed when another process holds a clashing one (or it fails)."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, op | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        return None
-    return fd
+        return False
+    return True
 
 
 def read_elsewhere(path: str | os.PathLike[str]) -> bool:
     """Whether another process reads the regular file ``path`` (holds a ``flock`` on it:
     :func:`hold_shared`), found without waiting (absent, or not a regular file: False)."""
-    try:
-        fd = _open(Path(path), os.O_RDONLY, "file")
-    except (OSError, NotRegularFileError):
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-    return False
+    return _locked_by_another(path, "file", fcntl.LOCK_EX)

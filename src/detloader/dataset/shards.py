@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from detloader._system.locks import held_elsewhere, locked
+from detloader._system.locks import held_elsewhere, locked, try_flock
 from detloader.annotations.pack import PackManifest, fetch_verified, make_downloader
 from detloader.errors import (
     DetloaderIndexError,
@@ -388,10 +388,7 @@ def _remove_unread(path: Path) -> bool:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+    if not try_flock(fd, fcntl.LOCK_EX):
         return False
     try:
         st, now = os.fstat(fd), os.stat(path)
