@@ -253,7 +253,11 @@ def test_index_cache_on_a_full_disk(tmp_path: Path, full_disk: None) -> None:
 def test_checkpoint_on_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from detloader.train.checkpoint import CHECKPOINT_KEYS, PREVIOUS, load_checkpoint, save_checkpoint
 
-    state = {**{k: 0 for k in CHECKPOINT_KEYS}, "config": {}, "task": "own.Model"}  # loads: no model to check
+    state = {  # the least a checkpoint's values checks on load take (no model to check: a task of one's own)
+        **{k: 0 for k in CHECKPOINT_KEYS}, "config": {}, "task": "own.Model", "model": {}, "scheduler": {},
+        "optimizer": {"state": {}, "param_groups": [{"lr": 0.001}]}, "history": [],
+        "loader": {"epoch": 0, "batches": 0, "sampler": {"epoch": 0, "offset": 0}},
+    }
     last = tmp_path / "run" / "last.pt"
     save_checkpoint(last, {**state, "step": 1})
     save_checkpoint(last, {**state, "step": 2})
