@@ -20,7 +20,6 @@ manifest before it gets its name, retried, and within :data:`FETCH_DEADLINE_S` a
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import errno
 import hashlib
@@ -104,10 +103,6 @@ class PackManifest:
     def total_bytes(self) -> int:
         """Bytes of every shard together."""
         return sum(s.bytes for s in self.shards)
-
-    def shard_of(self, row: int) -> int:
-        """The shard (its position in :attr:`shards`) that holds index row ``row``."""
-        return bisect.bisect_right([s.first_row for s in self.shards], row) - 1
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest as JSON-able data (what the file holds, and ``index.meta["pack"]["manifest"]``)."""

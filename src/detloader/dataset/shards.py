@@ -179,6 +179,10 @@ class ShardCache:
 
         return bisect.bisect_right(self._first_rows, row) - 1
 
+    def shards_of(self, rows: np.ndarray) -> np.ndarray:
+        """:meth:`shard_of` of many rows at once."""
+        return np.searchsorted(self._first_rows, np.asarray(rows), side="right") - 1
+
     def get(self, row: int) -> bytes:
         """The original file bytes of the image of index row ``row``.
 

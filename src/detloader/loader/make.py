@@ -106,16 +106,11 @@ def resolve_shard_order(dataset: Any, sampler: Sampler[Any] | None, *, seed: int
     shuffle's permutation is each rank's whole, as without a pack (and so is a ``global_draw``
     that a batch sampler shares out)."""
     shards = dataset.shards
-    rows = pack_rows(dataset.index)
-    manifest = shards.manifest
-    first = np.array([s.first_row for s in manifest.shards], dtype=np.int64)
-    shard_of = np.searchsorted(first, rows, side="right") - 1
-    shard_bytes = np.array([s.bytes for s in manifest.shards], dtype=np.int64)
+    shard_of = shards.shards_of(pack_rows(dataset.index))
+    shard_bytes = np.array([s.bytes for s in shards.manifest.shards], dtype=np.int64)
     ranks: dict[str, int] = {}
-    if sampler is None:  # shuffle=True: a seeded permutation, each rank's whole
-        sampler_seed = np.random.SeedSequence(_seed(seed)).generate_state(2, np.uint64)[0]
-        order = torch.Generator().manual_seed(int(sampler_seed) & (2**63 - 1))
-        sampler = RandomSampler(dataset, generator=order)  # type: ignore[arg-type]
+    if sampler is None:  # shuffle=True: the seeded permutation make_loader draws without a pack, each rank's whole
+        sampler = RandomSampler(dataset, generator=_generators(_seed(seed))[0])  # type: ignore[arg-type]
         ranks = {"rank": 0, "world_size": 1}
     elif global_draw:
         ranks = {"rank": 0, "world_size": 1}
@@ -346,12 +341,18 @@ def dataloader_kwargs(dataset: Dataset[Any], o: LoaderOptions) -> dict[str, Any]
         # Two streams from one seed: the shuffle order from the sampler's own generator (so
         # it does not depend on how many worker seeds the loader drew before, which differs
         # with persistent_workers), the worker base seeds from the loader's.
-        sampler_seed, worker_seed = np.random.SeedSequence(int(o.seed)).generate_state(2, np.uint64)
+        order, workers = _generators(int(o.seed))
         if o.shuffle:
-            order = torch.Generator().manual_seed(int(sampler_seed) & (2**63 - 1))
             kwargs.update(shuffle=False, sampler=RandomSampler(dataset, generator=order))  # type: ignore[arg-type]
-        kwargs["generator"] = torch.Generator().manual_seed(int(worker_seed) & (2**63 - 1))
+        kwargs["generator"] = workers
     return kwargs
+
+
+def _generators(seed: int) -> tuple[torch.Generator, torch.Generator]:
+    """The shuffle order's and the worker seeds' generators, two streams of one seed."""
+    order, workers = np.random.SeedSequence(seed).generate_state(2, np.uint64)
+    return (torch.Generator().manual_seed(int(order) & (2**63 - 1)),
+            torch.Generator().manual_seed(int(workers) & (2**63 - 1)))
 
 
 def make_loader(
