@@ -13,10 +13,7 @@ from typing import Any
 from detloader._system.files import atomic_write
 from detloader.errors import DetloaderValueError
 from detloader.loader.auto import (  # noqa: F401  (the names tune's users read here)
-    MAX_HEURISTIC_WORKERS,
-    MAX_RESULT_BYTES,
     WORKER_MEMORY_GUESS,
-    AutoSettings,
     LoadCheck,
     StaleTuneWarning,
     auto_loader_kwargs,
@@ -26,7 +23,6 @@ from detloader.loader.auto import (  # noqa: F401  (the names tune's users read 
     check_load,
     current_free_cpus,
     dataset_hash,
-    describe,
     fit_to_load,
     heuristic_loader_kwargs,
     load_tolerance,
