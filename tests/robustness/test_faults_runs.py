@@ -293,7 +293,7 @@ def test_shared_memory_full_in_a_worker_is_one_named_line_exit_4_and_no_torch_fi
 def test_a_collective_that_lost_its_peer_is_one_named_line(tmp_path: Path) -> None:
     from detloader.errors import RankLostError
     from detloader.train.distributed import DistEnv
-    from detloader.train.loop import rank_lost
+    from detloader.train.stopping import rank_lost
 
     gloo = RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:3804: Connection reset by peer. "
                         "This is typically caused by a remote worker hanging or bugs in the application. GLHF!")
