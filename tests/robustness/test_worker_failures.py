@@ -22,7 +22,7 @@ from detloader.cli.train import _config
 from detloader.synth import make_synthetic
 from detloader.train import load_checkpoint
 from detloader.train.run_data import _ignore_stop_signals
-from detloader.worker_failures import describe, loader_worker_error
+from detloader.worker_failures import describe, loader_worker_error, worker_deaths_held
 
 EMPTY = 5  # the image written as 0 bytes
 KILL_AT = 9  # the dataset index whose worker kills itself
@@ -128,6 +128,41 @@ def test_torch_messages_of_a_dead_worker_are_named_and_others_pass() -> None:
     assert err is not None and err.pid == 8
     assert loader_worker_error(RuntimeError("CUDA out of memory")) is None
     assert "crashed with signal 11 (SIGSEGV)" in describe(0, 1, signal.SIGSEGV, None)
+
+
+@pytest.fixture
+def raising_sigchld():
+    """A SIGCHLD handler that raises as torch's does for a dead worker."""
+    def handler(signum: int, frame: object) -> None:
+        raise RuntimeError("DataLoader worker (pid 4242) is killed by signal: Killed.")
+
+    before = signal.signal(signal.SIGCHLD, handler)
+    yield
+    signal.signal(signal.SIGCHLD, before)
+
+
+def _sigchld_now() -> None:
+    os.kill(os.getpid(), signal.SIGCHLD)
+    time.sleep(0.01)  # the handler runs at the next instruction
+
+
+def test_a_worker_death_in_a_held_write_is_raised_after_the_write(raising_sigchld: None) -> None:
+    with pytest.raises(RuntimeError, match="pid 4242"):
+        _sigchld_now()  # unheld: it cuts in wherever the main thread is
+    written = []
+    with pytest.raises(RuntimeError, match="pid 4242"):
+        with worker_deaths_held():
+            _sigchld_now()
+            written.append("whole")
+    assert written == ["whole"]
+    with pytest.raises(ValueError, match="its own"):  # the block's own error passes unchanged
+        with worker_deaths_held():
+            _sigchld_now()
+            raise ValueError("its own")
+    with worker_deaths_held():  # nothing came: nothing raised, and the handler is back
+        pass
+    with pytest.raises(RuntimeError, match="pid 4242"):
+        _sigchld_now()
 
 
 def test_train_takes_the_decode_error_policy_its_message_names(broken: Path, tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ and ``multiprocessing`` would wait forever for workers that ignore its SIGTERM.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import glob
 import os
 import re
@@ -33,6 +34,7 @@ import signal
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -222,6 +224,27 @@ def _name_deaths_in_sigchld() -> None:
 
     signal.signal(signal.SIGCHLD, handler)
     _SIGCHLD_WRAPPED = True
+
+
+@contextlib.contextmanager
+def worker_deaths_held() -> Iterator[None]:
+    """Within it, a loader worker's death is not raised wherever the main thread is (torch's
+    SIGCHLD handler, above) but as the block ends, after it: a write that must not be cut halfway
+    (a checkpoint: ``torch.save`` cut there fails with its own zip error, which hides the worker's)
+    finishes first. An error of the block itself passes unchanged. Outside the main thread, or
+    with no Python handler for SIGCHLD, it holds nothing."""
+    handler = signal.getsignal(signal.SIGCHLD)
+    if threading.current_thread() is not threading.main_thread() or not callable(handler):
+        yield
+        return
+    came: list[int] = []
+    signal.signal(signal.SIGCHLD, lambda signum, frame: came.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGCHLD, handler)
+    if came:
+        handler(came[-1], None)
 
 
 def describe(worker_id: int | None, pid: int, signum: int | None, exitcode: int | None) -> str:

@@ -39,6 +39,7 @@ from detloader.errors import (
     NonFiniteLossError,
     RunDirError,
 )
+from detloader.loader.workers import worker_deaths_held
 from detloader.train.checkpoint import (
     apply_settings,
     check_finite_state,
@@ -234,8 +235,9 @@ class _Run:
         }
         if self.scaler is not None:
             state["scaler"] = self.scaler.state_dict()
-        save_checkpoint(out / "last.pt", state)
-        self.last_good = saved
+        with worker_deaths_held():  # a worker that dies now stops the run once last.pt is whole
+            save_checkpoint(out / "last.pt", state)
+            self.last_good = saved
 
 
 @dataclass

@@ -143,9 +143,12 @@ def _backend() -> str:
 def worker_died(err: RuntimeError, out: Path) -> LoaderWorkerError | None:
     """``err`` as the :class:`LoaderWorkerError` that stops a run when it reports a loader worker
     that died (raised by the loader, or by torch's SIGCHLD handler wherever the step was), its
-    message saying what became of ``out/last.pt``: nothing is saved after such a failure. None
-    for any other error."""
+    message saying what became of ``out/last.pt``: nothing is saved after such a failure. A
+    write the death cut short (its own error following the worker's) counts too. None for any
+    other error."""
     named = err if isinstance(err, LoaderWorkerError) else loader_worker_error(err)
+    if named is None and isinstance(err.__context__, LoaderWorkerError):
+        named = err.__context__  # raised inside a write (torch.save), whose own error followed it
     if named is None:
         return None
     last = out / "last.pt"
