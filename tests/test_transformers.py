@@ -68,6 +68,28 @@ def arguments(out, **overrides):
     return TrainingArguments(**values)
 
 
+def direct_metrics(model, val, processor, batch=4):
+    """score_predictions of the model's predictions on val, run here one batch at a time (all
+    images have one size: no padding) and put back in the annotation's pixels by hand."""
+    import torch
+    from transformers.utils import ModelOutput
+    from detloader.train import score_predictions
+    from detloader.transformers import flat_metrics
+
+    model = model.eval()
+    predictions = []
+    with torch.no_grad():
+        for lo in range(0, len(val), batch):
+            items = val.collate([val[i] for i in range(lo, min(lo + batch, len(val)))])
+            out = model(pixel_values=items["pixel_values"], pixel_mask=items["pixel_mask"])
+            rows = [int(t["image_id"][0]) for t in items["labels"]]
+            sizes = torch.tensor([[int(val.index.height[r]), int(val.index.width[r])] for r in rows])
+            found = processor.post_process_object_detection(
+                ModelOutput(logits=out.logits, pred_boxes=out.pred_boxes), threshold=0.0, target_sizes=sizes)
+            predictions += [{"image_id": r, **f} for r, f in zip(rows, found)]
+    return flat_metrics(score_predictions(predictions, val.index))
+
+
 def recording(balance):
     """A balanced trainer that records, per training batch, the index rows it holds."""
     class Recording(balanced_trainer(balance)):
@@ -152,30 +174,17 @@ def test_resume_from_a_checkpoint_continues_the_draw_exactly(data, run, tmp_path
     assert resumed.seen == trainer.seen[10:]
 
 
-def test_evaluate_equals_score_predictions_on_the_same_predictions(data, run):
-    import torch
-    from transformers.utils import ModelOutput
-
-    from detloader.train import score_predictions
-    from detloader.transformers import flat_metrics
-
+@pytest.mark.parametrize("concat", [False, True])
+def test_evaluate_equals_score_predictions_on_the_same_predictions(data, run, concat):
+    """BalancedTrainer hands the metrics one label tensor a batch, so batches may be concatenated."""
     _, processor, _, val = data
     trainer, _ = run
-    metrics = trainer.evaluate()
-    # the same model on the same images, its boxes put back in the annotation's pixels here
-    # (all images have one size: no padding), scored by score_predictions
-    model = trainer.model.eval()
-    predictions = []
-    with torch.no_grad():
-        for lo in range(0, len(val), BATCH):
-            batch = val.collate([val[i] for i in range(lo, min(lo + BATCH, len(val)))])
-            out = model(pixel_values=batch["pixel_values"], pixel_mask=batch["pixel_mask"])
-            rows = [int(t["image_id"][0]) for t in batch["labels"]]
-            sizes = torch.tensor([[int(val.index.height[r]), int(val.index.width[r])] for r in rows])
-            found = processor.post_process_object_detection(
-                ModelOutput(logits=out.logits, pred_boxes=out.pred_boxes), threshold=0.0, target_sizes=sizes)
-            predictions += [{"image_id": r, **f} for r, f in zip(rows, found)]
-    expected = flat_metrics(score_predictions(predictions, val.index))
+    trainer.args.eval_do_concat_batches = concat
+    try:
+        metrics = trainer.evaluate()
+    finally:
+        trainer.args.eval_do_concat_batches = False
+    expected = namespace["direct_metrics"](trainer.model, val, processor)
     assert expected["images"] == len(val) and expected["fp"] + expected["tp"] > 0
     for key, value in expected.items():
         assert metrics[f"eval_{key}"] == pytest.approx(value, abs=1e-6), key
@@ -260,13 +269,18 @@ def test_balanced_trainer_checks_its_arguments_and_the_dataset(data, tmp_path):
 WORKER = '''
 import json, sys
 import torch.distributed as dist
+from detloader.transformers import coco_metrics
 root, out = sys.argv[1], sys.argv[2]
 train = detection_dataset(fixture(root).split("train"), processor())
+val = detection_dataset(fixture(root).split("val"), processor())
 trainer = recording("inverse")(model=tiny_detr(train), args=arguments(out, per_device_train_batch_size=1,
-                               ddp_backend="gloo"), train_dataset=train)
+                               ddp_backend="gloo"), train_dataset=train, eval_dataset=val,
+                               compute_metrics=coco_metrics(val, processor()))
 trainer.train()
+metrics = trainer.evaluate()  # 6 images over 2 processes, 4 a batch: the last batch padded by Accelerate
+expected = direct_metrics(trainer.model, val, processor())
 with open(f"{out}/seen{dist.get_rank()}.json", "w") as f:
-    json.dump({"world": dist.get_world_size(), "seen": trainer.seen}, f)
+    json.dump({"world": dist.get_world_size(), "seen": trainer.seen, "metrics": metrics, "expected": expected}, f)
 # the DDP model (its reducer) goes before the process group, and the group before the interpreter:
 # gloo torn down at exit under a live reducer can abort a rank ('terminate called without an active exception')
 import gc
@@ -281,7 +295,8 @@ dist.destroy_process_group()
 @pytest.mark.distributed
 def test_two_processes_share_out_the_one_global_draw(tmp_path):
     """torchrun, 2 CPU processes (gloo), one image a batch: process p trains on positions p,
-    p + 2, ... of each epoch's one draw, so together they see the draw once."""
+    p + 2, ... of each epoch's one draw, so together they see the draw once; ``trainer.evaluate()``
+    with ``coco_metrics`` scores every validation image once, equal to one process's scoring."""
     from helpers import free_port
 
     script = tmp_path / "worker.py"
@@ -302,6 +317,10 @@ def test_two_processes_share_out_the_one_global_draw(tmp_path):
         parts = [sum(r["seen"][e * steps:(e + 1) * steps], []) for r in runs]
         assert parts[0] == draw[0::2] and parts[1] == draw[1::2]
         assert sorted(parts[0] + parts[1]) == sorted(draw)
+    for r in runs:  # each process scores every image once, as one process does
+        assert r["expected"]["images"] == 6
+        for key, value in r["expected"].items():
+            assert r["metrics"][f"eval_{key}"] == pytest.approx(value, abs=1e-6), key
 
 
 def readme_block() -> str:

@@ -45,7 +45,7 @@ from detloader.transforms.functional import affine_boxes
 
 __all__ = [
     "BalancedTrainer", "DetectionCollator", "HFDetectionDataset", "balanced_trainer", "check_model_labels",
-    "coco_metrics", "detection_dataset", "flat_metrics", "id2label", "label2id",
+    "coco_metrics", "detection_dataset", "flat_metrics", "id2label", "label2id", "metric_labels",
 ]
 
 #: The key each image's ``labels`` dict carries beside the processor's: float64 ``[1, 6]`` ``(sx,
@@ -250,6 +250,16 @@ class BalancedTrainer(Trainer):
             if isinstance(data, HFDetectionDataset):
                 check_model_labels(self.model, data)
 
+    def prediction_step(self, model: Any, inputs: Any, prediction_loss_only: bool,
+                        ignore_keys: list[str] | None = None) -> tuple[Any, Any, Any]:
+        """``Trainer``'s, the labels handed on to the metrics as :func:`metric_labels`: one tensor
+        of fixed width per batch, which Accelerate gathers across processes (the per-image dicts
+        of different lengths make its ``all_gather`` fail) and ``Trainer`` can concatenate."""
+        loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+        if isinstance(labels, (list, tuple)) and labels and isinstance(labels[0], Mapping):
+            labels = metric_labels(labels).to(self.args.device)
+        return loss, logits, labels
+
     def _get_train_sampler(self, train_dataset: Any = None) -> Sampler[int]:
         dataset = self.train_dataset if train_dataset is None else train_dataset
         if not isinstance(dataset, HFDetectionDataset):
@@ -292,6 +302,34 @@ def _outputs(batch: Any) -> tuple[np.ndarray, np.ndarray]:
     return arrays[0], arrays[1]
 
 
+def metric_labels(labels: Sequence[Mapping[str, Any]]) -> torch.Tensor:
+    """What :func:`coco_metrics` reads of a batch's ``labels``, float64 ``[B, 7]``: each image's
+    ``image_id`` (an index row: exact in float64) then its :data:`TO_ORIGINAL` row."""
+    return torch.stack([
+        torch.cat([torch.as_tensor(t["image_id"], dtype=torch.float64).reshape(-1)[:1],
+                   torch.as_tensor(t[TO_ORIGINAL], dtype=torch.float64).reshape(-1)[:6]])
+        for t in labels
+    ])
+
+
+def _eval_batches(predictions: Any, labels: Any) -> list[tuple[Any, np.ndarray]]:
+    """``(predictions, metric labels [B, 7])`` per batch of ``Trainer``'s evaluation: the labels
+    as :class:`BalancedTrainer` hands them on (one array, or one per batch with
+    ``eval_do_concat_batches=False``), or ``Trainer``'s per-image dicts per batch."""
+    if isinstance(labels, np.ndarray) and labels.ndim == 2 and labels.shape[1] == 7:
+        return [(predictions, labels)]
+    if isinstance(labels, (list, tuple)) and isinstance(predictions, (list, tuple)) and len(labels) == len(predictions):
+        if all(isinstance(t, np.ndarray) and t.ndim == 2 and t.shape[1] == 7 for t in labels):
+            return list(zip(predictions, labels))
+        if all(isinstance(t, (list, tuple)) and all(isinstance(d, Mapping) for d in t) for t in labels):
+            return [(p, metric_labels(t).numpy()) for p, t in zip(predictions, labels)]
+    raise DetloaderValueError(
+        "coco_metrics: the labels are neither BalancedTrainer's nor a list of batches of per-image dicts; "
+        "with a plain Trainer set TrainingArguments(eval_do_concat_batches=False) (under several processes "
+        "use balanced_trainer(), whose labels gather across processes)"
+    )
+
+
 def coco_metrics(
     eval_dataset: HFDetectionDataset,
     image_processor: Any,
@@ -308,28 +346,24 @@ def coco_metrics(
     ``map50_95``, ``precision``, ``recall``, ``tp``, ``fp``, ``fn``, ... and per class
     ``ap50/<class>``, ``ap50_95/<class>`` (``Trainer`` prefixes ``eval_``).
 
-    Needs ``TrainingArguments(eval_do_concat_batches=False)`` (images hold different numbers of
-    boxes: the labels of the batches cannot be concatenated); a DetloaderValueError says so
-    otherwise."""
+    With :class:`BalancedTrainer` it works under any number of processes and either
+    ``eval_do_concat_batches``. A plain ``Trainer`` needs ``eval_do_concat_batches=False`` and
+    one process (its per-image labels cannot be concatenated or gathered); a DetloaderValueError
+    says so otherwise."""
     index = _index_of(eval_dataset)
 
     def compute(eval_pred: Any) -> dict[str, float]:
-        batches, targets = eval_pred.predictions, eval_pred.label_ids
-        if not isinstance(targets, (list, tuple)) or not all(isinstance(t, (list, tuple)) for t in targets):
-            raise DetloaderValueError(
-                "coco_metrics: the labels are not a list of batches; "
-                "set TrainingArguments(eval_do_concat_batches=False)"
-            )
         predictions = []
-        for batch, target in zip(batches, targets):
+        for batch, target in _eval_batches(eval_pred.predictions, eval_pred.label_ids):
             logits, boxes = _outputs(batch)
-            maps = np.stack([np.asarray(t[TO_ORIGINAL], dtype=np.float64).reshape(-1, 6)[0] for t in target])
-            sizes = torch.as_tensor(maps[:, 4:], dtype=torch.int64)
+            target = np.asarray(target, dtype=np.float64)
+            sizes = torch.as_tensor(target[:, 5:], dtype=torch.int64)
             output = ModelOutput(logits=torch.as_tensor(logits), pred_boxes=torch.as_tensor(boxes))
             found = image_processor.post_process_object_detection(output, threshold=threshold, target_sizes=sizes)
-            for t, f, (sx, sy, ox, oy, _, _) in zip(target, found, maps.tolist()):
+            for row, f in zip(target.tolist(), found):
+                sx, sy, ox, oy = row[1:5]
                 predictions.append({
-                    "image_id": int(torch.as_tensor(t["image_id"]).reshape(-1)[0]),
+                    "image_id": int(row[0]),
                     "boxes": affine_boxes(f["boxes"].detach().cpu().numpy(), sx, sy, ox, oy),
                     "scores": f["scores"], "labels": f["labels"],
                 })
