@@ -10,7 +10,8 @@ Each image holds 0 to ``max_objects`` face-like objects: a skin-coloured ellipse
 eyes, a nose and a mouth, and 5 landmarks (:data:`detloader.annotations.landmarks.FACE5`: left eye, right
 eye, nose, left and right mouth corner; flip pairs eyes and mouth corners). Object classes
 are imbalanced (default ``face`` 90 %, ``masked`` 8 %, ``sunglasses`` 2 %): a mask hides the
-mouth corners (visibility 1), sunglasses hide the eyes (visibility 1). Faces cut by the image
+mouth corners (visibility 1), sunglasses hide the eyes (visibility 1); a fourth class and on
+wears a hat of its own colour (long-tail sets with many classes). Faces cut by the image
 border are ``truncated`` and their outside landmarks have visibility 0. Each object has the
 attribute ``age`` (adult/child, 80/20); each image an image-level class (attribute ``class``:
 ``indoor`` 70 %, ``outdoor`` 25 %, ``night`` 5 %). About 5 % of images hold no object.
@@ -78,6 +79,14 @@ def _faces(rng: np.random.Generator, w: int, h: int, n: int, class_p: np.ndarray
     return faces
 
 
+def _hat_colour(cls: int) -> tuple[int, int, int]:
+    """The hat colour of class ``cls`` (3 and up): hues a golden angle apart, two brightnesses."""
+    import colorsys
+
+    r, g, b = colorsys.hsv_to_rgb((cls * 0.381966) % 1.0, 0.9, 0.95 if cls % 2 else 0.6)
+    return int(r * 255), int(g * 255), int(b * 255)
+
+
 def _draw(rng: np.random.Generator, w: int, h: int, scene: str, faces: Sequence[_Face]) -> np.ndarray:
     from PIL import Image, ImageDraw
 
@@ -104,6 +113,8 @@ def _draw(rng: np.random.Generator, w: int, h: int, scene: str, faces: Sequence[
             draw.rectangle([cx - fw * 0.35, ny + e, cx + fw * 0.35, cy + fh * 0.42], fill=(170, 210, 240))
         if f.cls == 2:
             draw.rectangle([lx - 2 * e, ly - 1.5 * e, rx + 2 * e, ry + 1.5 * e], fill=(20, 20, 20))
+        if f.cls >= 3:  # further classes: a hat of the class's own colour
+            draw.rectangle([cx - fw * 0.45, cy - fh * 0.5, cx + fw * 0.45, ly - 2 * e], fill=_hat_colour(f.cls))
     return np.asarray(img)
 
 
