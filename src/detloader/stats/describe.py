@@ -132,7 +132,10 @@ def training_frequency(
     index: AnnotationIndex, frequency: Mapping[str, str] | None = None
 ) -> tuple[dict[str, str | None], str]:
     """:func:`class_frequency` of ``index``'s classes, counted on its ``train`` split (on every
-    image when it has no non-empty one), and where the groups come from, in words."""
+    image when it has no non-empty one), and where the groups come from, in words. ``frequency``
+    (default: the dataset's own, ``index.meta["frequency"]``, as LVIS files give it) decides
+    instead of the counts when there is one."""
+    frequency = index.meta.get("frequency") if frequency is None else frequency
     if frequency is not None:
         return class_frequency(index.classes, np.zeros(len(index.classes)), frequency), "the dataset's frequency field"
     train = index.splits.get("train")
