@@ -83,7 +83,7 @@ def test_two_files_read_as_train_and_val_with_lists_and_frequency(lvis_root):
     (missing,) = [p for p in index.problems if p.kind == "missing_image"]
     assert missing.file == "annotations/lvis_v1_val.json" and missing.element == "images[3]/coco_url"
     assert f"coco_url='{URL}/val2017/000000000005.jpg' not found in" in missing.message
-    assert index.num_objects == 5 and not index.crowd.any()
+    assert index.num_objects == 5 and not index.crowd.any() and index.area.tolist() == [100, 25, 64, 81, 12]
 
 
 def test_a_single_file_is_its_split_and_coco_files_beside_are_left(lvis_root):
@@ -101,10 +101,12 @@ def test_bad_lists_and_frequencies_are_named(tmp_path):
     image["not_exhaustive_category_ids"] = 7
     categories = [dict(CATEGORIES[0], frequency="rare"), {k: v for k, v in CATEGORIES[1].items() if k != "frequency"},
                   CATEGORIES[2]]
-    lvis_file(root / "lvis_v1_train.json", [image], [lvis_ann(1, 1, 7, [1, 1, 5, 5])], categories)
+    lvis_file(root / "lvis_v1_train.json", [image],
+              [lvis_ann(1, 1, 7, [1, 1, 5, 5]), dict(lvis_ann(2, 1, 7, [2, 2, 6, 6]), area=-3)], categories)
     index = read_annotations(root, on_error="skip", cache=False)
     shown = sorted(str(p) for p in index.problems)
     assert shown == [
+        "lvis_v1_train.json: annotations[1]/area: area=-3 is not a number >= 0 (box area used)",
         "lvis_v1_train.json: categories[0]/frequency: frequency='rare' is not one of 'r', 'c', 'f' "
         "(class in no frequency group)",
         "lvis_v1_train.json: categories[1]/frequency: frequency is missing (class in no frequency group)",
@@ -114,7 +116,7 @@ def test_bad_lists_and_frequencies_are_named(tmp_path):
         "lvis_v1_train.json: images[0]/not_exhaustive_category_ids: not_exhaustive_category_ids=7 is not a list "
         "of category ids (list skipped)",
     ]
-    assert index.class_list("absent", 0).tolist() == [1]
+    assert index.class_list("absent", 0).tolist() == [1] and index.area.tolist() == [25.0, -1.0]
     assert index.meta["frequency"] == {"aerosol_can": None, "alligator": None, "apple": "f"}
 
 

@@ -37,7 +37,8 @@ needs_lvis = pytest.mark.skipif(
 
 
 def _lvis_files(tmp_path: Path, seed: int) -> tuple[Path, Path]:
-    """An LVIS val file and its detections. Integer boxes, detections moved by quarter pixels
+    """An LVIS val file and its detections. Integer boxes with mask areas below the box's,
+    detections moved by quarter pixels
     (exact in float32: detloader stores float32), distinct scores k / 4096 (no tie to order); the
     first image's 330 false positives score above every other detection, so that LVIS's 300 per
     image drop its hits."""
@@ -58,8 +59,9 @@ def _lvis_files(tmp_path: Path, seed: int) -> tuple[Path, Path]:
             for _ in range(int(rng.integers(1, 4))):
                 w, h = (int(v) for v in rng.integers(8, 200, 2))
                 x, y = int(rng.integers(0, 640 - w)), int(rng.integers(0, 480 - h))
+                area = w * h * float(rng.integers(30, 100)) / 100  # a mask's area: the box's decides no size
                 anns.append({"id": 100 + len(anns), "image_id": iid, "category_id": c, "bbox": [x, y, w, h],
-                             "area": w * h, "segmentation": [[x, y, x + w, y, x, y + h]]})
+                             "area": area, "segmentation": [[x, y, x + w, y, x, y + h]]})
                 for _ in range(int(rng.integers(0, 3))):  # hits and near misses
                     dx, dy, dw, dh = (float(v) / 4 for v in rng.integers(-40, 41, 4))
                     dets.append((iid, c, [x + dx, y + dy, max(w + dw, 2.0), max(h + dh, 2.0)], False))

@@ -251,6 +251,7 @@ class ChunkBuilder:
         truncated: bool = False,
         occluded: bool = False,
         crowd: bool = False,
+        area: float | None = None,
         attributes: Mapping[str, str] | None = None,
         landmarks: Iterable[tuple[str, float, float, int]] | None = None,
         landmark_field: str = "keypoints",
@@ -260,7 +261,8 @@ class ChunkBuilder:
         every format alike); ``landmarks`` are ``(name, x, y, visibility)`` with visibility
         0/1/2; a point's problems are reported at ``{element}/{landmark_field}[k]``, k counting
         from 1; the box's at ``{element}/{box_field}`` (``element`` alone when ``box_field`` is
-        empty); ``crowd``: a COCO ``iscrowd`` region (evaluation ignores it as pycocotools does).
+        empty); ``crowd``: a COCO ``iscrowd`` region (evaluation ignores it as pycocotools does);
+        ``area``: the object's own area in px² (COCO ``area``, checked by the reader; None: none).
         Returns False if skipped."""
         if not self._open:
             raise DetloaderError("add_object before add_image")
@@ -301,6 +303,7 @@ class ChunkBuilder:
         cols["truncated"].append(bool(truncated))
         cols["occluded"].append(bool(occluded))
         cols["crowd"].append(bool(crowd))
+        cols["area"].append(MISSING if area is None else float(area))
         if attributes:
             self._attrs["object_attributes"].add(row, attributes)
         if points is None and landmarks is not None:
@@ -316,11 +319,12 @@ class ChunkBuilder:
 
     def add_objects(
         self, first_image: int, image_rows: np.ndarray, boxes: np.ndarray, labels: np.ndarray,
-        names: Sequence[str], crowd: np.ndarray,
+        names: Sequence[str], crowd: np.ndarray, area: np.ndarray,
     ) -> None:
         """Objects of the images added since chunk row ``first_image`` (which have none yet), all at
         once: their non-decreasing ``image_rows``, checked xyxy ``boxes``, ``labels`` indexing
-        ``names`` (class options not applied: the caller makes sure there are none) and ``crowd``."""
+        ``names`` (class options not applied: the caller makes sure there are none), ``crowd`` and
+        ``area`` (:data:`MISSING`: none)."""
         self._close_image()
         offsets, start = np.frombuffer(self._offsets, dtype=np.int64), len(self._cols["labels"])
         unfit = len(offsets) != self.image_count + 1 or bool((offsets[first_image:] != start).any())
@@ -339,6 +343,7 @@ class ChunkBuilder:
         for flag in ("difficult", "truncated", "occluded"):
             cols[flag].frombytes(bytes(m))
         cols["crowd"].frombytes(np.asarray(crowd, dtype=np.int8).tobytes())
+        cols["area"].frombytes(np.asarray(area, dtype=np.float32).tobytes())
 
     def _box_from_points(
         self, landmarks: Iterable[tuple[str, float, float, int]], element: str, where: str, w: int, h: int

@@ -328,8 +328,9 @@ def load_index_file(
 #: found two levels down, ``train_zip/train/``, every problem is listed, a YOLO ``flip_idx``
 #: that swaps nothing makes a symmetric landmark schema; 6: image ids, the crowd flag and
 #: category ids; 7: train / val / test splits made disjoint, ``split_overlap`` per pair, COCO
-#: files paired by their split word; 8: per-image class lists and LVIS class frequency).
-READER_VERSION = 8
+#: files paired by their split word; 8: per-image class lists and LVIS class frequency; 9: the
+#: objects' own area).
+READER_VERSION = 9
 
 
 def dir_identity(path: str | os.PathLike[str]) -> list[int]:

@@ -61,6 +61,8 @@ FIELDS: tuple[Field, ...] = (
     Field("truncated", np.bool_, "object", fill=False),
     Field("occluded", np.bool_, "object", fill=False),
     Field("crowd", np.bool_, "object", fill=False, optional=True),
+    # the object's own area in px² as the file gives it (COCO / LVIS ``area``: the mask's), MISSING: none
+    Field("area", np.float32, "object", fill=MISSING, optional=True),
     Field("object_attributes", np.int32, "object", ("object_attributes",), MISSING, "object_attributes"),
     Field("landmarks", np.float32, "object", ("landmarks", 2), vocab="landmarks"),
     Field("visibility", np.uint8, "object", ("landmarks",), vocab="landmarks"),

@@ -64,6 +64,7 @@ class AnnotationIndex:
     truncated: np.ndarray
     occluded: np.ndarray
     crowd: np.ndarray
+    area: np.ndarray
     object_attributes: np.ndarray
     landmarks: np.ndarray
     visibility: np.ndarray

@@ -72,8 +72,10 @@ def evaluation_protocol(index: Any, protocol: str = "auto") -> str:
 def coco_ground_truth(index: Any, protocol: str = "coco") -> dict[str, Any]:
     """The index as a COCO ``instances`` dict with the dataset's ids: image ``id`` =
     ``index.image_ids``, category ``id`` = ``index.category_ids``, ``bbox`` xywh pixels,
-    ``iscrowd`` = ``index.crowd``; a difficult object gets ``area`` :data:`DIFFICULT_AREA`
-    (ignored by the evaluator, as the VOC devkit ignores it). ``protocol="lvis"``: each image
+    ``iscrowd`` = ``index.crowd``, ``area`` the object's own (``index.area``: COCO's and LVIS's
+    mask area, which decides APs / APm / APl as there) else the box's; a difficult object gets
+    ``area`` :data:`DIFFICULT_AREA` (ignored by the evaluator, as the VOC devkit ignores it).
+    ``protocol="lvis"``: each image
     also has LVIS's ``neg_category_ids`` and ``not_exhaustive_category_ids`` (its class lists)."""
     image_ids = evaluation_image_ids(index).tolist()
     cat_ids = index.category_ids.tolist()
@@ -87,12 +89,13 @@ def coco_ground_truth(index: Any, protocol: str = "coco") -> dict[str, Any]:
     cats = [{"id": cat_ids[c], "name": name} for c, name in enumerate(index.classes)]
     anns = []
     owner = index.object_image.tolist()
-    crowd, difficult = index.crowd.tolist(), index.difficult.tolist()
+    crowd, difficult, area = index.crowd.tolist(), index.difficult.tolist(), index.area.tolist()
     for j, (box, label) in enumerate(zip(index.boxes.tolist(), index.labels.tolist())):
         x1, y1, x2, y2 = box
         w, h = max(x2 - x1, 0.0), max(y2 - y1, 0.0)
+        own = w * h if area[j] < 0 else area[j]  # MISSING: the file gives none
         anns.append({"id": j + 1, "image_id": image_ids[owner[j]], "category_id": cat_ids[label],
-                     "bbox": [x1, y1, w, h], "area": DIFFICULT_AREA if difficult[j] else w * h,
+                     "bbox": [x1, y1, w, h], "area": DIFFICULT_AREA if difficult[j] else own,
                      "iscrowd": int(crowd[j])})
     return {"images": images, "categories": cats, "annotations": anns}
 

@@ -32,6 +32,7 @@ import numpy as np
 from detloader._system.files import open_regular, read_capped
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.checks import ReadOptions, check_box
+from detloader.annotations.fields import MISSING
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
 from detloader.annotations.readers.common import (
@@ -176,9 +177,19 @@ def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> Non
     if crowd_flag is None:
         b.problem("bad_value", f"{where}/iscrowd", f"iscrowd={crowd!r} is not 0/1", "treated as 0")
     points = _keypoints(ann.get("keypoints"), kp_names, f"{where}/keypoints", b)
+    area = ann.get("area")
+    if area is not None and not _area_ok(area):
+        b.problem("bad_value", f"{where}/area", f"area={area!r} is not a number >= 0", "box area used", "repaired")
+        area = None
     b.add_object(
-        box, name, element=where, box_field="bbox", attributes=attrs, landmarks=points, crowd=bool(crowd_flag), **flags
+        box, name, element=where, box_field="bbox", attributes=attrs, landmarks=points, crowd=bool(crowd_flag),
+        area=area, **flags,
     )
+
+
+def _area_ok(value: Any) -> bool:
+    """Whether an ``area`` is a finite number >= 0 (as float32)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 3e38
 
 
 def _bbox(bbox: Any, where: str, b: ChunkBuilder) -> tuple[float, float, float, float] | None:
@@ -667,6 +678,7 @@ class _Object(msgspec.Struct, gc=False):
     bbox: tuple[float, float, float, float]
     id: _I64 = _NO_ID
     iscrowd: int | None = 0
+    area: float | None = None
     keypoints: _NONE | None = None
     attributes: Annotated[dict, msgspec.Meta(max_length=0)] | None = None
 
@@ -730,6 +742,8 @@ def parse_fast(raw: bytes, locator: ImageLocator, b: ChunkBuilder) -> bool:
     images, objects = data.images, data.annotations
     if images is msgspec.UNSET or (objects and not images):
         return False
+    if any(o.area is not None and not _area_ok(o.area) for o in objects):
+        return False  # the general path names it
     found, names = declare(data.categories, b)
     image_ids = image_rows(images, b)
     m = len(objects)
@@ -778,7 +792,8 @@ def parse_fast(raw: bytes, locator: ImageLocator, b: ChunkBuilder) -> bool:
                     keep[j] = _check_one(j, objects[j], xyxy64[j], labels[j], boxes, size, b)
     kept = order[keep[order] & (row_of[np.maximum(owner[order], 0)] >= 0) & (owner[order] >= 0)]
     crowd = np.fromiter(((o.iscrowd or 0) != 0 for o in objects), np.bool_, m)
-    b.add_objects(first, row_of[owner[kept]], boxes[kept], labels[kept], names, crowd[kept])
+    area = np.fromiter((MISSING if o.area is None else o.area for o in objects), np.float64, m)
+    b.add_objects(first, row_of[owner[kept]], boxes[kept], labels[kept], names, crowd[kept], area[kept])
     return True
 
 

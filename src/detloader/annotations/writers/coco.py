@@ -155,6 +155,7 @@ def _coco_annotation(
     """Object ``j`` as a COCO annotation; ``ids``: its image id and category id."""
     x1, y1, x2, y2 = (float(v) for v in index.boxes[j])
     w, h = x2 - x1, y2 - y1
+    area = float(index.area[j])
     label = int(index.labels[j])
     crowd = bool(index.crowd[j]) or attrs.pop("iscrowd", "0") not in ("0", "", "false")
     for flag in ("occluded", "difficult", "truncated"):
@@ -165,7 +166,7 @@ def _coco_annotation(
         "image_id": ids[0],
         "category_id": ids[1],
         "bbox": [x1, y1, w, h],
-        "area": w * h,
+        "area": w * h if area < 0 else area,  # MISSING: the source gave none
         "iscrowd": int(crowd),
         "segmentation": [],
     }
