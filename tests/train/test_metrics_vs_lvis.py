@@ -153,3 +153,5 @@ def test_counts_at_the_operating_point_follow_lvis(tmp_path: Path):
         assert metrics["map50"] == pytest.approx(1.0) and metrics["protocol"] == "lvis"
         coco = score_predictions({0: entry}, index, backend=backend, protocol="coco")  # type: ignore[arg-type]
         assert (coco["per_class"]["a"]["fp"], coco["per_class"]["c"]["fp"]) == (1, 1)
+        empty = score_predictions({}, index, backend=backend)  # type: ignore[arg-type]
+        assert (empty["map50_95"], empty["map_small"], empty["map_medium"], empty["map_large"]) == (0, 0, None, None)

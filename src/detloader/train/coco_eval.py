@@ -31,6 +31,7 @@ LVIS_MAX_DETS = 300
 LVIS_LISTS = (("neg_category_ids", "absent"), ("not_exhaustive_category_ids", "not_exhaustive"))
 #: The evaluator's area ranges, in its order (AP, APs, APm, APl), and the row of IoU 0.75 in its 0.50:0.05:0.95.
 AREAS = ("all", "small", "medium", "large")
+AREA_RANGES = ((0.0, 1e10), (0.0, 32.0**2), (32.0**2, 96.0**2), (96.0**2, 1e10))
 IOU75 = 5
 #: IoU of the operating point (TP / FP / FN counts).
 OPERATING_IOU = 0.5
@@ -184,9 +185,11 @@ def coco_evaluate(
     lvis = protocol == "lvis"
     detections = lvis_detections(gt, detections) if lvis else detections
     c = len(gt["categories"])
-    if not detections:
+    if not detections:  # every scored object missed: AP 0 in each area range that has one
+        areas = [a["area"] for a in gt["annotations"] if not a["iscrowd"]]
+        ap = [0.0 if any(lo <= x <= hi for x in areas) else -1.0 for lo, hi in AREA_RANGES]
         curves = np.zeros((10, 101, c))
-        return {"backend": name, "protocol": protocol, "stats": np.zeros(len(AREAS) + 2), "precision": curves,
+        return {"backend": name, "protocol": protocol, "stats": np.asarray([ap[0], ap[0], *ap]), "precision": curves,
                 "scores": curves, "recall": np.zeros((10, c))}
     with contextlib.redirect_stdout(io.StringIO()):
         if name == "faster_coco_eval":
