@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     from detloader.annotations.readers.common import Source
 
 MAGIC = b"DLINDEX\n"
-#: The file layout's version (3: the per-image class lists' arrays).
-CACHE_VERSION = 3
+#: The file layout's version (3: the per-image class lists' arrays; 4: the objects' area).
+CACHE_VERSION = 4
 _ALIGN = 64
 _PREFIX = struct.Struct("<8sIIQ")
 CACHE_SUBDIR = ".detloader-cache"
