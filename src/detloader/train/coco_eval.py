@@ -76,8 +76,8 @@ def coco_ground_truth(index: Any, protocol: str = "coco") -> dict[str, Any]:
     ``iscrowd`` = ``index.crowd``, ``area`` the object's own (``index.area``: COCO's and LVIS's
     mask area, which decides APs / APm / APl as there) else the box's; a difficult object gets
     ``area`` :data:`DIFFICULT_AREA` (ignored by the evaluator, as the VOC devkit ignores it).
-    ``protocol="lvis"``: each image
-    also has LVIS's ``neg_category_ids`` and ``not_exhaustive_category_ids`` (its class lists)."""
+    ``protocol="lvis"``: each image also has LVIS's ``neg_category_ids`` and
+    ``not_exhaustive_category_ids`` (its class lists)."""
     image_ids = evaluation_image_ids(index).tolist()
     cat_ids = index.category_ids.tolist()
     images = [{"id": image_ids[i], "width": int(index.width[i]), "height": int(index.height[i])}
@@ -180,7 +180,7 @@ def coco_evaluate(
     class has ground truth), "precision" [T, R, C], "scores" [T, R, C], "recall" [T, C]}`` (area
     "all", the most detections: 100, LVIS 300; -1 where a class has no ground truth). Every
     image of ``gt`` is evaluated (LVIS: with its lists, :func:`coco_ground_truth`). No
-    detection to score gives zeros."""
+    detection to score gives zeros (AP 0 in each size range with an object, -1 in the others)."""
     name = _backend(backend)
     lvis = protocol == "lvis"
     detections = lvis_detections(gt, detections) if lvis else detections
