@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 # The CPU build of PyTorch; the package metadata itself only asks for torch>=2.3.
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+# lvis-api's own environment (below), which make test builds first
+VENV_LVIS ?= .venv-lvis
 
 .PHONY: demo test lint test-quick test-integration test-ultralytics bench fuzz clean venv
 
@@ -22,7 +24,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m detloader demo
 
-test: lint
+test: lint $(VENV_LVIS)/.installed
 	$(PY) -m pytest -q
 
 # ruff's settings (rules, line length) are in pyproject.toml; make test runs it first.
@@ -62,6 +64,19 @@ $(VENV_ULTRA)/.installed: pyproject.toml
 
 test-ultralytics: $(VENV_ULTRA)/.installed
 	$(VENV_ULTRA)/bin/python -m pytest -q -m ultralytics
+
+# lvis-api, the reference the LVIS scoring test compares detloader with, in its own environment
+# (neither detloader nor torch): its 0.5.3 release uses np.float, which numpy 1.24 removed. It is
+# installed without its declared dependencies: it imports numpy, pycocotools (undeclared),
+# matplotlib and OpenCV (the headless build serves); Cython is for building only.
+LVIS_PINS ?= "numpy==1.23.5" "pycocotools==2.0.11" "matplotlib==3.10.9" "opencv-python-headless==4.11.0.86"
+
+$(VENV_LVIS)/.installed:
+	$(PYTHON) -m venv $(VENV_LVIS)
+	echo '*' > $(VENV_LVIS)/.gitignore
+	$(VENV_LVIS)/bin/python -m pip install --quiet $(LVIS_PINS)
+	$(VENV_LVIS)/bin/python -m pip install --quiet --no-deps "lvis==0.5.3"
+	touch $@
 
 # Long fuzzing of every annotation reader and of the image decoder (the suite runs 25
 # examples per reader, 150 per decoder test).

@@ -3,7 +3,8 @@ applying the shared rules as it goes.
 
 A reader walks its files and calls :class:`ChunkBuilder` once per image and once per object;
 the builder applies the rules of :mod:`detloader.annotations.checks` (boxes, landmarks, sizes)
-and the class options, records problems, then ``finish()`` turns the chunk into a
+and the class options, records problems, keeps per-image class lists
+(:meth:`ChunkBuilder.add_class_list`), then ``finish()`` turns the chunk into a
 :class:`Partial` of numpy arrays (one per field of :data:`~detloader.annotations.fields.FIELDS`)
 with chunk-local vocabularies. Chunks are built in worker processes and travel by pickle to
 :func:`detloader.annotations.parse.merge`, which merges them in file order.
@@ -27,7 +28,16 @@ from detloader.annotations.checks import (
     check_size,
     parse_number,
 )
-from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, AttributeCells, Field, LocalVocab
+from detloader.annotations.fields import (
+    CLASS_LISTS,
+    FIELDS,
+    MISSING,
+    OFFSETS,
+    AttributeCells,
+    Field,
+    LocalVocab,
+    packed_names,
+)
 from detloader.annotations.problems import Problem, Severity
 from detloader.errors import DetloaderError
 
@@ -41,7 +51,7 @@ _ATTRIBUTE_VOCABS = ("image_attributes", "object_attributes")
 
 
 def _is_column(f: Field) -> bool:
-    return f.level != "string" and f.vocab not in (*_ATTRIBUTE_VOCABS, "landmarks")
+    return f.level in ("image", "object") and f.vocab not in (*_ATTRIBUTE_VOCABS, "landmarks")
 
 
 def _column_array(col: array, f: Field, rows: int) -> np.ndarray:
@@ -74,6 +84,9 @@ class ChunkBuilder:
         self._offsets = array("q", [0])
         self._declared: dict[str, None] = {}
         self._declared_ids: dict[str, int] = {}
+        self._frequency: list[tuple[str, str | None, str]] = []
+        # per class list: (image row, chunk-local class id) pairs
+        self._lists = {name: (array("i"), array("i")) for name in CLASS_LISTS}
         if self._schema is not None:
             for name in self._schema.names:
                 self._names["landmarks"].id(name)
@@ -117,11 +130,16 @@ class ChunkBuilder:
         """Record what a rule of :mod:`~detloader.annotations.checks` found at ``element``."""
         self.problem(finding.kind, element, finding.message, finding.action, finding.severity)
 
-    def declare_classes(self, names: Sequence[str], ids: Sequence[int | None] | None = None) -> None:
+    def declare_classes(
+        self, names: Sequence[str], ids: Sequence[int | None] | None = None,
+        frequency: Sequence[str | None] | None = None,
+    ) -> None:
         """Class names the file declares, in its id order (COCO categories, YOLO ``names``): they keep
         that order and stay without objects; names found but not declared follow, sorted. ``ids``:
         the file's own id of each name (COCO ``category_id``; None: none), kept for evaluation;
-        a class named twice (``class_map``) keeps its first id.
+        a class named twice (``class_map``) keeps its first id. ``frequency``: each name's LVIS
+        frequency group (``"r"`` / ``"c"`` / ``"f"``, checked by the reader; None: none), kept
+        in ``index.meta["frequency"]`` (two that disagree for one class: a ``bad_value`` problem).
         """
         for k, name in enumerate(names):
             name = name.strip()
@@ -132,6 +150,34 @@ class ChunkBuilder:
                 self._declared.setdefault(mapped, None)
                 if ids is not None and ids[k] is not None:
                     self._declared_ids.setdefault(mapped, int(ids[k]))  # type: ignore[arg-type]
+                if frequency is not None:
+                    self._frequency.append((mapped, frequency[k], self.file))
+
+    def add_class_list(self, name: str, classes: Iterable[str]) -> None:
+        """Put ``classes`` (names as in the file) on the current image's list ``name``, one of
+        :data:`~detloader.annotations.fields.CLASS_LISTS` (``"absent"``, ``"present"``,
+        ``"not_exhaustive"``: :meth:`AnnotationIndex.class_list`); repeats are kept once.
+        ``class_map`` applies (a class mapped to None is left out and counted in
+        ``dropped_by_class_map``); with ``classes=``, a class outside them is left out and counted
+        in ``class_list_outside_classes``. Call it after :meth:`add_image` returned True."""
+        if not self._open:
+            raise DetloaderError("add_class_list before add_image")
+        if name not in self._lists:
+            raise DetloaderError(f"class list name={name!r} is not one of {', '.join(CLASS_LISTS)}")
+        rows, values = self._lists[name]
+        row = self.image_count - 1
+        for cls in classes:
+            cls = cls.strip()
+            if self._class_map:
+                self._file_classes.add(cls)
+            cls = self._class_map.get(cls, cls)
+            if cls is None:
+                self.count("dropped_by_class_map")
+            elif self._classes is not None and cls not in self._classes:
+                self.count("class_list_outside_classes")
+            elif cls:
+                rows.append(row)
+                values.append(self._names["classes"].id(cls))
 
     def missing_image(self, element: str, message: str, name: str) -> None:
         """A ``missing_image`` problem (image skipped); ``name``, the image as the annotation
@@ -205,6 +251,7 @@ class ChunkBuilder:
         truncated: bool = False,
         occluded: bool = False,
         crowd: bool = False,
+        area: float | None = None,
         attributes: Mapping[str, str] | None = None,
         landmarks: Iterable[tuple[str, float, float, int]] | None = None,
         landmark_field: str = "keypoints",
@@ -214,7 +261,8 @@ class ChunkBuilder:
         every format alike); ``landmarks`` are ``(name, x, y, visibility)`` with visibility
         0/1/2; a point's problems are reported at ``{element}/{landmark_field}[k]``, k counting
         from 1; the box's at ``{element}/{box_field}`` (``element`` alone when ``box_field`` is
-        empty); ``crowd``: a COCO ``iscrowd`` region (evaluation ignores it as pycocotools does).
+        empty); ``crowd``: a COCO ``iscrowd`` region (evaluation ignores it as pycocotools does);
+        ``area``: the object's own area in px² (COCO ``area``, checked by the reader; None: none).
         Returns False if skipped."""
         if not self._open:
             raise DetloaderError("add_object before add_image")
@@ -255,6 +303,7 @@ class ChunkBuilder:
         cols["truncated"].append(bool(truncated))
         cols["occluded"].append(bool(occluded))
         cols["crowd"].append(bool(crowd))
+        cols["area"].append(MISSING if area is None else float(area))
         if attributes:
             self._attrs["object_attributes"].add(row, attributes)
         if points is None and landmarks is not None:
@@ -270,11 +319,12 @@ class ChunkBuilder:
 
     def add_objects(
         self, first_image: int, image_rows: np.ndarray, boxes: np.ndarray, labels: np.ndarray,
-        names: Sequence[str], crowd: np.ndarray,
+        names: Sequence[str], crowd: np.ndarray, area: np.ndarray,
     ) -> None:
         """Objects of the images added since chunk row ``first_image`` (which have none yet), all at
         once: their non-decreasing ``image_rows``, checked xyxy ``boxes``, ``labels`` indexing
-        ``names`` (class options not applied: the caller makes sure there are none) and ``crowd``."""
+        ``names`` (class options not applied: the caller makes sure there are none), ``crowd`` and
+        ``area`` (:data:`MISSING`: none)."""
         self._close_image()
         offsets, start = np.frombuffer(self._offsets, dtype=np.int64), len(self._cols["labels"])
         unfit = len(offsets) != self.image_count + 1 or bool((offsets[first_image:] != start).any())
@@ -293,6 +343,7 @@ class ChunkBuilder:
         for flag in ("difficult", "truncated", "occluded"):
             cols[flag].frombytes(bytes(m))
         cols["crowd"].frombytes(np.asarray(crowd, dtype=np.int8).tobytes())
+        cols["area"].frombytes(np.asarray(area, dtype=np.float32).tobytes())
 
     def _box_from_points(
         self, landmarks: Iterable[tuple[str, float, float, int]], element: str, where: str, w: int, h: int
@@ -356,6 +407,21 @@ class ChunkBuilder:
             self._lm_vis.append(v)
 
     # -- result -----------------------------------------------------------------------------
+    def _class_list_arrays(self, n: int) -> dict[str, np.ndarray]:
+        """Each class list as its two arrays (:func:`~detloader.annotations.fields.packed_names`):
+        chunk-local class ids, each image's sorted and distinct, and int64 offsets ``[n + 1]``."""
+        out: dict[str, np.ndarray] = {}
+        for name, (rows, values) in self._lists.items():
+            pairs = np.unique(
+                np.stack([np.frombuffer(rows, np.int32), np.frombuffer(values, np.int32)], axis=1).reshape(-1, 2),
+                axis=0,
+            )  # sorted by row, then by class
+            offsets = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(pairs[:, 0], minlength=n), out=offsets[1:])
+            data_name, offsets_name = packed_names(next(f for f in FIELDS if f.name == name))
+            out[data_name], out[offsets_name] = pairs[:, 1].astype(np.int32), offsets
+        return out
+
     def _landmark_arrays(self, m: int) -> dict[str, np.ndarray]:
         k = len(self._names["landmarks"].names)
         landmarks = np.zeros((m, k, 2), dtype=np.float32)
@@ -375,6 +441,7 @@ class ChunkBuilder:
         arrays = {OFFSETS: np.frombuffer(self._offsets, dtype=np.int64).copy()}
         vocabs: dict[str, Any] = {name: v.names for name, v in self._names.items()}
         points = self._landmark_arrays(rows["object"])
+        arrays.update(self._class_list_arrays(rows["image"]))
         for f in FIELDS:
             if f.name in self._cols:
                 arrays[f.name] = _column_array(self._cols[f.name], f, rows[f.level])
@@ -390,6 +457,7 @@ class ChunkBuilder:
             stats=self.stats,
             declared_classes=list(self._declared),
             declared_class_ids=dict(self._declared_ids),
+            class_frequency=self._frequency,
             missing_names=self.missing_names,
             file_classes=sorted(self._file_classes),
         )
@@ -399,7 +467,8 @@ class ChunkBuilder:
 class Partial:
     """One chunk of a dataset as arrays, with chunk-local vocabularies (see ``merge``).
 
-    ``arrays``: every field of ``FIELDS`` plus ``object_offsets``, with chunk-local ids;
+    ``arrays``: every field of ``FIELDS`` (the class lists as their two arrays) plus
+    ``object_offsets``, with chunk-local ids;
     ``vocabs``: for each vocabulary a field refers to, the local names in id order (attribute
     tables: ``(attribute, values)`` pairs); ``missing_names``: the first images not found.
     """
@@ -412,6 +481,8 @@ class Partial:
     declared_classes: list[str] = field(default_factory=list)
     #: the id the files give each declared class (COCO category id), when they give one
     declared_class_ids: dict[str, int] = field(default_factory=dict)
+    #: (class, LVIS frequency group or None, file) as the files declare them, in file order
+    class_frequency: list[tuple[str, str | None, str]] = field(default_factory=list)
     missing_names: list[str] = field(default_factory=list)
     #: class names in the files before ``class_map`` (only collected when there is one)
     file_classes: list[str] = field(default_factory=list)

@@ -186,16 +186,19 @@ def print_frequency_groups(out: Any, groups: dict[str, Any]) -> None:
     """The LVIS frequency groups of :func:`detloader.stats.frequency_summary`: a table of
     classes, images and objects per group, and the classes in none."""
     from detloader.stats import COMMON_MAX_IMAGES, FREQUENCIES, RARE_MAX_IMAGES
+    from detloader.stats.describe import FREQUENCY_FIELD
 
     rows = [(name, groups[name]["classes"], groups[name]["images"], groups[name]["objects"])
             for name in FREQUENCIES.values()]
+    given = groups["source"] == FREQUENCY_FIELD
     title = (f"frequency groups by training images (rare 1-{RARE_MAX_IMAGES}, common "
              f"{RARE_MAX_IMAGES + 1}-{COMMON_MAX_IMAGES}, frequent over {COMMON_MAX_IMAGES}; "
-             f"from {groups['source']})")
+             f"from {groups['source']})") if not given else f"frequency groups (from {FREQUENCY_FIELD})"
     common.print_table(out, common.count_table(title, ("group", "classes", "images", "objects"), rows))
     none = groups["without_training_images"]
     if none:
-        out.print(f"{len(none):,} classes in no group (no training image): {class_rows.named(none)}", markup=False)
+        why = "no frequency given" if given else "no training image"
+        out.print(f"{len(none):,} classes in no group ({why}): {class_rows.named(none)}", markup=False)
 
 
 def print_balance(report: Any, top: int = class_rows.TOP) -> None:

@@ -379,6 +379,11 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--backend", default="auto", choices=("auto", "faster_coco_eval", "pycocotools"))
     p.add_argument(
+        "--protocol", default="auto", choices=("auto", "coco", "lvis"),
+        help="how boxes are scored: lvis (federated: at most 300 detections per image, classes checked per image) "
+        "or coco; auto: lvis for LVIS annotations",
+    )
+    p.add_argument(
         "--coco-json", metavar="PATH",
         help="also write the detections there as COCO results, with the dataset's own image and category ids",
     )
@@ -396,7 +401,7 @@ def _evaluate(args: argparse.Namespace) -> int:
             args.checkpoint, args.path, split=args.split, picture=picture,
             read_options=dataset_kwargs(args, given_only=True), read_defaults=_READ_DEFAULTS,  # beneath the run's
             batch_size=args.batch_size, device=args.device, score_threshold=args.score_threshold,
-            backend=args.backend, progress=progress, coco_json=args.coco_json,
+            backend=args.backend, progress=progress, coco_json=args.coco_json, protocol=args.protocol,
         )
     if args.json:
         print_json(metrics)
@@ -448,10 +453,12 @@ def print_metrics(metrics: dict[str, Any]) -> None:
                 f"[yellow]{metrics['seen_in_training']} of the {metrics['images']} images were trained on: "
                 "not a held-out estimate[/yellow]"
             )
+        areas = ", ".join(f"{a} {_fmt(metrics.get('map_' + a))}" for a in ("small", "medium", "large"))
         out.print(
-            f"box mAP@0.5 {_fmt(metrics['map50'])}, mAP@0.5:0.95 {_fmt(metrics['map50_95'])} "
-            f"({metrics['images']} images, {metrics.get('images_with_predictions', metrics['images'])} with "
-            f"predictions, {metrics['backend']})"
+            f"box mAP@0.5 {_fmt(metrics['map50'])}, mAP@0.5:0.95 {_fmt(metrics['map50_95'])}, mAP@0.75 "
+            f"{_fmt(metrics.get('map75'))}; by size {areas} ({metrics['images']} images, "
+            f"{metrics.get('images_with_predictions', metrics['images'])} with predictions, "
+            f"{metrics.get('protocol', 'coco')} protocol, {metrics['backend']})"
         )
         if "frequency_groups" in metrics:
             groups = metrics["frequency_groups"]
@@ -459,7 +466,7 @@ def print_metrics(metrics: dict[str, Any]) -> None:
                      f"{groups[name]['classes']} {name} classes)"
                      for letter, name in (("r", "rare"), ("c", "common"), ("f", "frequent"))]
             unranked = groups["without_training_images"]
-            out.print(", ".join(parts) + f"; groups by training images of {groups['source']}"
+            out.print(", ".join(parts) + f"; groups from {groups['source']}"
                       + (f", {unranked} classes in none (no training image)" if unranked else ""), markup=False)
         if metrics.get("nme") is not None:
             out.print(

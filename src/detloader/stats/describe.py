@@ -98,6 +98,8 @@ RARE_MAX_IMAGES = 10
 #: A class in more than :data:`RARE_MAX_IMAGES` and at most this many training images is common
 #: (LVIS: 11-100); in more, frequent.
 COMMON_MAX_IMAGES = 100
+#: Where the groups come from when the dataset gives each class's frequency (LVIS).
+FREQUENCY_FIELD = "the dataset's frequency field"
 
 
 def class_frequency(
@@ -132,9 +134,12 @@ def training_frequency(
     index: AnnotationIndex, frequency: Mapping[str, str] | None = None
 ) -> tuple[dict[str, str | None], str]:
     """:func:`class_frequency` of ``index``'s classes, counted on its ``train`` split (on every
-    image when it has no non-empty one), and where the groups come from, in words."""
+    image when it has no non-empty one), and where the groups come from, in words. ``frequency``
+    (default: the dataset's own, ``index.meta["frequency"]``, as LVIS files give it) decides
+    instead of the counts when there is one."""
+    frequency = index.meta.get("frequency") if frequency is None else frequency
     if frequency is not None:
-        return class_frequency(index.classes, np.zeros(len(index.classes)), frequency), "the dataset's frequency field"
+        return class_frequency(index.classes, np.zeros(len(index.classes)), frequency), FREQUENCY_FIELD
     train = index.splits.get("train")
     part, source = index, f"all {len(index):,} images (no train split)"
     if train is not None and len(train):

@@ -1,13 +1,18 @@
 """COCO box mAP by a well-kept evaluator (pycocotools, or faster-coco-eval with the ``eval`` extra;
 not a home-made matcher) and per-class TP / FP / FN at an operating point by pycocotools' own
 matching: the index as COCO ground truth with the dataset's own ids (crowd regions ``iscrowd: 1``,
-difficult objects ignored), the predictions as COCO detections. docs/training.md, "Evaluation".
+difficult objects ignored), the predictions as COCO detections. The LVIS protocol (``"lvis"``)
+scores as lvis-api's ``LVISEval``: at most 300 detections per image, a detection of a class
+neither annotated on its image nor verified absent from it not scored, an unmatched detection of
+a class not exhaustively annotated on its image ignored (faster-coco-eval's ``lvis_style``; on
+pycocotools the same rules on its per-image results). docs/training.md, "Evaluation".
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -18,6 +23,16 @@ from detloader.train.predictions import ImagePredictions
 
 Backend = Literal["auto", "faster_coco_eval", "pycocotools"]
 BACKENDS: tuple[str, ...] = ("auto", "faster_coco_eval", "pycocotools")
+Protocol = Literal["auto", "coco", "lvis"]
+PROTOCOLS: tuple[str, ...] = ("auto", "coco", "lvis")
+#: LVIS scores at most this many detections per image, the highest-scoring ones.
+LVIS_MAX_DETS = 300
+#: LVIS's per-image category lists in its files and the evaluator, and the index's class list of each.
+LVIS_LISTS = (("neg_category_ids", "absent"), ("not_exhaustive_category_ids", "not_exhaustive"))
+#: The evaluator's area ranges, in its order (AP, APs, APm, APl), and the row of IoU 0.75 in its 0.50:0.05:0.95.
+AREAS = ("all", "small", "medium", "large")
+AREA_RANGES = ((0.0, 1e10), (0.0, 32.0**2), (32.0**2, 96.0**2), (96.0**2, 1e10))
+IOU75 = 5
 #: IoU of the operating point (TP / FP / FN counts).
 OPERATING_IOU = 0.5
 #: The area given to a difficult object in the evaluator's ground truth: below every area range,
@@ -42,24 +57,46 @@ def evaluation_image_ids(index: Any) -> np.ndarray:
     return ids
 
 
-def coco_ground_truth(index: Any) -> dict[str, Any]:
+def evaluation_protocol(index: Any, protocol: str = "auto") -> str:
+    """``"coco"`` or ``"lvis"``: ``protocol`` itself, or for ``"auto"`` LVIS when the index
+    carries LVIS's fields (a class frequency, or absent / not-exhaustive class lists without
+    lists of classes verified present), else COCO."""
+    if protocol not in PROTOCOLS:
+        raise DetloaderValueError(f"protocol={protocol!r} is not one of {', '.join(PROTOCOLS)}")
+    if protocol != "auto":
+        return protocol
+    has = {name: len(index.class_lists(name)[0]) > 0 for name in ("absent", "present", "not_exhaustive")}
+    lvis = index.meta.get("frequency") is not None or has["absent"] or has["not_exhaustive"]
+    return "lvis" if lvis and not has["present"] else "coco"
+
+
+def coco_ground_truth(index: Any, protocol: str = "coco") -> dict[str, Any]:
     """The index as a COCO ``instances`` dict with the dataset's ids: image ``id`` =
     ``index.image_ids``, category ``id`` = ``index.category_ids``, ``bbox`` xywh pixels,
-    ``iscrowd`` = ``index.crowd``; a difficult object gets ``area`` :data:`DIFFICULT_AREA`
-    (ignored by the evaluator, as the VOC devkit ignores it)."""
+    ``iscrowd`` = ``index.crowd``, ``area`` the object's own (``index.area``: COCO's and LVIS's
+    mask area, which decides APs / APm / APl as there) else the box's; a difficult object gets
+    ``area`` :data:`DIFFICULT_AREA` (ignored by the evaluator, as the VOC devkit ignores it).
+    ``protocol="lvis"``: each image also has LVIS's ``neg_category_ids`` and
+    ``not_exhaustive_category_ids`` (its class lists)."""
     image_ids = evaluation_image_ids(index).tolist()
     cat_ids = index.category_ids.tolist()
     images = [{"id": image_ids[i], "width": int(index.width[i]), "height": int(index.height[i])}
               for i in range(len(index))]
+    for key, name in LVIS_LISTS if protocol == "lvis" else ():
+        values, offsets = index.class_lists(name)
+        ids = index.category_ids[values].tolist()
+        for i, image in enumerate(images):
+            image[key] = ids[offsets[i] : offsets[i + 1]]
     cats = [{"id": cat_ids[c], "name": name} for c, name in enumerate(index.classes)]
     anns = []
     owner = index.object_image.tolist()
-    crowd, difficult = index.crowd.tolist(), index.difficult.tolist()
+    crowd, difficult, area = index.crowd.tolist(), index.difficult.tolist(), index.area.tolist()
     for j, (box, label) in enumerate(zip(index.boxes.tolist(), index.labels.tolist())):
         x1, y1, x2, y2 = box
         w, h = max(x2 - x1, 0.0), max(y2 - y1, 0.0)
+        own = w * h if area[j] < 0 else area[j]  # MISSING: the file gives none
         anns.append({"id": j + 1, "image_id": image_ids[owner[j]], "category_id": cat_ids[label],
-                     "bbox": [x1, y1, w, h], "area": DIFFICULT_AREA if difficult[j] else w * h,
+                     "bbox": [x1, y1, w, h], "area": DIFFICULT_AREA if difficult[j] else own,
                      "iscrowd": int(crowd[j])})
     return {"images": images, "categories": cats, "annotations": anns}
 
@@ -96,39 +133,85 @@ def _backend(name: str) -> str:
     )
 
 
-def coco_evaluate(gt: dict[str, Any], detections: list[dict[str, Any]], backend: Backend = "auto") -> dict[str, Any]:
-    """COCO bbox evaluation, quietly: ``{"backend", "stats" [12], "precision" [T, R, C],
-    "scores" [T, R, C], "recall" [T, C]}`` (area "all", 100 detections; -1 where a class
-    has no ground truth). Every image of ``gt`` is evaluated. No detections at all give zeros."""
+def lvis_detections(gt: dict[str, Any], detections: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The detections LVIS scores: per image the :data:`LVIS_MAX_DETS` highest scores (ties in
+    their order), and of those only the classes annotated on the image or verified absent from
+    it (``neg_category_ids``); a detection of any other class is not scored."""
+    scored: dict[Any, set[int]] = {image["id"]: set(image.get("neg_category_ids", ())) for image in gt["images"]}
+    for ann in gt["annotations"]:
+        scored[ann["image_id"]].add(ann["category_id"])
+    per_image: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    for det in detections:
+        per_image[det["image_id"]].append(det)
+    out = []
+    for image_id, dets in per_image.items():
+        top = sorted(dets, key=lambda d: d["score"], reverse=True)[:LVIS_MAX_DETS]
+        out += [d for d in top if d["category_id"] in scored.get(image_id, ())]
+    return out
+
+
+def _pycocotools(gt: dict[str, Any], detections: list[dict[str, Any]], lvis: bool, **params: Any) -> Any:
+    """pycocotools' ``COCOeval`` of ``detections`` (already :func:`lvis_detections` for LVIS),
+    evaluated (not accumulated) with ``params`` set; for LVIS with 300 detections per image and
+    an unmatched detection of a class not exhaustively annotated on its image ignored."""
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    coco_gt = COCO()
+    coco_gt.dataset = gt
+    coco_gt.createIndex()
+    ev = COCOeval(coco_gt, coco_gt.loadRes(detections), "bbox")
+    for key, value in {**params, **({"maxDets": [LVIS_MAX_DETS]} if lvis else {})}.items():
+        setattr(ev.params, key, value)
+    ev.evaluate()
+    if lvis:
+        partial = {image["id"]: set(image.get("not_exhaustive_category_ids", ())) for image in gt["images"]}
+        for e in ev.evalImgs:
+            if e is not None and e["category_id"] in partial.get(e["image_id"], ()):
+                e["dtIgnore"] = np.logical_or(e["dtIgnore"], np.asarray(e["dtMatches"]) == 0)
+    return ev
+
+
+def coco_evaluate(
+    gt: dict[str, Any], detections: list[dict[str, Any]], backend: Backend = "auto", protocol: str = "coco"
+) -> dict[str, Any]:
+    """Box evaluation by the COCO or LVIS protocol (``protocol``, see the module docstring),
+    quietly: ``{"backend", "protocol", "stats" [6]: AP, AP50, AP75, APs, APm, APl (-1 where no
+    class has ground truth), "precision" [T, R, C], "scores" [T, R, C], "recall" [T, C]}`` (area
+    "all", the most detections: 100, LVIS 300; -1 where a class has no ground truth). Every
+    image of ``gt`` is evaluated (LVIS: with its lists, :func:`coco_ground_truth`). No
+    detection to score gives zeros (AP 0 in each size range with an object, -1 in the others)."""
     name = _backend(backend)
+    lvis = protocol == "lvis"
+    detections = lvis_detections(gt, detections) if lvis else detections
     c = len(gt["categories"])
-    if not detections:
+    if not detections:  # every scored object missed: AP 0 in each area range that has one
+        areas = [a["area"] for a in gt["annotations"] if not a["iscrowd"]]
+        ap = [0.0 if any(lo <= x <= hi for x in areas) else -1.0 for lo, hi in AREA_RANGES]
         curves = np.zeros((10, 101, c))
-        return {"backend": name, "stats": np.zeros(12), "precision": curves, "scores": curves,
-                "recall": np.zeros((10, c))}
+        return {"backend": name, "protocol": protocol, "stats": np.asarray([ap[0], ap[0], *ap]), "precision": curves,
+                "scores": curves, "recall": np.zeros((10, c))}
     with contextlib.redirect_stdout(io.StringIO()):
         if name == "faster_coco_eval":
             from faster_coco_eval import COCO, COCOeval_faster
 
             coco_gt = COCO(gt)
-            coco_dt = coco_gt.loadRes(detections)
-            ev = COCOeval_faster(coco_gt, coco_dt, "bbox")
+            ev = COCOeval_faster(coco_gt, coco_gt.loadRes(detections), "bbox", lvis_style=lvis)
+            if lvis:
+                ev.params.maxDets = [LVIS_MAX_DETS]
+                ev._prepare_freq_group = lambda: [[], [], []]  # its APr / APc / APf are not read (frequency_ap)
+            ev.evaluate()
         else:
-            from pycocotools.coco import COCO
-            from pycocotools.cocoeval import COCOeval
-
-            coco_gt = COCO()
-            coco_gt.dataset = gt
-            coco_gt.createIndex()
-            coco_dt = coco_gt.loadRes(detections)
-            ev = COCOeval(coco_gt, coco_dt, "bbox")
-        ev.evaluate()
+            ev = _pycocotools(gt, detections, lvis)
         ev.accumulate()
-        ev.summarize()
+    precision = np.asarray(ev.eval["precision"])[..., -1]  # [T, R, C, A] at the most detections
+    stats = [precision[:, :, :, 0], precision[0, :, :, 0], precision[IOU75, :, :, 0],
+             *(precision[..., a] for a in range(1, len(AREAS)))]
     return {
         "backend": name,
-        "stats": np.asarray(ev.stats, dtype=np.float64),
-        "precision": np.asarray(ev.eval["precision"])[:, :, :, 0, -1],
+        "protocol": protocol,
+        "stats": np.asarray([-1.0 if (m := _mean_valid(s)) is None else m for s in stats]),
+        "precision": precision[..., 0],
         "scores": np.asarray(ev.eval["scores"])[:, :, :, 0, -1],
         "recall": np.asarray(ev.eval["recall"])[:, :, 0, -1],
     }
@@ -139,35 +222,31 @@ def _mean_valid(values: np.ndarray) -> float | None:
     return float(v.mean()) if v.size else None
 
 
-def operating_point(gt: dict[str, Any], detections: list[dict[str, Any]], threshold: float) -> np.ndarray:
+def operating_point(
+    gt: dict[str, Any], detections: list[dict[str, Any]], threshold: float, protocol: str = "coco"
+) -> np.ndarray:
     """int64 ``[C, 3]``: TP, FP, FN per category of ``gt`` (in its order) for the detections
     with score >= ``threshold``, at IoU :data:`OPERATING_IOU`, as pycocotools' ``COCOeval``
     matches them (greedy by score, per image and category, at most 100 detections per image;
-    crowd and ignored ground truth neither missed nor, when matched, false positives)."""
+    crowd and ignored ground truth neither missed nor, when matched, false positives); by the
+    LVIS ``protocol``, of the detections LVIS scores, with its ignored ones not counted."""
     cats = [c["id"] for c in gt["categories"]]
     out = np.zeros((len(cats), 3), dtype=np.int64)
     row = {cid: k for k, cid in enumerate(cats)}
-    kept = [d for d in detections if d["score"] >= threshold]
+    lvis = protocol == "lvis"
+    kept = [d for d in (lvis_detections(gt, detections) if lvis else detections) if d["score"] >= threshold]
     if not kept:  # pycocotools refuses an empty results list: every ground truth is missed
         for ann in gt["annotations"]:
             if not ann["iscrowd"] and ann["area"] >= 0:
                 out[row[ann["category_id"]], 2] += 1
         return out
     try:
-        from pycocotools.coco import COCO
-        from pycocotools.cocoeval import COCOeval
+        import pycocotools  # noqa: F401
     except ImportError as err:
         raise MissingExtraError("TP / FP / FN counts need pycocotools: pip install pycocotools") from err
     with contextlib.redirect_stdout(io.StringIO()):
-        coco_gt = COCO()
-        coco_gt.dataset = gt
-        coco_gt.createIndex()
-        ev = COCOeval(coco_gt, coco_gt.loadRes(kept), "bbox")
-        ev.params.iouThrs = np.array([OPERATING_IOU])
-        ev.params.areaRng = [[0.0, 1e10]]
-        ev.params.areaRngLbl = ["all"]
-        ev.params.maxDets = [100]
-        ev.evaluate()
+        ev = _pycocotools(gt, kept, lvis, iouThrs=np.array([OPERATING_IOU]), areaRng=[[0.0, 1e10]],
+                          areaRngLbl=["all"], maxDets=[100])
     for e in ev.evalImgs:
         if e is None:
             continue

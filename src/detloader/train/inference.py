@@ -83,12 +83,14 @@ def evaluate_model(
     picture: str | os.PathLike[str] | None = None,
     coco_json: str | os.PathLike[str] | None = None,
     frequency: Mapping[str, str | None] | None = None,
+    protocol: str = "auto",
 ) -> dict[str, Any]:
     """:func:`~detloader.train.metrics.score_predictions` of ``model`` on ``index``, letterboxed
     to ``size``: each rank predicts images ``rank, rank + W, ...`` (each image once over all
     ranks, no padding), every rank scores them all; rank 0 writes ``coco_json`` and draws the
     first 8 images, truth (left) beside prediction (right), in ``picture``. ``frequency``: the
-    classes' LVIS frequency groups (``score_predictions``' ``frequency``)."""
+    classes' LVIS frequency groups, ``protocol``: ``"auto"``, ``"coco"`` or ``"lvis"``
+    (``score_predictions``' own)."""
     import detloader
     from detloader.transforms import Compose, Resize
 
@@ -104,7 +106,7 @@ def evaluate_model(
     predictions = [p for part in all_gather_objects(env, mine) for p in part]
     metrics = score_predictions(
         predictions, index, score_threshold=score_threshold, backend=backend,  # type: ignore[arg-type]
-        coco_json=coco_json if env.is_main else None, frequency=frequency,
+        coco_json=coco_json if env.is_main else None, frequency=frequency, protocol=protocol,  # type: ignore[arg-type]
     )
     if picture is not None and env.is_main and predictions:
         from detloader.stats.show import show_predictions
@@ -129,6 +131,7 @@ def evaluate_checkpoint(
     picture: str | os.PathLike[str] | None = None,
     coco_json: str | os.PathLike[str] | None = None,
     task: Task | Callable[[Any], Task] | None = None,
+    protocol: str = "auto",
 ) -> dict[str, Any]:
     """Metrics (:func:`~detloader.train.metrics.score_predictions`) of ``checkpoint`` on a
     part of the dataset at ``data``, with ``split`` (``{"name", "images", "source"}``) and
@@ -148,7 +151,8 @@ def evaluate_checkpoint(
     the detections there (COCO results). ``task``: None rebuilds the reference model from
     the checkpoint; a checkpoint of your own model needs its
     :class:`~detloader.train.task.Task` (or a function of the index returning one), whose
-    model the weights load into."""
+    model the weights load into. ``protocol``: ``"auto"`` (LVIS for LVIS annotations), ``"coco"``
+    or ``"lvis"``."""
     import detloader
 
     with running_distributed(device) as env:
@@ -175,7 +179,7 @@ def evaluate_checkpoint(
             task.model, task.decode, index, int(state["config"]["size"]), env, batch_size=batch_size,
             num_workers=num_workers, score_threshold=score_threshold, backend=backend, progress=progress,
             image_class_map=[trained.index(name) if name in trained else -1 for name in index.image_classes],
-            picture=picture, coco_json=coco_json, frequency=frequency,
+            picture=picture, coco_json=coco_json, frequency=frequency, protocol=protocol,
         )
         metrics["frequency_groups"]["source"] = frequency_source
         metrics["checkpoint"] = str(checkpoint)
@@ -186,14 +190,15 @@ def evaluate_checkpoint(
 
 
 def _training_frequency(index: Any, recorded: Mapping[str, Any]) -> tuple[dict[str, str | None], str]:
-    """The LVIS frequency groups of the run's classes, counted on its training images: those the
-    checkpoint records (found in ``index``, the whole dataset), else the dataset's ``train`` split,
-    else every image of it; and where they were counted, in words."""
+    """The LVIS frequency groups of the run's classes: the dataset's own (``index.meta["frequency"]``,
+    LVIS), else counted on its training images: those the checkpoint records (found in ``index``,
+    the whole dataset), else the dataset's ``train`` split, else every image of it; and where they
+    come from, in words."""
     from detloader.balance.groups import balance_groups, group_counts
     from detloader.stats.describe import class_frequency, training_frequency
 
     rec = recorded.get("train")
-    if rec is not None:
+    if rec is not None and index.meta.get("frequency") is None:
         rows, missing = recorded_rows(index, rec)
         if len(rows):
             groups = class_frequency(index.classes, group_counts(balance_groups(index.subset(rows), "class"), "images"))

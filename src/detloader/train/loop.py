@@ -478,14 +478,16 @@ def _finish(run: _Run, train_seconds: float) -> dict[str, Any]:
 
         # APr / APc / APf: the classes' groups by the run's own training images, as detloader evaluate counts them
         per_class = data.train.class_counts("images")
-        frequency = class_frequency(data.train.classes, [per_class[name] for name in data.train.classes])
+        frequency = data.train.meta.get("frequency") or class_frequency(  # the dataset's own (LVIS) first
+            data.train.classes, [per_class[name] for name in data.train.classes])
         metrics = evaluate_model(
             _unwrap(run.model), run.task.decode, data.val, config.size, env, batch_size=config.batch_size,
             score_threshold=config.score_threshold, backend=config.eval_backend, amp_dtype=run.amp_dtype,
             picture=config.out_dir / "predictions.png", frequency=frequency,
         )
         if isinstance(metrics.get("frequency_groups"), dict):
-            metrics["frequency_groups"]["source"] = f"the run's {len(data.train)} training images"
+            metrics["frequency_groups"]["source"] = ("the dataset's frequency field" if data.train.meta.get("frequency")
+                                                     else f"the run's {len(data.train)} training images")
     counts = all_gather_objects(env, run.samples_seen)
     if env.is_main:
         metrics.update(

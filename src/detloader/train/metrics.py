@@ -1,5 +1,5 @@
-"""Metrics of predictions on an annotated split: COCO box mAP and per-class TP / FP / FN at an
-operating point (:mod:`.coco_eval`: pycocotools or faster-coco-eval), landmark NME (normaliser
+"""Metrics of predictions on an annotated split: box mAP by the COCO or LVIS protocol and per-class
+TP / FP / FN at an operating point (:mod:`.coco_eval`: pycocotools or faster-coco-eval), landmark NME (normaliser
 as mmpose's ``keypoint_2d_metrics``), image-class accuracy; what each is: docs/training.md, "Evaluation".
 
 Ground truth comes from the index (annotation coordinates), with the dataset's own image and
@@ -25,11 +25,14 @@ import numpy as np
 from detloader._system.files import write_file
 from detloader.errors import DetloaderValueError, PredictionError
 from detloader.train.coco_eval import (
+    AREAS,
     Backend,
+    Protocol,
     coco_detections,
     coco_evaluate,
     coco_ground_truth,
     evaluation_image_ids,
+    evaluation_protocol,
     operating_point,
     per_class,
     rates,
@@ -142,8 +145,9 @@ def frequency_ap(
     ``classes`` in it, how many were ``scored``, their ``names`` (at most
     :data:`GROUP_NAMES_SHOWN`, ``more`` the rest), then ``without_training_images`` (classes in
     no group) and the groups' ``source``. ``frequency``: class name -> ``"r"`` / ``"c"`` /
-    ``"f"`` / None (e.g. of the training split); default: counted on ``index``'s own ``train``
-    split, or on its images without one. Each row of ``per_class_rows`` gains its ``frequency``."""
+    ``"f"`` / None (e.g. of the training split); default: the dataset's own
+    (``index.meta["frequency"]``, LVIS), else counted on ``index``'s own ``train`` split, or on its
+    images without one. Each row of ``per_class_rows`` gains its ``frequency``."""
     from detloader.stats.describe import FREQUENCIES, class_frequency, training_frequency
 
     if frequency is None:
@@ -168,10 +172,12 @@ def frequency_ap(
 # -- all together -----------------------------------------------------------------------------
 def compute_metrics(
     index: Any, predictions: Sequence[ImagePredictions], *, score_threshold: float = 0.3, backend: Backend = "auto",
-    frequency: Mapping[str, str | None] | None = None,
+    frequency: Mapping[str, str | None] | None = None, protocol: Protocol = "auto",
 ) -> dict[str, Any]:
     """Every metric of the module docstring as a JSON-ready dict (keys ``map50``,
-    ``map50_95``, ``per_class`` (per class ``objects``, ``ignored`` (crowd or difficult),
+    ``map50_95``, ``map75``, ``map_small``, ``map_medium``, ``map_large`` (None: no object of
+    that size), ``protocol`` (``"coco"`` or ``"lvis"``: :func:`~.coco_eval.evaluation_protocol`
+    of ``protocol``), ``per_class`` (per class ``objects``, ``ignored`` (crowd or difficult),
     ``tp``, ``fp``, ``fn``, ``precision``, ``recall``, ``max_recall``, ``ap50``,
     ``ap50_95``), ``tp``, ``fp``, ``fn``, ``precision``, ``recall`` (all classes, at
     ``score_threshold`` and IoU 0.5), ``score_threshold``, ``nme``, ``nme_normaliser``,
@@ -189,20 +195,24 @@ def compute_metrics(
         raise DetloaderValueError("predictions: an image_id appears twice (a rank evaluated an image twice?)")
     check_predictions(predictions, len(index), len(index.classes))
     predictions = sorted(predictions, key=lambda p: p.image_id)
-    gt = coco_ground_truth(index)
+    protocol = evaluation_protocol(index, protocol)  # type: ignore[assignment]
+    gt = coco_ground_truth(index, protocol)
     detections = coco_detections(index, predictions)
-    result = coco_evaluate(gt, detections, backend)
+    result = coco_evaluate(gt, detections, backend, protocol)
     n_classes = len(index.classes)
     labels = np.asarray(index.labels, dtype=np.int64)
     counts = np.bincount(labels, minlength=n_classes)
     ignored = np.bincount(labels[np.asarray(index.crowd) | np.asarray(index.difficult)], minlength=n_classes)
-    point = operating_point(gt, detections, score_threshold)
+    point = operating_point(gt, detections, score_threshold, protocol)
     nme, normaliser, nme_objects = _nme(index, predictions)
     accuracy, recall = _image_class(index, predictions)
     rows = per_class(result, index.classes, counts, ignored, point)
     return {
         "map50": float(result["stats"][1]),
         "map50_95": float(result["stats"][0]),
+        "map75": float(result["stats"][2]),
+        **{f"map_{area}": (None if v < 0 else float(v)) for area, v in zip(AREAS[1:], result["stats"][3:].tolist())},
+        "protocol": protocol,
         **frequency_ap(index, rows, frequency),
         "per_class": rows,
         **rates(point.sum(axis=0)),
@@ -228,9 +238,11 @@ def score_predictions(
     backend: Backend = "auto",
     coco_json: str | os.PathLike[str] | None = None,
     frequency: Mapping[str, str | None] | None = None,
+    protocol: Protocol = "auto",
 ) -> dict[str, Any]:
     """Any model's predictions scored: the metrics of :func:`compute_metrics` (what
-    ``train`` and ``detloader evaluate`` report).
+    ``train`` and ``detloader evaluate`` report), by the COCO or the LVIS ``protocol``
+    (``"auto"``: LVIS when the annotations carry LVIS's class lists or frequency).
 
     ``predictions``: one entry per image (:func:`as_predictions`: :class:`ImagePredictions`
     or dicts of tensors, arrays or lists in annotation coordinates), a sequence or a mapping
@@ -275,4 +287,6 @@ def score_predictions(
     check_predictions(preds, len(index), len(index.classes))
     if coco_json is not None:
         write_file(coco_json, json.dumps(coco_detections(index, preds, keypoints=True)))
-    return compute_metrics(index, preds, score_threshold=score_threshold, backend=backend, frequency=frequency)
+    return compute_metrics(
+        index, preds, score_threshold=score_threshold, backend=backend, frequency=frequency, protocol=protocol
+    )

@@ -1,4 +1,7 @@
-"""COCO JSON: instances and person_keypoints files (and what CVAT / Datumaro export as COCO).
+"""COCO JSON: instances and person_keypoints files (and what CVAT / Datumaro export as COCO),
+and LVIS (:class:`LvisReader`: COCO-shaped, images named by ``coco_url``, per-image
+``neg_category_ids`` / ``not_exhaustive_category_ids`` and per-category ``frequency``, which
+any COCO file may carry too).
 
 The JSON is loaded whole (the format gives no record boundary to stream on), under the format
 option ``max_json_bytes``. Layouts, split files and image folders: docs/formats.md ("Each
@@ -13,8 +16,10 @@ same index and problems (docs/index.md, "COCO at scale").
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import posixpath
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,9 +29,10 @@ from typing import Annotated, Any
 import msgspec
 import numpy as np
 
-from detloader._system.files import read_capped
+from detloader._system.files import open_regular, read_capped
 from detloader.annotations.builder import ChunkBuilder
 from detloader.annotations.checks import ReadOptions, check_box
+from detloader.annotations.fields import MISSING
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, preset_schema
 from detloader.annotations.readers.common import (
@@ -54,6 +60,22 @@ _FLAGS = ("occluded", "difficult", "truncated")
 def _looks_like_coco(path: Path) -> bool:
     head = read_head(path, 1 << 20).lstrip()
     return head.startswith(b"{") and (b'"images"' in head or b'"annotations"' in head)
+
+
+def _looks_like_lvis(path: Path) -> bool:
+    """A COCO file whose first or last MiB (LVIS puts its images after the annotations) holds
+    ``neg_category_ids`` / ``not_exhaustive_category_ids``, or ``coco_url`` and no ``file_name``."""
+    if not _looks_like_coco(path):
+        return False
+    ends = read_head(path, 1 << 20)
+    try:
+        with open_regular(path) as fh:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - (1 << 20)))
+            ends += fh.read()
+    except OSError:
+        pass
+    marked = b'"neg_category_ids"' in ends or b'"not_exhaustive_category_ids"' in ends
+    return marked or (b'"coco_url"' in ends and b'"file_name"' not in ends)
 
 
 def _coco_files(folder: Path) -> list[Path]:
@@ -155,9 +177,19 @@ def _annotation(ann: dict, where: str, categories: dict, b: ChunkBuilder) -> Non
     if crowd_flag is None:
         b.problem("bad_value", f"{where}/iscrowd", f"iscrowd={crowd!r} is not 0/1", "treated as 0")
     points = _keypoints(ann.get("keypoints"), kp_names, f"{where}/keypoints", b)
+    area = ann.get("area")
+    if area is not None and not _area_ok(area):
+        b.problem("bad_value", f"{where}/area", f"area={area!r} is not a number >= 0", "box area used", "repaired")
+        area = None
     b.add_object(
-        box, name, element=where, box_field="bbox", attributes=attrs, landmarks=points, crowd=bool(crowd_flag), **flags
+        box, name, element=where, box_field="bbox", attributes=attrs, landmarks=points, crowd=bool(crowd_flag),
+        area=area, **flags,
     )
+
+
+def _area_ok(value: Any) -> bool:
+    """Whether an ``area`` is a finite number >= 0 (as float32)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 3e38
 
 
 def _bbox(bbox: Any, where: str, b: ChunkBuilder) -> tuple[float, float, float, float] | None:
@@ -230,12 +262,16 @@ class CocoReader(Reader):
             return path.suffix.lower() == ".json" and _looks_like_coco(path)
         return path.is_dir() and bool(_coco_files(path))
 
+    def _files(self, folder: Path) -> list[Path]:
+        """The format's JSON files in ``folder`` (and its ``annotations/``, split folders)."""
+        return _coco_files(folder)
+
     def discover(self, path: Path, options: ReadOptions) -> CocoSource:
         """The COCO JSON at ``path`` (or its files of distinct splits), the dataset root and the
         candidate image folders of each file."""
-        check_options(options, NAME, OPTIONS)
+        check_options(options, self.name, OPTIONS)
         path = path.resolve()
-        found = [path] if path.is_file() else _coco_files(path)
+        found = [path] if path.is_file() else self._files(path)
         words = {js: _split_word(js, path) for js in found}
         splits = {js: word for js, (word, _) in words.items()}
         roles = [split_role(name) for name in splits.values()]
@@ -285,7 +321,8 @@ class CocoReader(Reader):
         if data is None:
             return
         if not isinstance(data, dict):
-            b.problem("unsupported", "", f"top level is a {type(data).__name__}, not a COCO object", "file skipped")
+            b.problem("unsupported", "", f"top level is a {type(data).__name__}, not a {self.name.upper()} object",
+                      "file skipped")
             return
         if "images" not in data:  # the objects would have no image: say so once, not once per object
             keys = ", ".join(sorted(map(str, data))[:8]) or "none"
@@ -313,7 +350,7 @@ class CocoReader(Reader):
             per_image.setdefault(owner, []).append(j)
         for i, img in enumerate(images):
             where = f"images[{i}]"
-            if not image_problem(img, where, image_ids, i, b) and record_image(img, where, locator, b):
+            if not image_problem(img, where, image_ids, i, b) and record_image(img, where, locator, b, categories):
                 for j in per_image.get(i, ()):
                     _annotation(annotations[j], f"annotations[{j}]", categories, b)
 
@@ -325,6 +362,43 @@ class CocoReader(Reader):
         """The iBUG 68-point preset for names ``00`` .. ``67``; else names in category order with
         flip pairs from left/right spelling (None: the builder's default does exactly that)."""
         return preset_schema(names)
+
+
+#: COCO 2017's image folders, where LVIS v1 images are (a ``coco_url`` names the folder).
+COCO_IMAGE_FOLDERS = ("train2017", "val2017")
+
+
+class LvisReader(CocoReader):
+    """LVIS v1 (see the module docstring): ``lvis_v1_train.json`` + ``lvis_v1_val.json`` are
+    read as one dataset, one split each (as any COCO files paired by a split word); every image
+    is looked for by its ``coco_url``'s folder and name (``train2017/000000391895.jpg``; LVIS
+    val images come from both COCO folders) below the root and ``images/``, then by its name
+    in ``train2017/`` and ``val2017/``."""
+
+    name = "lvis"
+
+    def sniff(self, path: Path) -> bool:
+        """A COCO file that looks like LVIS (:func:`_looks_like_lvis`), or a folder with one."""
+        if path.is_file():
+            return path.suffix.lower() == ".json" and _looks_like_lvis(path)
+        return path.is_dir() and bool(self._files(path))
+
+    def _files(self, folder: Path) -> list[Path]:
+        """The LVIS files among the folder's COCO files (COCO's own instances files beside them are not read)."""
+        return [p for p in _coco_files(folder) if _looks_like_lvis(p)]
+
+    def discover(self, path: Path, options: ReadOptions) -> CocoSource:
+        """:meth:`CocoReader.discover`, with COCO's image folders for every file, and a single
+        file's split from its name (``lvis_v1_val.json`` -> ``val``; the folders its images lie
+        in are COCO's splits, not LVIS's)."""
+        source = super().discover(path, options)
+        heres = [posixpath.dirname(rel) for rel in source.files]
+        names = ["", "images", *COCO_IMAGE_FOLDERS, *(f"images/{d}" for d in COCO_IMAGE_FOLDERS), *heres]
+        splits = {rel: split_role(_split_word(source.root / rel, path)[0]) for rel in source.files}
+        return dataclasses.replace(
+            source, image_dirs=candidate_dirs(source.root, names, options.image_dir), file_image_dirs={},
+            file_splits={rel: role for rel, role in splits.items() if role is not None},
+        )
 
 
 def _integral(value: Any) -> bool:
@@ -433,17 +507,32 @@ def id_order(item: tuple[Any, Any]) -> tuple[int, Any]:
     return (0, cid) if isinstance(cid, int) else (1, str(cid))
 
 
-def record_image(img: Any, where: str, locator: ImageLocator, b: ChunkBuilder) -> tuple[int, int] | None:
-    """Locate and add one image (a dict, or anything with ``.get``); its (width, height) when added,
-    else None with the problem reported."""
-    name = img.get("file_name")
+def _url_name(url: Any) -> str | None:
+    """The image a ``coco_url`` names, as its last folder and file name
+    (``http://images.cocodataset.org/val2017/000000397133.jpg`` -> ``val2017/000000397133.jpg``)."""
+    if not isinstance(url, str) or not url.strip():
+        return None
+    parts = [p for p in url.strip().split("?", 1)[0].split("/") if p]
+    return "/".join(parts[-2:]) if len(parts) > 2 else (parts[-1] if parts else None)
+
+
+def record_image(
+    img: Any, where: str, locator: ImageLocator, b: ChunkBuilder, categories: dict[Any, tuple[str, Any]]
+) -> tuple[int, int] | None:
+    """Locate and add one image (a dict, or anything with ``.get``) by its ``file_name``, else
+    (LVIS) its ``coco_url``'s folder and name; then its class lists (:func:`record_class_lists`).
+    Its (width, height) when added, else None with the problem reported."""
+    name, field = img.get("file_name"), "file_name"
     if not isinstance(name, str) or not name.strip():
-        b.problem("missing_field", f"{where}/file_name", "file_name is missing", "image skipped")
+        name, field = _url_name(img.get("coco_url")), "coco_url"
+    if name is None:
+        what = "file_name is missing" + (f", coco_url={img.get('coco_url')!r}" if img.get("coco_url") else "")
+        b.problem("missing_field", f"{where}/file_name", what, "image skipped")
         return None
     raw = f"width={img.get('width')!r} height={img.get('height')!r}"
     width, height = record_text(img.get("width", "")), record_text(img.get("height", ""))
-    shown = f"file_name={name!r}"
-    found = locate_image(locator, b, name, where, shown, width, height, name_where=f"{where}/file_name", raw=raw)
+    shown = f"{field}={img.get(field)!r}"
+    found = locate_image(locator, b, name, where, shown, width, height, name_where=f"{where}/{field}", raw=raw)
     if found is None:
         return None
     rel, width, height = found
@@ -452,7 +541,35 @@ def record_image(img: Any, where: str, locator: ImageLocator, b: ChunkBuilder) -
     iid = coco_id(img.get("id"))
     image_id = iid if isinstance(iid, int) else None  # a string id: numbered by row
     added = b.add_image(rel, width, height, image_class=image_class, attributes=attrs, record=name, image_id=image_id)
-    return (width, height) if added else None
+    if not added:
+        return None
+    record_class_lists(img, where, categories, b)
+    return width, height
+
+
+#: LVIS's per-image category lists and the index's class list each becomes.
+CLASS_LIST_FIELDS = (("neg_category_ids", "absent"), ("not_exhaustive_category_ids", "not_exhaustive"))
+
+
+def record_class_lists(img: Any, where: str, categories: dict[Any, tuple[str, Any]], b: ChunkBuilder) -> None:
+    """The image's ``neg_category_ids`` (classes verified absent) and ``not_exhaustive_category_ids``
+    as its class lists; an id that is not a category's, or a list that is not one, is a
+    ``bad_value`` problem (left out)."""
+    for key, name in CLASS_LIST_FIELDS:
+        ids = img.get(key)
+        if ids is None:
+            continue
+        if not isinstance(ids, list):
+            b.problem("bad_value", f"{where}/{key}", f"{key}={ids!r} is not a list of category ids", "list skipped")
+            continue
+        names = []
+        for k, raw in enumerate(ids):
+            cat = categories.get(coco_id(raw)) if coco_id(raw) is not None else None
+            if cat is None:
+                b.problem("bad_value", f"{where}/{key}[{k}]", f"{raw!r} is not in categories", "left out of the list")
+            else:
+                names.append(cat[0])
+        b.add_class_list(name, names)
 
 
 def is_record(value: Any) -> bool:
@@ -461,11 +578,41 @@ def is_record(value: Any) -> bool:
 
 
 def declare(records: list, b: ChunkBuilder) -> tuple[dict[Any, tuple[str, list[str] | None]], list[str]]:
-    """The file's categories (:func:`categories`), declared to ``b`` in id order; and their names in that order."""
+    """The file's categories (:func:`categories`), declared to ``b`` in id order with their
+    LVIS ``frequency`` when any has one (:func:`record_frequency`); and their names in that order."""
     found = record_categories(records, b)
     ordered = sorted(found.items(), key=id_order)
-    b.declare_classes([name for _, (name, _) in ordered], [cid if isinstance(cid, int) else None for cid, _ in ordered])
+    letters = record_frequency(records, found, b)
+    b.declare_classes(
+        [name for _, (name, _) in ordered], [cid if isinstance(cid, int) else None for cid, _ in ordered],
+        None if letters is None else [letters.get(cid) for cid, _ in ordered],
+    )
     return found, [name for _, (name, _) in ordered]
+
+
+#: LVIS's frequency groups: rare, common, frequent.
+FREQUENCY_LETTERS = ("r", "c", "f")
+
+
+def record_frequency(records: list, found: dict[Any, Any], b: ChunkBuilder) -> dict[Any, str | None] | None:
+    """Category id -> LVIS ``frequency`` of the categories kept (``found``); None when no category
+    has the field. A value other than ``"r"`` / ``"c"`` / ``"f"``, or a category without one
+    beside others that have it, is a problem (the class is in no frequency group)."""
+    if not any(isinstance(cat, dict) and "frequency" in cat for cat in records):
+        return None
+    letters: dict[Any, str | None] = {}
+    for i, cat in enumerate(records):
+        cid = coco_id(cat.get("id")) if isinstance(cat, dict) else None
+        if cid not in found or cid in letters:
+            continue
+        letter = cat.get("frequency")
+        letters[cid] = letter if letter in FREQUENCY_LETTERS else None
+        where, action = f"categories[{i}]/frequency", "class in no frequency group"
+        if letter is None:
+            b.problem("missing_field", where, "frequency is missing", action)
+        elif letter not in FREQUENCY_LETTERS:
+            b.problem("bad_value", where, f"frequency={letter!r} is not one of 'r', 'c', 'f'", action)
+    return letters
 
 
 def image_rows(images: list, b: ChunkBuilder) -> dict[Any, int]:
@@ -509,6 +656,9 @@ class _Image(msgspec.Struct, gc=False):
     width: Any = msgspec.UNSET
     height: Any = msgspec.UNSET
     attributes: Any = msgspec.UNSET
+    coco_url: Any = msgspec.UNSET
+    neg_category_ids: Any = msgspec.UNSET
+    not_exhaustive_category_ids: Any = msgspec.UNSET
 
     def get(self, key: str, default: Any = None) -> Any:
         """``dict.get`` over the fields, so that the general path's image code reads it."""
@@ -528,6 +678,7 @@ class _Object(msgspec.Struct, gc=False):
     bbox: tuple[float, float, float, float]
     id: _I64 = _NO_ID
     iscrowd: int | None = 0
+    area: float | None = None
     keypoints: _NONE | None = None
     attributes: Annotated[dict, msgspec.Meta(max_length=0)] | None = None
 
@@ -591,6 +742,8 @@ def parse_fast(raw: bytes, locator: ImageLocator, b: ChunkBuilder) -> bool:
     images, objects = data.images, data.annotations
     if images is msgspec.UNSET or (objects and not images):
         return False
+    if any(o.area is not None and not _area_ok(o.area) for o in objects):
+        return False  # the general path names it
     found, names = declare(data.categories, b)
     image_ids = image_rows(images, b)
     m = len(objects)
@@ -629,7 +782,7 @@ def parse_fast(raw: bytes, locator: ImageLocator, b: ChunkBuilder) -> bool:
         where = f"images[{i}]"
         if image_problem(img, where, image_ids, i, b):
             continue
-        size = record_image(img, where, locator, b)
+        size = record_image(img, where, locator, b, found)
         if size is None:
             continue
         row_of[i] = b.image_count - 1
@@ -639,7 +792,8 @@ def parse_fast(raw: bytes, locator: ImageLocator, b: ChunkBuilder) -> bool:
                     keep[j] = _check_one(j, objects[j], xyxy64[j], labels[j], boxes, size, b)
     kept = order[keep[order] & (row_of[np.maximum(owner[order], 0)] >= 0) & (owner[order] >= 0)]
     crowd = np.fromiter(((o.iscrowd or 0) != 0 for o in objects), np.bool_, m)
-    b.add_objects(first, row_of[owner[kept]], boxes[kept], labels[kept], names, crowd[kept])
+    area = np.fromiter((MISSING if o.area is None else o.area for o in objects), np.float64, m)
+    b.add_objects(first, row_of[owner[kept]], boxes[kept], labels[kept], names, crowd[kept], area[kept])
     return True
 
 

@@ -12,6 +12,7 @@ import numpy as np
 from detloader._system.files import atomic_write
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import skeleton_for
+from detloader.annotations.readers.coco import CLASS_LIST_FIELDS
 from detloader.annotations.splits import split_role, write_splits_json
 from detloader.annotations.writers.common import ImagePlacer, attribute_rows, image_attributes, prepare_out
 from detloader.errors import DetloaderValueError
@@ -51,6 +52,7 @@ def write_coco(
     image_ids = index.image_ids.tolist()
     if len(set(image_ids)) != len(image_ids):  # several files' ids together: renumbered by row
         image_ids = list(range(1, len(index) + 1))
+    lvis = any(len(index.class_lists(name)[0]) for _, name in CLASS_LIST_FIELDS)  # LVIS's per-image lists
     image_records: list[dict[str, Any]] = []
     annotations: list[list[dict[str, Any]]] = []  # per image
     written: list[str] = []  # each image's path relative to the dataset root, "/" separated
@@ -67,6 +69,8 @@ def write_coco(
         attrs = image_attributes(index, image_attrs, i, image_class_attribute)
         if attrs:
             record["attributes"] = attrs
+        for key, list_name in CLASS_LIST_FIELDS if lvis else ():
+            record[key] = [category_ids[c] for c in index.class_list(list_name, i).tolist()]
         image_records.append(record)
         annotations.append([
             _coco_annotation(index, j, (image_ids[i], category_ids[int(index.labels[j])]), object_attrs(j), with_points)
@@ -97,9 +101,12 @@ def _categories(index: AnnotationIndex) -> tuple[list[dict[str, Any]], np.ndarra
         has = index.visibility.any(axis=1)
         with_points[np.unique(index.labels[has])] = True
     category_ids = index.category_ids.tolist()
+    frequency = index.meta.get("frequency") or {}
     categories: list[dict[str, Any]] = []
     for c, name in enumerate(index.classes):
         cat: dict[str, Any] = {"id": category_ids[c], "name": name, "supercategory": ""}
+        if frequency.get(name) is not None:
+            cat["frequency"] = frequency[name]
         if with_points[c]:
             cat["keypoints"] = list(schema.names)
             cat["skeleton"] = skeleton_for(schema)
@@ -148,6 +155,7 @@ def _coco_annotation(
     """Object ``j`` as a COCO annotation; ``ids``: its image id and category id."""
     x1, y1, x2, y2 = (float(v) for v in index.boxes[j])
     w, h = x2 - x1, y2 - y1
+    area = float(index.area[j])
     label = int(index.labels[j])
     crowd = bool(index.crowd[j]) or attrs.pop("iscrowd", "0") not in ("0", "", "false")
     for flag in ("occluded", "difficult", "truncated"):
@@ -158,7 +166,7 @@ def _coco_annotation(
         "image_id": ids[0],
         "category_id": ids[1],
         "bbox": [x1, y1, w, h],
-        "area": w * h,
+        "area": w * h if area < 0 else area,  # MISSING: the source gave none
         "iscrowd": int(crowd),
         "segmentation": [],
     }
