@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint test-quick test-integration test-ultralytics bench fuzz clean venv
+.PHONY: demo test lint test-quick test-integration test-ultralytics openimages-reference bench fuzz clean venv
 
 venv: $(STAMP)
 
@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m detloader demo
 
-test: lint
+test: lint openimages-reference
 	$(PY) -m pytest -q
 
 # ruff's settings (rules, line length) are in pyproject.toml; make test runs it first.
@@ -62,6 +62,23 @@ $(VENV_ULTRA)/.installed: pyproject.toml
 
 test-ultralytics: $(VENV_ULTRA)/.installed
 	$(VENV_ULTRA)/bin/python -m pytest -q -m ultralytics
+
+# The reference that tests/train/test_openimages_eval.py compares the Open Images evaluator to:
+# the TF Object Detection API's challenge evaluation (a PyPI copy of its research/object_detection,
+# numpy parts only; TensorFlow stays out, see tests/train/openimages_reference.py). A side
+# environment without the project: the code needs numpy < 1.24; pycocotools only for its import.
+VENV_OI ?= .venv-openimages
+OPENIMAGES_PINS ?= numpy==1.23.5 pandas==1.5.3 protobuf==3.20.3 six==1.17.0 absl-py==2.5.1
+OPENIMAGES_NODEPS ?= pycocotools==2.0.7 object-detection-by-ovi==0.0.1
+
+$(VENV_OI)/.installed:
+	$(PYTHON) -m venv $(VENV_OI)
+	echo '*' > $(VENV_OI)/.gitignore
+	$(VENV_OI)/bin/python -m pip install --quiet $(OPENIMAGES_PINS)
+	$(VENV_OI)/bin/python -m pip install --quiet --no-deps $(OPENIMAGES_NODEPS)
+	touch $@
+
+openimages-reference: $(VENV_OI)/.installed
 
 # Long fuzzing of every annotation reader and of the image decoder (the suite runs 25
 # examples per reader, 150 per decoder test).
