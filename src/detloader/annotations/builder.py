@@ -3,7 +3,8 @@ applying the shared rules as it goes.
 
 A reader walks its files and calls :class:`ChunkBuilder` once per image and once per object;
 the builder applies the rules of :mod:`detloader.annotations.checks` (boxes, landmarks, sizes)
-and the class options, records problems, then ``finish()`` turns the chunk into a
+and the class options, records problems, keeps per-image class lists
+(:meth:`ChunkBuilder.add_class_list`), then ``finish()`` turns the chunk into a
 :class:`Partial` of numpy arrays (one per field of :data:`~detloader.annotations.fields.FIELDS`)
 with chunk-local vocabularies. Chunks are built in worker processes and travel by pickle to
 :func:`detloader.annotations.parse.merge`, which merges them in file order.
@@ -27,7 +28,16 @@ from detloader.annotations.checks import (
     check_size,
     parse_number,
 )
-from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, AttributeCells, Field, LocalVocab
+from detloader.annotations.fields import (
+    CLASS_LISTS,
+    FIELDS,
+    MISSING,
+    OFFSETS,
+    AttributeCells,
+    Field,
+    LocalVocab,
+    packed_names,
+)
 from detloader.annotations.problems import Problem, Severity
 from detloader.errors import DetloaderError
 
@@ -41,7 +51,7 @@ _ATTRIBUTE_VOCABS = ("image_attributes", "object_attributes")
 
 
 def _is_column(f: Field) -> bool:
-    return f.level != "string" and f.vocab not in (*_ATTRIBUTE_VOCABS, "landmarks")
+    return f.level in ("image", "object") and f.vocab not in (*_ATTRIBUTE_VOCABS, "landmarks")
 
 
 def _column_array(col: array, f: Field, rows: int) -> np.ndarray:
@@ -74,6 +84,9 @@ class ChunkBuilder:
         self._offsets = array("q", [0])
         self._declared: dict[str, None] = {}
         self._declared_ids: dict[str, int] = {}
+        self._frequency: list[tuple[str, str | None, str]] = []
+        # per class list: (image row, chunk-local class id) pairs
+        self._lists = {name: (array("i"), array("i")) for name in CLASS_LISTS}
         if self._schema is not None:
             for name in self._schema.names:
                 self._names["landmarks"].id(name)
@@ -117,11 +130,16 @@ class ChunkBuilder:
         """Record what a rule of :mod:`~detloader.annotations.checks` found at ``element``."""
         self.problem(finding.kind, element, finding.message, finding.action, finding.severity)
 
-    def declare_classes(self, names: Sequence[str], ids: Sequence[int | None] | None = None) -> None:
+    def declare_classes(
+        self, names: Sequence[str], ids: Sequence[int | None] | None = None,
+        frequency: Sequence[str | None] | None = None,
+    ) -> None:
         """Class names the file declares, in its id order (COCO categories, YOLO ``names``): they keep
         that order and stay without objects; names found but not declared follow, sorted. ``ids``:
         the file's own id of each name (COCO ``category_id``; None: none), kept for evaluation;
-        a class named twice (``class_map``) keeps its first id.
+        a class named twice (``class_map``) keeps its first id. ``frequency``: each name's LVIS
+        frequency group (``"r"`` / ``"c"`` / ``"f"``, checked by the reader; None: none), kept
+        in ``index.meta["frequency"]`` (two that disagree for one class: a ``bad_value`` problem).
         """
         for k, name in enumerate(names):
             name = name.strip()
@@ -132,6 +150,34 @@ class ChunkBuilder:
                 self._declared.setdefault(mapped, None)
                 if ids is not None and ids[k] is not None:
                     self._declared_ids.setdefault(mapped, int(ids[k]))  # type: ignore[arg-type]
+                if frequency is not None:
+                    self._frequency.append((mapped, frequency[k], self.file))
+
+    def add_class_list(self, name: str, classes: Iterable[str]) -> None:
+        """Put ``classes`` (names as in the file) on the current image's list ``name``, one of
+        :data:`~detloader.annotations.fields.CLASS_LISTS` (``"absent"``, ``"present"``,
+        ``"not_exhaustive"``: :meth:`AnnotationIndex.class_list`); repeats are kept once.
+        ``class_map`` applies (a class mapped to None is left out and counted in
+        ``dropped_by_class_map``); with ``classes=``, a class outside them is left out and counted
+        in ``class_list_outside_classes``. Call it after :meth:`add_image` returned True."""
+        if not self._open:
+            raise DetloaderError("add_class_list before add_image")
+        if name not in self._lists:
+            raise DetloaderError(f"class list name={name!r} is not one of {', '.join(CLASS_LISTS)}")
+        rows, values = self._lists[name]
+        row = self.image_count - 1
+        for cls in classes:
+            cls = cls.strip()
+            if self._class_map:
+                self._file_classes.add(cls)
+            cls = self._class_map.get(cls, cls)
+            if cls is None:
+                self.count("dropped_by_class_map")
+            elif self._classes is not None and cls not in self._classes:
+                self.count("class_list_outside_classes")
+            elif cls:
+                rows.append(row)
+                values.append(self._names["classes"].id(cls))
 
     def missing_image(self, element: str, message: str, name: str) -> None:
         """A ``missing_image`` problem (image skipped); ``name``, the image as the annotation
@@ -356,6 +402,21 @@ class ChunkBuilder:
             self._lm_vis.append(v)
 
     # -- result -----------------------------------------------------------------------------
+    def _class_list_arrays(self, n: int) -> dict[str, np.ndarray]:
+        """Each class list as its two arrays (:func:`~detloader.annotations.fields.packed_names`):
+        chunk-local class ids, each image's sorted and distinct, and int64 offsets ``[n + 1]``."""
+        out: dict[str, np.ndarray] = {}
+        for name, (rows, values) in self._lists.items():
+            pairs = np.unique(
+                np.stack([np.frombuffer(rows, np.int32), np.frombuffer(values, np.int32)], axis=1).reshape(-1, 2),
+                axis=0,
+            )  # sorted by row, then by class
+            offsets = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(pairs[:, 0], minlength=n), out=offsets[1:])
+            data_name, offsets_name = packed_names(next(f for f in FIELDS if f.name == name))
+            out[data_name], out[offsets_name] = pairs[:, 1].astype(np.int32), offsets
+        return out
+
     def _landmark_arrays(self, m: int) -> dict[str, np.ndarray]:
         k = len(self._names["landmarks"].names)
         landmarks = np.zeros((m, k, 2), dtype=np.float32)
@@ -375,6 +436,7 @@ class ChunkBuilder:
         arrays = {OFFSETS: np.frombuffer(self._offsets, dtype=np.int64).copy()}
         vocabs: dict[str, Any] = {name: v.names for name, v in self._names.items()}
         points = self._landmark_arrays(rows["object"])
+        arrays.update(self._class_list_arrays(rows["image"]))
         for f in FIELDS:
             if f.name in self._cols:
                 arrays[f.name] = _column_array(self._cols[f.name], f, rows[f.level])
@@ -390,6 +452,7 @@ class ChunkBuilder:
             stats=self.stats,
             declared_classes=list(self._declared),
             declared_class_ids=dict(self._declared_ids),
+            class_frequency=self._frequency,
             missing_names=self.missing_names,
             file_classes=sorted(self._file_classes),
         )
@@ -399,7 +462,8 @@ class ChunkBuilder:
 class Partial:
     """One chunk of a dataset as arrays, with chunk-local vocabularies (see ``merge``).
 
-    ``arrays``: every field of ``FIELDS`` plus ``object_offsets``, with chunk-local ids;
+    ``arrays``: every field of ``FIELDS`` (the class lists as their two arrays) plus
+    ``object_offsets``, with chunk-local ids;
     ``vocabs``: for each vocabulary a field refers to, the local names in id order (attribute
     tables: ``(attribute, values)`` pairs); ``missing_names``: the first images not found.
     """
@@ -412,6 +476,8 @@ class Partial:
     declared_classes: list[str] = field(default_factory=list)
     #: the id the files give each declared class (COCO category id), when they give one
     declared_class_ids: dict[str, int] = field(default_factory=dict)
+    #: (class, LVIS frequency group or None, file) as the files declare them, in file order
+    class_frequency: list[tuple[str, str | None, str]] = field(default_factory=list)
     missing_names: list[str] = field(default_factory=list)
     #: class names in the files before ``class_map`` (only collected when there is one)
     file_classes: list[str] = field(default_factory=list)

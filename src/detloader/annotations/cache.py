@@ -46,7 +46,8 @@ if TYPE_CHECKING:
     from detloader.annotations.readers.common import Source
 
 MAGIC = b"DLINDEX\n"
-CACHE_VERSION = 2
+#: The file layout's version (3: the per-image class lists' arrays).
+CACHE_VERSION = 3
 _ALIGN = 64
 _PREFIX = struct.Struct("<8sIIQ")
 CACHE_SUBDIR = ".detloader-cache"
@@ -327,8 +328,8 @@ def load_index_file(
 #: found two levels down, ``train_zip/train/``, every problem is listed, a YOLO ``flip_idx``
 #: that swaps nothing makes a symmetric landmark schema; 6: image ids, the crowd flag and
 #: category ids; 7: train / val / test splits made disjoint, ``split_overlap`` per pair, COCO
-#: files paired by their split word).
-READER_VERSION = 7
+#: files paired by their split word; 8: per-image class lists and LVIS class frequency).
+READER_VERSION = 8
 
 
 def dir_identity(path: str | os.PathLike[str]) -> list[int]:

@@ -3,8 +3,10 @@
 Everything that handles an index's arrays column by column (the index's constructor and checks,
 ``arrays()``, ``subset``, the cache, the builder's columns and ``merge``) walks :data:`FIELDS`
 instead of naming the arrays again. Levels: ``"image"`` (``[n, ...]``), ``"object"``
-(``[m, ...]``) and ``"string"`` (one UTF-8 blob ``{name}_blob`` with int64 ``{name}_offsets``
-``[n + 1]``). ``object_offsets`` relates the two levels and is not in the table. A trailing
+(``[m, ...]``), ``"string"`` (one UTF-8 blob ``{name}_blob`` with int64 ``{name}_offsets``
+``[n + 1]``) and ``"list"`` (a list of class indices per image: int32 ``{name}_classes``, each
+image's sorted and distinct, with int64 ``{name}_offsets`` ``[n + 1]``). ``object_offsets``
+relates the image and object levels and is not in the table. A trailing
 dimension is a number or the vocabulary that sizes it; ``vocab`` names the vocabulary a field's
 values refer to, which is how :func:`~detloader.annotations.parse.merge` remaps it.
 """
@@ -22,7 +24,7 @@ from detloader.annotations.landmarks import LandmarkSchema
 #: Id used in categorical arrays for "no value" (no image class, attribute not set).
 MISSING = -1
 
-Level = Literal["image", "object", "string"]
+Level = Literal["image", "object", "string", "list"]
 
 #: Name of the structural int64 ``[n + 1]`` array that maps images to object rows.
 OFFSETS = "object_offsets"
@@ -64,7 +66,21 @@ FIELDS: tuple[Field, ...] = (
     Field("visibility", np.uint8, "object", ("landmarks",), vocab="landmarks"),
     Field("image_paths", np.uint8, "string"),
     Field("annotation_paths", np.uint8, "string"),
+    # classes verified absent from the image (LVIS neg_category_ids, Open Images labels of
+    # confidence 0), verified present (Open Images labels of confidence 1), and annotated but
+    # not exhaustively (LVIS not_exhaustive_category_ids)
+    Field("absent", np.int32, "list", vocab="classes", optional=True),
+    Field("present", np.int32, "list", vocab="classes", optional=True),
+    Field("not_exhaustive", np.int32, "list", vocab="classes", optional=True),
 )
+
+#: The per-image class lists (fields of level ``"list"``), by name.
+CLASS_LISTS: tuple[str, ...] = tuple(f.name for f in FIELDS if f.level == "list")
+
+
+def packed_names(f: Field) -> tuple[str, str]:
+    """The two arrays a ``"string"`` or ``"list"`` field is stored as: (data, int64 offsets)."""
+    return (f"{f.name}_blob" if f.level == "string" else f"{f.name}_classes"), f"{f.name}_offsets"
 
 
 def fields_at(level: Level) -> tuple[Field, ...]:
@@ -74,10 +90,11 @@ def fields_at(level: Level) -> tuple[Field, ...]:
 
 def array_names() -> list[str]:
     """Every stored array's name, in table order (what ``AnnotationIndex.arrays()`` returns)."""
-    names = [f.name for f in FIELDS if f.level != "string"]
+    names = [f.name for f in FIELDS if f.level in ("image", "object")]
     names.insert(len(fields_at("image")), OFFSETS)
-    for f in fields_at("string"):
-        names += [f"{f.name}_blob", f"{f.name}_offsets"]
+    for f in FIELDS:
+        if f.level in ("string", "list"):
+            names += packed_names(f)
     return names
 
 

@@ -3,7 +3,8 @@
 Units, dtypes and ids (boxes float32 xyxy pixels, landmark visibility 0/1/2, :data:`MISSING`):
 docs/index.md ("Conventions (once)"). Objects of image ``i`` are rows
 ``object_offsets[i]:object_offsets[i + 1]`` of every per-object array. Nothing per image is
-kept as a Python object: paths are one UTF-8 byte blob with offsets, and
+kept as a Python object: paths are one UTF-8 byte blob with offsets, per-image class lists one
+int32 array with offsets (:meth:`AnnotationIndex.class_list`), and
 :meth:`AnnotationIndex.image` builds a small view on demand. Loaded from the cache, the arrays
 are read-only memory maps, shared (not copied) by DataLoader worker processes.
 """
@@ -20,7 +21,17 @@ from typing import Any
 import numpy as np
 
 from detloader.annotations.distinct import distinct_pairs_by_group
-from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Vocabulary, fields_at, unpack_string, unpack_strings
+from detloader.annotations.fields import (
+    CLASS_LISTS,
+    FIELDS,
+    MISSING,
+    OFFSETS,
+    Vocabulary,
+    array_names,
+    packed_names,
+    unpack_string,
+    unpack_strings,
+)
 from detloader.annotations.landmarks import ClassFlip, LandmarkSchema
 from detloader.annotations.problems import ProblemReport
 from detloader.annotations.stratify import check_fractions, class_groups, stratified_split
@@ -33,8 +44,10 @@ class AnnotationIndex:
 
     Build one with :func:`detloader.read_annotations`. The arrays are those of
     :data:`~detloader.annotations.fields.FIELDS` (per image ``[n, ...]``, per object
-    ``[m, ...]``) plus ``object_offsets`` int64 ``[n + 1]``; units and dtypes: docs/index.md
-    ("Conventions (once)").
+    ``[m, ...]``) plus ``object_offsets`` int64 ``[n + 1]``, the paths and the per-image class
+    lists (each a data array with int64 offsets ``[n + 1]``); units and dtypes: docs/index.md
+    ("Conventions (once)"). ``meta["frequency"]``, when the annotations give one: class name ->
+    LVIS frequency group ``"r"`` / ``"c"`` / ``"f"`` (None: none given for that class).
     """
 
     # per-image and per-object arrays, set from the field table (see fields.FIELDS)
@@ -72,12 +85,16 @@ class AnnotationIndex:
         self.problems = problems if problems is not None else ProblemReport()
         self.meta: dict[str, Any] = dict(meta or {})
         self._source_file = source_file  # the cache file the arrays are mapped from, if any
-        self._strings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        # the "string" and "list" fields: (data, offsets [n + 1]) each
+        self._packed: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         a = dict(arrays)
         rows = {"image": len(a["width"]), "object": len(a["boxes"])}
         for f in FIELDS:
-            if f.level == "string":
-                self._strings[f.name] = (a[f"{f.name}_blob"], a[f"{f.name}_offsets"])
+            data, offsets = packed_names(f)
+            if f.level == "list" and data not in a and f.optional:  # arrays made by hand: empty lists
+                self._packed[f.name] = (np.zeros(0, f.dtype), np.zeros(rows["image"] + 1, np.int64))
+            elif f.level in ("string", "list"):
+                self._packed[f.name] = (a[data], a[offsets])
             elif f.name not in a and f.optional:  # arrays made by hand: the field's fill
                 setattr(self, f.name, np.full(f.shape(rows[f.level], vocab.sizes()), f.fill, dtype=f.dtype))
             else:
@@ -97,10 +114,10 @@ class AnnotationIndex:
             (OFFSETS, self.object_offsets, np.int64, (n + 1,))
         ]
         for f in FIELDS:
-            if f.level == "string":
-                blob, offsets = self._strings[f.name]
-                expect.append((f"{f.name}_blob", blob, np.uint8, blob.shape[:1]))
-                expect.append((f"{f.name}_offsets", offsets, np.int64, (n + 1,)))
+            if f.level in ("string", "list"):
+                (data_name, offsets_name), (data, offsets) = packed_names(f), self._packed[f.name]
+                expect.append((data_name, data, f.dtype, data.shape[:1]))
+                expect.append((offsets_name, offsets, np.int64, (n + 1,)))
             else:
                 expect.append((f.name, getattr(self, f.name), f.dtype, f.shape(rows[f.level], sizes)))
         for name, arr, dtype, shape in expect:
@@ -108,25 +125,33 @@ class AnnotationIndex:
                 raise DetloaderValueError(f"AnnotationIndex: {name} has shape {arr.shape}, expected {shape}")
             if arr.dtype != np.dtype(dtype):
                 raise DetloaderValueError(f"AnnotationIndex: {name} has dtype={arr.dtype}, expected {np.dtype(dtype)}")
-        if int(self.object_offsets[-1]) != m or (n and int(self.object_offsets[0]) != 0):
-            raise DetloaderValueError(
-                f"AnnotationIndex: object_offsets run {int(self.object_offsets[0])}.."
-                f"{int(self.object_offsets[-1])}, expected 0..{m}"
-            )
+        spans = [(OFFSETS, self.object_offsets, m)]
+        spans += [(packed_names(f)[1], self._packed[f.name][1], len(self._packed[f.name][0])) for f in FIELDS
+                  if f.level in ("string", "list")]
+        for name, offsets, total in spans:
+            if int(offsets[-1]) != total or int(offsets[0]) != 0:
+                raise DetloaderValueError(
+                    f"AnnotationIndex: {name} run {int(offsets[0])}..{int(offsets[-1])}, expected 0..{total}"
+                )
+        for name in CLASS_LISTS:
+            values = self._packed[name][0]
+            if len(values) and (int(values.min()) < 0 or int(values.max()) >= len(self.vocab.classes)):
+                bad = int(values[(values < 0) | (values >= len(self.vocab.classes))][0])
+                raise DetloaderValueError(
+                    f"AnnotationIndex: {name}_classes holds class {bad}, "
+                    f"not one of the {len(self.vocab.classes)} classes"
+                )
 
     def arrays(self) -> dict[str, np.ndarray]:
         """All arrays by name, in the order of :func:`~detloader.annotations.fields.array_names`
         (what the cache stores)."""
-        last_image_field = fields_at("image")[-1].name
-        out: dict[str, np.ndarray] = {}
+        out: dict[str, np.ndarray] = {OFFSETS: self.object_offsets}
         for f in FIELDS:
-            if f.level == "string":
-                out[f"{f.name}_blob"], out[f"{f.name}_offsets"] = self._strings[f.name]
+            if f.level in ("string", "list"):
+                out.update(zip(packed_names(f), self._packed[f.name]))
             else:
                 out[f.name] = getattr(self, f.name)
-            if f.name == last_image_field:
-                out[OFFSETS] = self.object_offsets
-        return out
+        return {name: out[name] for name in array_names()}
 
     @property
     def source_file(self) -> str | None:
@@ -136,7 +161,7 @@ class AnnotationIndex:
     def paths_digest(self) -> str:
         """A short digest of the image paths, in order: two indexes (or subsets) of the same
         size that hold other images differ (the tuning store keys results by it)."""
-        blob = self._strings["image_paths"][0]
+        blob = self._packed["image_paths"][0]
         return hashlib.blake2b(memoryview(blob).cast("B"), digest_size=10).hexdigest()
 
     # -- sizes ------------------------------------------------------------------------------
@@ -193,20 +218,45 @@ class AnnotationIndex:
 
     def relative_image_path(self, i: int) -> str:
         """Path of image ``i`` relative to the root, as stored."""
-        return unpack_string(*self._strings["image_paths"], i)
+        return unpack_string(*self._packed["image_paths"], i)
 
     def image_paths(self) -> list[str]:
         """Every image's path relative to the root, in row order (cheaper than calling
         :meth:`relative_image_path` per image)."""
-        return unpack_strings(*self._strings["image_paths"])
+        return unpack_strings(*self._packed["image_paths"])
 
     def annotation_path(self, i: int) -> str:
         """Annotation file (and record) of image ``i``, relative to the root."""
-        return unpack_string(*self._strings["annotation_paths"], i)
+        return unpack_string(*self._packed["annotation_paths"], i)
 
     def annotation_paths(self) -> list[str]:
         """Every image's :meth:`annotation_path`, in row order."""
-        return unpack_strings(*self._strings["annotation_paths"])
+        return unpack_strings(*self._packed["annotation_paths"])
+
+    def class_list(self, name: str, i: int) -> np.ndarray:
+        """int32: the classes (indices into :attr:`classes`, sorted, distinct) on image ``i``'s
+        list ``name``: ``"absent"`` (verified absent from the image: LVIS ``neg_category_ids``,
+        Open Images labels of confidence 0), ``"present"`` (verified present: Open Images labels of
+        confidence 1) or ``"not_exhaustive"`` (LVIS ``not_exhaustive_category_ids``); empty when
+        the annotations give none."""
+        values, offsets = self.class_lists(name)
+        n = len(self)
+        if not -n <= i < n:
+            raise DetloaderIndexError(f"image index i={i} out of range for {n} images")
+        i %= n
+        return values[offsets[i] : offsets[i + 1]]
+
+    def class_lists(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """Every image's :meth:`class_list` ``name`` at once: int32 classes and int64 offsets
+        ``[n + 1]`` (image ``i``'s are ``classes[offsets[i]:offsets[i + 1]]``)."""
+        if name not in CLASS_LISTS:
+            raise DetloaderValueError(f"class list name={name!r} is not one of {', '.join(CLASS_LISTS)}")
+        return self._packed[name]
+
+    def has_class_lists(self) -> bool:
+        """Whether any image has a class on any list (the annotations say which classes each
+        image was checked for: LVIS, Open Images)."""
+        return any(len(self._packed[name][0]) for name in CLASS_LISTS)
 
     def image(self, i: int) -> ImageView:
         """A view of image ``i`` (negative indices count from the end)."""
@@ -237,13 +287,14 @@ class AnnotationIndex:
         obj = _ranges(self.object_offsets[ids], counts)
         arrays: dict[str, np.ndarray] = {OFFSETS: offsets}
         for f in FIELDS:
-            if f.level == "string":
-                blob, offs = self._strings[f.name]
+            if f.level in ("string", "list"):
+                data, offs = self._packed[f.name]
                 lengths = (offs[1:] - offs[:-1])[ids]
                 new_offs = np.zeros(len(ids) + 1, dtype=np.int64)
                 np.cumsum(lengths, out=new_offs[1:])
-                arrays[f"{f.name}_blob"] = np.ascontiguousarray(blob[_ranges(offs[ids], lengths)])
-                arrays[f"{f.name}_offsets"] = new_offs
+                data_name, offsets_name = packed_names(f)
+                arrays[data_name] = np.ascontiguousarray(data[_ranges(offs[ids], lengths)])
+                arrays[offsets_name] = new_offs
             else:
                 rows = ids if f.level == "image" else obj
                 arrays[f.name] = np.ascontiguousarray(getattr(self, f.name)[rows])

@@ -40,8 +40,9 @@ from detloader.annotations.cache import MappedIndex, load_index_file
 from detloader.annotations.index import AnnotationIndex
 from detloader.errors import CacheError, DetloaderValueError, DiskFullError, MissingExtraError, PackError, StreamError
 
-#: The pack format's version; a pack of another version is refused by name (:class:`PackError`).
-PACK_VERSION = 1
+#: The pack format's version; a pack of another version is refused by name (:class:`PackError`)
+#: (2: the packed index holds the per-image class lists).
+PACK_VERSION = 2
 #: The manifest's name in a pack, beside litdata's ``index.json``.
 MANIFEST_NAME = "detloader-pack.json"
 #: The packed index's name in a pack.

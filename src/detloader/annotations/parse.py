@@ -19,7 +19,7 @@ from detloader._system import usable_cpus
 from detloader._system.pool import run_in_processes
 from detloader.annotations.builder import ChunkBuilder, Partial
 from detloader.annotations.checks import ReadOptions
-from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Field, Vocabulary, pack_strings
+from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Field, Vocabulary, pack_strings, packed_names
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, infer_flip_pairs
 from detloader.annotations.problems import Problem, ProblemReport
@@ -215,6 +215,38 @@ def _landmark_field(f: Field, partials: Sequence[Partial], schema: LandmarkSchem
     return out
 
 
+def _class_list(f: Field, partials: Sequence[Partial], class_ids: Mapping[str, int], n: int) -> dict[str, np.ndarray]:
+    """A class list field's two arrays over every chunk: class ids remapped to the global
+    classes, each image's sorted again (the chunks' order was by local id)."""
+    data_name, offsets_name = packed_names(f)
+    values = [_remap(p.arrays[data_name], _lut(p.vocabs["classes"], class_ids)) for p in partials]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    start = 0
+    for p in partials:
+        local = p.arrays[offsets_name]
+        offsets[start + 1 : start + len(local)] = local[1:] + offsets[start]
+        start += len(local) - 1
+    classes = _concat(f, values)
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
+    return {data_name: classes[np.lexsort((classes, rows))], offsets_name: offsets}
+
+
+def _frequency(partials: Sequence[Partial], classes: Sequence[str], problems: list[Problem]) -> dict[str, str | None]:
+    """Class name -> LVIS frequency group as the files declare it (None: not declared); a class
+    given two different groups gets none, with a ``bad_value`` problem naming both files."""
+    first: dict[str, tuple[str | None, str]] = {}
+    clashing: set[str] = set()
+    for part in partials:
+        for name, letter, file in part.class_frequency:
+            seen = first.setdefault(name, (letter, file))
+            if seen[0] != letter and name not in clashing:
+                clashing.add(name)
+                message = f"class {name!r}: frequency={letter!r}, but {seen[1]} gives frequency={seen[0]!r}"
+                problem = Problem("bad_value", file, "categories/frequency", message, "class in no frequency group")
+                problems.append(problem)
+    return {c: None if c in clashing else first.get(c, (None, ""))[0] for c in classes}
+
+
 def _drop_duplicates(
     index: AnnotationIndex, problems: list[Problem], strings: Mapping[str, list[str]]
 ) -> AnnotationIndex:
@@ -252,7 +284,8 @@ def merge(
     class has one (COCO), else 1..C. Image ids: the files' own, else the 1-based row. Landmarks:
     ``options.landmark_schema``, else ``default_landmarks`` when every name found belongs to it,
     else the names in order of first appearance. An image annotated again is a ``duplicate_image``
-    error, the first kept.
+    error, the first kept. Class lists: remapped to the global classes; ``meta["frequency"]``
+    (class -> LVIS frequency group) when a file declares one.
     """
     check_class_map(partials, options)
     problems = [p for part in partials for p in part.problems]
@@ -275,6 +308,8 @@ def merge(
         if f.level == "string":
             strings[f.name] = [s for p in partials for s in p.strings[f.name]]
             arrays[f"{f.name}_blob"], arrays[f"{f.name}_offsets"] = pack_strings(strings[f.name])
+        elif f.level == "list":
+            arrays.update(_class_list(f, partials, {c: i for i, c in enumerate(names["classes"])}, n))
         elif f.vocab == "landmarks":
             arrays[f.name] = _landmark_field(f, partials, schema, rows["object"])
         elif f.vocab in ("image_attributes", "object_attributes"):
@@ -295,8 +330,11 @@ def merge(
         landmarks=schema,
         class_ids=_class_ids(partials, names["classes"]),
     )
+    extra = {}
+    if any(part.class_frequency for part in partials):
+        extra["frequency"] = _frequency(partials, names["classes"], problems)
     index = AnnotationIndex(
-        root=root, arrays=arrays, vocab=vocab, problems=ProblemReport(problems), meta={**meta, "stats": stats}
+        root=root, arrays=arrays, vocab=vocab, problems=ProblemReport(problems), meta={**meta, "stats": stats, **extra}
     )
     index = _drop_duplicates(index, problems, strings)
     ids = index.image_ids

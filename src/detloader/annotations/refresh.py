@@ -34,7 +34,15 @@ from detloader.annotations.cache import (
     read_key,
 )
 from detloader.annotations.checks import ReadOptions
-from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, pack_strings, unpack_strings
+from detloader.annotations.fields import (
+    CLASS_LISTS,
+    FIELDS,
+    MISSING,
+    OFFSETS,
+    pack_strings,
+    packed_names,
+    unpack_strings,
+)
 from detloader.annotations.image_search import should_search
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.parse import _parse_chunk, assemble
@@ -164,12 +172,22 @@ def _kept_partial(old: AnnotationIndex, rows: np.ndarray, problems: list[Problem
     strings: dict[str, list[str]] = {}
     vocabs: dict[str, Any] = {"landmarks": []}
     vocab = old.vocab
+    # the classes of the objects and of the class lists, renumbered over those used, as a parse does
+    lists = [sub.class_lists(name) for name in CLASS_LISTS]
+    class_ids, vocabs["classes"] = _used(np.concatenate([sub.labels, *(v for v, _ in lists)]), vocab.classes)
+    cuts = np.cumsum([len(sub.labels), *(len(v) for v, _ in lists)])
     for f in FIELDS:
         if f.level == "string":
-            strings[f.name] = unpack_strings(packed[f"{f.name}_blob"], packed[f"{f.name}_offsets"])
+            strings[f.name] = unpack_strings(*(packed[name] for name in packed_names(f)))
+        elif f.level == "list":
+            k = CLASS_LISTS.index(f.name)
+            data_name, offsets_name = packed_names(f)
+            arrays[data_name], arrays[offsets_name] = class_ids[cuts[k] : cuts[k + 1]], lists[k][1]
+        elif f.name == "labels":
+            arrays[f.name] = class_ids[: cuts[0]]
         elif f.name == "image_ids":
             arrays[f.name] = np.full(len(sub), MISSING, dtype=f.dtype)
-        elif f.vocab in ("classes", "image_classes"):
+        elif f.vocab == "image_classes":
             arrays[f.name], vocabs[f.vocab] = _used(getattr(sub, f.name), getattr(vocab, f.vocab))
         elif f.vocab in ("image_attributes", "object_attributes"):
             arrays[f.name], vocabs[f.vocab] = _attributes(getattr(sub, f.name), getattr(vocab, f.vocab))
