@@ -8,15 +8,18 @@ from detloader.annotations.readers.coco import CocoReader
 from detloader.annotations.readers.common import Reader
 from detloader.annotations.readers.cvat import CvatReader
 from detloader.annotations.readers.imglab import ImglabReader
+from detloader.annotations.readers.openimages import OpenImagesReader
 from detloader.annotations.readers.txt import TxtReader
 from detloader.annotations.readers.voc import VocReader
 from detloader.annotations.readers.yolo import YoloReader
 
 #: Readers by name, in the order ``format="auto"`` tries them: a COCO folder has an
 #: ``annotations/`` folder too, so COCO (JSON only) goes before VOC; an XML file is told by
-#: its root element (``<annotation>`` VOC, ``<annotations>`` CVAT, ``<dataset>`` imglab).
+#: its root element (``<annotation>`` VOC, ``<annotations>`` CVAT, ``<dataset>`` imglab); Open
+#: Images (CSV) goes before YOLO, which takes any ``labels/`` folder.
 READERS: dict[str, Reader] = {
-    r.name: r for r in (CocoReader(), VocReader(), CvatReader(), ImglabReader(), YoloReader(), TxtReader())
+    r.name: r
+    for r in (CocoReader(), OpenImagesReader(), VocReader(), CvatReader(), ImglabReader(), YoloReader(), TxtReader())
 }
 
 __all__ = ["READERS", "Reader"]
