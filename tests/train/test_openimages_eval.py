@@ -116,7 +116,8 @@ def ours(case: dict, expand: bool) -> dict:
 
 def reference(files: dict[str, Path], expand: bool) -> tuple[float, dict[str, float | None]]:
     """mAP and AP per MID (None: no ground truth) of the reference on ``files``."""
-    out = files["boxes"].parent / "metrics.csv"
+    out = files["boxes"].parent / "reference" / "metrics.csv"  # the expanded files beside it
+    out.parent.mkdir()
     cmd = [str(REFERENCE_PY), str(REFERENCE), "--out", str(out)]
     cmd += [f"--{k}={files[k]}" for k in ("hierarchy", "boxes", "labels", "predictions", "labelmap")]
     run = subprocess.run(cmd + (["--expand-predictions"] if expand else []), capture_output=True, text=True)
@@ -145,3 +146,42 @@ def test_equals_the_tf_object_detection_api_challenge_evaluation(tmp_path, seed,
     assert got["map50"] == pytest.approx(mean, abs=1e-6)
     # the case exercises what the protocol is about
     assert got["ignored_detections"] > 0 and any(r["group_of"] for r in got["per_class"].values())
+
+
+def read_predictions(index, case: dict) -> dict[int, dict]:
+    """The case's predictions CSV rows as score_predictions entries: rows of the index, pixels."""
+    row = {Path(p).stem: i for i, p in enumerate(index.image_paths())}
+    names = dict(zip(case["mids"], case["names"]))
+    out: dict[int, dict] = {i: {"boxes": [], "scores": [], "labels": []} for i in range(len(index))}
+    for image, mid, score, x0, x1, y0, y1 in case["predictions"]:
+        i = row[image]
+        w, h = int(index.width[i]), int(index.height[i])
+        out[i]["boxes"].append([x0 * w, y0 * h, x1 * w, y1 * h])
+        out[i]["scores"].append(score)
+        out[i]["labels"].append(index.classes.index(names[mid]))
+    return {i: {"boxes": np.asarray(e["boxes"], np.float32).reshape(-1, 4), "scores": np.asarray(e["scores"]),
+                "labels": np.asarray(e["labels"], np.int64)} for i, e in out.items()}
+
+
+@needs_reference
+@pytest.mark.slow
+def test_reading_the_files_and_scoring_equals_the_reference(tmp_path):
+    """The same files through read_annotations (format found: openimages) and score_predictions
+    (protocol found: openimages), against the reference on the files themselves."""
+    from detloader import read_annotations
+    from detloader.train import score_predictions
+    from tests.helpers import write_image
+
+    case = oi_case(5, images=16)
+    files = write_oi_case(tmp_path, case)
+    for image, size in case["sizes"].items():
+        write_image(tmp_path / "validation" / f"{image}.jpg", size)
+    mean, per_mid = reference(files, expand=True)
+    index = read_annotations(tmp_path, cache=False)
+    metrics = score_predictions(read_predictions(index, case), index)
+    assert metrics["protocol"] == "openimages" and metrics["map50_95"] is None
+    assert metrics["map50"] == pytest.approx(mean, abs=1e-6)
+    name = dict(zip(case["mids"], case["names"]))
+    assert {name[m]: v for m, v in per_mid.items()} == pytest.approx(
+        {n: row["ap50"] for n, row in metrics["per_class"].items()}, abs=1e-6)
+    assert score_predictions(read_predictions(index, case), index, protocol="coco")["map50"] != metrics["map50"]

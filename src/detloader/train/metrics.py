@@ -34,6 +34,7 @@ from detloader.train.coco_eval import (
     per_class,
     rates,
 )
+from detloader.train.openimages_eval import carries_openimages, with_openimages_ap
 from detloader.train.predictions import ImagePredictions, as_predictions, check_predictions
 
 #: ``frequency_groups`` of the metrics names at most this many classes per group.
@@ -228,9 +229,12 @@ def score_predictions(
     backend: Backend = "auto",
     coco_json: str | os.PathLike[str] | None = None,
     frequency: Mapping[str, str | None] | None = None,
+    protocol: str = "auto",
 ) -> dict[str, Any]:
     """Any model's predictions scored: the metrics of :func:`compute_metrics` (what
-    ``train`` and ``detloader evaluate`` report).
+    ``train`` and ``detloader evaluate`` report); ``protocol="openimages"`` (``"auto"``: when
+    the index carries Open Images' hierarchy or verified labels) takes box AP@0.5 from
+    :func:`~detloader.train.openimages_eval.with_openimages_ap`.
 
     ``predictions``: one entry per image (:func:`as_predictions`: :class:`ImagePredictions`
     or dicts of tensors, arrays or lists in annotation coordinates), a sequence or a mapping
@@ -250,6 +254,8 @@ def score_predictions(
         raise DetloaderValueError(f"ids={ids!r} is not 'row' or 'dataset'")
     if labels not in ("index", "category"):
         raise DetloaderValueError(f"labels={labels!r} is not 'index' or 'category'")
+    if protocol not in ("auto", "coco", "openimages"):
+        raise DetloaderValueError(f"protocol={protocol!r} is not one of auto, coco, openimages")
     entries = predictions.items() if isinstance(predictions, Mapping) else ((None, e) for e in predictions)
     preds = [as_predictions(entry, image_id) for image_id, entry in entries]
     if ids == "dataset":
@@ -275,4 +281,7 @@ def score_predictions(
     check_predictions(preds, len(index), len(index.classes))
     if coco_json is not None:
         write_file(coco_json, json.dumps(coco_detections(index, preds, keypoints=True)))
-    return compute_metrics(index, preds, score_threshold=score_threshold, backend=backend, frequency=frequency)
+    metrics = compute_metrics(index, preds, score_threshold=score_threshold, backend=backend, frequency=frequency)
+    if protocol == "openimages" or (protocol == "auto" and carries_openimages(index)):
+        return with_openimages_ap(metrics, index, preds)
+    return metrics

@@ -204,3 +204,38 @@ def openimages_ap(
         per_class[name] = {"ap50": ap, "objects": int(objects[c]), "group_of": int(groups[c])}
     return {"map50": float(np.mean(aps)) if aps else None, "per_class": per_class,
             "ignored_detections": ignored, "invalid_detections": invalid}
+
+
+def carries_openimages(index: Any) -> bool:
+    """Whether ``index`` holds what the protocol reads: an Open Images class hierarchy
+    (``index.meta["hierarchy"]``) or classes verified present on its images."""
+    return "hierarchy" in index.meta or len(index.class_lists("present")[0]) > 0
+
+
+def index_truth(index: Any) -> list[ImageTruth]:
+    """Each image of ``index`` as :class:`ImageTruth`: its boxes, labels, crowd flags (Open
+    Images' group-of), difficult flags and ``present`` / ``absent`` class lists."""
+    offsets = index.object_offsets.tolist()
+    lists = {name: index.class_lists(name) for name in ("present", "absent")}
+    out = []
+    for i in range(len(index)):
+        lo, hi = offsets[i], offsets[i + 1]
+        verified = {name: v[o[i]:o[i + 1]] for name, (v, o) in lists.items()}
+        out.append(ImageTruth(index.boxes[lo:hi], index.labels[lo:hi], index.crowd[lo:hi], index.difficult[lo:hi],
+                              **verified))
+    return out
+
+
+def with_openimages_ap(metrics: dict[str, Any], index: Any, predictions: Sequence[ImagePredictions]) -> dict[str, Any]:
+    """``metrics`` (:func:`~detloader.train.metrics.compute_metrics`) scored by this protocol:
+    ``map50`` and each class's ``ap50`` are :func:`openimages_ap`'s (``index.meta["hierarchy"]``,
+    detections expanded), ``map50_95`` and ``ap50_95`` None (the protocol has no such figure),
+    each class gains ``expanded_objects`` and ``group_of``; ``protocol`` is ``"openimages"``,
+    with ``ignored_detections`` and ``invalid_detections``. The rest (TP / FP / FN at the
+    operating point, NME, image class) is as the module it comes from computes it."""
+    scored = openimages_ap(index_truth(index), predictions, index.classes, index.meta.get("hierarchy"))
+    rows = metrics["per_class"]
+    for name, row in scored["per_class"].items():
+        rows[name].update(ap50=row["ap50"], ap50_95=None, expanded_objects=row["objects"], group_of=row["group_of"])
+    return {**metrics, "map50": scored["map50"], "map50_95": None, "protocol": "openimages",
+            "ignored_detections": scored["ignored_detections"], "invalid_detections": scored["invalid_detections"]}
