@@ -165,7 +165,7 @@ def read_predictions(index, case: dict) -> dict[int, dict]:
 
 @needs_reference
 @pytest.mark.slow
-def test_reading_the_files_and_scoring_equals_the_reference(tmp_path):
+def test_reading_the_files_and_scoring_equals_the_reference(tmp_path, capsys):
     """The same files through read_annotations (format found: openimages) and score_predictions
     (protocol found: openimages), against the reference on the files themselves."""
     from detloader import read_annotations
@@ -185,3 +185,8 @@ def test_reading_the_files_and_scoring_equals_the_reference(tmp_path):
     assert {name[m]: v for m, v in per_mid.items()} == pytest.approx(
         {n: row["ap50"] for n, row in metrics["per_class"].items()}, abs=1e-6)
     assert score_predictions(read_predictions(index, case), index, protocol="coco")["map50"] != metrics["map50"]
+    from detloader.cli.train import print_metrics
+
+    print_metrics(metrics)  # what detloader evaluate prints
+    assert f"Open Images protocol: AP@0.5 over the boxes expanded up the class hierarchy, group-of boxes counted " \
+        f"once; {metrics['ignored_detections']} detections" in " ".join(capsys.readouterr().out.split())

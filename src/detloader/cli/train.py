@@ -461,6 +461,10 @@ def print_metrics(metrics: dict[str, Any]) -> None:
             unranked = groups["without_training_images"]
             out.print(", ".join(parts) + f"; groups by training images of {groups['source']}"
                       + (f", {unranked} classes in none (no training image)" if unranked else ""), markup=False)
+        if metrics.get("protocol") == "openimages":
+            out.print(f"Open Images protocol: AP@0.5 over the boxes expanded up the class hierarchy, group-of boxes "
+                      f"counted once; {metrics['ignored_detections']} detections of classes not verified in their "
+                      "image ignored", markup=False)
         if metrics.get("nme") is not None:
             out.print(
                 f"landmark NME {_fmt(metrics['nme'])} (normalised by {metrics['nme_normaliser']}, "

@@ -229,7 +229,8 @@ def index_truth(index: Any) -> list[ImageTruth]:
 def with_openimages_ap(metrics: dict[str, Any], index: Any, predictions: Sequence[ImagePredictions]) -> dict[str, Any]:
     """``metrics`` (:func:`~detloader.train.metrics.compute_metrics`) scored by this protocol:
     ``map50`` and each class's ``ap50`` are :func:`openimages_ap`'s (``index.meta["hierarchy"]``,
-    detections expanded), ``map50_95`` and ``ap50_95`` None (the protocol has no such figure),
+    detections expanded); ``map50_95``, ``ap50_95`` and the AP@0.5:0.95 means ``apr``, ``apc``,
+    ``apf`` None (the protocol has no such figure);
     each class gains ``expanded_objects`` and ``group_of``; ``protocol`` is ``"openimages"``,
     with ``ignored_detections`` and ``invalid_detections``. The rest (TP / FP / FN at the
     operating point, NME, image class) is as the module it comes from computes it."""
@@ -237,5 +238,6 @@ def with_openimages_ap(metrics: dict[str, Any], index: Any, predictions: Sequenc
     rows = metrics["per_class"]
     for name, row in scored["per_class"].items():
         rows[name].update(ap50=row["ap50"], ap50_95=None, expanded_objects=row["objects"], group_of=row["group_of"])
-    return {**metrics, "map50": scored["map50"], "map50_95": None, "protocol": "openimages",
+    return {**metrics, "map50": scored["map50"], "map50_95": None, "apr": None, "apc": None, "apf": None,
+            "protocol": "openimages",
             "ignored_detections": scored["ignored_detections"], "invalid_detections": scored["invalid_detections"]}
