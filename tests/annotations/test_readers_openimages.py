@@ -133,3 +133,19 @@ def test_group_of_boxes_convert_to_coco_crowd(tmp_path):
                                                                          (0, [100.0, 20.0, 80.0, 60.0])]
     back = detloader.read_annotations(out, cache=False)
     assert back.crowd.tolist() == [True, False] and back.classes == index.classes
+
+
+def test_the_hierarchy_follows_class_map_and_a_bad_node_is_named(tmp_path):
+    classes = [("/m/veh", "Vehicle"), ("/m/car", "Car"), ("/m/van", "Van")]
+    data = dataset(tmp_path, [box("a", "/m/car", 0.1, 0.5, 0.1, 0.5), box("a", "/m/van", 0.5, 0.9, 0.1, 0.5)],
+                   classes=classes)
+    tree = {"LabelName": "/m/0bl9f", "Subcategory": [{"LabelName": "/m/veh", "Subcategory": [
+        {"LabelName": "/m/car"}, {"LabelName": "/m/van"}]}]}
+    (data / "bbox_labels_600_hierarchy.json").write_text(json.dumps(tree))
+    index = detloader.read_annotations(data, cache=False, class_map={"Car": "Auto", "Van": None})
+    assert index.classes == ("Vehicle", "Auto") and index.meta["hierarchy"] == {"Auto": ["Vehicle"]}
+    assert index.meta["mids"] == {"Vehicle": "/m/veh", "Auto": "/m/car"}
+    tree["Subcategory"][0]["Subcategory"].append({"Name": "x"})
+    (data / "bbox_labels_600_hierarchy.json").write_text(json.dumps(tree))
+    with pytest.raises(ValueError, match=r"bbox_labels_600_hierarchy.json: node \{'Name': 'x'\} has no LabelName"):
+        detloader.read_annotations(data, cache=False)

@@ -185,12 +185,12 @@ class OpenImagesReader(Reader):
         classes = sorted(found.get("classes", []), key=lambda p: "boxable" not in p.name.lower())
         classes_rel = os.path.relpath(classes[0], root) if classes else None
         names = _class_names(classes[0], classes_rel, problems) if classes else []  # type: ignore[arg-type]
-        if not classes:
-            problems.append(Problem("missing_field", "", "", "no class descriptions CSV (LabelName,DisplayName)",
-                                    "classes named by their MID", "repaired"))
         hierarchy = found.get("hierarchy", [None])[0]
         rel = {p: os.path.relpath(p, root) for pair in by_role.values() for p in pair if p}
         units = {rel[pair[0] or pair[1]]: pair for pair in by_role.values()}  # type: ignore[index]
+        if not classes and units:
+            problems.append(Problem("missing_field", min(units), "", "no class descriptions CSV (LabelName,"
+                                    "DisplayName) beside it", "classes named by their MID", "repaired"))
         dirs = {}
         for unit, pair in units.items():
             word = _split_word(pair[0] or pair[1]) or ""  # type: ignore[arg-type]
@@ -356,6 +356,11 @@ def _flag(text: str, where: str, column: str, b: ChunkBuilder) -> str | None:
     return None
 
 
+def _subcategories(node: Any) -> list[Any]:
+    sub = node.get("Subcategory", []) if isinstance(node, dict) else []
+    return sub if isinstance(sub, list) else [sub]
+
+
 def _record_hierarchy(source: OpenImagesSource, index: AnnotationIndex) -> None:
     """``index.meta["mids"]`` (class -> MID) and ``["hierarchy"]`` (class -> its ancestor
     classes, the file's root excluded, as the challenge's expansion does), after ``class_map``."""
@@ -371,7 +376,7 @@ def _record_hierarchy(source: OpenImagesSource, index: AnnotationIndex) -> None:
         return
     try:
         tree = json.loads(read_capped(source.root / source.hierarchy_file, MAX_HIERARCHY_BYTES, "max_hierarchy_bytes"))
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         index.problems.add(Problem("unparseable", source.hierarchy_file, "", str(err), "classes scored flat"))
         return
     parents: dict[str, set[str]] = {}
@@ -383,11 +388,16 @@ def _record_hierarchy(source: OpenImagesSource, index: AnnotationIndex) -> None:
                                        "LabelName", "node skipped"))
             return
         parents.setdefault(mid, set()).update([above] if above else [])
-        for child in node.get("Subcategory", []):
+        for child in _subcategories(node):
             walk(child, mid)
 
-    for top in tree.get("Subcategory", []) if isinstance(tree, dict) else ():  # the root (Entity) is no ancestor
-        walk(top, None)
+    try:
+        for top in _subcategories(tree):  # the root (Entity) is no ancestor
+            walk(top, None)
+    except RecursionError:
+        index.problems.add(Problem("unparseable", source.hierarchy_file, "", "nested too deeply",
+                                   "classes scored flat"))
+        return
     ancestors: dict[str, set[str]] = {}
 
     def up(mid: str) -> set[str]:
