@@ -4,17 +4,17 @@ row (the descriptions and the hierarchy by their shape), the split by the file n
 (``validation-annotations-bbox.csv`` -> ``val``). docs/formats.md, "Open Images".
 
 Streamed: the CSVs are read row by row, and a split's boxes and labels, both sorted by
-``ImageID`` as Open Images ships them, are walked together one image at a time, so memory does
-not grow with the 1.7M images of the training files. The images are those of the boxes file
-(of the labels file for a split without one); an image with labels and no box, a verified
-negative, is read when its file is there (else its labels are counted in
-``labels_of_images_not_found``). Coordinates are fractions of the image,
-whose size the image header gives. ``IsOccluded`` / ``IsTruncated`` are the index's flags,
-``IsGroupOf`` its crowd flag, ``IsDepiction`` / ``IsInside`` the attributes ``depiction`` /
-``inside``; labels of confidence 1 / 0 the image's ``present`` / ``absent`` class lists; the
-hierarchy ``index.meta["hierarchy"]`` (class -> every ancestor class), each class's MID
-``index.meta["mids"]``. Problems name the file, the line (1-based, the header is line 1) and
-the value.
+``ImageID`` as Open Images ships them, are walked together one image at a time: memory holds
+the index being built, not the rows. The images are those of the boxes file (of the labels
+file for a split without one); an image with labels and no box, a verified negative, is read
+when its file is there (else its labels are counted in ``labels_of_images_not_found``).
+Coordinates are fractions of the image, whose size the image header gives. ``IsOccluded`` /
+``IsTruncated`` are the index's flags, ``IsGroupOf`` its crowd flag, ``IsDepiction`` /
+``IsInside`` the attributes ``depiction`` / ``inside`` (``"1"``, or ``"-1"`` unknown; unset
+where the file says 0); labels of confidence 1 / 0 the image's ``present`` / ``absent`` class
+lists; the hierarchy ``index.meta["hierarchy"]`` (class -> every ancestor class), each class's
+MID ``index.meta["mids"]``. Problems name the file, the line (1-based, the header is line 1)
+and the value.
 """
 
 from __future__ import annotations
@@ -337,8 +337,8 @@ def _box(row: dict[str, str], where: str, names: dict[str, str], classes_file: s
     flags, attributes = {}, {}
     for column, flag in FLAGS.items():
         flags[flag] = _flag(row.get(column, "0"), f"{where}/{column}", column, b) == "1"
-    for column, attribute in ATTRIBUTES.items():
-        if column in row and (value := _flag(row[column], f"{where}/{column}", column, b)) is not None:
+    for column, attribute in ATTRIBUTES.items():  # set where not 0: a cell per object would cost 100 bytes
+        if column in row and (value := _flag(row[column], f"{where}/{column}", column, b)) not in (None, "0"):
             attributes[attribute] = value
     b.add_object((x0 * w, y0 * h, x1 * w, y1 * h), name, element=where, box_field="", attributes=attributes,
                  **flags)  # type: ignore[arg-type]
