@@ -85,7 +85,7 @@ def ancestor_lists(classes: Sequence[str], hierarchy: Mapping[str, Sequence[str]
     return out
 
 
-def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _iou(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """IoU ``[N, M]`` and intersection over ``a``'s area ``[N, M]`` of xyxy boxes."""
     inter = np.prod(np.clip(np.minimum(a[:, None, 2:], b[None, :, 2:]) - np.maximum(a[:, None, :2], b[None, :, :2]),
                             0, None), axis=2)
