@@ -6,11 +6,11 @@ import json
 
 import numpy as np
 import pytest
+from helpers import OI_BOXES_HEADER, OI_LABELS_HEADER, oi_case, write_image, write_oi_case, write_rows
 
 import detloader
 from detloader.annotations.read import detect_format
 from detloader.annotations.writers import write_annotations
-from tests.helpers import OI_BOXES_HEADER, OI_LABELS_HEADER, oi_case, write_image, write_oi_case, write_rows
 
 
 def box(image, mid, x0, x1, y0, y1, occluded=0, truncated=0, group=0, depiction=0, inside=0):

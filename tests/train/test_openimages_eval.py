@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import oi_case, write_oi_case
 
 from detloader.train.openimages_eval import ImageTruth, openimages_ap
 from detloader.train.predictions import ImagePredictions
-from tests.helpers import oi_case, write_oi_case
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE_PY = ROOT / ".venv-openimages" / "bin" / "python"
@@ -168,9 +168,10 @@ def read_predictions(index, case: dict) -> dict[int, dict]:
 def test_reading_the_files_and_scoring_equals_the_reference(tmp_path, capsys):
     """The same files through read_annotations (format found: openimages) and score_predictions
     (protocol found: openimages), against the reference on the files themselves."""
+    from helpers import write_image
+
     from detloader import read_annotations
     from detloader.train import score_predictions
-    from tests.helpers import write_image
 
     case = oi_case(5, images=16)
     files = write_oi_case(tmp_path, case)
