@@ -149,3 +149,16 @@ def test_the_hierarchy_follows_class_map_and_a_bad_node_is_named(tmp_path):
     (data / "bbox_labels_600_hierarchy.json").write_text(json.dumps(tree))
     with pytest.raises(ValueError, match=r"bbox_labels_600_hierarchy.json: node \{'Name': 'x'\} has no LabelName"):
         detloader.read_annotations(data, cache=False)
+
+
+def test_fiftyone_layout(tmp_path):
+    write_rows(tmp_path / "labels" / "detections.csv", OI_BOXES_HEADER, [box("a", "/m/car", 0.1, 0.5, 0.1, 0.5)])
+    write_rows(tmp_path / "labels" / "classifications.csv", OI_LABELS_HEADER, [("a", "x", "/m/dog", 0)])
+    write_rows(tmp_path / "labels" / "segmentations.csv", "MaskPath,ImageID,LabelName,BoxID,BoxXMin,BoxXMax", [])
+    write_rows(tmp_path / "metadata" / "classes.csv", None, [("/m/car", "Car"), ("/m/dog", "Dog")])
+    (tmp_path / "metadata" / "hierarchy.json").write_text(json.dumps({"LabelName": "/m/0bl9f", "Subcategory": [
+        {"LabelName": "/m/car"}, {"LabelName": "/m/dog"}]}))
+    write_image(tmp_path / "data" / "a.jpg")
+    index = detloader.read_annotations(tmp_path, cache=False)
+    assert index.image_paths() == ["data/a.jpg"] and index.classes == ("Car", "Dog")
+    assert index.class_list("absent", 0).tolist() == [1] and index.meta["hierarchy"] == {}
