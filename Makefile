@@ -5,10 +5,10 @@ PY := $(VENV)/bin/python
 # The CPU build of PyTorch; the package metadata itself only asks for torch>=2.3.
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
-# lvis-api's own environment (below), which make test builds first
-VENV_LVIS ?= .venv-lvis
+# the reference evaluators' environment (below), which make test builds first
+VENV_REF ?= .venv-reference
 
-.PHONY: demo test lint test-quick test-integration test-ultralytics bench fuzz clean venv
+.PHONY: demo test lint test-quick test-integration test-ultralytics reference bench fuzz clean venv
 
 venv: $(STAMP)
 
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m detloader demo
 
-test: lint $(VENV_LVIS)/.installed
+test: lint reference
 	$(PY) -m pytest -q
 
 # ruff's settings (rules, line length) are in pyproject.toml; make test runs it first.
@@ -65,18 +65,25 @@ $(VENV_ULTRA)/.installed: pyproject.toml
 test-ultralytics: $(VENV_ULTRA)/.installed
 	$(VENV_ULTRA)/bin/python -m pytest -q -m ultralytics
 
-# lvis-api, the reference the LVIS scoring test compares detloader with, in its own environment
-# (neither detloader nor torch): its 0.5.3 release uses np.float, which numpy 1.24 removed. It is
-# installed without its declared dependencies: it imports numpy, pycocotools (undeclared),
-# matplotlib and OpenCV (the headless build serves); Cython is for building only.
-LVIS_PINS ?= "numpy==1.23.5" "pycocotools==2.0.11" "matplotlib==3.10.9" "opencv-python-headless==4.11.0.86"
+# The reference evaluators the scoring tests compare detloader with, in one environment without
+# detloader or torch (both need numpy < 1.24): lvis-api 0.5.3 (LVISEval; it uses np.float), and
+# the TF Object Detection API's Open Images challenge evaluation (object-detection-by-ovi, a PyPI
+# copy of its research/object_detection; numpy parts only, TensorFlow stays out: see
+# tests/train/openimages_reference.py). Both are installed without their declared dependencies;
+# what they import is pinned here (OpenCV's headless build serves lvis-api).
+VENV_REF ?= .venv-reference
+REFERENCE_PINS ?= numpy==1.23.5 pycocotools==2.0.11 matplotlib==3.10.9 opencv-python-headless==4.11.0.86 \
+	pandas==1.5.3 protobuf==3.20.3 six==1.17.0 absl-py==2.5.1
+REFERENCE_NODEPS ?= lvis==0.5.3 object-detection-by-ovi==0.0.1
 
-$(VENV_LVIS)/.installed:
-	$(PYTHON) -m venv $(VENV_LVIS)
-	echo '*' > $(VENV_LVIS)/.gitignore
-	$(VENV_LVIS)/bin/python -m pip install --quiet $(LVIS_PINS)
-	$(VENV_LVIS)/bin/python -m pip install --quiet --no-deps "lvis==0.5.3"
+$(VENV_REF)/.installed:
+	$(PYTHON) -m venv $(VENV_REF)
+	echo '*' > $(VENV_REF)/.gitignore
+	$(VENV_REF)/bin/python -m pip install --quiet $(REFERENCE_PINS)
+	$(VENV_REF)/bin/python -m pip install --quiet --no-deps $(REFERENCE_NODEPS)
 	touch $@
+
+reference: $(VENV_REF)/.installed
 
 # Long fuzzing of every annotation reader and of the image decoder (the suite runs 25
 # examples per reader, 150 per decoder test).

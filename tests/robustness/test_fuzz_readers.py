@@ -60,6 +60,8 @@ SEEDS: dict[str, str] = {
         }
     ),
     "yolo": "0 0.5 0.5 0.2 0.4\n1 0.1 0.2 0.1 0.1\n",
+    "openimages": "ImageID,Source,LabelName,Confidence,XMin,XMax,YMin,YMax,IsOccluded,IsTruncated,IsGroupOf,"
+    "IsDepiction,IsInside\na,xclick,/m/cat,1,0.1,0.5,0.2,0.9,0,1,0,-1,0\na,xclick,/m/dog,1,0.5,0.9,0.1,0.4,1,0,1,0,1\n",
     "txt": "images/a.jpg cat\n",
 }
 
@@ -163,6 +165,10 @@ def _dataset(root: Path, fmt: str) -> tuple[Path, Path]:
         (root / "labels" / "train").mkdir(parents=True)
         (root / "data.yaml").write_text("train: images/train\nnames: {0: cat, 1: dog}\n")
         return root / "data.yaml", root / "labels" / "train" / "a.txt"
+    if fmt == "openimages":
+        write_image(root / "validation" / "a.jpg")
+        (root / "class-descriptions-boxable.csv").write_text("/m/cat,Cat\n/m/dog,Dog\n")
+        return root, root / "validation-annotations-bbox.csv"
     write_image(root / "images" / "a.jpg")
     name = {"cvat": "annotations.xml", "imglab": "faces.xml", "coco": "annotations.json", "txt": "list.txt"}[fmt]
     return root / name, root / name

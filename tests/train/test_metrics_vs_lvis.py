@@ -1,5 +1,5 @@
 """detloader's LVIS scoring against lvis-api's LVISEval (0.5.3, in its own environment
-``.venv-lvis``, which ``make test`` builds) run on the same LVIS files: AP, AP50, AP75, APs, APm,
+``.venv-reference``, which ``make test`` builds) run on the same LVIS files: AP, AP50, AP75, APs, APm,
 APl, APr, APc, APf to 1e-4, on files with classes of each frequency, negative and not-exhaustive
 lists, more than 300 detections on one image and detections of classes neither annotated nor
 verified absent."""
@@ -18,7 +18,7 @@ import pytest
 from detloader import read_annotations
 from detloader.train import score_predictions
 
-LVIS_PYTHON = Path(__file__).resolve().parents[2] / ".venv-lvis" / "bin" / "python"
+LVIS_PYTHON = Path(__file__).resolve().parents[2] / ".venv-reference" / "bin" / "python"
 BACKENDS = ["pycocotools"] + (["faster_coco_eval"] if importlib.util.find_spec("faster_coco_eval") else [])
 FIGURES = {"AP": "map50_95", "AP50": "map50", "AP75": "map75", "APs": "map_small", "APm": "map_medium",
            "APl": "map_large", "APr": "apr", "APc": "apc", "APf": "apf"}
@@ -32,7 +32,7 @@ print(json.dumps({k: float(v) for k, v in ev.results.items()}))
 """
 
 needs_lvis = pytest.mark.skipif(
-    not LVIS_PYTHON.exists(), reason="lvis-api's environment .venv-lvis is absent (make .venv-lvis/.installed)"
+    not LVIS_PYTHON.exists(), reason="lvis-api's environment .venv-reference is absent (make reference)"
 )
 
 

@@ -38,8 +38,9 @@ from detloader.errors import (
 VERIFY_CHOICES = ("stat", "content")
 #: What format detection looks for, for the message when it finds nothing.
 _LOOKED_FOR = (
-    "COCO .json, a VOC Annotations/ folder or <annotation> .xml files, a CVAT <annotations> .xml, an imglab "
-    "<dataset> .xml, a YOLO data.yaml or labels/ folder, a txt list (label.txt, train.txt)"
+    "COCO .json, an Open Images boxes .csv, a VOC Annotations/ folder or <annotation> .xml files, a CVAT "
+    "<annotations> .xml, an imglab <dataset> .xml, a YOLO data.yaml or labels/ folder, a txt list (label.txt, "
+    "train.txt)"
 )
 
 

@@ -379,9 +379,10 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--backend", default="auto", choices=("auto", "faster_coco_eval", "pycocotools"))
     p.add_argument(
-        "--protocol", default="auto", choices=("auto", "coco", "lvis"),
-        help="how boxes are scored: lvis (federated: at most 300 detections per image, classes checked per image) "
-        "or coco; auto: lvis for LVIS annotations",
+        "--protocol", default="auto", choices=("auto", "coco", "lvis", "openimages"),
+        help="how boxes are scored: lvis (federated: at most 300 detections per image, classes checked per image), "
+        "openimages (the challenge's AP@0.5: class hierarchy, verified labels, group-of boxes) or coco; auto: "
+        "the one the annotations are made for",
     )
     p.add_argument(
         "--coco-json", metavar="PATH",
@@ -468,6 +469,10 @@ def print_metrics(metrics: dict[str, Any]) -> None:
             unranked = groups["without_training_images"]
             out.print(", ".join(parts) + f"; groups from {groups['source']}"
                       + (f", {unranked} classes in none (no training image)" if unranked else ""), markup=False)
+        if metrics.get("protocol") == "openimages":
+            out.print(f"Open Images protocol: AP@0.5 over the boxes expanded up the class hierarchy, group-of boxes "
+                      f"counted once; {metrics['ignored_detections']} detections of classes not verified in their "
+                      "image ignored", markup=False)
         if metrics.get("nme") is not None:
             out.print(
                 f"landmark NME {_fmt(metrics['nme'])} (normalised by {metrics['nme_normaliser']}, "

@@ -23,8 +23,8 @@ from detloader.train.predictions import ImagePredictions
 
 Backend = Literal["auto", "faster_coco_eval", "pycocotools"]
 BACKENDS: tuple[str, ...] = ("auto", "faster_coco_eval", "pycocotools")
-Protocol = Literal["auto", "coco", "lvis"]
-PROTOCOLS: tuple[str, ...] = ("auto", "coco", "lvis")
+Protocol = Literal["auto", "coco", "lvis", "openimages"]
+PROTOCOLS: tuple[str, ...] = ("auto", "coco", "lvis", "openimages")
 #: LVIS scores at most this many detections per image, the highest-scoring ones.
 LVIS_MAX_DETS = 300
 #: LVIS's per-image category lists in its files and the evaluator, and the index's class list of each.
@@ -58,16 +58,19 @@ def evaluation_image_ids(index: Any) -> np.ndarray:
 
 
 def evaluation_protocol(index: Any, protocol: str = "auto") -> str:
-    """``"coco"`` or ``"lvis"``: ``protocol`` itself, or for ``"auto"`` LVIS when the index
-    carries LVIS's fields (a class frequency, or absent / not-exhaustive class lists without
-    lists of classes verified present), else COCO."""
+    """``"coco"``, ``"lvis"`` or ``"openimages"``: ``protocol`` itself, or for ``"auto"`` Open
+    Images when the index carries its class hierarchy (``meta["hierarchy"]``) or classes verified
+    present, else LVIS when it carries LVIS's fields (a class frequency, absent or not-exhaustive
+    class lists), else COCO."""
     if protocol not in PROTOCOLS:
         raise DetloaderValueError(f"protocol={protocol!r} is not one of {', '.join(PROTOCOLS)}")
     if protocol != "auto":
         return protocol
     has = {name: len(index.class_lists(name)[0]) > 0 for name in ("absent", "present", "not_exhaustive")}
+    if "hierarchy" in index.meta or has["present"]:
+        return "openimages"
     lvis = index.meta.get("frequency") is not None or has["absent"] or has["not_exhaustive"]
-    return "lvis" if lvis and not has["present"] else "coco"
+    return "lvis" if lvis else "coco"
 
 
 def coco_ground_truth(index: Any, protocol: str = "coco") -> dict[str, Any]:

@@ -37,6 +37,7 @@ from detloader.train.coco_eval import (
     per_class,
     rates,
 )
+from detloader.train.openimages_eval import with_openimages_ap
 from detloader.train.predictions import ImagePredictions, as_predictions, check_predictions
 
 #: ``frequency_groups`` of the metrics names at most this many classes per group.
@@ -176,8 +177,10 @@ def compute_metrics(
 ) -> dict[str, Any]:
     """Every metric of the module docstring as a JSON-ready dict (keys ``map50``,
     ``map50_95``, ``map75``, ``map_small``, ``map_medium``, ``map_large`` (None: no object of
-    that size), ``protocol`` (``"coco"`` or ``"lvis"``: :func:`~.coco_eval.evaluation_protocol`
-    of ``protocol``), ``per_class`` (per class ``objects``, ``ignored`` (crowd or difficult),
+    that size), ``protocol`` (``"coco"``, ``"lvis"`` or ``"openimages"``:
+    :func:`~.coco_eval.evaluation_protocol` of ``protocol``; Open Images' figures:
+    :func:`~.openimages_eval.with_openimages_ap`), ``per_class`` (per class ``objects``,
+    ``ignored`` (crowd or difficult),
     ``tp``, ``fp``, ``fn``, ``precision``, ``recall``, ``max_recall``, ``ap50``,
     ``ap50_95``), ``tp``, ``fp``, ``fn``, ``precision``, ``recall`` (all classes, at
     ``score_threshold`` and IoU 0.5), ``score_threshold``, ``nme``, ``nme_normaliser``,
@@ -196,18 +199,19 @@ def compute_metrics(
     check_predictions(predictions, len(index), len(index.classes))
     predictions = sorted(predictions, key=lambda p: p.image_id)
     protocol = evaluation_protocol(index, protocol)  # type: ignore[assignment]
-    gt = coco_ground_truth(index, protocol)
+    coco = "coco" if protocol == "openimages" else protocol  # the figures Open Images has none of
+    gt = coco_ground_truth(index, coco)
     detections = coco_detections(index, predictions)
-    result = coco_evaluate(gt, detections, backend, protocol)
+    result = coco_evaluate(gt, detections, backend, coco)
     n_classes = len(index.classes)
     labels = np.asarray(index.labels, dtype=np.int64)
     counts = np.bincount(labels, minlength=n_classes)
     ignored = np.bincount(labels[np.asarray(index.crowd) | np.asarray(index.difficult)], minlength=n_classes)
-    point = operating_point(gt, detections, score_threshold, protocol)
+    point = operating_point(gt, detections, score_threshold, coco)
     nme, normaliser, nme_objects = _nme(index, predictions)
     accuracy, recall = _image_class(index, predictions)
     rows = per_class(result, index.classes, counts, ignored, point)
-    return {
+    metrics = {
         "map50": float(result["stats"][1]),
         "map50_95": float(result["stats"][0]),
         "map75": float(result["stats"][2]),
@@ -226,6 +230,7 @@ def compute_metrics(
         "images_with_predictions": len(seen),
         "backend": result["backend"],
     }
+    return with_openimages_ap(metrics, index, predictions) if protocol == "openimages" else metrics
 
 
 def score_predictions(
@@ -242,7 +247,7 @@ def score_predictions(
 ) -> dict[str, Any]:
     """Any model's predictions scored: the metrics of :func:`compute_metrics` (what
     ``train`` and ``detloader evaluate`` report), by the COCO or the LVIS ``protocol``
-    (``"auto"``: LVIS when the annotations carry LVIS's class lists or frequency).
+    or Open Images ``protocol`` (``"auto"``: :func:`~.coco_eval.evaluation_protocol`).
 
     ``predictions``: one entry per image (:func:`as_predictions`: :class:`ImagePredictions`
     or dicts of tensors, arrays or lists in annotation coordinates), a sequence or a mapping
