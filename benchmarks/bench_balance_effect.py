@@ -9,8 +9,8 @@ Datasets: ``zipf30``, a synthetic set of 30 classes whose shares follow a Zipf l
 (e.g. ``bccd=../shared/datasets/bccd``; skipped when absent). Objects the reader cannot take
 (BCCD: 2 empty boxes) are left out with a warning that counts them.
 
-    python benchmarks/bench_balance_effect.py [--seeds 0 1 2] [--epochs 12] [--images 1000]
-        [--data bccd=../shared/datasets/bccd] [--out runs/bench_balance_effect]
+    python benchmarks/bench_balance_effect.py [--seeds 0 1 2] [--epochs 10] [--images 600] [--size 96]
+        [--data bccd=../shared/datasets/bccd] [--data-size 192] [--out runs/bench_balance_effect]
 
 Prints one table per dataset and writes ``OUT/bench_balance_effect.json``. Figures and
 discussion: docs/training.md, "What balancing does to the rare classes".
@@ -59,10 +59,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--balances", nargs="+", default=["none", "sqrt", "repeat_factor:0.001"])
-    parser.add_argument("--epochs", type=int, default=12)
-    parser.add_argument("--size", type=int, default=128, help="training image size (default 128)")
-    parser.add_argument("--images", type=int, default=1000, help="images of the zipf30 set (default 1000)")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--size", type=int, default=96, help="training image size of zipf30 (default 96)")
+    parser.add_argument("--images", type=int, default=600, help="images of the zipf30 set (default 600)")
     parser.add_argument("--data", action="append", default=[], metavar="NAME=PATH", help="another dataset")
+    parser.add_argument("--data-size", type=int, default=192, help="training image size of those (default 192)")
     parser.add_argument("--out", default="runs/bench_balance_effect")
     args = parser.parse_args()
 
@@ -72,25 +73,26 @@ def main() -> None:
     from detloader.train import TrainConfig, train
 
     out = Path(args.out)
-    datasets = {"zipf30": zipf_set(out, args.images)}
+    datasets = {"zipf30": (zipf_set(out, args.images), args.size)}
     for item in args.data:
         name, _, path = item.partition("=")
         if Path(path).is_dir():
-            datasets[name] = Path(path)
+            datasets[name] = (Path(path), args.data_size)
         else:
             print(f"skipped {name}: {path} is not a folder")
     console = Console(width=max(Console().width, 120))
-    console.print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.epochs} epochs at "
-                  f"{args.size} px, seeds {args.seeds}")
-    result: dict = {"epochs": args.epochs, "size": args.size, "seeds": args.seeds, "datasets": {}}
-    for name, root in datasets.items():
+    console.print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.epochs} epochs, "
+                  f"seeds {args.seeds}")
+    result: dict = {"epochs": args.epochs, "seeds": args.seeds, "datasets": {}, "sizes": {}}
+    for name, (root, size) in datasets.items():
+        result["sizes"][name] = size
         rows = []
         for balance in args.balances:
             runs = []
             for seed in args.seeds:
                 t = time.perf_counter()
                 config = TrainConfig(data=str(root), out=str(out / name / f"{balance.replace(':', '_')}_{seed}"),
-                                     balance=balance, seed=seed, epochs=args.epochs, size=args.size,
+                                     balance=balance, seed=seed, epochs=args.epochs, size=size,
                                      exist_ok=True, amp=False, read_options={"on_error": "warn"})
                 m = train(config)
                 runs.append({"seed": seed, **{k: m[k] for k in FIGURES}, "seconds": time.perf_counter() - t,
