@@ -78,14 +78,9 @@ def locked(path: Path, wait: bool = True, remove: bool = False) -> Iterator[bool
     index cache's, :mod:`detloader.annotations.cache`, and a run folder's ``.train.lock``,
     :mod:`detloader.train.run_data`).
 
-    Why removing is safe here, and why not filelock's ``FileLock``: a process waiting for the
-    lock holds a descriptor of the file it opened; were the name removed and that process
-    to lock the removed file, a third one would create and lock a new file at the same time.
-    So the holder unlinks while it still holds the lock, and a waiter, once it has the lock,
-    checks that the name still names its file and otherwise starts again on the new one.
-    filelock's ``UnixFileLock`` leaves the file on release by design, for this reason: 3.12
-    does not check the file after locking, so removing its file is not safe. A process killed
-    while holding the lock (``SIGKILL``) leaves the file; its next holder removes it.
+    Removing is safe because the holder unlinks while it holds the lock and a waiter re-checks
+    the name after locking (filelock's ``UnixFileLock`` does not, so it never removes its file).
+    A holder killed by ``SIGKILL`` leaves the file; its next holder removes it.
 
     Raises:
         NotRegularFileError: ``path`` is a FIFO, socket, device or folder.

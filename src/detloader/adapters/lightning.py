@@ -2,14 +2,9 @@
 resumable loader under Lightning's ``Trainer`` (``pip install 'detloader[lightning]'``), and
 an evaluation that scores the predictions of every rank at once.
 
-Under DDP Lightning gives every ``DataLoader`` it is handed its own ``DistributedSampler``
-(unless ``Trainer(use_distributed_sampler=False)``), which would lose the balancing without a
-word: :class:`DetectionDataModule` hands it the training loader in a wrapper that is not a
-``DataLoader``, which Lightning leaves as it is. Its checkpointed position holds every rank's
-place (Lightning writes rank 0's checkpoint only). The validation loader is shared out by
-Lightning's ``DistributedSampler``, which pads with repeated images: :func:`evaluate_gathered`
-gathers the predictions of all ranks, keeps each image once and scores them, so that the
-figure under DDP is the one of one process. docs/training.md, "Lightning".
+The training loader reaches Lightning in a wrapper that is not a ``DataLoader``, so that under DDP
+Lightning does not replace its sampler with a ``DistributedSampler``; :func:`evaluate_gathered` scores
+the predictions of all ranks with each image once. docs/training.md, "Lightning".
 """
 
 from __future__ import annotations
@@ -119,10 +114,8 @@ class DetectionDataModule(LightningDataModule):
     resumable like the balanced samplers.
 
     The training loader drops the last incomplete batch (every rank makes the same number of steps); rank ``r``
-    takes positions ``r, r + W, ...`` of one balanced draw; new draws each epoch and the position of every rank in
-    this module's ``state_dict``: docs/training.md, "Your own model in the loop" (**Lightning**). The validation
-    loader is a plain ``DataLoader`` in order (main process), which Lightning shares out as any validation loader
-    (score it with :func:`evaluate_gathered`).
+    takes positions ``r, r + W, ...`` of one balanced draw (docs/training.md, **Lightning**). The validation
+    loader is a plain ``DataLoader`` in order (score it with :func:`evaluate_gathered`).
     """
 
     def __init__(

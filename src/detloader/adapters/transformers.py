@@ -9,10 +9,8 @@ DETR, RT-DETR, D-FINE, YOLOS) with ``Trainer`` and detloader's class-balanced dr
                                           data_collator=train.collate,
                                           compute_metrics=coco_metrics(val, processor))
 
-The training sampler is one global draw per epoch, the same on every process: Accelerate then
-gives process ``p`` of ``W`` the batches ``p, p + W, ...`` of it, and ``resume_from_checkpoint``
-skips the batches already trained in the draw of the resumed epoch (the draw depends on the seed
-and the epoch only). The evaluation loader is ``Trainer``'s own. docs/transformers.md.
+The training sampler is one global draw per epoch, the same on every process (Accelerate shares it
+out; a resume skips the batches already trained). docs/transformers.md.
 """
 
 from __future__ import annotations

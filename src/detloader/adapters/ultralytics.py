@@ -7,9 +7,7 @@ Ultralytics has no sampler hook (its trainer builds its own ``InfiniteDataLoader
     YOLO("yolo11n.pt").train(data="data.yaml", trainer=BalancedTrainer)                      # sqrt
     YOLO("yolo11n.pt").train(data="data.yaml", trainer=balanced_trainer(balance="inverse"))
 
-The strategy lives on the class (``train(...)`` refuses unknown keys, and a multi-GPU launch
-ships the trainer class to each process). What the weights are read from, the epochs, DDP,
-``rect`` and mosaic: docs/ultralytics.md.
+The strategy lives on the class (``train(...)`` refuses unknown keys). docs/ultralytics.md.
 """
 
 from __future__ import annotations

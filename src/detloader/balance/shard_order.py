@@ -1,14 +1,6 @@
 """The exact draw of any sampler, reordered so that reads from packed shards stay shard-local:
 :class:`ShardLocalSampler`, and :func:`downloaded_bytes`, an LRU cache simulated over a
-sequence of shard reads (what an order costs in downloads).
-
-A sampler that hands out indices in random order reads a random shard at every step; with a
-node cache smaller than the pack, each shard is downloaded many times per epoch. The wrapper
-keeps the epoch's multiset of indices and changes only their order: the draw is grouped by
-shard, the shards (in a seeded random order) are cut into windows of at most half the cache,
-and the images are shuffled within their window. Each drawn shard is then read in one window
-per epoch, so a node downloads it about once per epoch, and the cache holds the window being
-read beside the one being left.
+sequence of shard reads (what an order costs in downloads). docs/balancing.md, "Shard-local order".
 """
 
 from __future__ import annotations
@@ -78,15 +70,10 @@ class ShardLocalSampler(EpochSampler):
        within one item of each other;
     4. the items of every block shuffled.
 
-    Rank ``r`` yields its blocks window by window. The ranks are disjoint and their union is
-    the padded ``D``: the same multiset as the wrapped sampler alone, or as its ranks together.
-    Every rank computes the same global order (the concatenation of the blocks), so ranks
-    agree without communication. Blocks rather than ``r::world_size``: an interleaved split
-    makes every rank read every shard of a window, so every node downloads the whole pack;
-    with blocks a rank reads about ``1 / world_size`` of each window's shards (and at most
-    ``world_size - 1`` shards per window are read by two neighbouring ranks; neighbours are
-    usually on one node, sharing its cache). ``cache_bytes`` is one cache's size, shared by
-    the ranks of a node: they read parts of the same window at the same time.
+    Rank ``r`` yields its blocks window by window. The ranks are disjoint, their union is the
+    padded ``D``, and every rank computes the same global order without communication. Blocks
+    rather than ``r::world_size``: docs/balancing.md. ``cache_bytes`` is one node's cache,
+    shared by the ranks of that node.
 
     Args:
         sampler: an index sampler (1-D items): a detloader sampler (built as

@@ -1,11 +1,8 @@
 """Distributed data parallel under ``torchrun``: process group, devices, gathering.
 
-``torchrun --nproc_per_node=N -m detloader train ...`` sets ``RANK``, ``WORLD_SIZE``,
-``LOCAL_RANK`` and the rendezvous (``MASTER_ADDR``/``MASTER_PORT``); :func:`init_distributed`
-reads them and starts the process group: ``nccl`` on CUDA (one GPU per local rank), ``gloo``
-on CPU. Without them (a plain ``python`` run) everything here is a no-op for one process.
-The samplers of :mod:`detloader` take rank and world size from ``torch.distributed``, so
-the balanced sampler is distributed as soon as the group exists.
+:func:`init_distributed` reads torchrun's ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and starts the
+process group (``nccl`` on CUDA, one GPU per local rank; ``gloo`` on CPU); without them everything
+here is a no-op for one process.
 """
 
 from __future__ import annotations

@@ -4,17 +4,10 @@ meets the :class:`~detloader.train.task.Task` protocol (the reference CenterNet 
 :func:`train` is quiet: progress goes to the optional callbacks (:class:`StartInfo`,
 :class:`StepInfo`, :class:`EpochInfo`).
 
-Step time is split where the loop receives a batch: *data wait* is ``next(loader)`` and the
-host -> device copy, *compute* the rest of the step (synchronised on CUDA). SIGTERM or SIGINT
-is noted, not obeyed at once: the step in progress completes, every rank agrees on it, rank 0
-saves ``last.pt`` at it and :func:`train` returns with ``stopped_by`` set; a second Ctrl-C
-stops at once (docs/training.md, "The loop", "Stopping").
-
-A loss term that goes NaN or infinite stops the run before its backward pass, on every rank
-together (:class:`~detloader.errors.NonFiniteLossError`); no checkpoint with non-finite
-weights is ever written (:class:`~detloader.errors.NonFiniteWeightsError`), so the last one
-saved stays good (docs/training.md, "Non-finite loss"). Why a run stops early (the signals,
-a non-finite loss, a dead loader worker, a lost rank): :mod:`detloader.train.stopping`.
+*Data wait* is ``next(loader)`` and the host -> device copy, *compute* the rest of the step
+(synchronised on CUDA). Why and how a run stops early (signals, a non-finite loss, a dead
+loader worker, a lost rank): :mod:`detloader.train.stopping`; docs/training.md, "The loop",
+"Stopping", "Non-finite loss".
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """The reference model's loss: a batch's dense targets, then focal heatmap, L1 size / offset,
 GIoU box, landmarks and image class (docs/training.md, "Losses").
 
-Targets (:func:`encode_targets`, vectorised over objects on the batch's device): each object
-is a Gaussian peak on its class channel of the heatmap at its centre cell, with CenterNet's
-radius rule (a box shifted by the radius still overlaps the true one with IoU >= 0.7); at that
-cell the head regresses the box size, the centre's sub-cell offset and the landmark offsets
-from the integer centre cell, in output cells.
-
-Each term is a mean over what it is defined on (heatmap: per centre; regression: per valid object coordinate;
-landmarks: per coordinate with visibility > 0; image class: per labelled image; docs/training.md, "Losses").
-A term with nothing to average is an exact zero that still touches its head's outputs (DDP needs a gradient,
-even 0, for every parameter).
+Each term is a mean over what it is defined on; a term with nothing to average is an exact zero
+that still touches its head's outputs (DDP needs a gradient, even 0, for every parameter).
 """
 
 from __future__ import annotations

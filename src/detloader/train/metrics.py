@@ -2,13 +2,9 @@
 TP / FP / FN at an operating point (:mod:`.coco_eval`: pycocotools or faster-coco-eval), landmark NME (normaliser
 as mmpose's ``keypoint_2d_metrics``), image-class accuracy; what each is: docs/training.md, "Evaluation".
 
-Ground truth comes from the index (annotation coordinates), with the dataset's own image and
-category ids (``index.image_ids``, ``index.category_ids``); COCO crowd regions enter as
-``iscrowd: 1`` and difficult objects (VOC ``<difficult>``) as ignored ground truth, so neither
-is a miss, and a detection on one is not a false positive. Every image of the index counts: one
-without predictions is all misses. Predictions must already be mapped back to annotation
-coordinates (``Batch.boxes_to_original``). Undefined figures (no landmark head, no image
-classes) are ``None``.
+Ground truth comes from the index (annotation coordinates); crowd regions and difficult objects
+are ignored ground truth. Every image of the index counts: one without predictions is all misses.
+Predictions must already be in annotation coordinates. Undefined figures are ``None``.
 """
 
 from __future__ import annotations
