@@ -45,20 +45,21 @@ def distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int,
     return int(rank), world_size
 
 
-def shard(global_items: np.ndarray, rank: int, world_size: int, drop_last: bool) -> np.ndarray:
-    """Rank ``rank``'s positions ``rank::world_size`` of ``global_items`` (1-D, or 2-D rows),
-    after wrapping around to a multiple of ``world_size`` (or cutting, with ``drop_last``)."""
+def pad(global_items: np.ndarray, world_size: int, drop_last: bool) -> np.ndarray:
+    """``global_items`` (1-D, or 2-D rows) wrapped around to a multiple of ``world_size`` (or cut
+    to one, with ``drop_last``)."""
     total = len(global_items)
+    size = (total // world_size) * world_size if drop_last else -(-total // world_size) * world_size
+    if size > total and total:
+        global_items = np.concatenate([global_items] * -(-size // total))
+    return global_items[:size]
+
+
+def shard(global_items: np.ndarray, rank: int, world_size: int, drop_last: bool) -> np.ndarray:
+    """Rank ``rank``'s positions ``rank::world_size`` of :func:`pad` of ``global_items``."""
     if world_size == 1:
         return global_items
-    if drop_last:
-        return global_items[: (total // world_size) * world_size][rank::world_size]
-    size = -(-total // world_size) * world_size
-    if size > total:
-        if total == 0:
-            return global_items[:0]
-        global_items = np.concatenate([global_items] * -(-size // total))[:size]
-    return global_items[rank::world_size]
+    return pad(global_items, world_size, drop_last)[rank::world_size]
 
 
 def interleave(parts: Sequence[np.ndarray]) -> np.ndarray:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from detloader.balance.base import EpochSampler, check_int, epoch_generator, epoch_items, sampler_config
+from detloader.balance.base import EpochSampler, check_int, epoch_generator, epoch_items, pad, sampler_config
 from detloader.errors import DetloaderValueError, DetloaderWarning
 
 #: The stream of the shard-local order (the stream ids 1-6 are in :mod:`detloader.balance.base`).
@@ -147,11 +147,7 @@ class ShardLocalSampler(EpochSampler):
             bad = int(draw[(draw < 0) | (draw >= len(self.shard_of))][0])
             raise DetloaderValueError(f"{type(self.sampler).__name__} drew index {bad}, but shard_of maps "
                                       f"{len(self.shard_of)} indices")
-        w = self.world_size
-        size = (len(draw) // w) * w if self.drop_last else -(-len(draw) // w) * w
-        if size > len(draw) and len(draw):
-            draw = np.resize(draw, size)  # wraps around, as base.shard pads
-        return draw[:size]
+        return pad(draw, self.world_size, self.drop_last)
 
     def global_order(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(items, ranks, windows)``, each ``[L]``: the epoch's padded draw in its global
