@@ -51,12 +51,8 @@ def alias_table(weights: np.ndarray, chunk: int = 1 << 16, threads: int = 1) -> 
     every index's probability is ``w_i / sum(w)`` within ``1.5 * 2**-32 / n`` (absolute), and
     the table is the same for any ``chunk`` and ``threads``.
 
-    Construction (docs/balancing.md, "Exact weighted sampling beyond 2**24" states the rule):
-    ``Q_i`` in exact int64, then with ``D`` the running deficit ``2**32 - Q`` of the smalls
-    and ``E`` the running excess ``Q - 2**32`` of the larges, small ``k``'s alias is the first
-    large ``m`` with ``E_m >= D_{k-1}``; large ``m`` keeps ``2**32 + E_m - D_k`` for the first
-    ``k`` with ``D_k > E_m``, alias large ``m + 1``. With per-chunk totals known first, every
-    chunk's merge with the window of ``E`` it reaches is local.
+    Construction: Vose's pairing as merges of the running deficit ``D`` of the smalls and excess
+    ``E`` of the larges, chunk by chunk (docs/balancing.md, "Exact weighted sampling beyond 2**24").
     """
     n = len(weights)
     build = _TableBuild(weights, chunk)

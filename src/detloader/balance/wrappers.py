@@ -84,12 +84,8 @@ class PartnerSampler(EpochSampler):
     epoch ``e + j * PARTNER_EPOCHS`` (wrapped around to the same length when lengths differ).
 
     So every slot has the wrapped sampler's distribution and sharding (docs/loader.md tells why);
-    the number of items, the ranks and the resume offsets are the wrapped sampler's. The cost:
-    ``1 + partners`` draws per item, made when the epoch starts (an ``int [L, 1 + partners]`` array).
-
-    The wrapped sampler should be a detloader sampler (or have ``set_epoch``): a sampler whose
-    draws depend on how often it was iterated (torch's ``RandomSampler``) gives other groups
-    after a restore.
+    the number of items, the ranks and the resume offsets are the wrapped sampler's. The wrapped
+    sampler should have ``set_epoch`` (a detloader sampler), or a restore gives other groups.
     """
 
     def __init__(self, sampler: Any, partners: int = 3) -> None:

@@ -2,13 +2,9 @@
 with its annotations; samples of a dataset (as stored or after its transform), and
 predictions beside the truth.
 
-A tile (what the marks mean for a user: README.md, "Looking at a dataset"): a caption band at the top (the
-image's index row, its image class and, for predictions, probability, and any note: ``flipped``, ``truth``,
-``prediction``); the image scaled to fit the rest of the ``tile x tile`` square, left-aligned on
-:data:`BACKGROUND`; boxes in their class's colour (:func:`class_color`), :data:`BOX_WIDTH` px, labelled with
-the class name (and score) above the box; landmarks with one hue per flip pair (:func:`landmark_colors`), the
-*first* point of a pair (``left_*``) a filled disc and the second a ring, so that a flip that forgets the swap
-shows at once; unpaired points filled squares; visibility 1 dimmed, 0 not drawn.
+A tile (what the marks mean: README.md, "Looking at a dataset"): a caption band (index row, image class,
+notes), the image scaled into the rest of the ``tile x tile`` square on :data:`BACKGROUND`, boxes in
+:func:`class_color`, landmarks in :func:`landmark_colors` (a pair's first point a disc, the second a ring).
 
 Layout: :func:`grid_size` (``GAP`` pixels around and between tiles); ``cols`` defaults to ``ceil(sqrt(n))``
 (for prediction pairs: an even number, truth on the left).
