@@ -135,11 +135,6 @@ def parse_cpu_max(text: str) -> float | None:
     return quota / period if quota > 0 and period > 0 else None
 
 
-def parse_cfs(quota_text: str, period_text: str) -> float | None:
-    """cgroup v1 CFS quota/period -> CPUs, or None for -1/unparseable."""
-    return parse_cpu_max(f"{quota_text.strip()} {period_text.strip()}")
-
-
 def parse_memory_limit(text: str) -> int | None:
     """cgroup ``memory.max`` (v2) or ``memory.limit_in_bytes`` (v1) -> bytes, None if unlimited."""
     try:
@@ -154,7 +149,8 @@ def _cpu_at(folder: Path, v1: bool) -> float | None:
         text = read_text(folder / "cpu.max")
         return parse_cpu_max(text) if text is not None else None
     quota, period = read_text(folder / "cpu.cfs_quota_us"), read_text(folder / "cpu.cfs_period_us")
-    return parse_cfs(quota, period) if quota is not None and period is not None else None
+    # v1's quota (-1: none) and period, read as v2's "QUOTA PERIOD"
+    return parse_cpu_max(f"{quota} {period}") if quota is not None and period is not None else None
 
 
 def _memory_at(folder: Path, v1: bool) -> int | None:

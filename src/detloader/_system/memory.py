@@ -15,11 +15,10 @@ class MemoryFacts:
     total: int
     available: int
     cgroup_limit: int | None
-    cgroup_usage: int | None
 
 
 def memory_facts() -> MemoryFacts:
-    """RAM total/available (psutil) combined with the cgroup memory limit and usage."""
+    """RAM total/available (psutil) combined with the cgroup memory limit and usage (the room left)."""
     import psutil
 
     vm = psutil.virtual_memory()
@@ -28,4 +27,4 @@ def memory_facts() -> MemoryFacts:
     available = int(vm.available)
     if limit is not None:
         available = min(available, max(0, limit - (usage or 0)))
-    return MemoryFacts(int(vm.total), available, limit, usage)
+    return MemoryFacts(int(vm.total), available, limit)
