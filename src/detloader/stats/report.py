@@ -245,9 +245,8 @@ def plot_balance(
     """Raw vs balanced (expected) bars per group, and the real draw as markers; a PNG at
     ``path``. ``log``: a log y axis, ``True``, ``False`` or ``"auto"`` (see
     :func:`use_log_scale`). With more than ``top + 1`` groups (``top=0``: no limit), the ``top``
-    largest by raw count and one "N more" group summing the rest (1,200 bars side by side made
-    a picture 72,200 pixels wide, never seen whole). Needs matplotlib (the ``plot`` extra); no pyplot
-    state is touched."""
+    largest by raw count and one "N more" group summing the rest. Needs matplotlib (the ``plot``
+    extra); no pyplot state is touched."""
     logarithmic = use_log_scale(report, log)
     names, raw, expected, drawn = list(report.names), report.raw, report.expected, report.drawn
     if 0 < top < len(names) - 1:

@@ -1,16 +1,8 @@
-"""A run's folder, the data it trains on and the loader that serves it; what a user sees: docs/training.md,
-"Run folders" and "Resume on the same data".
-
-* **One training per folder**: ``out/.train.lock`` (an OS file lock, released by the kernel when the process
-  dies) is held for the whole run and removed when it ends, by an error too; ``out/.train.owner.json``
-  names the holder.
-* **The data**: :func:`prepare_data` reads the dataset (rank 0 first) and takes its train / val splits, or
-  makes a seeded, stratified one. :func:`data_record` (checkpoint key ``"data"``; also image classes) is
-  what ``--resume`` compares with :func:`data_changes`; ``evaluate`` reads the validation split back from it
-  with :func:`recorded_rows`, reading the dataset as the run did (:func:`run_read_options`).
-* **The loader**: :func:`train_loader` puts the training part behind :func:`balanced_loader`, distributed and
-  resumable whatever the balance (also the Lightning DataModule's), with the settings :func:`choose_loader`
-  picks (:class:`LoaderChoice`: a saved tune result, the untuned default, or num_workers as set).
+"""A run's folder (:class:`RunLock`: one training per folder, ``out/.train.lock`` held for the run and
+``out/.train.owner.json`` naming the holder), the data it trains on (:func:`prepare_data`, and
+:func:`data_record`, what ``--resume`` and ``evaluate`` compare and read back) and the loader that
+serves it (:func:`train_loader`). What a user sees: docs/training.md, "Run folders" and "Resume on the
+same data".
 """
 
 from __future__ import annotations
