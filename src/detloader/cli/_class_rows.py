@@ -91,6 +91,18 @@ def named(names: Sequence[str], limit: int = NAMED) -> str:
     return shown if len(names) <= limit else f"{shown} and {len(names) - limit:,} more"
 
 
+def ratio_text(value: float | None) -> str:
+    """An imbalance ratio as the commands print it: one decimal, ``-`` when undefined."""
+    return "-" if value is None else f"{value:.1f}"
+
+
+def imbalance_line(objects: float | None, images: float | None, empty: Sequence[str]) -> str:
+    """``imbalance ratio (largest / smallest class): objects 12.0, images 8.5``, then the classes
+    without objects (``empty``) when there are any."""
+    return (f"imbalance ratio (largest / smallest class): objects {ratio_text(objects)}, images {ratio_text(images)}"
+            + (f"; {len(empty):,} classes without objects: {named(empty)}" if empty else ""))
+
+
 def print_rest(out: Any, capped: CappedRows) -> None:
     """The line on the rows a table left out, if any (never read as markup)."""
     if capped.rest:

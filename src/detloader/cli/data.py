@@ -18,7 +18,7 @@ import warnings
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from detloader.cli._class_rows import TOP, add_top_argument, cap_rows, named, print_rest
+from detloader.cli._class_rows import TOP, add_top_argument, cap_rows, imbalance_line, print_rest
 from detloader.cli._common import (
     add_cache_arguments,
     add_read_arguments,
@@ -167,13 +167,8 @@ def print_summary(
     print_rest(out, capped)
     if len(rows) > 1:
         empty = [name for name, count in summary["classes"].items() if count == 0]
-        ratios = (imbalance_ratio(list(summary[key].values())) for key in ("classes", "images_per_class"))
-        objects, images = ("-" if r is None else f"{r:.1f}" for r in ratios)
-        out.print(
-            f"imbalance ratio (largest / smallest class): objects {objects}, images {images}"
-            + (f"; {len(empty):,} classes without objects: {named(empty)}" if empty else ""),
-            markup=False,
-        )
+        objects, images = (imbalance_ratio(list(summary[key].values())) for key in ("classes", "images_per_class"))
+        out.print(imbalance_line(objects, images, empty), markup=False)
     if summary["image_classes"]:
         print_counts(out, "image classes", ("image class", "images"), summary["image_classes"], top)
     lm = summary["landmarks"]

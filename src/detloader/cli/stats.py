@@ -127,10 +127,6 @@ def _raw_only(index: Any, by: tuple[str, ...], unit: str | None) -> dict[str, An
     return {"unit": unit, "raw": {n: int(round(float(v))) for n, v in zip(groups.names, raw)}, "balanced": None}
 
 
-def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
 def print_stats(index: Any, stats: dict[str, Any], top: int = class_rows.TOP) -> None:
     """What ``detloader stats`` prints of :func:`detloader.stats.dataset_stats`: the ``top``
     largest classes (0: all), a line on the rest, the imbalance ratios."""
@@ -155,18 +151,12 @@ def print_stats(index: Any, stats: dict[str, Any], top: int = class_rows.TOP) ->
     common.print_table(out, common.count_table(capped.title("object classes"), columns, capped.rows))
     class_rows.print_rest(out, capped)
     ratio = stats["imbalance_ratio"]
-    empty = stats["empty_classes"]
-    out.print(
-        f"imbalance ratio (largest / smallest class): objects {_ratio(ratio['objects'])}, "
-        f"images {_ratio(ratio['images'])}"
-        + (f"; {len(empty):,} classes without objects: {class_rows.named(empty)}" if empty else ""),
-        markup=False,
-    )
+    out.print(class_rows.imbalance_line(ratio["objects"], ratio["images"], stats["empty_classes"]), markup=False)
     print_frequency_groups(out, stats["frequency_groups"])
     if stats["image_classes"]:
         common.print_counts(out, "image classes", ("image class", "images"), stats["image_classes"], top)
         out.print(
-            f"image-class imbalance ratio {_ratio(stats['image_class_imbalance_ratio'])}; "
+            f"image-class imbalance ratio {class_rows.ratio_text(stats['image_class_imbalance_ratio'])}; "
             f"{stats['images_without_image_class']} images without an image class"
         )
     common.print_attribute_counts(out, stats, top)
@@ -236,7 +226,7 @@ def print_balance(report: Any, top: int = class_rows.TOP) -> None:
     dev = data["max_drawn_deviation"]
     out.print(
         f"images per epoch: raw {length['raw']:.0f}, balanced {length['balanced']:.1f} (expected); "
-        f"imbalance ratio {_ratio(ratio['raw'])} -> {_ratio(ratio['balanced'])}"
+        f"imbalance ratio {class_rows.ratio_text(ratio['raw'])} -> {class_rows.ratio_text(ratio['balanced'])}"
         + ("" if dev is None else f"; the draw is within {100 * dev:.1f} % of the expectation")
     )
     if len(report.frequency_names):
