@@ -381,7 +381,8 @@ def test_nothing_recognised_names_the_folder_what_was_looked_for_and_the_flag(
         (["--balance", "powr:0.5"], "did you mean 'power'?"),
         (
             ["--format", "vco"],
-            "--format='vco' is not one of auto, lvis, coco, openimages, voc, cvat, imglab, yolo, txt; did you mean 'voc'?",
+            "--format='vco' is not one of auto, lvis, coco, openimages, voc, cvat, imglab, yolo, txt; "
+            "did you mean 'voc'?",
         ),
         (
             ["--by", "clas"],
