@@ -179,6 +179,22 @@ def _below(rel: str, ann_dir: str) -> str:
     return os.path.join(_sub_folder(os.path.dirname(rel), ann_dir), _stem(rel))
 
 
+def _stems_below(files: Sequence[str], ann_dir: str) -> set[str]:
+    """``{_below(rel, ann_dir) for rel in files}``, sliced from the text for a file right in the
+    annotation folder (a call per file was most of listing the unannotated images)."""
+    prefix = "" if ann_dir in ("", ".") else ann_dir + os.sep
+    cut = len(prefix)
+    out: set[str] = set()
+    for rel in files:
+        tail = rel[cut:]
+        dot = tail.rfind(".")
+        if dot > 0 and tail[0] != "." and rel.startswith(prefix) and os.sep not in tail:
+            out.add(tail[:dot])
+        else:
+            out.add(_below(rel, ann_dir))
+    return out
+
+
 def _sub_folder(folder: str, ann_dir: str) -> str:
     """The annotation's folder below the annotation folder ('' at its top); string work, as
     ``os.path.relpath`` per file costs more than parsing small files."""
@@ -305,7 +321,7 @@ class VocReader(Reader):
         )
         named = set(index.image_paths())
         ann_dir = source.annotation_dir
-        stems = {_below(rel, ann_dir) for rel in source.files}
+        stems = _stems_below(source.files, ann_dir)
         alone = [
             (rel, "", "no annotation file names it")
             for rel, *_ in listed
