@@ -40,8 +40,8 @@ from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, pack_strings,
 from detloader.annotations.image_search import should_search
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.parse import _parse_chunk, assemble
-from detloader.annotations.problems import Problem
-from detloader.annotations.readers.common import Reader, Source
+from detloader.annotations.problems import Problem, ProblemReport
+from detloader.annotations.readers.common import FolderListing, Reader, Source
 from detloader.errors import CacheError
 
 STAMPS_SUFFIX = ".stamps"
@@ -117,10 +117,13 @@ def file_stamps(reader: Reader, source: Source, digests: dict[str, bytes] | None
     return FileStamps(names, numbers, hexed)
 
 
-def save_stamps(cache_file: Path, key: str, base: str, stamps: FileStamps | None) -> None:
-    """Write the stamps of ``cache_file`` (whose key is ``key``) for a later refresh; nothing for a
-    reader that is not refreshed, and a stale file is removed when there is nothing to write.
-    ``OSError`` when it cannot be written."""
+def save_stamps(
+    cache_file: Path, key: str, base: str, stamps: FileStamps | None, listing: FolderListing | None = None
+) -> None:
+    """Write the stamps of ``cache_file`` (whose key is ``key``) for a later refresh, with the
+    image folder's ``listing`` when the reader made one; nothing for a reader that is not
+    refreshed, and a stale file is removed when there is nothing to write. ``OSError`` when it
+    cannot be written."""
     path = stamps_file(cache_file)
     if stamps is None:
         with contextlib.suppress(OSError):
@@ -128,6 +131,11 @@ def save_stamps(cache_file: Path, key: str, base: str, stamps: FileStamps | None
         return
     names_blob, names_offsets = pack_strings(stamps.names)
     digests_blob, digests_offsets = pack_strings(stamps.digests)
+    listed: dict[str, np.ndarray] = {}
+    if listing is not None:
+        listed["listing_files_blob"], listed["listing_files_offsets"] = pack_strings(listing.files)
+        facts = {"folders": listing.folders, "problems": ProblemReport(listing.problems).to_list()}
+        listed["listing"] = np.array(json.dumps(facts))
     with atomic_write(path) as fh:
         np.savez(
             fh,
@@ -139,11 +147,13 @@ def save_stamps(cache_file: Path, key: str, base: str, stamps: FileStamps | None
             inodes=stamps.numbers[:, 3].view(np.uint64),
             digests_blob=digests_blob,
             digests_offsets=digests_offsets,
+            **listed,
         )
 
 
-def _load_stamps(path: Path) -> tuple[str, str, FileStamps] | None:
-    """``(key, base, stamps)`` from a stamps file; None when it is absent or not usable."""
+def _load_stamps(path: Path) -> tuple[str, str, FileStamps, FolderListing | None] | None:
+    """``(key, base, stamps, listing)`` from a stamps file; None when it is absent or not usable."""
+    listing = None
     try:
         with open_regular(path) as fh, np.load(fh, allow_pickle=False) as data:
             key, base = str(data["key"]), str(data["base"])
@@ -151,11 +161,18 @@ def _load_stamps(path: Path) -> tuple[str, str, FileStamps] | None:
             numbers = np.asarray(data["numbers"], dtype=np.int64)
             inodes = np.asarray(data["inodes"], dtype=np.uint64).view(np.int64)
             digests = unpack_strings(data["digests_blob"], data["digests_offsets"])
-    except (OSError, ValueError, KeyError, EOFError, TypeError, IndexError, UnicodeDecodeError, zipfile.BadZipFile):
+            if "listing" in data.files:
+                facts = json.loads(str(data["listing"]))
+                files = unpack_strings(data["listing_files_blob"], data["listing_files_offsets"])
+                problems = list(ProblemReport.from_list(facts["problems"]))
+                folders = {str(k): [int(n) for n in v] for k, v in facts["folders"].items()}
+                listing = FolderListing(files, problems, folders)
+    except (OSError, ValueError, KeyError, EOFError, TypeError, IndexError, AttributeError, UnicodeDecodeError,
+            zipfile.BadZipFile):
         return None
     if numbers.ndim != 2 or numbers.shape[1] != 3 or not len(names) == len(numbers) == len(inodes) == len(digests):
         return None
-    return key, base, FileStamps(names, np.concatenate([numbers, inodes[:, None]], axis=1), digests)
+    return key, base, FileStamps(names, np.concatenate([numbers, inodes[:, None]], axis=1), digests), listing
 
 
 def _refreshable(old: AnnotationIndex, options: ReadOptions) -> bool:
@@ -230,7 +247,7 @@ def refresh_index(
     stored = _load_stamps(stamps_file(cache_file))
     if stored is None or stamps is None or stored[1] != base:
         return None
-    stored_key, _, before = stored
+    stored_key, _, before, listing = stored
     try:
         if read_key(cache_file) != stored_key or not key_matches(stored_key, stored_key.split(" ", 1)[0], source.root):
             return None  # another cache file, or images added or removed in an image folder
@@ -273,6 +290,8 @@ def refresh_index(
         if rel is not None:
             run.append(rel)
             run_kept = is_kept
+    if source.image_listing is None:
+        source.image_listing = listing  # the reader lists the image folder again only if it changed
     index = assemble(reader, source, options, partials)
     searched = options.image_dir is None and options.check_images and source.image_dirs is not None
     if searched and should_search(len(index), index.problems.counts().get("missing_image", 0)):
