@@ -264,32 +264,31 @@ def refresh_index(
     stored_names = set(before.names)
     if len(source.files) - len(kept) > max(MIN_CHANGED, MAX_CHANGED_SHARE * len(source.files)):
         return None
-    rows_of: dict[str, list[int]] = {}
     arrays = old.arrays()
-    for i, rel in enumerate(unpack_strings(arrays["annotation_paths_blob"], arrays["annotation_paths_offsets"])):
-        rows_of.setdefault(rel, []).append(i)
+    row_files = unpack_strings(arrays["annotation_paths_blob"], arrays["annotation_paths_offsets"])
     problems_of: dict[str, list[Problem]] = {}
     for problem in parsed:
         if problem.file not in stored_names:
             return None  # not one file's own: it could not be kept or dropped with its file
         problems_of.setdefault(problem.file, []).append(problem)
-    if not set(rows_of) <= stored_names:
+    if not set(row_files) <= stored_names:
         return None
+    files = source.files
+    position = {rel: k for k, rel in enumerate(files)}
+    # the old rows grouped by the position of their file now (a stable sort: file order, then row order)
+    file_of_row = np.fromiter((position.get(rel, -1) for rel in row_files), np.int64, len(row_files))
+    by_file = np.argsort(file_of_row, kind="stable")
+    sorted_files = file_of_row[by_file]
+    keep = np.fromiter((rel in kept for rel in files), np.bool_, len(files))
+    edges = [0, *(np.flatnonzero(keep[1:] != keep[:-1]) + 1).tolist(), len(files)]  # runs of kept or not
     partials: list[Partial] = []
-    run: list[str] = []
-    run_kept = True
-    for rel in [*source.files, None]:
-        is_kept = rel in kept
-        if run and (rel is None or is_kept != run_kept):
-            if run_kept:
-                rows = np.asarray([i for f in run for i in rows_of.get(f, ())], dtype=np.int64)
-                partials.append(_kept_partial(old, rows, [p for f in run for p in problems_of.get(f, ())]))
-            else:
-                partials.append(_parse_chunk(reader.name, source, run, options))
-            run = []
-        if rel is not None:
-            run.append(rel)
-            run_kept = is_kept
+    for start, stop in zip(edges[:-1], edges[1:]):
+        if keep[start]:
+            lo, hi = np.searchsorted(sorted_files, [start, stop])
+            problems = [p for rel in files[start:stop] if rel in problems_of for p in problems_of[rel]]
+            partials.append(_kept_partial(old, by_file[lo:hi], problems))
+        else:
+            partials.append(_parse_chunk(reader.name, source, files[start:stop], options))
     if source.image_listing is None:
         source.image_listing = listing  # the reader lists the image folder again only if it changed
     index = assemble(reader, source, options, partials)
