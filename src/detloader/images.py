@@ -121,10 +121,7 @@ def _jpeg_segments(data: bytes) -> Iterator[tuple[int, int, int]]:
 
 def jpeg_exif_orientation(data: bytes) -> int:
     """EXIF orientation (1..8) of JPEG ``data``, 1 when absent or unreadable; reads only the
-    APP1 segment (a few microseconds per image), and no segment when the bytes hold no EXIF
-    signature at all (one search in C, a fifth of walking the segments)."""
-    if data.find(b"Exif\x00\x00") < 0:
-        return 1
+    APP1 segment (a few microseconds per image)."""
     for marker, pos, length in _jpeg_segments(data):
         if marker == 0xE1 and data[pos + 4 : pos + 10] == b"Exif\x00\x00":
             return _tiff_orientation(data[pos + 10 : pos + 2 + length])
