@@ -274,3 +274,30 @@ def test_a_palette_png_with_transparency_in_bytes_decodes_without_a_warning() ->
         warnings.simplefilter("error")
         out = decode_image(data)
     assert out.image.shape == (8, 8, 3) and tuple(out.image[0, 0]) == (255, 0, 0)  # alpha dropped
+
+
+@pytest.mark.parametrize("size", [0, 1, 50_000, 65_537, 200_000])
+def test_image_bytes_reads_the_whole_file_and_refuses_one_over_the_cap(tmp_path, size):
+    from detloader.images import image_bytes
+
+    path = tmp_path / "a.jpg"
+    data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
+    path.write_bytes(data)
+    assert image_bytes(path, max_bytes=None) == data == image_bytes(path, max_bytes=size or 1)
+    if size > 1:  # max_bytes=0: no cap
+        with pytest.raises(ImageDecodeError, match=f"size={size} bytes exceeds max_bytes={size - 1}"):
+            image_bytes(path, max_bytes=size - 1)
+
+
+def test_image_bytes_refuses_a_file_that_grew_past_the_cap_after_its_size_was_taken(tmp_path, monkeypatch):
+    import os
+
+    from detloader.images import image_bytes
+
+    path = tmp_path / "a.jpg"
+    path.write_bytes(b"x" * 300_000)
+    real = os.fstat
+    monkeypatch.setattr(os, "fstat", lambda fd: os.stat_result((*real(fd)[:6], 1000, *real(fd)[7:])))
+    assert len(image_bytes(path, max_bytes=None)) == 300_000  # read to its end, past the size taken
+    with pytest.raises(ImageDecodeError, match="size>200000 bytes exceeds max_bytes=200000"):
+        image_bytes(path, max_bytes=200_000)

@@ -243,3 +243,34 @@ def test_many_changed_files_build_in_full(tmp_path, parse_calls, monkeypatch):
     index = read_annotations(root, on_error="skip")  # 2.xml, 8.xml and the duplicate 6.xml: 3 > 2
     assert len(parse_calls) == len(_files()) + 1 and "refreshed" not in index.meta
     assert_same_index(index, read_annotations(root, on_error="skip", cache=False))
+
+
+def test_a_refresh_lists_the_image_folder_again_only_when_a_folder_of_it_changed(tmp_path, monkeypatch):
+    """The image folder's listing (for unannotated images) is kept with the stamps; a refresh
+    uses it while none of the folders it listed changed, and lists again when one did (an
+    image added to a sub-folder changes neither the image folder nor the cache key)."""
+    from detloader.annotations.readers import voc as voc_module
+
+    root = _dataset(tmp_path)
+    (root / "JPEGImages" / "sub").mkdir()
+    read_annotations(root, on_error="skip")
+    listings = []
+    real = voc_module.scan_files
+
+    def scan(top, *args, **kwargs):
+        listings.append(Path(top).name)
+        return real(top, *args, **kwargs)
+
+    monkeypatch.setattr(voc_module, "scan_files", scan)
+    _edit(root)
+    refreshed = read_annotations(root, on_error="skip")
+    assert refreshed.meta["refreshed"] == 2 and "JPEGImages" not in listings
+    assert_same_index(refreshed, read_annotations(root, on_error="skip", cache=False))
+    write_image(root / "JPEGImages" / "sub" / "new.jpg")
+    _add(root)
+    listings.clear()
+    refreshed = read_annotations(root, on_error="skip")
+    assert refreshed.meta["refreshed"] == 2 and "JPEGImages" in listings
+    unannotated = [p.file for p in refreshed.problems if p.kind == "unannotated_image"]
+    assert os.path.join("JPEGImages", "sub", "new.jpg") in unannotated
+    assert_same_index(refreshed, read_annotations(root, on_error="skip", cache=False))

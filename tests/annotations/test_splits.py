@@ -291,3 +291,25 @@ def test_stratified_split_reaches_every_part_from_every_large_enough_group(group
             assert all((groups[parts[k]] == g).any() for k in positive), (g, parts)
     again = stratified_split(groups, named, np.random.default_rng(seed))
     assert all(np.array_equal(parts[k], again[k]) for k in named)
+
+
+@pytest.mark.parametrize(
+    ("images", "annotations", "may"),
+    [
+        (["JPEGImages/0001.jpg"], ["Annotations/0001.xml"], False),
+        (["images/TRAIN/0001.jpg"], ["a.xml"], True),
+        (["0001.jpg"], ["Valid/0001.xml"], True),
+        (["te\u017ft/0001.jpg"], ["a.xml"], True),  # 'ſ' matches 's' under re.IGNORECASE: looked at
+        ([], [], False),
+    ],
+)
+def test_the_split_folder_shortcut_skips_only_paths_that_cannot_name_a_split(images, annotations, may):
+    from detloader.annotations.fields import pack_strings
+    from detloader.annotations.splits import _may_name_split_folders, split_role
+
+    arrays = {}
+    for name, paths in (("image_paths", images), ("annotation_paths", annotations)):
+        arrays[f"{name}_blob"], arrays[f"{name}_offsets"] = pack_strings(paths)
+    index = type("Paths", (), {"arrays": lambda self: arrays})()
+    assert _may_name_split_folders(index) is may
+    assert may or not any(split_role(part) for p in images + annotations for part in p.split("/"))

@@ -169,3 +169,27 @@ def test_the_ceiling_sums_processes_started_together(monkeypatch, tmp_path):
     assert bench_loader_module.concurrent_decode_rate(None, 8, 2, 3) == 7.5  # type: ignore[arg-type]
     pids = {int(p.name) for p in tmp_path.iterdir()}
     assert len(pids) == 3 and os.getpid() not in pids
+
+
+def test_the_ceiling_times_the_bare_library_calls_on_bytes_in_memory(small_synth_root, monkeypatch, tmp_path):
+    """simplejpeg (DCT-scaled where the target allows) and torch's interpolate, no detloader
+    decode and no file read while timed; an image they cannot decode is left out."""
+    import shutil
+    from pathlib import Path
+
+    import detloader.images
+    from detloader import read_annotations
+
+    index = read_annotations(shutil.copytree(small_synth_root, tmp_path / "faces"), on_error="skip", cache=False)
+    Path(index.image_path(1)).write_bytes(b"\xff\xd8\xff not a JPEG")
+    monkeypatch.setattr(detloader.images, "decode_image", lambda *a, **k: pytest.fail("detloader's decode timed"))
+    calls, reads = [], []
+    real_decode, real_read = bench_loader_module.simplejpeg.decode_jpeg, Path.read_bytes
+    sj = bench_loader_module.simplejpeg
+    monkeypatch.setattr(sj, "decode_jpeg", lambda d, **k: calls.append(k) or real_decode(d, **k))
+    monkeypatch.setattr(Path, "read_bytes", lambda self: reads.append(self) or real_read(self))
+    assert bench_loader_module.decode_rate(index, 16, 6, repeats=2) > 0
+    assert len(reads) == 6 and len(calls) == 5 * 3  # the bad one refused by its header; 5 untimed, then twice
+    w, h = int(index.width[0]), int(index.height[0])
+    scaled = {"min_width": 16, "min_height": 16} if w >= 32 and h >= 32 else {}
+    assert calls[0] == {"colorspace": "RGB", **scaled} and w >= 32

@@ -349,14 +349,24 @@ def _read_cached(
         stamps = _refresh.file_stamps(plan.reader, source, digests)
         index = _refresh.refresh_index(plan.reader, source, plan.options, cache_file, base, stamps) if current else None
         index = plan.build() if index is None else index
-        full_key = _cache.folders_key(key, source.root, {os.path.dirname(p) for p in index.image_paths()})
+        full_key = _cache.folders_key(key, source.root, _folders_of(index.image_paths()))
         try:
             _cache.save_index(index, cache_file, full_key)
-            _refresh.save_stamps(cache_file, full_key, base, stamps)
+            _refresh.save_stamps(cache_file, full_key, base, stamps, source.image_listing)
             index = _cache.load_index_file(cache_file, root=source.root)
         except OSError as err:
             warnings.warn(f"index cache not written to {cache_file}: {err}", DetloaderRuntimeWarning, stacklevel=3)
     return index
+
+
+def _folders_of(paths: list[str]) -> set[str]:
+    """``{os.path.dirname(p) for p in paths}``, from ``str.rpartition`` when that gives the same
+    for every path (no path at the top or below a root, none with a doubled separator): a
+    refresh of 100,000 images spent a tenth of its time in ``dirname``."""
+    heads = {p.rpartition(os.sep)[0] for p in paths}
+    if "" in heads or any(h.endswith(os.sep) for h in heads):
+        return {os.path.dirname(p) for p in paths}
+    return heads
 
 
 def _finish(index: AnnotationIndex, on_error: OnError, root: Path) -> None:

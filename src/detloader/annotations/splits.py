@@ -140,6 +140,22 @@ def _split_folders(path: str) -> list[tuple[str, str]]:
     return out
 
 
+def _may_name_split_folders(index: AnnotationIndex) -> bool:
+    """Whether an image or annotation path may hold a split folder: False when the packed
+    paths are ASCII and hold none of ``train``, ``val``, ``test`` in any case (a split name
+    holds one; ``re.IGNORECASE`` also matches a few letters beyond ASCII, so any non-ASCII path
+    is looked at). One search of the bytes instead of a split per path."""
+    arrays = index.arrays()
+    for name in ("image_paths", "annotation_paths"):
+        blob = arrays[f"{name}_blob"]
+        if not blob.size:
+            continue
+        text = blob.tobytes().lower()
+        if int(blob.max()) >= 0x80 or b"train" in text or b"val" in text or b"test" in text:
+            return True
+    return False
+
+
 def _folder_splits(index: AnnotationIndex) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Splits from ``train/ val/ test/`` folders one or two levels below the root (of the image
     path, else the annotation path); images outside them are in no split (one problem counts
@@ -158,6 +174,8 @@ def _folder_splits(index: AnnotationIndex) -> tuple[dict[str, np.ndarray], dict[
             hits = by_folder[folder] = _split_folders(path)
         return hits
 
+    if not _may_name_split_folders(index):
+        return {}, {}
     image_paths, annotation_paths = index.image_paths(), index.annotation_paths()
     unique = {p.replace(os.sep, "/").rpartition("/")[0] + "/" for p in image_paths}
     unique.update(p.split("#", 1)[0].replace(os.sep, "/").rpartition("/")[0] + "/" for p in annotation_paths)

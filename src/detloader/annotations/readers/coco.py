@@ -313,7 +313,8 @@ class CocoReader(Reader):
         raw = _read(os.path.join(root, rel), source.max_json_bytes, b)
         if raw is None:
             return
-        locator = ImageLocator(root, source.file_image_dirs.get(rel, source.image_dirs), b.options.check_images)
+        dirs = source.file_image_dirs.get(rel, source.image_dirs)
+        locator = ImageLocator(root, dirs, b.options.check_images, listed=True)  # one file, many images
         if parse_fast(raw, locator, b):
             return
         data = _decode(raw, b)

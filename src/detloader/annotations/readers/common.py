@@ -46,6 +46,8 @@ class Source:
             when the files are the images (YOLO).
         labelled: False when the files are images of which not one has a label file (YOLO).
         problems: what the reader found before parsing; they join the index's problems.
+        image_listing: the image folder's listing where the reader lists it (VOC's unannotated
+            images): kept with a refreshable cache and used again while its folders are unchanged.
 
     A subclass adds its format's facts as JSON values; with ``image_dirs`` and ``labelled`` they
     are :meth:`facts`, part of the cache key and of ``index.meta["source"]``.
@@ -57,12 +59,39 @@ class Source:
     image_dirs: list[str] | None = None
     labelled: bool = True
     problems: list[Problem] = field(default_factory=list)
+    image_listing: FolderListing | None = None
 
     def facts(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_FACTS}
 
 
-_NOT_FACTS = ("root", "files", "stamp", "problems")
+_NOT_FACTS = ("root", "files", "stamp", "problems", "image_listing")
+
+
+@dataclass(frozen=True)
+class FolderListing:
+    """What :func:`scan_files` found below a folder (``stamps=False``): the files, relative to
+    the root, the problems it named, and ``folders``: the identity (``[mtime_ns, ctime_ns,
+    inode]``, links followed) of every folder it listed, relative to the root, taken before
+    listing it. It holds while no such folder changed: a file added, removed or renamed in a
+    folder changes its mtime and ctime, a folder replaced its inode."""
+
+    files: list[str]
+    problems: list[Problem]
+    folders: dict[str, list[int]]
+
+    def current(self, root: str | os.PathLike[str]) -> bool:
+        """Whether every folder listed is still what it was (one ``stat`` each)."""
+        return all(_identity(os.path.join(root, rel)) == ident for rel, ident in self.folders.items())
+
+
+def _identity(path: str) -> list[int]:
+    """``[mtime_ns, ctime_ns, inode]`` of a folder, zeros when absent (as the cache key's)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [0, 0, 0]
+    return [st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
 class Reader(Protocol):
@@ -115,6 +144,7 @@ def scan_files(
     problems: list[Problem] | None = None,
     follow_outside: bool = False,
     stamps: bool = True,
+    folders: dict[str, list[int]] | None = None,
 ) -> list[Stamp]:
     """:data:`Stamp` of the regular files under ``top`` whose name ends with one of
     ``suffixes`` (case-insensitive), sorted by path. Hidden folders and detloader's cache
@@ -125,7 +155,8 @@ def scan_files(
     is taken as it is, link or not: it is the layout's folder or the user's. ``stamps=False``
     (the names are all the caller needs): a regular file is told by its folder entry's type, with
     no ``stat`` per file (one per file was 99 % of listing a folder of 300,000 images), and its
-    stamp numbers are 0."""
+    stamp numbers are 0. ``folders``, when given, receives the identity of every folder listed
+    (:class:`FolderListing`)."""
     suffixes = tuple(s.lower() for s in suffixes)
     root = os.fspath(root)
     bases = () if follow_outside else (os.path.realpath(root), os.path.realpath(top))
@@ -138,6 +169,8 @@ def scan_files(
     except OSError:
         return out
     seen = {(st.st_dev, st.st_ino)}
+    if folders is not None:
+        folders[os.path.relpath(stack[0], root)] = [st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
     while stack:
         folder = stack.pop()
         try:
@@ -167,6 +200,8 @@ def scan_files(
                         else:
                             seen.add(folder_id)
                             stack.append(entry.path)
+                            if folders is not None:
+                                folders[prefix + name] = [st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
                 elif name.lower().endswith(suffixes):
                     if not stamps and entry.is_file():
                         out.append((prefix + name, 0, 0, 0, 0))

@@ -22,6 +22,9 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", "
 IMAGE_SUFFIXES = tuple(sorted({e.lower() for e in IMAGE_EXTENSIONS}))
 
 
+#: Lookups an :class:`ImageLocator` with ``listed=True`` makes by ``stat`` before it lists its folders.
+LIST_AFTER = 256
+
 #: Bytes read for an image header; a file whose header lies further (a large EXIF block) is read whole.
 _HEAD_BYTES = 64 * 1024
 
@@ -79,12 +82,25 @@ class ImageLocator:
     :attr:`escaped` holds it, :attr:`followed` the path as written when it exists. :attr:`special`
     is a FIFO, socket or device met on the way (never opened). With ``check=False`` the name is
     joined to the first folder.
+
+    With ``listed=True`` (a file that names many images: COCO), after :data:`LIST_AFTER`
+    lookups each folder is listed once and a plain name (``0001.jpg``, ``train/0001.jpg``: no
+    ``.``, ``..`` or empty part, nothing to tidy) is looked up in the listing of its folder: a
+    set lookup instead of a path join, a normalisation and a ``stat``. A folder that
+    cannot be listed, or whose file system ignores case (``stat`` would find ``A.JPG`` for
+    ``a.jpg``), is looked in by ``stat``; so is every candidate again when the listings hold
+    none, so the result is the same as without them.
     """
 
-    def __init__(self, root: str | os.PathLike[str], folders: Sequence[str], check: bool) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], folders: Sequence[str], check: bool, *, listed: bool = False
+    ) -> None:
         self.root = os.fspath(root)
         self.folders = list(folders) or [""]
         self.check = check
+        self.listed = listed
+        self._listings: dict[tuple[int, str], _Listing | None] = {}
+        self._finds = 0
         self._last = 0
         self.escaped: str | None = None
         self.followed: str | None = None
@@ -102,6 +118,28 @@ class ImageLocator:
             self.special = (rel, kind)
         return kind is None
 
+    def _listing(self, i: int, sub: str) -> _Listing | None:
+        """The listing of ``sub`` in folder ``i`` (made on first use); None when it is not to be used."""
+        key = (i, sub)
+        if key not in self._listings:
+            self._listings[key] = _list_folder(os.path.join(self.root, self.folders[i], sub))
+        return self._listings[key]
+
+    def _in(self, i: int, name: str, listings: bool) -> str | None:
+        """The path of ``name`` in folder ``i``, relative to the root, when a regular file is
+        there (from the folder's listing when ``listings`` and ``name`` is plain), else None."""
+        sub, _, base = name.rpartition("/")
+        listing = self._listing(i, sub) if listings and _plain(name) else None
+        if listing is None:
+            rel = os.path.normpath(os.path.join(self.folders[i], name))
+            return rel if self._exists(rel) else None
+        files, special = listing
+        if base in files:
+            return os.path.normpath(os.path.join(self.folders[i], name))
+        if base in special:
+            self.special = (os.path.normpath(os.path.join(self.folders[i], name)), special[base])
+        return None
+
     def _first(self, names: Sequence[str]) -> str | None:
         """The first of ``names``, joined to a folder, that exists (no check: the first)."""
         for folder in self.folders:
@@ -114,6 +152,9 @@ class ImageLocator:
     def find(self, name: str, alternatives: Sequence[str] = ()) -> str | None:
         """Path of the image relative to the root, or None when no candidate exists."""
         self.escaped = self.followed = self.special = None
+        self._finds += 1
+        if self.check and not alternatives and _plain(name):  # stays in every folder: no path checks
+            return self._search([name])
         given = [n for n in (name, *alternatives) if n and n.strip()]
         names = list(dict.fromkeys(form for n in given for form in _forms(n)))
         if not names:
@@ -139,17 +180,62 @@ class ImageLocator:
             return None
         if not self.check:
             return os.path.normpath(os.path.join(self.folders[0], names[0]))
+        return self._search(names)
+
+    def _search(self, names: Sequence[str]) -> str | None:
+        """Every folder (the last hit's first) with ``names`` as written, then every folder with
+        base names and other extensions; through the listings first when :attr:`listed`."""
         order = [self._last] + [i for i in range(len(self.folders)) if i != self._last]
-        # every folder with the names as written, then every folder with base names and other extensions
-        for fallback in (False, True):
-            for i in order:
-                for n in names:
-                    for c in _fallbacks(n) if fallback else (n,):
-                        rel = os.path.normpath(os.path.join(self.folders[i], c))
-                        if self._exists(rel):
-                            self._last = i
-                            return rel
+        listed = self.listed and self._finds > LIST_AFTER  # a few images: a stat each costs less
+        for listings in (True, False) if listed else (False,):
+            for fallback in (False, True):
+                for i in order:
+                    for n in names:
+                        for c in _fallbacks(n) if fallback else (n,):
+                            rel = self._in(i, c, listings)
+                            if rel is not None:
+                                self._last = i
+                                return rel
         return None
+
+
+_UNPLAIN_PARTS = frozenset(("", ".", ".."))
+#: A folder's regular files (links followed) and its FIFOs, sockets and devices (name -> kind).
+_Listing = tuple[frozenset[str], dict[str, str]]
+
+
+def _plain(name: str) -> bool:
+    """Whether ``name`` is a plain relative name: parts split by ``/``, none empty, ``.`` or
+    ``..``, no ``\\`` or ``:`` (a drive), nothing to strip; joined to a folder it stays below
+    that folder (told from the text, without a path call)."""
+    if "\\" in name or ":" in name or name != name.strip():
+        return False
+    return not _UNPLAIN_PARTS.intersection(name.split("/"))
+
+
+def _list_folder(folder: str) -> _Listing | None:
+    """The :data:`_Listing` of ``folder``; None when it cannot be listed or its file system
+    ignores case (a listed name in the other case is found by ``stat``)."""
+    files: set[str] = set()
+    special: dict[str, str] = {}
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                try:
+                    if entry.is_file():
+                        files.add(entry.name)
+                    elif not entry.is_dir():
+                        kind = file_kind(entry.stat().st_mode)
+                        if kind is not None:
+                            special[entry.name] = kind
+                except OSError:  # a dangling link: nothing there, as for stat
+                    continue
+    except OSError:
+        return None
+    probe = next((f for f in files if f.swapcase() != f), None)
+    if probe is not None and probe.swapcase() not in files and os.path.exists(os.path.join(folder, probe.swapcase())):
+        return None
+    return frozenset(files), special
 
 
 def _fallbacks(name: str) -> list[str]:

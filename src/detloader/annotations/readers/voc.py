@@ -27,6 +27,7 @@ from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import FACE5, LandmarkSchema
 from detloader.annotations.problems import Problem, problems_of
 from detloader.annotations.readers.common import (
+    FolderListing,
     Reader,
     Source,
     Stamp,
@@ -179,6 +180,22 @@ def _below(rel: str, ann_dir: str) -> str:
     return os.path.join(_sub_folder(os.path.dirname(rel), ann_dir), _stem(rel))
 
 
+def _stems_below(files: Sequence[str], ann_dir: str) -> set[str]:
+    """``{_below(rel, ann_dir) for rel in files}``, sliced from the text for a file right in the
+    annotation folder (a call per file was most of listing the unannotated images)."""
+    prefix = "" if ann_dir in ("", ".") else ann_dir + os.sep
+    cut = len(prefix)
+    out: set[str] = set()
+    for rel in files:
+        tail = rel[cut:]
+        dot = tail.rfind(".")
+        if dot > 0 and tail[0] != "." and rel.startswith(prefix) and os.sep not in tail:
+            out.add(tail[:dot])
+        else:
+            out.add(_below(rel, ann_dir))
+    return out
+
+
 def _sub_folder(folder: str, ann_dir: str) -> str:
     """The annotation's folder below the annotation folder ('' at its top); string work, as
     ``os.path.relpath`` per file costs more than parsing small files."""
@@ -294,21 +311,28 @@ class VocReader(Reader):
     def unannotated(self, source: VocSource, index: AnnotationIndex, options: ReadOptions) -> list[Problem]:
         """``unannotated_image`` problems (repaired: they never fail a read) for the images in the
         image folder (one listing, sub-folders mirrored) that no annotation file names and whose
-        stem no annotation file has; FIFOs and devices among them are ``not_a_regular_file``."""
+        stem no annotation file has; FIFOs and devices among them are ``not_a_regular_file``.
+        The listing is ``source.image_listing`` when that is given and current (a refresh), else
+        made and left there (the cache keeps it for the next refresh)."""
         image_dir = source.image_dir
-        problems: list[Problem] = []
         if source.one_file or not options.check_images:
-            return problems
-        listed = scan_files(
-            source.root / image_dir, IMAGE_EXTENSIONS, root=source.root, problems=problems,
-            follow_outside=options.allow_outside_images, stamps=False,
-        )
+            return []
+        listing = source.image_listing
+        if listing is None or not listing.current(source.root):
+            found: list[Problem] = []
+            folders: dict[str, list[int]] = {}
+            listed = scan_files(
+                source.root / image_dir, IMAGE_EXTENSIONS, root=source.root, problems=found,
+                follow_outside=options.allow_outside_images, stamps=False, folders=folders,
+            )
+            listing = source.image_listing = FolderListing([rel for rel, *_ in listed], found, folders)
+        problems = list(listing.problems)
         named = set(index.image_paths())
         ann_dir = source.annotation_dir
-        stems = {_below(rel, ann_dir) for rel in source.files}
+        stems = _stems_below(source.files, ann_dir)
         alone = [
             (rel, "", "no annotation file names it")
-            for rel, *_ in listed
+            for rel in listing.files
             if rel not in named and os.path.splitext(os.path.relpath(rel, image_dir))[0] not in stems
         ]
         return problems + problems_of("unannotated_image", alone, "not in the index")
