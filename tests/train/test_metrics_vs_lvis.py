@@ -155,3 +155,59 @@ def test_counts_at_the_operating_point_follow_lvis(tmp_path: Path):
         assert (coco["per_class"]["a"]["fp"], coco["per_class"]["c"]["fp"]) == (1, 1)
         empty = score_predictions({}, index, backend=backend)  # type: ignore[arg-type]
         assert (empty["map50_95"], empty["map_small"], empty["map_medium"], empty["map_large"]) == (0, 0, None, None)
+
+
+def _lvis_from_index(index: Any, tmp_path: Path, seed: int) -> tuple[Path, Path]:
+    """A real dataset (BCCD) as an LVIS val file and detections: its boxes and classes, the
+    classes' frequency by their image counts' rank (fewest r, then c, the rest f, so that each
+    group is scored), each image's absent classes checked on a draw
+    (neg_category_ids), every fourth image's first class not exhaustive; the detections its
+    boxes moved and missed at random, plus false positives of any class, scores distinct."""
+    rng = np.random.default_rng(seed)
+    names = list(index.classes)
+    counts = index.class_counts("images")
+    rank = {n: r for r, n in enumerate(sorted(names, key=lambda n: counts[n]))}
+    cats = [{"id": k + 1, "name": n, "frequency": "rcf"[min(rank[n], 2)]} for k, n in enumerate(names)]
+    images, anns, dets = [], [], []
+    offsets, labels, boxes = index.object_offsets, index.labels, index.boxes
+    for i in range(len(index)):
+        w, h = int(index.width[i]), int(index.height[i])
+        held = sorted({int(c) + 1 for c in labels[offsets[i]:offsets[i + 1]]})
+        absent = [c["id"] for c in cats if c["id"] not in held and rng.random() < 0.6]
+        images.append({"id": i + 1, "width": w, "height": h, "coco_url": f"http://x/val2017/{i + 1:012d}.jpg",
+                       "neg_category_ids": absent, "not_exhaustive_category_ids": held[:1] if i % 4 == 0 else []})
+        for j in range(int(offsets[i]), int(offsets[i + 1])):
+            x1, y1, x2, y2 = (float(v) for v in boxes[j])
+            anns.append({"id": j + 1, "image_id": i + 1, "category_id": int(labels[j]) + 1,
+                         "bbox": [x1, y1, x2 - x1, y2 - y1], "area": (x2 - x1) * (y2 - y1)})
+            if rng.random() < 0.8:
+                d = rng.integers(-24, 25, 4) / 4
+                dets.append([i + 1, int(labels[j]) + 1, [x1 + d[0], y1 + d[1], max(x2 - x1 + d[2], 2.0),
+                                                         max(y2 - y1 + d[3], 2.0)]])
+        for _ in range(int(rng.integers(0, 6))):
+            bw, bh = (float(v) for v in rng.integers(10, 120, 2))
+            dets.append([i + 1, int(rng.integers(1, len(cats) + 1)),
+                         [float(rng.integers(0, max(w - bw, 1))), float(rng.integers(0, max(h - bh, 1))), bw, bh]])
+    scores = (rng.permutation(len(dets)) + 1) / (len(dets) + 1)
+    results = [{"image_id": i, "category_id": c, "bbox": b, "score": float(s)} for (i, c, b), s in zip(dets, scores)]
+    gt_path, dt_path = tmp_path / "lvis_v1_val.json", tmp_path / "detections.json"
+    gt_path.write_text(json.dumps({"info": {}, "licenses": [], "images": images, "annotations": anns,
+                                   "categories": cats}))
+    dt_path.write_text(json.dumps(results))
+    return gt_path, dt_path
+
+
+@needs_lvis
+@pytest.mark.dataset
+@pytest.mark.slow
+def test_lvis_scores_equal_lvis_api_on_a_real_dataset_made_lvis_shaped(bccd_root: Path, tmp_path: Path):
+    """BCCD (364 images, 4,888 boxes, 3 classes) as an LVIS file: every figure lvis-api prints."""
+    index = read_annotations(bccd_root, on_error="skip", cache=False)
+    gt_path, dt_path = _lvis_from_index(index, tmp_path, seed=0)
+    reference = _reference(gt_path, dt_path)
+    for backend in BACKENDS:
+        metrics = _detloader(gt_path, dt_path, backend)
+        assert metrics["protocol"] == "lvis" and all(reference[n] > 0 for n in ("APr", "APc", "APf"))
+        for name, key in FIGURES.items():
+            ours = -1.0 if metrics[key] is None else metrics[key]
+            assert ours == pytest.approx(reference[name], abs=1e-4), (backend, name, ours, reference[name])
