@@ -64,6 +64,7 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=600, help="images of the zipf30 set (default 600)")
     parser.add_argument("--data", action="append", default=[], metavar="NAME=PATH", help="another dataset")
     parser.add_argument("--data-size", type=int, default=192, help="training image size of those (default 192)")
+    parser.add_argument("--no-zipf", action="store_true", help="only the datasets given with --data")
     parser.add_argument("--out", default="runs/bench_balance_effect")
     args = parser.parse_args()
 
@@ -73,7 +74,7 @@ def main() -> None:
     from detloader.train import TrainConfig, train
 
     out = Path(args.out)
-    datasets = {"zipf30": (zipf_set(out, args.images), args.size)}
+    datasets = {} if args.no_zipf else {"zipf30": (zipf_set(out, args.images), args.size)}
     for item in args.data:
         name, _, path = item.partition("=")
         if Path(path).is_dir():
