@@ -196,7 +196,7 @@ def _train(data: Path, out: Path, *extra: str) -> subprocess.Popen[str]:
     args = [sys.executable, "-m", "detloader", "train", str(data), "--num-workers", "2", "--epochs", "3",
             "--size", "64", "--batch-size", "2", "--width", "4", "--device", "cpu", "--no-eval",
             "--out", str(out), *extra]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1")  # a SIGABRT prints every thread
     return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
@@ -254,7 +254,12 @@ def test_train_with_a_killed_worker_exits_4_and_keeps_the_last_checkpoint(longer
         workers = _workers_after_first_checkpoint(proc, out)
         os.kill(workers[1].pid, signal.SIGKILL)
         killed = time.monotonic()
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # say where it hangs: the threads of the run, as faulthandler prints them
+            os.kill(proc.pid, signal.SIGABRT)
+            _, err = proc.communicate(timeout=30)
+            raise AssertionError(f"the run did not end within 60 s of the kill; its threads:\n{err[-8000:]}") from None
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
