@@ -1,6 +1,7 @@
-"""Metrics of predictions on an annotated split: box mAP by the COCO or LVIS protocol and per-class
-TP / FP / FN at an operating point (:mod:`.coco_eval`: pycocotools or faster-coco-eval), landmark NME (normaliser
-as mmpose's ``keypoint_2d_metrics``), image-class accuracy; what each is: docs/training.md, "Evaluation".
+"""Metrics of predictions on an annotated split: box mAP by the COCO, LVIS (:mod:`.coco_eval`:
+pycocotools or faster-coco-eval) or Open Images protocol (:mod:`.openimages_eval`), per-class
+TP / FP / FN at an operating point, landmark NME (normaliser as mmpose's
+``keypoint_2d_metrics``), image-class accuracy; what each is: docs/training.md, "Evaluation".
 
 Ground truth comes from the index (annotation coordinates); crowd regions and difficult objects
 are ignored ground truth. Every image of the index counts: one without predictions is all misses.
@@ -176,8 +177,7 @@ def compute_metrics(
     that size), ``protocol`` (``"coco"``, ``"lvis"`` or ``"openimages"``:
     :func:`~.coco_eval.evaluation_protocol` of ``protocol``; Open Images' figures:
     :func:`~.openimages_eval.with_openimages_ap`), ``per_class`` (per class ``objects``,
-    ``ignored`` (crowd or difficult),
-    ``tp``, ``fp``, ``fn``, ``precision``, ``recall``, ``max_recall``, ``ap50``,
+    ``ignored`` (crowd or difficult), ``tp``, ``fp``, ``fn``, ``precision``, ``recall``, ``max_recall``, ``ap50``,
     ``ap50_95``), ``tp``, ``fp``, ``fn``, ``precision``, ``recall`` (all classes, at
     ``score_threshold`` and IoU 0.5), ``score_threshold``, ``nme``, ``nme_normaliser``,
     ``nme_objects``, ``image_class_accuracy``, ``image_class_recall``, ``images``,
