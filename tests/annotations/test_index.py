@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from detloader import FACE5, LandmarkSchema, read_annotations
+from detloader.annotations.fields import pack_strings, unpack_string, unpack_strings
 from detloader.annotations.index import _ranges
 from detloader.annotations.landmarks import infer_flip_pairs
 
@@ -57,6 +58,21 @@ def test_subset_matches_per_image_views(index, ids):
         np.testing.assert_array_equal(sub.image(k).boxes, index.image(i).boxes)
         np.testing.assert_array_equal(sub.image(k).labels, index.image(i).labels)
     assert sub.num_objects == sum(len(index.image(i).boxes) for i in ids)
+
+
+@settings(max_examples=40, deadline=None)
+@given(start=st.integers(-10, 9), length=st.integers(1, 10))
+def test_subset_of_consecutive_images_equals_the_gathered_one(index, start, length):
+    """A run of consecutive images (taken by slices) gives the arrays that gathering them one by
+    one gives (the run reversed, then reversed back: two gathers, no run)."""
+    ids = [(start + k) % 10 for k in range(min(length, 10 - start % 10))]
+    run = index.subset(ids)
+    gathered = index.subset(ids[::-1]).subset(list(range(len(ids)))[::-1])
+    assert run.arrays().keys() == gathered.arrays().keys()
+    for name, value in run.arrays().items():
+        np.testing.assert_array_equal(value, gathered.arrays()[name], err_msg=name)
+        assert value.dtype == gathered.arrays()[name].dtype and value.flags.writeable, name
+    assert run.image_paths() == [index.relative_image_path(i) for i in ids]
 
 
 def test_random_split_reproducible_disjoint_complete(index):
@@ -130,3 +146,17 @@ def test_ranges_helper(pairs):
     lengths = np.array([n for _, n in pairs], dtype=np.int64)
     expected = [v for s, n in pairs for v in range(s, s + n)]
     assert _ranges(starts, lengths).tolist() == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.binary(max_size=12), st.text(max_size=8)), max_size=12))
+def test_packed_strings_are_each_string_encoded_alone(items):
+    """pack_strings / unpack_strings (one joined encode and split) give what an encode and a
+    decode per string give, for any bytes a file name can hold (surrogate escapes) and NULs."""
+    strings = [s.decode("utf-8", "surrogateescape") if isinstance(s, bytes) else s for s in items]
+    blob, offsets = pack_strings(strings)
+    encoded = [s.encode("utf-8", "surrogateescape") for s in strings]
+    assert blob.dtype == np.uint8 and blob.tobytes() == b"".join(encoded)
+    assert offsets.tolist() == np.cumsum([0, *map(len, encoded)]).tolist()
+    assert unpack_strings(blob, offsets) == strings
+    assert [unpack_string(blob, offsets, i) for i in range(len(strings))] == strings

@@ -36,6 +36,7 @@ from detloader.annotations.fields import (
     AttributeCells,
     Field,
     LocalVocab,
+    pack_strings,
     packed_names,
 )
 from detloader.annotations.problems import Problem, Severity
@@ -443,7 +444,10 @@ class ChunkBuilder:
         points = self._landmark_arrays(rows["object"])
         arrays.update(self._class_list_arrays(rows["image"]))
         for f in FIELDS:
-            if f.name in self._cols:
+            if f.level == "string":
+                data_name, offsets_name = packed_names(f)
+                arrays[data_name], arrays[offsets_name] = pack_strings(self._strings[f.name])
+            elif f.name in self._cols:
                 arrays[f.name] = _column_array(self._cols[f.name], f, rows[f.level])
             elif f.vocab in self._attrs:
                 arrays[f.name], vocabs[f.vocab] = self._attrs[f.vocab].finish(rows[f.level])
@@ -451,7 +455,6 @@ class ChunkBuilder:
                 arrays[f.name] = points[f.name]
         return Partial(
             arrays=arrays,
-            strings=self._strings,
             vocabs=vocabs,
             problems=self.problems,
             stats=self.stats,
@@ -467,14 +470,13 @@ class ChunkBuilder:
 class Partial:
     """One chunk of a dataset as arrays, with chunk-local vocabularies (see ``merge``).
 
-    ``arrays``: every field of ``FIELDS`` (the class lists as their two arrays) plus
-    ``object_offsets``, with chunk-local ids;
+    ``arrays``: every field of ``FIELDS`` (the class lists and the strings as their two arrays)
+    plus ``object_offsets``, with chunk-local ids;
     ``vocabs``: for each vocabulary a field refers to, the local names in id order (attribute
     tables: ``(attribute, values)`` pairs); ``missing_names``: the first images not found.
     """
 
     arrays: dict[str, np.ndarray]
-    strings: dict[str, list[str]]
     vocabs: dict[str, Any]
     problems: list[Problem]
     stats: dict[str, int] = field(default_factory=dict)

@@ -103,13 +103,20 @@ def array_names() -> list[str]:
 def pack_strings(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """UTF-8 blob (uint8) and int64 offsets ``[n + 1]`` for a list of strings. A file name that is
     not UTF-8 reaches Python with surrogate escapes (``os.fsdecode``); it is stored as its own
-    bytes (``surrogateescape``) and read back as the same string, the exact name on disk."""
+    bytes (``surrogateescape``) and read back as the same string, the exact name on disk. The
+    strings are encoded as one text joined by NULs (no path holds one), the NULs then cut out by
+    numpy: 100,000 paths in a few ms, not one ``encode`` each."""
+    n = len(strings)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    joined = np.frombuffer("\0".join(strings).encode("utf-8", "surrogateescape"), dtype=np.uint8)
+    cuts = np.flatnonzero(joined == 0)
+    if len(cuts) == max(n - 1, 0):  # no string holds a NUL of its own
+        offsets[1:n] = cuts - np.arange(n - 1)
+        offsets[n] = len(joined) - max(n - 1, 0)
+        return joined[joined != 0], offsets
     encoded = [s.encode("utf-8", "surrogateescape") for s in strings]
-    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-    if encoded:
-        np.cumsum([len(e) for e in encoded], out=offsets[1:])
-    blob = np.frombuffer(b"".join(encoded), dtype=np.uint8).copy()
-    return blob, offsets
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    return np.frombuffer(b"".join(encoded), dtype=np.uint8).copy(), offsets
 
 
 def unpack_string(blob: np.ndarray, offsets: np.ndarray, i: int) -> str:
@@ -118,7 +125,14 @@ def unpack_string(blob: np.ndarray, offsets: np.ndarray, i: int) -> str:
 
 
 def unpack_strings(blob: np.ndarray, offsets: np.ndarray) -> list[str]:
-    """Every string of a blob made by :func:`pack_strings`, in order (one copy of the blob)."""
+    """Every string of a blob made by :func:`pack_strings`, in order: NULs put between them by
+    numpy, one decode and one ``split`` (a decode per string cost 0.2 s per million)."""
+    n = len(offsets) - 1
+    if n <= 0:
+        return []
+    blob = np.asarray(blob, dtype=np.uint8)
+    if not (blob == 0).any():  # a NUL inside a string (never in a path): one decode each
+        return np.insert(blob, offsets[1:-1], 0).tobytes().decode("utf-8", "surrogateescape").split("\0")
     data = blob.tobytes()
     return [data[a:b].decode("utf-8", "surrogateescape") for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
 

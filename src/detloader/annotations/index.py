@@ -282,23 +282,33 @@ class AnnotationIndex:
             bad = ids[(ids < -n) | (ids >= n)][0]
             raise DetloaderIndexError(f"subset: image id {int(bad)} out of range for {n} images")
         ids = ids % n if n else ids
+        # a run of consecutive images (a refresh keeps 100,000 of them): slices, no index array
+        run = slice(int(ids[0]), int(ids[-1]) + 1) if len(ids) and bool((np.diff(ids) == 1).all()) else None
         counts = self.objects_per_image[ids]
         offsets = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
-        obj = _ranges(self.object_offsets[ids], counts)
+        if run is None:
+            obj: np.ndarray | slice = _ranges(self.object_offsets[ids], counts)
+        else:
+            obj = slice(int(self.object_offsets[run.start]), int(self.object_offsets[run.stop]))
         arrays: dict[str, np.ndarray] = {OFFSETS: offsets}
         for f in FIELDS:
             if f.level in ("string", "list"):
                 data, offs = self._packed[f.name]
+                data_name, offsets_name = packed_names(f)
+                if run is not None:
+                    arrays[data_name] = np.array(data[offs[run.start] : offs[run.stop]])
+                    arrays[offsets_name] = offs[run.start : run.stop + 1] - offs[run.start]
+                    continue
                 lengths = (offs[1:] - offs[:-1])[ids]
                 new_offs = np.zeros(len(ids) + 1, dtype=np.int64)
                 np.cumsum(lengths, out=new_offs[1:])
-                data_name, offsets_name = packed_names(f)
                 arrays[data_name] = np.ascontiguousarray(data[_ranges(offs[ids], lengths)])
                 arrays[offsets_name] = new_offs
             else:
-                rows = ids if f.level == "image" else obj
-                arrays[f.name] = np.ascontiguousarray(getattr(self, f.name)[rows])
+                rows = (ids if run is None else run) if f.level == "image" else obj
+                value = getattr(self, f.name)[rows]  # a slice is a view (of a mapped file): copied
+                arrays[f.name] = np.array(value) if isinstance(rows, slice) else np.ascontiguousarray(value)
         position = np.full(n, -1, dtype=np.int64)
         position[ids[::-1]] = np.arange(len(ids) - 1, -1, -1)  # first position of each id
         splits = {}

@@ -10,6 +10,7 @@ chunk's local ids to them, field by field as :data:`~detloader.annotations.field
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ from detloader._system import usable_cpus
 from detloader._system.pool import run_in_processes
 from detloader.annotations.builder import ChunkBuilder, Partial
 from detloader.annotations.checks import ReadOptions
-from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Field, Vocabulary, pack_strings, packed_names
+from detloader.annotations.fields import FIELDS, MISSING, OFFSETS, Field, Vocabulary, packed_names
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.landmarks import LandmarkSchema, infer_flip_pairs
 from detloader.annotations.problems import Problem, ProblemReport
@@ -77,7 +78,10 @@ def build_index(
         chunks = _chunks(files, n_workers * 8)
         partials = [None] * len(chunks)  # type: ignore[list-item]
         done = 0
-        calls = [(reader.name, source, chunk, options) for chunk in chunks]
+        # each call carries the source without its file list and stamps (no parse reads them):
+        # 100,000 stamps pickled per chunk were a fifth of a full build's CPU
+        slim = dataclasses.replace(source, files=[], stamp=[], image_listing=None)
+        calls = [(reader.name, slim, chunk, options) for chunk in chunks]
         for i, partial in run_in_processes(_parse_chunk, calls, n_workers):
             partials[i] = partial
             done += len(chunks[i])
@@ -247,15 +251,16 @@ def _frequency(partials: Sequence[Partial], classes: Sequence[str], problems: li
     return {c: None if c in clashing else first.get(c, (None, ""))[0] for c in classes}
 
 
-def _drop_duplicates(
-    index: AnnotationIndex, problems: list[Problem], strings: Mapping[str, list[str]]
-) -> AnnotationIndex:
+def _drop_duplicates(index: AnnotationIndex, problems: list[Problem]) -> AnnotationIndex:
     """Images annotated more than once keep their first annotation; the others are reported."""
+    paths = index.image_paths()
+    if len(set(paths)) == len(paths):  # none: one set, no loop
+        return index
     first_seen: dict[str, int] = {}
     duplicates: list[Problem] = []
     keep: list[int] = []
-    annotation_paths = strings["annotation_paths"]
-    for i, path in enumerate(strings["image_paths"]):
+    annotation_paths = index.annotation_paths()
+    for i, path in enumerate(paths):
         j = first_seen.setdefault(path, i)
         if j == i:
             keep.append(i)
@@ -263,10 +268,22 @@ def _drop_duplicates(
             message = f"image {path!r} is already annotated by {annotation_paths[j]}"
             problem = Problem("duplicate_image", annotation_paths[i], "filename", message, "annotation skipped")
             duplicates.append(problem)
-    if duplicates:
-        index = index.subset(keep)
-        index.problems = ProblemReport(problems + duplicates)
+    index = index.subset(keep)
+    index.problems = ProblemReport(problems + duplicates)
     return index
+
+
+def _concat_strings(f: Field, partials: Sequence[Partial]) -> dict[str, np.ndarray]:
+    """A string field's blob and offsets over every chunk (the chunks' blobs joined, no string unpacked)."""
+    data_name, offsets_name = packed_names(f)
+    offsets = np.zeros(sum(len(p.arrays[offsets_name]) - 1 for p in partials) + 1, dtype=np.int64)
+    start, size = 0, 0
+    for p in partials:
+        local = p.arrays[offsets_name]
+        offsets[start + 1 : start + len(local)] = local[1:] + size
+        start, size = start + len(local) - 1, size + int(local[-1])
+    blobs = [p.arrays[data_name] for p in partials]
+    return {data_name: np.concatenate(blobs) if blobs else np.zeros(0, np.uint8), offsets_name: offsets}
 
 
 def merge(
@@ -303,11 +320,9 @@ def merge(
     n = sum(len(p.arrays["width"]) for p in partials)
     rows = {"image": n, "object": sum(len(p.arrays["boxes"]) for p in partials)}
     arrays: dict[str, np.ndarray] = {OFFSETS: _offsets(partials, n)}
-    strings: dict[str, list[str]] = {}
     for f in FIELDS:
         if f.level == "string":
-            strings[f.name] = [s for p in partials for s in p.strings[f.name]]
-            arrays[f"{f.name}_blob"], arrays[f"{f.name}_offsets"] = pack_strings(strings[f.name])
+            arrays.update(_concat_strings(f, partials))
         elif f.level == "list":
             arrays.update(_class_list(f, partials, {c: i for i, c in enumerate(names["classes"])}, n))
         elif f.vocab == "landmarks":
@@ -336,7 +351,7 @@ def merge(
     index = AnnotationIndex(
         root=root, arrays=arrays, vocab=vocab, problems=ProblemReport(problems), meta={**meta, "stats": stats, **extra}
     )
-    index = _drop_duplicates(index, problems, strings)
+    index = _drop_duplicates(index, problems)
     ids = index.image_ids
     unnumbered = ids == MISSING
     if unnumbered.any():  # a format without image ids: the 1-based row
