@@ -8,10 +8,13 @@ import warnings
 import numpy as np
 import pytest
 from helpers import keypoints_xml, voc_dataset, voc_object, voc_xml, write_image
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import detloader
 from detloader import FACE5, MISSING, AnnotationError, LandmarkSchema, read_annotations
 from detloader.annotations.problems import AnnotationWarning
+from detloader.annotations.readers.voc import _named_like
 
 
 def _kinds(index) -> dict[str, int]:
@@ -401,3 +404,17 @@ def test_listing_names_only_finds_what_a_stamped_listing_finds(tmp_path):
     assert found[False][0] == ["JPEGImages/a.jpg", "JPEGImages/link.jpg", "JPEGImages/sub/b.JPG"]
     assert sorted(found[False][1]) == [("not_a_regular_file", "JPEGImages/pipe.jpg"),
                                        ("unreadable_file", "JPEGImages/dangling.jpg")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from(["a", "ab", "b", "a.b", "ba", ".a", "a\nb"]), min_size=1, max_size=3),
+             max_size=12),
+    st.sets(st.sampled_from(["a", "ab", "b", ".", "a.", "ba", "x"]), max_size=10),
+)
+def test_named_like_is_a_startswith_per_file(parts, starts):
+    """The text search for files whose name starts with a given stem equals a ``startswith``
+    per file, whatever the folders, dots, newlines and number of stems."""
+    files = sorted({os.sep.join(p) for p in parts})
+    expected = [rel for rel in files if rel.rpartition(os.sep)[2].startswith(tuple(starts))] if starts else []
+    assert _named_like(files, starts) == expected

@@ -3,16 +3,19 @@ alone, and the refreshed index equals a build from scratch (arrays, vocabularies
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 from helpers import keypoints_xml, voc_dataset, voc_object, voc_xml, write_image
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from detloader import read_annotations
 from detloader.annotations.readers import READERS
-from detloader.annotations.refresh import stamps_file
+from detloader.annotations.refresh import _positions, stamps_file
 
 ATTRS = "<attributes><attribute><name>color</name><value>{}</value></attribute></attributes>"
 
@@ -274,3 +277,51 @@ def test_a_refresh_lists_the_image_folder_again_only_when_a_folder_of_it_changed
     unannotated = [p.file for p in refreshed.problems if p.kind == "unannotated_image"]
     assert os.path.join("JPEGImages", "sub", "new.jpg") in unannotated
     assert_same_index(refreshed, read_annotations(root, on_error="skip", cache=False))
+
+
+def test_a_read_pauses_the_garbage_collector_and_restores_it(tmp_path):
+    """The cyclic collector is off during a read (tens of thousands of tuples, no cycle) and as
+    it was after it: on again, still off when the caller had turned it off, on after an error."""
+    root = voc_dataset(tmp_path / "d", {"a": voc_xml("a.jpg", [voc_object("x", (1, 1, 5, 5))])})
+    seen = []
+    read_annotations(root, cache=False, progress=lambda done, total: seen.append(gc.isenabled()))
+    assert seen and not any(seen) and gc.isenabled()
+    gc.disable()
+    try:
+        read_annotations(root, cache=False)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with pytest.raises(FileNotFoundError):
+        read_annotations(tmp_path / "absent")
+    assert gc.isenabled()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from("abcdefgh"), max_size=8), st.lists(st.sampled_from("abcdefgh"), max_size=8),
+       st.booleans())
+def test_positions_are_a_lookup_per_name(names, among, sort):
+    """_positions (sorted distinct lists lined up by their differences, equal lists, else a dict)
+    gives each name's position in ``among``, -1 when absent."""
+    if sort:
+        names, among = sorted(set(names)), sorted(set(among))
+    else:
+        among = list(dict.fromkeys(among))
+    expected = [among.index(name) if name in among else -1 for name in names]
+    assert _positions(names, among).tolist() == expected
+
+
+@pytest.mark.parametrize("mtime", [1_733_000_000_123_456_789, -5])  # -5: an mtime before 1970
+def test_stamp_table_holds_every_number_as_the_stamps_give_it(tmp_path, mtime):
+    """Source.stamp_table: the columns of the stamps, an inode past 2**63 kept bit for bit,
+    ``files_first`` only when the files lead the stamps in their order."""
+    from detloader.annotations.readers.common import Source
+
+    stamp = [("b.xml", mtime, 10, 7, 2**64 - 1), ("a.xml", 3, 0, 4, 5), ("ImageSets/x.txt", 1, 2, 3, 4)]
+    table = Source(root=tmp_path, files=["b.xml", "a.xml"], stamp=stamp).stamp_table()
+    assert table.names == ["b.xml", "a.xml", "ImageSets/x.txt"] and table.files_first
+    assert table.numbers.dtype == np.int64 and table.numbers[:, :3].tolist() == [[mtime, 10, 7], [3, 0, 4], [1, 2, 3]]
+    assert table.numbers[:, 3].view(np.uint64).tolist() == [2**64 - 1, 5, 4]
+    assert not Source(root=tmp_path, files=["a.xml", "b.xml"], stamp=stamp).stamp_table().files_first
+    empty = Source(root=tmp_path, files=[]).stamp_table()
+    assert empty.names == [] and empty.numbers.shape == (0, 4)

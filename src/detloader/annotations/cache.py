@@ -17,7 +17,6 @@ docs/index.md ("The cache"); the checks and their cost: docs/reliability.md ("Ca
 
 from __future__ import annotations
 
-import array
 import contextlib
 import hashlib
 import json
@@ -43,7 +42,7 @@ from detloader.annotations.problems import ProblemReport
 from detloader.errors import CacheError, DetloaderRuntimeWarning, DetloaderValueError
 
 if TYPE_CHECKING:
-    from detloader.annotations.readers.common import Source
+    from detloader.annotations.readers.common import Source, StampTable
 
 MAGIC = b"DLINDEX\n"
 #: The file layout's version (3: the per-image class lists' arrays; 4: the objects' area).
@@ -360,21 +359,26 @@ def key_matches(stored: str | None, key: str, root: Path) -> bool:
 
 
 def content_key(
-    name: str, options_json: str, source: Source, verify: str = "stat", digests: dict[str, bytes] | None = None
+    name: str,
+    options_json: str,
+    source: Source,
+    verify: str = "stat",
+    digests: dict[str, bytes] | None = None,
+    table: StampTable | None = None,
 ) -> str:
     """Hash of the reader, the options, the identity of the dataset folder (device and inode:
-    a copy made with its cache rebuilds) and every stamped file; with ``verify="content"``
-    also of the files' bytes (each file's digest into ``digests`` when given)."""
+    a copy made with its cache rebuilds) and every stamped file (``table``: ``source``'s
+    :meth:`~detloader.annotations.readers.common.Source.stamp_table` when made already); with
+    ``verify="content"`` also of the files' bytes (each file's digest into ``digests`` when given)."""
     root = os.stat(source.root)
     h = hashlib.blake2b(digest_size=16)
     head = f"{READER_VERSION}\0{CACHE_VERSION}\0{name}\0{options_json}\0{root.st_dev}\0{root.st_ino}\0"
     h.update(head.encode("utf-8", "surrogateescape"))  # names not UTF-8 (surrogate escapes) hash as their bytes
     image_dirs = [dir_identity(source.root / d) for d in source.image_dirs or ()]  # images added or removed
     h.update(json.dumps([source.facts(), image_dirs], sort_keys=True).encode("utf-8", "surrogateescape"))
-    names, *numbers = zip(*source.stamp) if source.stamp else ((),)
+    names, numbers, _ = source.stamp_table() if table is None else table
     h.update("\n".join(names).encode("utf-8", "surrogateescape"))
-    for typecode, column in zip("qqqQ", numbers):  # mtime, size, ctime, inode: 10k files in about 1 ms
-        h.update(array.array(typecode, column).tobytes())
+    h.update(np.ascontiguousarray(numbers.T).tobytes())  # column after column: mtime, size, ctime, inode
     for rel, *_ in source.stamp if verify == "content" else ():
         try:
             with open_regular(source.root / rel) as fh:

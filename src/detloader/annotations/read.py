@@ -5,11 +5,13 @@ apply the error policy (:mod:`detloader.annotations.problems`).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import json
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ from detloader.annotations.pack import is_pack, read_pack
 from detloader.annotations.parse import ProgressFn, build_index
 from detloader.annotations.problems import OnError, Problem, ProblemReport, apply_policy, check_choice, check_on_error
 from detloader.annotations.readers import READERS
-from detloader.annotations.readers.common import Reader, Source, stat_entry
+from detloader.annotations.readers.common import Reader, Source, StampTable, stat_entry
 from detloader.annotations.splits import SPLITS_JSON
 from detloader.errors import (
     DetloaderFileNotFoundError,
@@ -131,6 +133,19 @@ def _make_options(
     )
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused (as it was before, after): a read makes a tuple or
+    more per file and no cycle; with 100,000 files the collections it set off were 8 % of a refresh."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def read_annotations(
     path: str | os.PathLike[str],
     format: str = "auto",
@@ -196,42 +211,45 @@ def read_annotations(
             object store".
         **format_options: options of one reader (the reader options table of docs/formats.md).
     """
-    if is_pack(path):
-        given = {"format": format not in ("auto", "pack"), "class_map": bool(class_map),
-                 "landmark_schema": landmark_schema is not None, "one_based": one_based,
-                 "image_dir": image_dir is not None, "boxes_from_points": boxes_from_points != "enclose",
-                 **{name: True for name in format_options}}
-        check_on_error(on_error)
-        index = read_pack(path, stream_cache, stream_cache_limit, storage_options,
-                          [name for name, on in given.items() if on], classes)
-        apply_policy(index.problems, on_error, str(path))
+    with _gc_paused():  # no frame of its own: warnings name the caller (stacklevel)
+        if is_pack(path):
+            given = {"format": format not in ("auto", "pack"), "class_map": bool(class_map),
+                     "landmark_schema": landmark_schema is not None, "one_based": one_based,
+                     "image_dir": image_dir is not None, "boxes_from_points": boxes_from_points != "enclose",
+                     **{name: True for name in format_options}}
+            check_on_error(on_error)
+            index = read_pack(path, stream_cache, stream_cache_limit, storage_options,
+                              [name for name, on in given.items() if on], classes)
+            apply_policy(index.problems, on_error, str(path))
+            return index
+        p = _checked_path(path, on_error, cache, verify)
+        options = _make_options(
+            classes,
+            class_map,
+            landmark_schema,
+            one_based=one_based,
+            clip_boxes=clip_boxes,
+            check_images=check_images,
+            image_class_attribute=image_class_attribute,
+            max_file_bytes=max_file_bytes,
+            allow_outside_images=bool(allow_outside_images),
+            boxes_from_points=boxes_from_points,
+            format_options=format_options,
+        )
+        plan = _plan(p, format, image_dir, options, workers, progress)
+        cache_file = _cache_file(plan) if cache else None
+        # taken once the cache folder exists: making `.detloader-cache` in a root that is also an image
+        # folder changes that folder's identity, and a key taken before would not match on the next read
+        digests: dict[str, bytes] | None = {} if verify == "content" else None
+        table = plan.source.stamp_table()
+        key = _cache.content_key(plan.name, plan.options_json, plan.source, verify, digests, table)
+        if cache_file is None:
+            index = plan.build()
+        else:
+            index = _read_cached(plan, cache_file, key, rebuild=cache == "rebuild", verify=verify, digests=digests,
+                                 table=table)
+        _finish(index, on_error, plan.source.root)
         return index
-    p = _checked_path(path, on_error, cache, verify)
-    options = _make_options(
-        classes,
-        class_map,
-        landmark_schema,
-        one_based=one_based,
-        clip_boxes=clip_boxes,
-        check_images=check_images,
-        image_class_attribute=image_class_attribute,
-        max_file_bytes=max_file_bytes,
-        allow_outside_images=bool(allow_outside_images),
-        boxes_from_points=boxes_from_points,
-        format_options=format_options,
-    )
-    plan = _plan(p, format, image_dir, options, workers, progress)
-    cache_file = _cache_file(plan) if cache else None
-    # taken once the cache folder exists: making `.detloader-cache` in a root that is also an image
-    # folder changes that folder's identity, and a key taken before would not match on the next read
-    digests: dict[str, bytes] | None = {} if verify == "content" else None
-    key = _cache.content_key(plan.name, plan.options_json, plan.source, verify, digests)
-    if cache_file is None:
-        index = plan.build()
-    else:
-        index = _read_cached(plan, cache_file, key, rebuild=cache == "rebuild", verify=verify, digests=digests)
-    _finish(index, on_error, plan.source.root)
-    return index
 
 
 def _checked_path(path: str | os.PathLike[str], on_error: OnError, cache: bool | str, verify: str) -> Path:
@@ -328,7 +346,14 @@ def _cache_file(plan: _Plan) -> Path | None:
 
 
 def _read_cached(
-    plan: _Plan, cache_file: Path, key: str, *, rebuild: bool, verify: str, digests: dict[str, bytes] | None
+    plan: _Plan,
+    cache_file: Path,
+    key: str,
+    *,
+    rebuild: bool,
+    verify: str,
+    digests: dict[str, bytes] | None,
+    table: StampTable,
 ) -> AnnotationIndex:
     """The index from ``cache_file`` when it is current (``key``), else refreshed from the
     changed annotation files alone or built, then saved and mapped from the file; a cache that
@@ -345,8 +370,8 @@ def _read_cached(
         if index is not None:
             return index
         # only the annotation files changed: parse those alone (docs/index.md, "The cache")
-        base = _refresh.base_key(name, plan.options_json, source, verify, digests)
-        stamps = _refresh.file_stamps(plan.reader, source, digests)
+        base = _refresh.base_key(name, plan.options_json, source, verify, digests, table)
+        stamps = _refresh.file_stamps(plan.reader, source, digests, table)
         index = _refresh.refresh_index(plan.reader, source, plan.options, cache_file, base, stamps) if current else None
         index = plan.build() if index is None else index
         full_key = _cache.folders_key(key, source.root, _folders_of(index.image_paths()))

@@ -12,6 +12,7 @@ Whenever anything else changed, or the old index holds what cannot be taken apar
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import json
@@ -19,7 +20,6 @@ import os
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ from detloader.annotations.image_search import should_search
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.parse import _parse_chunk, assemble
 from detloader.annotations.problems import Problem, ProblemReport
-from detloader.annotations.readers.common import FolderListing, Reader, Source
+from detloader.annotations.readers.common import FolderListing, Reader, Source, StampTable
 from detloader.errors import CacheError
 
 STAMPS_SUFFIX = ".stamps"
@@ -69,21 +69,15 @@ class FileStamps:
     numbers: np.ndarray
     digests: list[str]
 
-    def changed(self, before: FileStamps) -> np.ndarray:
-        """bool ``[n]``: whether each file of ``self`` is new or its stamp differs from ``before``'s."""
-        if self.names == before.names:
-            new = np.zeros(len(self.names), dtype=np.bool_)
-            numbers, digests = before.numbers, before.digests
-        elif not before.names:
+    def changed(self, before: FileStamps, rows: np.ndarray) -> np.ndarray:
+        """bool ``[n]``: whether each file of ``self`` is new or its stamp differs from ``before``'s;
+        ``rows``: each file's position among ``before``'s (-1: new), :func:`_positions`."""
+        if not before.names:
             return np.ones(len(self.names), dtype=np.bool_)
-        else:  # files added or removed: the old stamps lined up by name
-            where = {name: i for i, name in enumerate(before.names)}
-            rows = np.fromiter((where.get(name, -1) for name in self.names), np.int64, len(self.names))
-            new = rows < 0
-            numbers, digests = before.numbers[rows], [before.digests[i] for i in rows.tolist()]
-        out = new | (numbers != self.numbers).any(axis=1)
-        if any(self.digests) or any(digests):
-            out |= np.fromiter((a != b for a, b in zip(self.digests, digests)), np.bool_, len(self.names))
+        out = (rows < 0) | (before.numbers[rows] != self.numbers).any(axis=1)
+        if any(self.digests) or any(before.digests):
+            old = [before.digests[i] if i >= 0 else None for i in rows.tolist()]
+            out |= np.fromiter((a != b for a, b in zip(self.digests, old)), np.bool_, len(self.names))
         return out
 
 
@@ -93,13 +87,23 @@ def stamps_file(cache_file: Path) -> Path:
 
 
 def base_key(
-    name: str, options_json: str, source: Source, verify: str, digests: dict[str, bytes] | None = None
+    name: str,
+    options_json: str,
+    source: Source,
+    verify: str,
+    digests: dict[str, bytes] | None = None,
+    table: StampTable | None = None,
 ) -> str:
     """What :func:`~detloader.annotations.cache.content_key` hashes, but the annotation files'
     stamps: the reader, the options, the root's and the image folders' identities, the format's
     facts and every other stamped file (split lists), with its digest under ``verify="content"``."""
-    files = set(source.files)
-    others = [[*s, (digests or {}).get(s[0], b"").hex()] for s in source.stamp if s[0] not in files]
+    table = source.stamp_table() if table is None else table
+    if table.files_first:
+        rest = source.stamp[len(source.files) :]
+    else:
+        files = set(source.files)
+        rest = [s for s in source.stamp if s[0] not in files]
+    others = [[*s, (digests or {}).get(s[0], b"").hex()] for s in rest]
     root = os.stat(source.root)
     image_dirs = [dir_identity(source.root / d) for d in source.image_dirs or ()]
     parts = [READER_VERSION, CACHE_VERSION, name, options_json, root.st_dev, root.st_ino, verify]
@@ -107,21 +111,24 @@ def base_key(
     return hashlib.blake2b(text.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
 
 
-def file_stamps(reader: Reader, source: Source, digests: dict[str, bytes] | None) -> FileStamps | None:
+def file_stamps(
+    reader: Reader, source: Source, digests: dict[str, bytes] | None, table: StampTable | None = None
+) -> FileStamps | None:
     """Each annotation file's stamp (what :func:`refresh_index` compares and :func:`save_stamps`
     writes); None for a reader that is not refreshed or when a file has none."""
     if not reader.per_file:
         return None
-    files = set(source.files)
-    rows = [s for s in source.stamp if s[0] in files]
-    if len(rows) != len(files):  # a file without a stamp, or one stamped twice
-        return None
-    names = [s[0] for s in rows]
-    numbers = np.empty((len(rows), 4), dtype=np.int64)
-    for k in range(3):  # mtime, size, ctime
-        numbers[:, k] = np.fromiter(map(itemgetter(k + 1), rows), np.int64, len(rows))
-    numbers[:, 3] = np.fromiter(map(itemgetter(4), rows), np.uint64, len(rows)).view(np.int64)
-    hexed = [digests.get(name, b"").hex() for name in names] if digests else [""] * len(names)
+    names, numbers, files_first = source.stamp_table() if table is None else table
+    n = len(source.files)
+    if files_first:
+        names, numbers = names[:n], numbers[:n]
+    else:
+        files = set(source.files)
+        rows = np.fromiter((name in files for name in names), np.bool_, len(names))
+        names, numbers = [name for name, keep in zip(names, rows.tolist()) if keep], numbers[rows]
+        if len(names) != n:  # a file without a stamp, or one stamped twice
+            return None
+    hexed = [digests.get(name, b"").hex() for name in names] if digests else [""] * n
     return FileStamps(names, numbers, hexed)
 
 
@@ -221,7 +228,6 @@ def _kept_partial(old: AnnotationIndex, rows: np.ndarray, problems: list[Problem
     sub = old.subset(rows)
     packed = sub.arrays()
     arrays: dict[str, np.ndarray] = {OFFSETS: sub.object_offsets}
-    strings: dict[str, list[str]] = {}
     vocabs: dict[str, Any] = {"landmarks": []}
     vocab = old.vocab
     # the classes of the objects and of the class lists, renumbered over those used, as a parse does
@@ -230,7 +236,7 @@ def _kept_partial(old: AnnotationIndex, rows: np.ndarray, problems: list[Problem
     cuts = np.cumsum([len(sub.labels), *(len(v) for v, _ in lists)])
     for f in FIELDS:
         if f.level == "string":
-            strings[f.name] = unpack_strings(*(packed[name] for name in packed_names(f)))
+            arrays.update({name: packed[name] for name in packed_names(f)})
         elif f.level == "list":
             k = CLASS_LISTS.index(f.name)
             data_name, offsets_name = packed_names(f)
@@ -245,7 +251,27 @@ def _kept_partial(old: AnnotationIndex, rows: np.ndarray, problems: list[Problem
             arrays[f.name], vocabs[f.vocab] = _attributes(getattr(sub, f.name), getattr(vocab, f.vocab))
         else:
             arrays[f.name] = getattr(sub, f.name)
-    return Partial(arrays=arrays, strings=strings, vocabs=vocabs, problems=problems)
+    return Partial(arrays=arrays, vocabs=vocabs, problems=problems)
+
+
+def _positions(names: Sequence[str], among: Sequence[str]) -> np.ndarray:
+    """int64: the position of each of ``names`` in ``among`` (-1 when absent); no lookup per name
+    when the two lists are equal (one file edited among 100,000: every list is the same)."""
+    if names == among:
+        return np.arange(len(names), dtype=np.int64)
+    if not names:
+        return np.zeros(0, dtype=np.int64)
+    names, among = list(names), list(among)
+    distinct = set(names)
+    if len(distinct) == len(names) and names == sorted(names) and among == sorted(among):
+        # two sorted lists of distinct names (a file added or removed): the others keep their order
+        gone = [bisect.bisect_left(names, name) for name in sorted(distinct.difference(among))]
+        added = [bisect.bisect_left(among, name) for name in sorted(set(among).difference(names))]
+        out = np.full(len(names), -1, dtype=np.int64)
+        out[np.delete(np.arange(len(names)), gone)] = np.delete(np.arange(len(among), dtype=np.int64), added)
+        return out
+    where = {rel: k for k, rel in enumerate(among)}
+    return np.fromiter((where.get(rel, -1) for rel in names), np.int64, len(names))
 
 
 def refresh_index(
@@ -276,34 +302,42 @@ def refresh_index(
         return None
     start, stop = old.meta["parsed_problems"]
     parsed = list(old.problems)[start:stop]
-    redo = {p.file for p in old.problems if p.kind == "duplicate_image"}  # their rows were dropped
-    same = ~stamps.changed(before)
-    kept = {rel for rel, keep in zip(stamps.names, same.tolist()) if keep and rel not in redo}
-    stored_names = set(before.names)
-    if len(source.files) - len(kept) > max(MIN_CHANGED, MAX_CHANGED_SHARE * len(source.files)):
+    files = source.files
+    old_at = _positions(before.names, files)  # each stored file's position now (-1: removed)
+    if stamps.names == files:  # the stamps' own order (a reader that stamps its files in order)
+        rows = np.full(len(files), -1, dtype=np.int64)
+        rows[old_at[old_at >= 0]] = np.flatnonzero(old_at >= 0)
+        keep = ~stamps.changed(before, rows)
+    else:
+        keep = ~stamps.changed(before, _positions(stamps.names, before.names))[_positions(files, stamps.names)]
+    redo = sorted({p.file for p in old.problems if p.kind == "duplicate_image"})  # their rows were dropped
+    if redo:
+        at = _positions(redo, files)
+        keep[at[at >= 0]] = False
+    if len(files) - int(keep.sum()) > max(MIN_CHANGED, MAX_CHANGED_SHARE * len(files)):
         return None
     arrays = old.arrays()
     row_files = unpack_strings(arrays["annotation_paths_blob"], arrays["annotation_paths_offsets"])
+    row_old = _positions(row_files, before.names)  # each old row's file among the stored stamps
     problems_of: dict[str, list[Problem]] = {}
     for problem in parsed:
-        if problem.file not in stored_names:
-            return None  # not one file's own: it could not be kept or dropped with its file
         problems_of.setdefault(problem.file, []).append(problem)
-    if not set(row_files) <= stored_names:
-        return None
-    files = source.files
-    position = {rel: k for k, rel in enumerate(files)}
+    problem_files = list(problems_of)
+    if (row_old < 0).any() or (_positions(problem_files, before.names) < 0).any():
+        return None  # a row or problem of no stamped file: it could not be kept or dropped with its file
+    file_of_row = np.append(old_at, -1)[row_old]  # the file's position now
     # the old rows grouped by the position of their file now (a stable sort: file order, then row order)
-    file_of_row = np.fromiter((position.get(rel, -1) for rel in row_files), np.int64, len(row_files))
     by_file = np.argsort(file_of_row, kind="stable")
     sorted_files = file_of_row[by_file]
-    keep = np.fromiter((rel in kept for rel in files), np.bool_, len(files))
+    problem_at = _positions(problem_files, files)
     edges = [0, *(np.flatnonzero(keep[1:] != keep[:-1]) + 1).tolist(), len(files)]  # runs of kept or not
     partials: list[Partial] = []
     for start, stop in zip(edges[:-1], edges[1:]):
         if keep[start]:
             lo, hi = np.searchsorted(sorted_files, [start, stop])
-            problems = [p for rel in files[start:stop] if rel in problems_of for p in problems_of[rel]]
+            inside = np.flatnonzero((problem_at >= start) & (problem_at < stop))
+            inside = inside[np.argsort(problem_at[inside], kind="stable")]  # in file order
+            problems = [p for k in inside.tolist() for p in problems_of[problem_files[k]]]
             partials.append(_kept_partial(old, by_file[lo:hi], problems))
         else:
             partials.append(_parse_chunk(reader.name, source, files[start:stop], options))
@@ -313,5 +347,5 @@ def refresh_index(
     searched = options.image_dir is None and options.check_images and source.image_dirs is not None
     if searched and should_search(len(index), index.problems.counts().get("missing_image", 0)):
         return None  # the full build looks for the images elsewhere
-    index.meta["refreshed"] = len(source.files) - len(kept)
+    index.meta["refreshed"] = len(files) - int(keep.sum())
     return index
