@@ -303,3 +303,70 @@ def test_pin_memory_and_non_blocking_copy(dataset: DetectionDataset) -> None:
     on = batch.to(device, non_blocking=True)
     x = on.normalize()
     assert x.device.type == device.type and torch.equal(on.boxes.cpu(), batch.boxes)
+
+
+# -- images put into the batch as they are made (a loader worker's path) -----------------------
+def _take(shape: tuple[int, ...]) -> tuple[torch.Tensor, None]:
+    return torch.full(shape, 7, dtype=torch.uint8), None  # not zeros: a slot left unwritten shows
+
+
+@pytest.mark.parametrize("threads", [0, 2])
+@pytest.mark.parametrize(
+    "transform",
+    [Resize((40, 32)), Compose([Resize((40, 32)), RandomHorizontalFlip(1.0)]), Resize((200, 150), mode="letterbox"),
+     Resize((10, 8))],
+    ids=["resize", "resize-then-flip", "letterbox", "shrink-4x"],
+)
+def test_a_batch_made_in_place_equals_the_batch_collated_from_samples(small_synth_root, transform, threads):
+    """DetectionDataset.batch_buffer (what a make_loader worker sets): each image is resized
+    into (or copied to) its slot of one tensor, collate_detection takes that tensor without a
+    copy, and the batch equals the one collated from the samples' own images."""
+    index = read_annotations(small_synth_root)
+    plain = DetectionDataset(index, transform, seed=0, decode_threads=threads)
+    placed = DetectionDataset(index, transform, seed=0, decode_threads=threads)
+    placed.batch_buffer = _take
+    ids = [3, 0, 7, 7, 11, 5]
+    samples = placed.__getitems__(ids)
+    assert samples.images is not None and samples.images.shape[0] == len(ids)
+    batch, expected = collate_detection(samples), collate_detection(plain.__getitems__(ids))
+    assert batch.images is samples.images  # no copy
+    for name in ("images", "boxes", "labels", "landmarks", "image_sizes", "scale", "offset"):
+        assert torch.equal(getattr(batch, name), getattr(expected, name)), name
+    for j, sample in enumerate(samples):
+        assert sample.image.data_ptr() == samples.images[j].data_ptr()
+
+
+def test_images_of_different_sizes_keep_their_memory_and_the_batch_is_padded(small_synth_root):
+    """Without a fixed output size the first image's size does not fit the others: they keep
+    their own memory, ``images`` is None, and the collate pads as usual (same batch)."""
+    index = read_annotations(small_synth_root)
+    sizes = {(int(index.width[i]), int(index.height[i])) for i in range(len(index))}
+    placed = DetectionDataset(index, None, seed=0)
+    placed.batch_buffer = _take
+    ids = list(range(len(index)))
+    samples = placed.__getitems__(ids)
+    if len(sizes) > 1:
+        assert samples.images is None
+    expected = collate_detection(DetectionDataset(index, None, seed=0).__getitems__(ids))
+    assert torch.equal(collate_detection(samples).images, expected.images)
+
+
+def test_resize_into_writes_the_next_resize_of_its_size_once():
+    """resize_into: the first resize_image to the slot's size writes there (the pixels of a
+    plain resize), the next one writes fresh memory; a resize to another size leaves it."""
+    from detloader.transforms.functional import resize_image, resize_into
+
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 256, (37, 53, 3), dtype=np.uint8)
+    cases = [((20, 16), "bilinear"), ((10, 8), "bilinear"), ((20, 16), "nearest"), ((90, 70), "bilinear")]
+    for size, interpolation in cases:  # shrinking, shrinking 5x (antialiased), nearest, growing
+        expected = resize_image(image, *size, interpolation)
+        slot = torch.zeros((3, size[1], size[0]), dtype=torch.uint8)
+        with resize_into(slot):
+            other = resize_image(image, size[0] + 1, size[1], interpolation)  # another size: not there
+            first = resize_image(image, *size, interpolation)
+            second = resize_image(image, *size, interpolation)
+        assert torch.equal(slot, torch.from_numpy(np.ascontiguousarray(expected.transpose(2, 0, 1))))
+        assert np.array_equal(first, expected) and np.array_equal(second, expected) and other.shape[1] == size[0] + 1
+        assert torch.from_numpy(first.transpose(2, 0, 1)).data_ptr() == slot.data_ptr()
+        assert torch.from_numpy(second.transpose(2, 0, 1)).data_ptr() != slot.data_ptr()

@@ -14,9 +14,11 @@ and Sample", and docs/reliability.md, "Decode errors in the loader".
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import operator
 import os
+import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -28,7 +30,7 @@ import torch
 from detloader.annotations.index import MISSING, AnnotationIndex
 from detloader.annotations.problems import check_choice, check_int
 from detloader.annotations.stratify import rarest_class_per_image
-from detloader.dataset.sample import Sample
+from detloader.dataset.sample import Sample, SampleBatch
 from detloader.dataset.shards import ShardCache, pack_rows
 from detloader.dataset.store import CacheKind, ImageStore, cache_size_from, decode_to_size
 from detloader.errors import (
@@ -40,7 +42,7 @@ from detloader.errors import (
 )
 from detloader.images import ExifPolicy, MinSize, check_exif_policy, read_image
 from detloader.transforms.base import Annotated, check_output, min_input_size, mirror_maps
-from detloader.transforms.functional import chw_tensor
+from detloader.transforms.functional import chw_tensor, resize_into
 from detloader.transforms.geometric import Resize
 from detloader.transforms.mix import MIX_STREAM, MixUp, Mosaic, group_size, mix_choice
 
@@ -120,6 +122,11 @@ class DetectionDataset(torch.utils.data.Dataset):
         self.exif: ExifPolicy = exif
         self.reduced_decode = bool(reduced_decode)
         self.decode_threads = int(decode_threads)
+        #: ``take(shape) -> (tensor, release)``: where :meth:`__getitems__` copies each image of a
+        #: batch as soon as it is made, giving a :class:`~detloader.dataset.sample.SampleBatch`
+        #: (a worker of :func:`~detloader.make_loader` sets it on its own copy, so that
+        #: ``collate_detection`` need not copy); None: each sample keeps its own memory
+        self.batch_buffer: Callable[[tuple[int, ...]], tuple[torch.Tensor, Any]] | None = None
         self._flip_permutation, self.class_flip = mirror_maps(index, transform, flip_pairs, class_flip_pairs)
         # One shared int64: set_epoch in the main process is seen by running workers.
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
@@ -322,16 +329,30 @@ class DetectionDataset(torch.utils.data.Dataset):
         return self.load_sample(self._checked(i), self.epoch)
 
     def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
-        """``[dataset[i] for i in indices]``, on ``decode_threads`` threads when set."""
+        """``[dataset[i] for i in indices]``, on ``decode_threads`` threads when set; with a
+        :attr:`batch_buffer`, a :class:`~detloader.dataset.sample.SampleBatch` whose images lie
+        in one tensor."""
         threads = min(self.decode_threads, len(indices))
-        if threads < 2:
+        if threads < 2 and self.batch_buffer is None:
             epoch = self.epoch  # read once: every sample of the batch sees the same epoch
             return [self.load_sample(i, epoch) for i in [self._checked(i) for i in indices]]
-        # A pool per batch: starting two threads costs ~0.1 ms (under 1 % of a batch), and no
-        # thread outlives the call, so DataLoader workers can still be forked safely and the
-        # dataset pickles as before.
+        if self.batch_buffer is None:
+            # A pool per batch: starting two threads costs ~0.1 ms (under 1 % of a batch), and no
+            # thread outlives the call, so DataLoader workers can still be forked safely and the
+            # dataset pickles as before.
+            with ThreadPoolExecutor(threads, thread_name_prefix="detloader-decode") as pool:
+                return [f.result() for f in self.submit(indices, pool)]
+        ids, epoch = [self._checked(i) for i in indices], self.epoch
+        placer = _Placer(self.batch_buffer, len(ids))
+
+        def load(j: int, i: int) -> Sample:
+            with resize_into(placer.slot(j)):  # the resize writes into the batch (functional.resize_into)
+                return placer.place(j, self.load_sample(i, epoch))
+
+        if threads < 2:
+            return placer.batch([load(j, i) for j, i in enumerate(ids)])
         with ThreadPoolExecutor(threads, thread_name_prefix="detloader-decode") as pool:
-            return [f.result() for f in self.submit(indices, pool)]
+            return placer.batch([f.result() for f in [pool.submit(load, j, i) for j, i in enumerate(ids)]])
 
     def submit(self, indices: Sequence[int], pool: Executor) -> list[Future[Sample]]:
         """Start loading ``indices`` (checked first) of the current epoch on ``pool``: how a
@@ -414,6 +435,49 @@ class DetectionDataset(torch.utils.data.Dataset):
         state = self.__dict__.copy()
         state["_warned"] = set()  # each process warns for itself
         return state
+
+
+class _Placer:
+    """Copies each image of one batch into a ``[B, 3, H, W]`` tensor as it is made (its pixels
+    still in the cache, the image's own memory then freed), taken when the first image is done;
+    from a first image of another size on, the others keep their own memory. A batch whose
+    load fails keeps its tensor taken (the worker's next batches take other memory)."""
+
+    def __init__(self, take: Callable[[tuple[int, ...]], tuple[torch.Tensor, Any]], n: int) -> None:
+        self.take, self.n = take, n
+        self.lock = threading.Lock()
+        self.images: torch.Tensor | None = None
+        self.release: Any = None
+        self.same = True
+
+    def slot(self, j: int) -> torch.Tensor | None:
+        """Where image ``j`` goes, once the batch's tensor is taken (after the first image)."""
+        with self.lock:
+            return self.images[j] if self.images is not None and self.same else None
+
+    def place(self, j: int, sample: Sample) -> Sample:
+        image = sample.image
+        with self.lock:
+            if self.images is None and self.same and image.dtype == torch.uint8:
+                self.images, self.release = self.take((self.n, *image.shape))
+            fits = self.same and self.images is not None and self.images.shape[1:] == image.shape
+            self.same = fits
+        if not fits:
+            return sample
+        assert self.images is not None
+        slot = self.images[j]
+        if image.data_ptr() == slot.data_ptr() and image.stride() == slot.stride():
+            return dataclasses.replace(sample, image=slot)  # resized into its place already
+        if image.untyped_storage().data_ptr() == slot.untyped_storage().data_ptr():
+            image = image.clone()  # made from the slot (a view of it after the resize): no overlapping copy
+        slot.copy_(image)
+        return dataclasses.replace(sample, image=slot)
+
+    def batch(self, samples: list[Sample]) -> SampleBatch:
+        out = SampleBatch(samples)
+        out.images = self.images if self.same else None
+        out.release = self.release
+        return out
 
 
 OnDecodeError = Literal["raise", "skip"]

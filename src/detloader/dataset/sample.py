@@ -73,6 +73,20 @@ class Sample:
         return 1 / sx, 1 / sy, -ox / sx, -oy / sy
 
 
+class SampleBatch(list):  # type: ignore[type-arg]
+    """The samples of one batch, as :meth:`DetectionDataset.__getitems__
+    <detloader.dataset.DetectionDataset.__getitems__>` gives them to a loader from
+    :func:`~detloader.make_loader`: when every image came out the same size, ``images`` is the
+    uint8 ``[B, 3, H, W]`` tensor that already holds them (sample ``j``'s image is a view of
+    ``images[j]``, copied there as soon as it was made, while its pixels were in the cache), and
+    :func:`~detloader.loader.collate.collate_detection` takes it as the batch's images without
+    a copy; else None. ``release``: what frees that memory for the worker's next batch
+    (:func:`~detloader.loader.collate.release_buffer`), None when nothing needs it."""
+
+    images: torch.Tensor | None = None
+    release: Any = None
+
+
 # -- a user's sample -------------------------------------------------------------------------
 def _image_tensor(image: Any, position: int) -> torch.Tensor:
     if isinstance(image, torch.Tensor):

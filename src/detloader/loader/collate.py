@@ -255,6 +255,13 @@ def _image_buffer(shape: tuple[int, ...]) -> tuple[torch.Tensor, tuple[torch.Ten
     return images, None if i is None else (_worker_buffers.held, i)
 
 
+def release_buffer(release: tuple[torch.Tensor, int] | None) -> None:
+    """Let the worker reuse the buffer that ``release`` (from :func:`_image_buffer`) names."""
+    if release is not None:
+        held, i = release
+        held[i] = 0
+
+
 def collate_detection(
     samples: Sequence[Any],
     *,
@@ -271,7 +278,9 @@ def collate_detection(
         fill: value of padding pixels.
 
     Use ``functools.partial(collate_detection, pad_to=(640, 640))`` as a DataLoader's
-    ``collate_fn`` (it pickles, so it works with worker processes).
+    ``collate_fn`` (it pickles, so it works with worker processes). A
+    :class:`~detloader.dataset.sample.SampleBatch` whose images already lie in a tensor of the
+    batch's shape gives that tensor as the images, without a copy.
     """
     if len(samples) == 0:
         raise DetloaderValueError("collate_detection: samples is empty")
@@ -302,14 +311,19 @@ def collate_detection(
         pw, ph = int(sizes[:, 0].max()), int(sizes[:, 1].max())
     pw, ph = -(-pw // size_divisor) * size_divisor, -(-ph // size_divisor) * size_divisor  # rounded up
     b = len(items)
-    images, buffer = _image_buffer((b, 3, ph, pw))
-    for j, it in enumerate(items):
-        w, h = int(sizes[j, 0]), int(sizes[j, 1])
-        images[j, :, :h, :w].copy_(it.image)
-        if w < pw:
-            images[j, :, :h, w:].fill_(fill)
-        if h < ph:
-            images[j, :, h:, :].fill_(fill)
+    placed, placed_release = getattr(samples, "images", None), getattr(samples, "release", None)
+    if placed is not None and tuple(placed.shape) == (b, 3, ph, pw):  # a SampleBatch: the images are there
+        images, buffer = placed, placed_release
+    else:
+        images, buffer = _image_buffer((b, 3, ph, pw))
+        for j, it in enumerate(items):
+            w, h = int(sizes[j, 0]), int(sizes[j, 1])
+            images[j, :, :h, :w].copy_(it.image)
+            if w < pw:
+                images[j, :, :h, w:].fill_(fill)
+            if h < ph:
+                images[j, :, h:, :].fill_(fill)
+        release_buffer(placed_release)  # copied from: the worker may reuse it
     counts = np.array([len(it.boxes) for it in items], dtype=np.int64)
     m = int(counts.sum())
 

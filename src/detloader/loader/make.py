@@ -31,7 +31,7 @@ from detloader.balance.wrappers import AspectRatioBatchSampler, PartnerSampler
 from detloader.dataset.shards import pack_rows
 from detloader.errors import DetloaderRuntimeWarning, DetloaderValueError
 from detloader.loader.auto import auto_loader_kwargs
-from detloader.loader.collate import collate_detection
+from detloader.loader.collate import _image_buffer, collate_detection
 from detloader.loader.workers import DetectionLoader, watch_parent
 from detloader.transforms.mix import MixUp, Mosaic, group_size
 
@@ -39,11 +39,14 @@ from detloader.transforms.mix import MixUp, Mosaic, group_size
 class WorkerInit:
     """``worker_init_fn`` of loaders made here (a picklable class, for ``spawn``): the worker
     ends within a second when its parent process is killed (no orphan); one thread for torch,
-    OpenCV and OpenMP; ``random`` and ``numpy`` seeded from the worker's torch seed; then the
-    user's function."""
+    OpenCV and OpenMP; ``random`` and ``numpy`` seeded from the worker's torch seed; with
+    ``batch_buffer`` (the loader collates with ``collate_detection``), the worker's copy of a
+    :class:`~detloader.dataset.DetectionDataset` puts each image into the batch's shared memory
+    as it is made (``DetectionDataset.batch_buffer``); then the user's function."""
 
-    def __init__(self, user_fn: Callable[[int], None] | None = None) -> None:
+    def __init__(self, user_fn: Callable[[int], None] | None = None, batch_buffer: bool = False) -> None:
         self.user_fn = user_fn
+        self.batch_buffer = batch_buffer
 
     def __call__(self, worker_id: int) -> None:
         watch_parent()
@@ -55,6 +58,9 @@ class WorkerInit:
         seed = torch.initial_seed()
         random.seed(seed)
         np.random.seed(seed % 2**32)
+        info = torch.utils.data.get_worker_info()
+        if self.batch_buffer and info is not None and hasattr(info.dataset, "batch_buffer"):
+            info.dataset.batch_buffer = _image_buffer  # this worker's own copy of the dataset
         if self.user_fn is not None:
             self.user_fn(worker_id)
 
@@ -330,7 +336,8 @@ def dataloader_kwargs(dataset: Dataset[Any], o: LoaderOptions) -> dict[str, Any]
     kwargs = {name: getattr(o, name) for name in _DATALOADER_OPTIONS}
     kwargs["pin_memory"] = pin
     if o.num_workers > 0:
-        kwargs["worker_init_fn"] = WorkerInit(o.worker_init_fn)
+        collate = getattr(o.collate_fn, "func", o.collate_fn)  # functools.partial(collate_detection, ...)
+        kwargs["worker_init_fn"] = WorkerInit(o.worker_init_fn, batch_buffer=collate is collate_detection)
         if o.multiprocessing_context is None:  # workers that never import the caller's script
             kwargs["multiprocessing_context"] = worker_context()
     if o.batch_sampler is not None:  # DataLoader wants its defaults here

@@ -8,6 +8,9 @@ float32 ``[N, 4]`` xyxy pixels, landmarks float32 ``[N, K, 2]`` with uint8 visib
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -55,12 +58,54 @@ def resize_image(image: np.ndarray, width: int, height: int, interpolation: Inte
     import torch.nn.functional as F  # torch: lazy, as chw_tensor
 
     x = chw_tensor(image).unsqueeze(0)
+    antialias = interpolation != "nearest" and (width * 2 < w or height * 2 < h)
+    slot = getattr(_destination, "slot", None)
+    if slot is not None and tuple(slot.shape) == (3, height, width):
+        _destination.slot = None  # once: a later resize may read this one's output
+        if _resize_into(x, slot.unsqueeze(0), interpolation, antialias):
+            return slot.permute(1, 2, 0).numpy()
     if interpolation == "nearest":
         out = F.interpolate(x, size=(height, width), mode="nearest-exact")
     else:
-        antialias = width * 2 < w or height * 2 < h
         out = F.interpolate(x, size=(height, width), mode="bilinear", align_corners=False, antialias=antialias)
     return out[0].permute(1, 2, 0).numpy()
+
+
+#: ``slot``: the uint8 ``[3, H, W]`` batch memory the next :func:`resize_image` to that size
+#: writes its output into (:func:`resize_into`), per thread.
+_destination = threading.local()
+
+
+@contextlib.contextmanager
+def resize_into(slot: torch.Tensor | None) -> Iterator[None]:
+    """Within it, on this thread, the first :func:`resize_image` whose output is ``slot``'s size
+    writes it there (a batch's memory, :class:`~detloader.dataset.DetectionDataset`): the kernel
+    fills the batch as it computes, instead of fresh memory that is copied there afterwards
+    (about a sixth of the resize's time on 384 px images). The pixels are the same."""
+    _destination.slot = slot
+    try:
+        yield
+    finally:
+        _destination.slot = None
+
+
+def _resize_into(x: torch.Tensor, out: torch.Tensor, interpolation: Interpolation, antialias: bool) -> bool:
+    """``F.interpolate``'s kernel for ``x`` with its ``out=`` form (the same pixels); False
+    where this torch has no such form (then the caller resizes as usual)."""
+    import torch
+
+    size = tuple(out.shape[2:])
+    nn = torch._C._nn
+    try:
+        if interpolation == "nearest":
+            nn._upsample_nearest_exact2d(x, size, None, None, out=out)
+        elif antialias:
+            nn._upsample_bilinear2d_aa(x, size, False, None, None, out=out)
+        else:
+            nn.upsample_bilinear2d(x, size, False, None, None, out=out)
+    except (AttributeError, TypeError, RuntimeError):
+        return False
+    return True
 
 
 def affine_boxes(boxes: np.ndarray, sx: float, sy: float, ox: float, oy: float) -> np.ndarray:
