@@ -6,6 +6,7 @@ import importlib.util
 import json
 import math
 import multiprocessing
+from pathlib import Path
 
 import pytest
 
@@ -193,3 +194,11 @@ def test_the_ceiling_times_the_bare_library_calls_on_bytes_in_memory(small_synth
     w, h = int(index.width[0]), int(index.height[0])
     scaled = {"min_width": 16, "min_height": 16} if w >= 32 and h >= 32 else {}
     assert calls[0] == {"colorspace": "RGB", **scaled} and w >= 32
+
+
+def test_the_recorded_torchvision_run_is_looked_for_in_the_repository_benchmarks_folder():
+    """Where `make bench-torchvision` writes its result (benchmarks/results/ at the top of the
+    repository), not a folder beside the package."""
+    from detloader.tune.bench.loader_speed import TORCHVISION_RESULT
+
+    assert TORCHVISION_RESULT == Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "torchvision.json"

@@ -39,7 +39,7 @@ from detloader.tune.bench.report import BenchReport
 
 SECTION = "loader"
 #: The run ``make bench-torchvision`` records (``$DETLOADER_TORCHVISION_RESULT`` first).
-TORCHVISION_RESULT = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "torchvision.json"
+TORCHVISION_RESULT = Path(__file__).resolve().parents[4] / "benchmarks" / "results" / "torchvision.json"
 
 
 def _loader(
