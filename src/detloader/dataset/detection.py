@@ -117,6 +117,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         check_choice("on_decode_error", on_decode_error, DECODE_ERROR_CHOICES)
         check_int("decode_threads", decode_threads, 0)
         self.index = index
+        self._root = os.fspath(index.root)
         self.transform = transform
         self.seed = int(np.random.SeedSequence().entropy % 2**63) if seed is None else int(seed)  # type: ignore[operator]
         self.exif: ExifPolicy = exif
@@ -212,7 +213,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         hint: MinSize = None  # (w, h) -> smallest decode size the transform allows
         if self.reduced_decode and self.transform is not None:
             hint = functools.partial(min_input_size, (self.transform,))
-        path = idx.image_path(i)
+        path = os.path.join(self._root, idx.relative_image_path(i))  # a str: no Path built per image
         if self.shards is not None and self._pack_rows is not None:
             decoded = self.shards.read(int(self._pack_rows[i]), expected_size=ann_size, exif=self.exif,
                                        min_size=hint, source=f"{self.shards.url}: {idx.relative_image_path(i)}")
