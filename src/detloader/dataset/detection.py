@@ -468,7 +468,7 @@ class _Placer:
         assert self.images is not None
         slot = self.images[j]
         if image.data_ptr() == slot.data_ptr() and image.stride() == slot.stride():
-            return dataclasses.replace(sample, image=slot)  # resized into its place already
+            return sample  # resized into its place already (a view of the slot)
         if image.untyped_storage().data_ptr() == slot.untyped_storage().data_ptr():
             image = image.clone()  # made from the slot (a view of it after the resize): no overlapping copy
         slot.copy_(image)
