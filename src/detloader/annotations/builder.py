@@ -28,6 +28,7 @@ from detloader.annotations.checks import (
     check_size,
     parse_number,
 )
+from detloader.annotations.distinct import unique_sorted
 from detloader.annotations.fields import (
     CLASS_LISTS,
     FIELDS,
@@ -413,14 +414,13 @@ class ChunkBuilder:
         chunk-local class ids, each image's sorted and distinct, and int64 offsets ``[n + 1]``."""
         out: dict[str, np.ndarray] = {}
         for name, (rows, values) in self._lists.items():
-            pairs = np.unique(
-                np.stack([np.frombuffer(rows, np.int32), np.frombuffer(values, np.int32)], axis=1).reshape(-1, 2),
-                axis=0,
-            )  # sorted by row, then by class
+            # (row, class) pairs as one int64 key each (both >= 0), distinct and sorted by row, then class
+            row_ids, class_ids = np.frombuffer(rows, np.int32), np.frombuffer(values, np.int32)
+            keys = unique_sorted((row_ids.astype(np.int64) << 32) | class_ids)
             offsets = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(np.bincount(pairs[:, 0], minlength=n), out=offsets[1:])
+            np.cumsum(np.bincount(keys >> 32, minlength=n), out=offsets[1:])
             data_name, offsets_name = packed_names(next(f for f in FIELDS if f.name == name))
-            out[data_name], out[offsets_name] = pairs[:, 1].astype(np.int32), offsets
+            out[data_name], out[offsets_name] = (keys & 0xFFFFFFFF).astype(np.int32), offsets
         return out
 
     def _landmark_arrays(self, m: int) -> dict[str, np.ndarray]:

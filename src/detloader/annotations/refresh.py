@@ -36,6 +36,7 @@ from detloader.annotations.cache import (
     read_key,
 )
 from detloader.annotations.checks import ReadOptions
+from detloader.annotations.distinct import unique_sorted
 from detloader.annotations.fields import (
     CLASS_LISTS,
     FIELDS,
@@ -205,7 +206,7 @@ def _refreshable(old: AnnotationIndex, options: ReadOptions) -> bool:
 
 def _used(values: np.ndarray, names: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
     """``values`` (ids into ``names``, MISSING allowed) renumbered over the names they use, and those names."""
-    ids = np.unique(values[values != MISSING]).tolist()
+    ids = unique_sorted(values[values != MISSING]).tolist()  # np.unique imports numpy.ma: 30 ms a refresh
     lut = np.full(len(names) + 1, MISSING, dtype=np.int32)  # the last slot: MISSING stays MISSING
     lut[ids] = np.arange(len(ids), dtype=np.int32)
     return lut[values].astype(np.int32), [names[i] for i in ids]
