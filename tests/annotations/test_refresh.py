@@ -325,3 +325,28 @@ def test_stamp_table_holds_every_number_as_the_stamps_give_it(tmp_path, mtime):
     assert not Source(root=tmp_path, files=["a.xml", "b.xml"], stamp=stamp).stamp_table().files_first
     empty = Source(root=tmp_path, files=[]).stamp_table()
     assert empty.names == [] and empty.numbers.shape == (0, 4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(["a", "bb", "é", "", "x.jpg", "\udcff"]), min_size=1, max_size=4)
+                .map(lambda parts: os.sep.join(parts)).filter(bool), min_size=1, max_size=8),
+       st.booleans())
+def test_the_image_folders_of_the_cache_key_are_each_paths_dirname(paths, one_folder):
+    """_folders_of (one folder found on the packed paths by numpy, else per path) gives
+    ``{os.path.dirname(p)}``: one folder or several, paths at the top, doubled separators,
+    names not UTF-8."""
+    from detloader.annotations.fields import pack_strings
+    from detloader.annotations.read import _folders_of
+
+    if one_folder:
+        paths = [os.path.join("JPEGImages", os.path.basename(p) or "z.jpg") for p in paths]
+
+    class Packed:  # what _folders_of reads of an index
+        def arrays(self):
+            blob, offsets = pack_strings(paths)
+            return {"image_paths_blob": blob, "image_paths_offsets": offsets}
+
+        def image_paths(self):
+            return list(paths)
+
+    assert _folders_of(Packed()) == {os.path.dirname(p) for p in paths}

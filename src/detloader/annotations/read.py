@@ -16,6 +16,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from detloader._system.files import file_kind
 from detloader.annotations import cache as _cache
 from detloader.annotations import refresh as _refresh
@@ -374,7 +376,7 @@ def _read_cached(
         stamps = _refresh.file_stamps(plan.reader, source, digests, table)
         index = _refresh.refresh_index(plan.reader, source, plan.options, cache_file, base, stamps) if current else None
         index = plan.build() if index is None else index
-        full_key = _cache.folders_key(key, source.root, _folders_of(index.image_paths()))
+        full_key = _cache.folders_key(key, source.root, _folders_of(index))
         try:
             _cache.save_index(index, cache_file, full_key)
             _refresh.save_stamps(cache_file, full_key, base, stamps, source.image_listing)
@@ -384,10 +386,24 @@ def _read_cached(
     return index
 
 
-def _folders_of(paths: list[str]) -> set[str]:
-    """``{os.path.dirname(p) for p in paths}``, from ``str.rpartition`` when that gives the same
-    for every path (no path at the top or below a root, none with a doubled separator): a
-    refresh of 100,000 images spent a tenth of its time in ``dirname``."""
+def _folders_of(index: AnnotationIndex) -> set[str]:
+    """``{os.path.dirname(p) for p in index.image_paths()}``. When every image lies in one
+    folder (VOC's JPEGImages/, COCO's train2017/) it is found on the packed paths, byte column
+    by byte column, with no string per image; else from ``str.rpartition`` when that gives the
+    same for every path (no path at the top or below a root, none with a doubled separator),
+    else from ``dirname``. A refresh of 100,000 images spent a tenth of its time here."""
+    arrays = index.arrays()
+    blob, offsets = np.asarray(arrays["image_paths_blob"]), np.asarray(arrays["image_paths_offsets"])
+    starts, seps = offsets[:-1], np.flatnonzero(blob == ord(os.sep))
+    if len(starts) and len(seps):
+        ends = seps[np.maximum(np.searchsorted(seps, offsets[1:]) - 1, 0)]  # each path's last separator
+        width = int(ends[0] - starts[0])  # the first path's folder, in bytes
+        same = width > 0 and bool((ends - starts == width).all()) and bool((ends < offsets[1:]).all())
+        if same and all(bool((blob[starts + c] == blob[starts[0] + c]).all()) for c in range(width)):
+            head = blob[starts[0] : ends[0]].tobytes().decode("utf-8", "surrogateescape")
+            if not head.endswith(os.sep):
+                return {head}
+    paths = index.image_paths()
     heads = {p.rpartition(os.sep)[0] for p in paths}
     if "" in heads or any(h.endswith(os.sep) for h in heads):
         return {os.path.dirname(p) for p in paths}
