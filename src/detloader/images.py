@@ -121,9 +121,7 @@ def _jpeg_segments(data: bytes) -> Iterator[tuple[int, int, int]]:
 
 def jpeg_exif_orientation(data: bytes) -> int:
     """EXIF orientation (1..8) of JPEG ``data``, 1 when absent or unreadable; reads only the
-    APP1 segment (a few microseconds per image; one ``bytes`` search when there is none)."""
-    if b"Exif\x00\x00" not in data:  # no EXIF anywhere: no segment to walk
-        return 1
+    APP1 segment (a few microseconds per image)."""
     for marker, pos, length in _jpeg_segments(data):
         if marker == 0xE1 and data[pos + 4 : pos + 10] == b"Exif\x00\x00":
             return _tiff_orientation(data[pos + 10 : pos + 2 + length])
@@ -168,13 +166,7 @@ def header_size(data: bytes) -> tuple[int, int] | None:
     """(width, height) the header of ``data`` declares (JPEG SOF, PNG IHDR, or whatever Pillow
     reads without decoding pixels), None when no header can be read."""
     if data[:3] == b"\xff\xd8\xff":
-        import simplejpeg
-
-        try:  # libjpeg-turbo reads the header in C; a header it refuses is walked here
-            h, w, _, _ = simplejpeg.decode_jpeg_header(data)
-            return int(w), int(h)
-        except ValueError:
-            size = _jpeg_sof_size(data)
+        size = _jpeg_sof_size(data)
         if size is not None:
             return size
     if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24 and data[12:16] == b"IHDR":
