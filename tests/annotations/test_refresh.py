@@ -297,12 +297,16 @@ def test_a_read_pauses_the_garbage_collector_and_restores_it(tmp_path):
     assert gc.isenabled()
 
 
+_NAMES = [a + b for a in "abcdefgh" for b in "xyz"]  # 24: a few names against many bisect each
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from("abcdefgh"), max_size=8), st.lists(st.sampled_from("abcdefgh"), max_size=8),
+@given(st.lists(st.sampled_from(_NAMES), max_size=24), st.lists(st.sampled_from(_NAMES), max_size=24),
        st.booleans())
 def test_positions_are_a_lookup_per_name(names, among, sort):
-    """_positions (sorted distinct lists lined up by their differences, equal lists, else a dict)
-    gives each name's position in ``among``, -1 when absent."""
+    """_positions (equal lists; in a sorted list a few names bisected, a nearly equal sorted list
+    lined up by its differences; else a dict) gives each name's position in ``among``, -1 when
+    absent."""
     if sort:
         names, among = sorted(set(names)), sorted(set(among))
     else:

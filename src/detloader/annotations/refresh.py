@@ -256,21 +256,28 @@ def _kept_partial(old: AnnotationIndex, rows: np.ndarray, problems: list[Problem
 
 
 def _positions(names: Sequence[str], among: Sequence[str]) -> np.ndarray:
-    """int64: the position of each of ``names`` in ``among`` (-1 when absent); no lookup per name
-    when the two lists are equal (one file edited among 100,000: every list is the same)."""
+    """int64: the position of each of ``names`` in ``among`` (distinct names; -1 when absent).
+    No lookup per name when the two lists are equal (one file edited among 100,000: every list
+    is the same); when ``among`` is sorted, as a folder's listing is, a few names are bisected
+    and a nearly equal sorted list is lined up by its few differences (a file added or
+    removed); else a dict."""
     if names == among:
         return np.arange(len(names), dtype=np.int64)
     if not names:
         return np.zeros(0, dtype=np.int64)
     names, among = list(names), list(among)
-    distinct = set(names)
-    if len(distinct) == len(names) and names == sorted(names) and among == sorted(among):
-        # two sorted lists of distinct names (a file added or removed): the others keep their order
-        gone = [bisect.bisect_left(names, name) for name in sorted(distinct.difference(among))]
-        added = [bisect.bisect_left(among, name) for name in sorted(set(among).difference(names))]
-        out = np.full(len(names), -1, dtype=np.int64)
-        out[np.delete(np.arange(len(names)), gone)] = np.delete(np.arange(len(among), dtype=np.int64), added)
-        return out
+    if among == sorted(among):
+        if 8 * len(names) < len(among):  # a few names (the files of problems): bisected each
+            at = [bisect.bisect_left(among, name) for name in names]
+            return np.array([k if k < len(among) and among[k] == name else -1 for k, name in zip(at, names)],
+                            dtype=np.int64)
+        distinct = set(names)
+        if len(distinct) == len(names) and names == sorted(names):  # the others keep their order
+            gone = [bisect.bisect_left(names, name) for name in sorted(distinct.difference(among))]
+            added = [bisect.bisect_left(among, name) for name in sorted(set(among).difference(distinct))]
+            out = np.full(len(names), -1, dtype=np.int64)
+            out[np.delete(np.arange(len(names)), gone)] = np.delete(np.arange(len(among), dtype=np.int64), added)
+            return out
     where = {rel: k for k, rel in enumerate(among)}
     return np.fromiter((where.get(rel, -1) for rel in names), np.int64, len(names))
 
