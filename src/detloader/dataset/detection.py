@@ -333,27 +333,26 @@ class DetectionDataset(torch.utils.data.Dataset):
         """``[dataset[i] for i in indices]``, on ``decode_threads`` threads when set; with a
         :attr:`batch_buffer`, a :class:`~detloader.dataset.sample.SampleBatch` whose images lie
         in one tensor."""
-        threads = min(self.decode_threads, len(indices))
-        if threads < 2 and self.batch_buffer is None:
-            epoch = self.epoch  # read once: every sample of the batch sees the same epoch
-            return [self.load_sample(i, epoch) for i in [self._checked(i) for i in indices]]
-        if self.batch_buffer is None:
+        ids = [self._checked(i) for i in indices]
+        epoch = self.epoch  # read once: every sample of the batch sees the same epoch
+        placer = None if self.batch_buffer is None else _Placer(self.batch_buffer, len(ids))
+
+        def load(j: int, i: int) -> Sample:
+            if placer is None:
+                return self.load_sample(i, epoch)
+            with resize_into(placer.slot(j)):  # the resize writes into the batch (functional.resize_into)
+                return placer.place(j, self.load_sample(i, epoch))
+
+        threads = min(self.decode_threads, len(ids))
+        if threads < 2:
+            samples = [load(j, i) for j, i in enumerate(ids)]
+        else:
             # A pool per batch: starting two threads costs ~0.1 ms (under 1 % of a batch), and no
             # thread outlives the call, so DataLoader workers can still be forked safely and the
             # dataset pickles as before.
             with ThreadPoolExecutor(threads, thread_name_prefix="detloader-decode") as pool:
-                return [f.result() for f in self.submit(indices, pool)]
-        ids, epoch = [self._checked(i) for i in indices], self.epoch
-        placer = _Placer(self.batch_buffer, len(ids))
-
-        def load(j: int, i: int) -> Sample:
-            with resize_into(placer.slot(j)):  # the resize writes into the batch (functional.resize_into)
-                return placer.place(j, self.load_sample(i, epoch))
-
-        if threads < 2:
-            return placer.batch([load(j, i) for j, i in enumerate(ids)])
-        with ThreadPoolExecutor(threads, thread_name_prefix="detloader-decode") as pool:
-            return placer.batch([f.result() for f in [pool.submit(load, j, i) for j, i in enumerate(ids)]])
+                samples = [f.result() for f in [pool.submit(load, j, i) for j, i in enumerate(ids)]]
+        return samples if placer is None else placer.batch(samples)
 
     def submit(self, indices: Sequence[int], pool: Executor) -> list[Future[Sample]]:
         """Start loading ``indices`` (checked first) of the current epoch on ``pool``: how a
