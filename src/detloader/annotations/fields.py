@@ -131,9 +131,9 @@ def unpack_strings(blob: np.ndarray, offsets: np.ndarray) -> list[str]:
     if n <= 0:
         return []
     blob = np.asarray(blob, dtype=np.uint8)
-    if not (blob == 0).any():  # a NUL inside a string (never in a path): one decode each
+    if not (blob == 0).any():  # no string holds a NUL (no path does): they can separate them
         return np.insert(blob, offsets[1:-1], 0).tobytes().decode("utf-8", "surrogateescape").split("\0")
-    data = blob.tobytes()
+    data = blob.tobytes()  # a NUL inside a string: one decode each
     return [data[a:b].decode("utf-8", "surrogateescape") for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
 
 
