@@ -115,22 +115,15 @@ def base_key(
 def file_stamps(
     reader: Reader, source: Source, digests: dict[str, bytes] | None, table: StampTable | None = None
 ) -> FileStamps | None:
-    """Each annotation file's stamp (what :func:`refresh_index` compares and :func:`save_stamps`
-    writes); None for a reader that is not refreshed or when a file has none."""
-    if not reader.per_file:
-        return None
+    """Each annotation file's stamp, in the order of ``source.files`` (what :func:`refresh_index`
+    compares and :func:`save_stamps` writes); None for a reader that is not refreshed, or whose
+    stamps do not begin with its files in their order (then it builds in full)."""
     names, numbers, files_first = source.stamp_table() if table is None else table
+    if not reader.per_file or not files_first:
+        return None
     n = len(source.files)
-    if files_first:
-        names, numbers = names[:n], numbers[:n]
-    else:
-        files = set(source.files)
-        rows = np.fromiter((name in files for name in names), np.bool_, len(names))
-        names, numbers = [name for name, keep in zip(names, rows.tolist()) if keep], numbers[rows]
-        if len(names) != n:  # a file without a stamp, or one stamped twice
-            return None
-    hexed = [digests.get(name, b"").hex() for name in names] if digests else [""] * n
-    return FileStamps(names, numbers, hexed)
+    hexed = [digests.get(name, b"").hex() for name in names[:n]] if digests else [""] * n
+    return FileStamps(names[:n], numbers[:n], hexed)
 
 
 def save_stamps(
@@ -310,14 +303,11 @@ def refresh_index(
         return None
     start, stop = old.meta["parsed_problems"]
     parsed = list(old.problems)[start:stop]
-    files = source.files
+    files = source.files  # stamps.names (file_stamps)
     old_at = _positions(before.names, files)  # each stored file's position now (-1: removed)
-    if stamps.names == files:  # the stamps' own order (a reader that stamps its files in order)
-        rows = np.full(len(files), -1, dtype=np.int64)
-        rows[old_at[old_at >= 0]] = np.flatnonzero(old_at >= 0)
-        keep = ~stamps.changed(before, rows)
-    else:
-        keep = ~stamps.changed(before, _positions(stamps.names, before.names))[_positions(files, stamps.names)]
+    rows = np.full(len(files), -1, dtype=np.int64)  # each file's position among the stored (-1: new)
+    rows[old_at[old_at >= 0]] = np.flatnonzero(old_at >= 0)
+    keep = ~stamps.changed(before, rows)
     redo = sorted({p.file for p in old.problems if p.kind == "duplicate_image"})  # their rows were dropped
     if redo:
         at = _positions(redo, files)

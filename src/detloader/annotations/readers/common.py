@@ -135,7 +135,8 @@ class Reader(Protocol):
     parallel: bool = True
     #: Whether each file gives its own images alone (no image ids, no declared classes, nothing
     #: another file reads), so that a cached index is refreshed by parsing only the files that
-    #: changed (:mod:`detloader.annotations.refresh`).
+    #: changed (:mod:`detloader.annotations.refresh`); its ``Source.stamp`` begins with the
+    #: files' stamps, in the order of ``Source.files``.
     per_file: bool = False
 
     def sniff(self, path: Path) -> bool:
