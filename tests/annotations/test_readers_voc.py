@@ -187,6 +187,7 @@ def test_warn_policy_emits_one_warning_and_keeps_the_rest(tmp_path):
         index = read_annotations(root, on_error="warn")
     relevant = [w for w in caught if issubclass(w.category, AnnotationWarning)]
     assert len(relevant) == 1 and "empty_box: 2" in str(relevant[0].message)
+    assert relevant[0].filename == __file__  # the line that called read_annotations, not detloader's own
     assert index.num_objects == 2
 
 

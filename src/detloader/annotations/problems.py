@@ -221,13 +221,14 @@ def check_on_error(on_error: str) -> OnError:
     return on_error  # type: ignore[return-value]
 
 
-def apply_policy(report: ProblemReport, on_error: OnError, what: str = "annotations") -> None:
-    """Raise or warn about ``report`` according to ``on_error``; see the module docstring."""
+def apply_policy(report: ProblemReport, on_error: OnError, what: str = "annotations", stacklevel: int = 3) -> None:
+    """Raise or warn about ``report`` according to ``on_error``; see the module docstring.
+    ``stacklevel``: as ``warnings.warn`` takes it, from here (3: the caller of this one's caller)."""
     check_on_error(on_error)
     errors = report.errors
     if on_error == "raise" and errors:
         raise AnnotationError(errors[0], report)
     if on_error == "warn" and report:
-        warnings.warn(f"{what}: {report.summary(per_kind=2)}", AnnotationWarning, stacklevel=3)
+        warnings.warn(f"{what}: {report.summary(per_kind=2)}", AnnotationWarning, stacklevel=stacklevel)
 
 

@@ -420,7 +420,7 @@ def _finish(index: AnnotationIndex, on_error: OnError, root: Path) -> None:
             ImageFolderWarning,
             stacklevel=3,
         )
-    apply_policy(index.problems, on_error, str(root))
+    apply_policy(index.problems, on_error, str(root), stacklevel=4)  # the caller of read_annotations
 
 
 def _image_folder(image_dir: str | os.PathLike[str], reader: Reader, path: Path, options: ReadOptions) -> str:
