@@ -301,3 +301,10 @@ def test_image_bytes_refuses_a_file_that_grew_past_the_cap_after_its_size_was_ta
     assert len(image_bytes(path, max_bytes=None)) == 300_000  # read to its end, past the size taken
     with pytest.raises(ImageDecodeError, match="size>200000 bytes exceeds max_bytes=200000"):
         image_bytes(path, max_bytes=200_000)
+
+
+def test_the_pixel_cap_holds_for_a_jpeg_read_by_libjpeg() -> None:
+    data = _encode(Image.new("RGB", (40, 30)), "JPEG")
+    assert decode_image(data, max_pixels=1200).image.shape == (30, 40, 3)
+    with pytest.raises(ImageDecodeError, match=r"a\.jpg: header declares 40x30 = 1200 pixels, over max_pixels=1199"):
+        decode_image(data, max_pixels=1199, source="a.jpg")

@@ -109,12 +109,12 @@ def _jpeg_segments(data: bytes) -> Iterator[tuple[int, int, int]]:
     n, pos = len(data), 2  # after SOI
     while pos + 4 <= n and data[pos] == 0xFF:
         marker = data[pos + 1]
-        if marker in (0xFF, 0xD8, 0x01) or 0xD0 <= marker <= 0xD7:  # fill byte / standalone
+        if marker == 0xFF or marker in _STANDALONE:  # fill byte / standalone
             pos += 1 if marker == 0xFF else 2
             continue
         if marker in (0xD9, 0xDA):  # end of image / start of scan: no more metadata
             return
-        (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
+        length = data[pos + 2] << 8 | data[pos + 3]
         yield marker, pos, length
         pos += 2 + length
 
@@ -126,6 +126,10 @@ def jpeg_exif_orientation(data: bytes) -> int:
         if marker == 0xE1 and data[pos + 4 : pos + 10] == b"Exif\x00\x00":
             return _tiff_orientation(data[pos + 10 : pos + 2 + length])
     return 1
+
+
+#: JPEG markers without a length (SOI, TEM, RST0-7)
+_STANDALONE = frozenset([0xD8, 0x01, *range(0xD0, 0xD8)])
 
 
 def _tiff_orientation(tiff: bytes) -> int:
@@ -205,16 +209,20 @@ def check_pixels(
         ImageDecodeError: ``"<source>: header declares 20000x20000 = 400000000 pixels, over
             max_pixels=178956970"``.
     """
-    limit = _cap(max_pixels, MAX_PIXELS_ENV, MAX_PIXELS)
     size = header_size(data)
-    if size is not None and limit:
-        w, h = size
-        if w * h > limit:
-            raise ImageDecodeError(
-                f"{source}: header declares {w}x{h} = {w * h} pixels, over max_pixels={limit} "
-                f"(raise it with max_pixels= or {MAX_PIXELS_ENV})"
-            )
+    if size is not None:
+        _check_cap(size, source, max_pixels)
     return size
+
+
+def _check_cap(size: tuple[int, int], source: str, max_pixels: int | None | Literal["default"]) -> None:
+    limit = _cap(max_pixels, MAX_PIXELS_ENV, MAX_PIXELS)
+    w, h = size
+    if limit and w * h > limit:
+        raise ImageDecodeError(
+            f"{source}: header declares {w}x{h} = {w * h} pixels, over max_pixels={limit} "
+            f"(raise it with max_pixels= or {MAX_PIXELS_ENV})"
+        )
 
 
 # -- decoding ---------------------------------------------------------------------------------
@@ -255,16 +263,22 @@ def decode_image(
     check_exif_policy(exif)
     if not data:
         raise ImageDecodeError(f"{source}: cannot decode image: an empty file (0 bytes)")
+    if data[:3] == b"\xff\xd8\xff":
+        import simplejpeg
+
+        try:
+            h, w, colorspace, _ = simplejpeg.decode_jpeg_header(data)  # libjpeg's own header parse
+        except ValueError:
+            colorspace = None  # let Pillow try, and word the error if it fails too
+        if colorspace is not None and colorspace not in ("CMYK", "YCCK"):
+            _check_cap((w, h), source, max_pixels)
+            return _decode_jpeg(data, (w, h), expected_size, exif, min_size, source)
     from PIL import Image
 
     try:
         check_pixels(data, source, max_pixels)
     except Image.DecompressionBombError as err:
         raise ImageDecodeError(f"{source}: {err}") from err
-    if data[:3] == b"\xff\xd8\xff":
-        out = _decode_jpeg(data, expected_size, exif, min_size, source)
-        if out is not None:
-            return out
     return _decode_pillow(data, expected_size, exif, source)
 
 
@@ -310,16 +324,17 @@ def read_image(
 
 
 def _decode_jpeg(
-    data: bytes, expected_size: tuple[int, int] | None, exif: ExifPolicy, min_size: MinSize, source: str
-) -> Decoded | None:
+    data: bytes,
+    size: tuple[int, int],
+    expected_size: tuple[int, int] | None,
+    exif: ExifPolicy,
+    min_size: MinSize,
+    source: str,
+) -> Decoded:
+    """A JPEG whose header libjpeg read (``size``: its width and height), decoded by simplejpeg."""
     import simplejpeg
 
-    try:
-        h, w, colorspace, _ = simplejpeg.decode_jpeg_header(data)
-    except ValueError:
-        return None  # let Pillow try, and word the error if it fails too
-    if colorspace in ("CMYK", "YCCK"):
-        return None
+    w, h = size
     orientation = jpeg_exif_orientation(data)
     applied = should_apply_orientation(orientation, (w, h), expected_size, exif)
     full = oriented_size(w, h, orientation) if applied else (w, h)
