@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from detloader import MISSING, read_annotations
@@ -213,3 +215,68 @@ def test_image_label_missing_is_kept(tmp_path: Path) -> None:
     _voc(tmp_path, "a", Image.new("RGB", (10, 10)), (10, 10), (1, 1, 5, 5))
     index = read_annotations(tmp_path, check_images=False)
     assert DetectionDataset(index)[0].image_label == MISSING
+
+
+def test_only_a_transform_that_draws_gets_a_generator(index, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    from detloader.transforms.base import draws
+
+    class MyResize(Resize):  # a subclass may draw: it is not taken at its parent's word
+        pass
+
+    assert not draws(Resize(64)) and not draws(Compose([Resize(64), Compose([Resize(32)])]))
+    assert draws(Compose([RandomHorizontalFlip(), Resize(64)])) and draws(MyResize(64))
+    assert draws(lambda data, rng: data)
+    made: list[int] = []
+    generator = DetectionDataset.generator
+    monkeypatch.setattr(
+        DetectionDataset, "generator", lambda self, i, epoch=None: made.append(i) or generator(self, i, epoch)
+    )
+    ds = DetectionDataset(index, Compose([Resize(64)]), seed=0)
+    ds[0]
+    assert made == []
+    ds.transform = Compose([RandomHorizontalFlip(), Resize(64)])  # replaced: told again
+    ds[3]
+    assert made == [3]
+
+
+_INSIDE = [0.0, 0.25, 0.5, 1.0]  # x W or H
+_EDGE = [-0.0, -1e-4, 0.5, 1.0 + 1e-4, 1.0 + 2e-3, float("nan"), float("inf")]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_objects_in_frame_skip_a_clip_that_would_change_nothing(index, data) -> None:  # type: ignore[no-untyped-def]
+    """The clip at the annotated size is skipped for images whose objects lie in the frame: the
+    arrays equal, bit for bit, those of the clip. Objects drawn inside, then a few values
+    spoiled: on and across every edge, -0.0, NaN, an absent point off (0, 0)."""
+    idx = index.subset(np.arange(len(index)))
+    m, k = idx.landmarks.shape[:2]
+    w = idx.width[idx.object_image].astype(np.float64)[:, None]
+    h = idx.height[idx.object_image].astype(np.float64)[:, None]
+
+    def draw(values: list[float], n: int) -> np.ndarray:
+        return np.array(data.draw(st.lists(st.sampled_from(values), min_size=n, max_size=n)), dtype=np.float64)
+
+    corners = np.sort(draw(_INSIDE, m * 4).reshape(m, 2, 2), axis=1)  # [object, corner, axis]: x1 <= x2
+    boxes = corners.reshape(m, 4)
+    points = draw(_INSIDE, m * k * 2).reshape(m, k, 2)
+    vis = draw([0, 1, 2], m * k).astype(np.uint8).reshape(m, k)
+    points[vis == 0] = 0.0
+    spoil = st.tuples(st.integers(0, m - 1), st.integers(0, 3), st.integers(0, max(k - 1, 0)), st.sampled_from(_EDGE))
+    for obj, j, p, value in data.draw(st.lists(spoil, max_size=4)):
+        if data.draw(st.booleans()) or not k:
+            boxes[obj, j] = value
+        else:
+            points[obj, p, j % 2] = value
+    idx.boxes = (boxes * np.hstack([w, h, w, h])).astype(np.float32)
+    idx.landmarks = (points * np.stack([np.repeat(w, k, 1), np.repeat(h, k, 1)], axis=-1)).astype(np.float32)
+    idx.visibility = vis
+    ds = DetectionDataset(idx, seed=0)
+    clipped = DetectionDataset(idx, seed=0)
+    clipped._frame = np.zeros(len(idx), dtype=np.bool_)  # every image clipped
+    for i in range(len(idx)):
+        image = np.zeros((int(idx.height[i]), int(idx.width[i]), 3), dtype=np.uint8)
+        a, b = ds._annotated(i, image, 1.0, 1.0), clipped._annotated(i, image, 1.0, 1.0)
+        for name in ("boxes", "labels", "landmarks", "visibility", "object_ids", "affine"):
+            assert getattr(a, name).tobytes() == getattr(b, name).tobytes(), (i, name)
+    assert ds._in_frame()[idx.objects_per_image > 0].any()  # the skip is taken

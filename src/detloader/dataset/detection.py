@@ -41,7 +41,7 @@ from detloader.errors import (
     ImageDecodeError,
 )
 from detloader.images import ExifPolicy, MinSize, check_exif_policy, read_image
-from detloader.transforms.base import Annotated, check_output, min_input_size, mirror_maps
+from detloader.transforms.base import Annotated, check_output, draws, min_input_size, mirror_maps
 from detloader.transforms.functional import chw_tensor, resize_into
 from detloader.transforms.geometric import Resize
 from detloader.transforms.mix import MIX_STREAM, MixUp, Mosaic, group_size, mix_choice
@@ -119,6 +119,8 @@ class DetectionDataset(torch.utils.data.Dataset):
         self.index = index
         self._root = os.fspath(index.root)
         self.transform = transform
+        self._draws: tuple[object, bool] = (None, False)  # (transform, whether it draws): _rng
+        self._frame: np.ndarray | None = None  # _in_frame
         self.seed = int(np.random.SeedSequence().entropy % 2**63) if seed is None else int(seed)  # type: ignore[operator]
         self.exif: ExifPolicy = exif
         self.reduced_decode = bool(reduced_decode)
@@ -267,8 +269,33 @@ class DetectionDataset(torch.utils.data.Dataset):
             flip_permutation=self._flip_permutation,
             class_flip=self.class_flip,
         )
-        data.map_annotations(sx, sy, 0.0, 0.0)
+        if sx != 1.0 or sy != 1.0 or not self._in_frame()[i]:  # else the clip would change nothing
+            data.map_annotations(sx, sy, 0.0, 0.0)
         return data
+
+    def _in_frame(self) -> np.ndarray:
+        """bool per image, made once per process: every object of the image lies in its
+        annotated frame, so the clip at that size (:meth:`Annotated.map_annotations`) would
+        change no value: boxes and visible points in ``[0, W] x [0, H]`` (no -0.0, no NaN),
+        absent points at (0, 0). A third of a sample's numpy calls, saved for such images."""
+        if self._frame is None:
+            idx = self.index
+            image = idx.object_image
+            w = idx.width[image].astype(np.float32)
+            h = idx.height[image].astype(np.float32)
+            boxes = np.asarray(idx.boxes, dtype=np.float32)
+            ok = ((boxes >= 0) & ~np.signbit(boxes)).all(axis=1)
+            ok &= (boxes[:, 0] <= w) & (boxes[:, 2] <= w) & (boxes[:, 1] <= h) & (boxes[:, 3] <= h)
+            points = np.asarray(idx.landmarks, dtype=np.float32)
+            if points.size:
+                x, y = points[..., 0], points[..., 1]
+                unsigned = (points >= 0).all(axis=-1) & ~np.signbit(points).any(axis=-1)
+                inside = unsigned & (x <= w[:, None]) & (y <= h[:, None])
+                ok &= np.where(np.asarray(idx.visibility) > 0, inside, unsigned & (x == 0) & (y == 0)).all(axis=1)
+            frame = np.ones(len(idx), dtype=np.bool_)
+            frame[image[~ok]] = False
+            self._frame = frame
+        return self._frame
 
     # -- decode errors ----------------------------------------------------------------------
     @property
@@ -372,7 +399,7 @@ class DetectionDataset(torch.utils.data.Dataset):
             mixed = self._mixed(group, epoch)
         if mixed is None:
             j, data = self._load_or_substitute(i, epoch)
-            data = self._transformed(data, self.generator(i, epoch))
+            data = self._transformed(data, self._rng(i, epoch))
         else:
             j, data = i, mixed
         a = data.affine
@@ -391,9 +418,18 @@ class DetectionDataset(torch.utils.data.Dataset):
             object_ids=data.object_ids,
         )
 
-    def _transformed(self, data: Annotated, rng: np.random.Generator) -> Annotated:
+    def _rng(self, i: int, epoch: int) -> np.random.Generator | None:
+        """:meth:`generator`, or None for a transform that draws nothing (``transforms.base.draws``;
+        told again should the transform be replaced)."""
+        transform = self.transform
+        if self._draws[0] is not transform:
+            self._draws = (transform, transform is not None and draws(transform))
+        return self.generator(i, epoch) if self._draws[1] else None
+
+    def _transformed(self, data: Annotated, rng: np.random.Generator | None) -> Annotated:
+        """``data`` transformed; ``rng`` None for a transform that draws nothing (``draws``)."""
         if self.transform is not None:
-            data = self.transform(data, rng)
+            data = self.transform(data, rng)  # type: ignore[arg-type]
             check_output(data, self.transform)
         return data
 
@@ -434,6 +470,7 @@ class DetectionDataset(torch.utils.data.Dataset):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_warned"] = set()  # each process warns for itself
+        state["_frame"] = None  # each process makes it again when needed
         return state
 
 

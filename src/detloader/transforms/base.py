@@ -2,6 +2,8 @@
 and the parameter checks the transform classes share. Two optional attributes of a transform
 tell the dataset how small a JPEG may be decoded: ``preserves_size = True`` (flips, colour:
 look past it) and ``min_input_size(width, height)`` (a resize: decode at least this large).
+A third, ``draws = False`` in a class's own body, says its transforms never draw from the
+generator (:func:`draws`).
 """
 
 from __future__ import annotations
@@ -215,6 +217,17 @@ def check_output(data: Any, transform: object) -> None:
             f"transform {transform!r} returned {n} boxes but {len(data.labels)} labels, "
             f"{len(data.landmarks)} landmark rows, {len(data.object_ids)} object ids"
         )
+
+
+def draws(transform: object) -> bool:
+    """Whether ``transform`` may draw from the generator it is given: False only for a
+    :class:`Compose` of such transforms or a transform whose own class (not a parent) says
+    ``draws = False`` (:class:`~detloader.transforms.Resize`: a subclass may draw). The dataset
+    then makes no generator for it (``default_rng`` is a tenth of a sample's Python work) and
+    passes None."""
+    if type(transform) is Compose:
+        return any(draws(t) for t in transform.transforms)
+    return vars(type(transform)).get("draws", True) is not False
 
 
 def may_mirror(transform: object) -> bool:

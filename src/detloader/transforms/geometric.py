@@ -37,6 +37,9 @@ class Resize:
     ``sx = W'/W``, ``sy = H'/H`` for that rounded content (exact for the pixels).
     """
 
+    #: it draws nothing: the dataset makes no generator for it (``transforms.base.draws``)
+    draws = False
+
     def __init__(
         self,
         size: int | Sequence[int],
@@ -90,7 +93,7 @@ class Resize:
         """The content size: decoding at any size >= this loses no output detail."""
         return self.content_size(width, height)
 
-    def __call__(self, data: Annotated, rng: np.random.Generator) -> Annotated:
+    def __call__(self, data: Annotated, rng: np.random.Generator | None = None) -> Annotated:
         w, h = data.width, data.height
         cw, ch = self.content_size(w, h)
         image = fn.resize_image(data.image, cw, ch, self.interpolation)
