@@ -380,7 +380,7 @@ def _read_cached(
         try:
             _cache.save_index(index, cache_file, full_key)
             _refresh.save_stamps(cache_file, full_key, base, stamps, source.image_listing)
-            index = _cache.load_index_file(cache_file, root=source.root)
+            index = _cache.load_index_file(cache_file, root=source.root, check_data=False)  # written just now
         except OSError as err:
             warnings.warn(f"index cache not written to {cache_file}: {err}", DetloaderRuntimeWarning, stacklevel=3)
     return index

@@ -70,9 +70,10 @@ class Source:
         take it (100,000 rows in a few ms, not a tuple each)."""
         if not self.stamp:
             return StampTable([], np.zeros((0, 4), dtype=np.int64), False)
-        names = [s[0] for s in self.stamp]
+        names = list(map(itemgetter(0), self.stamp))
         try:  # one pass over every number, taken as uint64 (the inode may need its 64th bit)
-            flat = np.fromiter(itertools.chain.from_iterable(s[1:] for s in self.stamp), np.uint64, 4 * len(names))
+            numbers_of = map(itemgetter(slice(1, None)), self.stamp)
+            flat = np.fromiter(itertools.chain.from_iterable(numbers_of), np.uint64, 4 * len(names))
             numbers = flat.view(np.int64).reshape(-1, 4)
         except OverflowError:  # an mtime before 1970
             numbers = np.empty((len(names), 4), dtype=np.int64)
