@@ -103,7 +103,7 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--size", type=int, help="resize images to SIZE x SIZE (default: 384)")
     p.add_argument("--batch-size", type=int, help="images per batch (default: 16)")
     p.add_argument("--batches", type=int, help="batches timed per setting (default: 20)")
-    p.add_argument("--repeats", type=int, help="runs per loader setting, taken round-robin, the median kept (default: 2)")
+    p.add_argument("--repeats", type=int, help="runs per loader setting, round-robin, median kept (default: 2)")
     p.add_argument("--sampler-weights", type=int, help="weights for the sampler section (default: 10,000,000)")
     p.add_argument("--sampler-draws", type=int, help="indices timed from the start of an epoch (default: 1,000,000)")
     p.add_argument("--index-files", type=int, help="synthetic XML files for the index section (default: 5000)")
