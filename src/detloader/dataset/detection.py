@@ -119,7 +119,6 @@ class DetectionDataset(torch.utils.data.Dataset):
         self.index = index
         self._root = os.fspath(index.root)
         self.transform = transform
-        self._draws: tuple[object, bool] = (None, False)  # (transform, whether it draws): _rng
         self._frame: np.ndarray | None = None  # _in_frame
         self.seed = int(np.random.SeedSequence().entropy % 2**63) if seed is None else int(seed)  # type: ignore[operator]
         self.exif: ExifPolicy = exif
@@ -419,12 +418,9 @@ class DetectionDataset(torch.utils.data.Dataset):
         )
 
     def _rng(self, i: int, epoch: int) -> np.random.Generator | None:
-        """:meth:`generator`, or None for a transform that draws nothing (``transforms.base.draws``;
-        told again should the transform be replaced)."""
-        transform = self.transform
-        if self._draws[0] is not transform:
-            self._draws = (transform, transform is not None and draws(transform))
-        return self.generator(i, epoch) if self._draws[1] else None
+        """:meth:`generator`, or None for a transform that draws nothing (``transforms.base.draws``,
+        under a microsecond: told each time, so a replaced transform is told too)."""
+        return self.generator(i, epoch) if self.transform is not None and draws(self.transform) else None
 
     def _transformed(self, data: Annotated, rng: np.random.Generator | None) -> Annotated:
         """``data`` transformed; ``rng`` None for a transform that draws nothing (``draws``)."""
