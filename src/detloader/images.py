@@ -103,6 +103,10 @@ def apply_orientation(image: np.ndarray, orientation: int) -> np.ndarray:
     return np.ascontiguousarray(ops[orientation](image))
 
 
+#: JPEG markers without a length (SOI, TEM, RST0-7)
+_STANDALONE = frozenset([0xD8, 0x01, *range(0xD0, 0xD8)])
+
+
 def _jpeg_segments(data: bytes) -> Iterator[tuple[int, int, int]]:
     """(marker, position, length) of each segment of JPEG ``data`` before the scan: fill bytes
     and standalone markers skipped, stops at a broken marker or the end of the metadata."""
@@ -126,10 +130,6 @@ def jpeg_exif_orientation(data: bytes) -> int:
         if marker == 0xE1 and data[pos + 4 : pos + 10] == b"Exif\x00\x00":
             return _tiff_orientation(data[pos + 10 : pos + 2 + length])
     return 1
-
-
-#: JPEG markers without a length (SOI, TEM, RST0-7)
-_STANDALONE = frozenset([0xD8, 0x01, *range(0xD0, 0xD8)])
 
 
 def _tiff_orientation(tiff: bytes) -> int:
