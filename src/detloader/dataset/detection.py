@@ -214,10 +214,11 @@ class DetectionDataset(torch.utils.data.Dataset):
         hint: MinSize = None  # (w, h) -> smallest decode size the transform allows
         if self.reduced_decode and self.transform is not None:
             hint = functools.partial(min_input_size, (self.transform,))
-        path = os.path.join(self._root, idx.relative_image_path(i))  # a str: no Path built per image
+        rel = idx.relative_image_path(i)
+        path = os.path.join(self._root, rel)  # a str: no Path built per image
         if self.shards is not None and self._pack_rows is not None:
             decoded = self.shards.read(int(self._pack_rows[i]), expected_size=ann_size, exif=self.exif,
-                                       min_size=hint, source=f"{self.shards.url}: {idx.relative_image_path(i)}")
+                                       min_size=hint, source=f"{self.shards.url}: {rel}")
         else:
             decoded = read_image(path, expected_size=ann_size, exif=self.exif, min_size=hint)
         if decoded.exif_ignored:
