@@ -295,6 +295,95 @@ def test_worker_batches_stay_intact_while_held_and_reuse_memory_once_dropped(dat
     assert None not in taken and len(set(taken)) <= slots
 
 
+def test_a_reused_buffer_crosses_to_the_main_process_once(dataset: DetectionDataset, monkeypatch) -> None:
+    """Each worker's flags, and each of its buffers, are sent with the first batch in them; later
+    batches in the same buffer name it. The batches equal the in-process ones, also those the loop
+    keeps while others are made; when the loader's workers end, the main process lets go of
+    their buffers."""
+    from torch.utils.data import DataLoader
+
+    from detloader import make_loader
+    from detloader.loader import collate
+
+    received: list[tuple[int, bool, bool]] = []
+    real = collate._received_images
+
+    def spy(name, i, generation, shape, buffer, flags):  # type: ignore[no-untyped-def]
+        received.append((name[0], buffer is not None, flags is not None))
+        return real(name, i, generation, shape, buffer, flags)
+
+    monkeypatch.setattr(collate, "_received_images", spy)
+    expected = [b.images.clone() for b in DataLoader(dataset, batch_size=1, collate_fn=collate_detection)]
+    order = [k % len(dataset) for k in range(3 * len(dataset))]
+    loader = make_loader(dataset, batch_sampler=[[i] for i in order], num_workers=2)
+    kept = []
+    for k, (batch, e) in enumerate(zip(loader, [expected[i] for i in order], strict=True)):
+        assert torch.equal(batch.images, e)
+        if k < 3:
+            kept.append((batch, e))  # held while the workers make later batches
+    assert all(torch.equal(b.images, e) for b, e in kept)
+    workers = {pid for pid, _, _ in received}
+    slots = collate._WorkerBuffers.SLOTS
+    assert len(workers) == 2 and len(received) > 4 * slots
+    for pid in workers:  # until the main process has mapped them (prefetch_factor=2: 2 batches ahead)
+        sent = [(buffer, flags) for p, buffer, flags in received if p == pid]
+        assert sent[0] == (True, True) and sum(flags for _, flags in sent) <= 2
+        assert sum(buffer for buffer, _ in sent) <= 2 * slots
+        assert not any(buffer or flags for buffer, flags in sent[3 * slots :])
+    assert not {m.pid for m in collate._mapped.values()} & workers  # the iterator ended its workers
+
+
+def test_images_sent_on_from_the_main_process_are_copied_out_of_the_worker_buffer() -> None:
+    """A batch's images from a reused buffer are not shared memory themselves: pickled for
+    another process, they move to shared memory of their own, so the worker reusing its
+    buffer cannot change them; the buffer is released once they are freed."""
+    from multiprocessing.reduction import ForkingPickler
+
+    from detloader.loader import collate
+
+    pool = collate._WorkerBuffers()
+    images, i = pool.take((2, 3, 4, 4))
+    images.fill_(9)
+    try:
+        got = collate._received_images(*pool.sent(i, (2, 3, 4, 4)))
+        assert pool.flags[-1] == 1 and pool.flags[pool.SLOTS + i] == pool.generations[i]  # mapped: not sent again
+        assert pool.sent(i, (2, 3, 4, 4))[4:] == (None, None)
+        ForkingPickler.dumps(got)
+        images.fill_(1)  # the worker writing its buffer again
+        assert got.is_shared() and int(got.min()) == 9
+        assert pool.held[i] == 1
+        del got
+        assert pool.held[i] == 0
+    finally:
+        collate.forget_buffers([pool.name[0]])
+    assert pool.flags[pool.SLOTS :].tolist() == [0] * (pool.SLOTS + 1)  # a worker still alive would send again
+
+
+def test_buffers_of_a_worker_that_died_are_let_go_when_the_next_worker_is_met() -> None:
+    """Where no iterator ends the workers (a plain DataLoader), a dead worker's buffers are let
+    go when a new worker's first batch arrives; a live worker's stay."""
+    import subprocess
+    import sys
+
+    from detloader.loader import collate
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead, alive, new = collate._WorkerBuffers(), collate._WorkerBuffers(), collate._WorkerBuffers()
+    dead.name = (int(ended.stdout), "dead")
+    try:
+        for pool in (alive, dead):
+            images, i = pool.take((1, 3, 2, 2))
+            del images
+            collate._received_images(*pool.sent(i, (1, 3, 2, 2)))  # dropped at once: released
+        assert {"dead", alive.name[1]} <= set(collate._mapped)
+        _, i = new.take((1, 3, 2, 2))
+        collate._received_images(*new.sent(i, (1, 3, 2, 2)))
+        assert "dead" not in collate._mapped and {alive.name[1], new.name[1]} <= set(collate._mapped)
+        assert dead.held.tolist() == alive.held.tolist() == new.held.tolist() == [0] * dead.SLOTS
+    finally:
+        collate.forget_buffers([dead.name[0], alive.name[0]])
+
+
 @pytest.mark.skipif(not accelerator_available(), reason="pinning needs an accelerator")
 def test_pin_memory_and_non_blocking_copy(dataset: DetectionDataset) -> None:
     batch = collate_detection([dataset[i] for i in range(2)]).pin_memory()

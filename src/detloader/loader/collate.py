@@ -10,16 +10,21 @@ and Batch".
 
 from __future__ import annotations
 
+import math
+import os
+import secrets
+import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields, replace
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import numpy as np
 import torch
 
 from detloader.dataset.sample import as_sample
-from detloader.errors import DetloaderValueError
+from detloader.errors import DetloaderValueError, LoaderWorkerError
 
 #: ImageNet statistics in 0..1 units, the usual default for pretrained backbones.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -87,10 +92,10 @@ class Batch:
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles the small CPU tensors (all but the images, in practice) by value: a batch
-        leaves a DataLoader worker with one shared-memory file, not thirteen, and each file
-        costs a descriptor round trip with the worker (docs/loader.md, "collate_detection and
-        Batch"). A batch made in a worker also carries its image buffer's release flag."""
-        return _unpickle_batch, (self._mapped(_by_value), getattr(self, "_buffer", None))
+        leaves a DataLoader worker with one shared-memory file at most, not thirteen, and each
+        file costs a descriptor round trip with the worker (docs/loader.md, "collate_detection
+        and Batch"). Through a multiprocessing queue, :func:`_reduce_for_queue` instead."""
+        return _unpickle_batch, (self._mapped(_by_value),)
 
     def pin_memory(self) -> Batch:
         """A copy in page-locked memory (DataLoader's ``pin_memory=True`` calls this)."""
@@ -199,12 +204,26 @@ def _by_value(t: torch.Tensor) -> torch.Tensor | np.ndarray:
     return t.numpy() if t.device.type == "cpu" and t.nbytes <= _INLINE else t
 
 
-def _unpickle_batch(values: dict[str, Any], buffer: tuple[torch.Tensor, int] | None = None) -> Batch:
-    batch = Batch(**{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in values.items()})
-    if buffer is not None:  # the worker may reuse the images' memory once nothing here holds it
-        held, i = buffer
-        weakref.finalize(batch.images.untyped_storage(), held.__setitem__, i, 0)
-    return batch
+def _unpickle_batch(values: dict[str, Any], sent: tuple[Any, ...] | None = None) -> Batch:
+    if sent is not None:  # the images are in a worker's reused buffer (_reduce_for_queue)
+        values["images"] = _received_images(*sent)
+    return Batch(**{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in values.items()})
+
+
+def _reduce_for_queue(batch: Batch) -> tuple[Any, ...]:
+    """How a :class:`Batch` crosses a multiprocessing queue (a DataLoader worker's results):
+    as :meth:`Batch.__reduce__`, except that images made in one of the worker's reused buffers
+    (:class:`_WorkerBuffers`) are sent by name, the buffer itself only until the main process
+    has mapped it."""
+    buffer = getattr(batch, "_buffer", None)
+    values = batch._mapped(_by_value)
+    if buffer is None or _worker_buffers is None or buffer[0] is not _worker_buffers.held:
+        return _unpickle_batch, (values,)
+    values["images"] = None
+    return _unpickle_batch, (values, _worker_buffers.sent(buffer[1], tuple(batch.images.shape)))
+
+
+ForkingPickler.register(Batch, _reduce_for_queue)
 
 
 def _new_shared(numel: int) -> torch.Tensor:
@@ -216,30 +235,129 @@ class _WorkerBuffers:
     """The shared-memory image buffers of one DataLoader worker, up to ``SLOTS`` (what a loop
     with ``prefetch_factor=2`` has out at once), each reused once the main process has dropped
     every tensor over the batch it went out in: a new shared-memory file costs the kernel a
-    zeroed page per 4 KiB, several times the collate's copy. ``held[i]`` (shared memory) is 1
-    while buffer ``i`` is out: the worker sets it, the main process clears it
-    (:func:`_unpickle_batch`). With every buffer out, new memory."""
+    zeroed page per 4 KiB, several times the collate's copy. With every buffer out, new memory.
+
+    ``flags`` (int32, shared memory) is what the worker and the main process tell each other:
+    ``held[i] = flags[i]`` is 1 while buffer ``i`` is out (the worker sets it, the main process
+    clears it when the batch's memory is freed there); ``flags[SLOTS + i]`` is the generation
+    of buffer ``i`` (a new one each time the buffer grows) that the main process has mapped;
+    ``flags[-1]`` is 1 once the main process holds ``flags``. A batch sends its buffer, or
+    ``flags``, only until the main process says it has it (:meth:`sent`): each such file costs a
+    descriptor round trip with the worker, and sending them once took most of the main
+    process's time per batch away."""
 
     SLOTS = 4
 
     def __init__(self) -> None:
-        self.held = _new_shared(self.SLOTS).zero_()
+        self.flags = torch.zeros(2 * self.SLOTS + 1, dtype=torch.int32).share_memory_()
+        self.held = self.flags[: self.SLOTS]
+        self._flags = self.flags.numpy()
         self.buffers = [torch.empty(0, dtype=torch.uint8)] * self.SLOTS
+        self.generations = [0] * self.SLOTS
+        self.name = (os.getpid(), secrets.token_hex(8))  # the pid: for the main process to forget a dead worker
 
     def take(self, shape: tuple[int, ...]) -> tuple[torch.Tensor, int | None]:
         numel = int(np.prod(shape))
-        held = self.held.numpy()
+        held = self._flags
         free = [i for i in range(self.SLOTS) if not held[i]]
         if not free:
             return _new_shared(numel).view(shape), None
         i = next((i for i in free if len(self.buffers[i]) >= numel), free[0])
         if len(self.buffers[i]) < numel:
             self.buffers[i] = _new_shared(numel)
+            self.generations[i] += 1
         held[i] = 1
         return self.buffers[i][:numel].view(shape), i
 
+    def sent(self, i: int, shape: tuple[int, ...]) -> tuple[Any, ...]:
+        """What a batch whose images lie at the start of buffer ``i`` sends for them
+        (:func:`_received_images`'s arguments)."""
+        flags, generation = self._flags, self.generations[i]
+        return (
+            self.name, i, generation, shape,
+            None if flags[self.SLOTS + i] == generation else self.buffers[i],
+            None if flags[-1] else self.flags,
+        )
+
 
 _worker_buffers: _WorkerBuffers | None = None
+
+
+class _Mapped:
+    """A worker's reused buffers as the main process keeps them: ``buffers[i]`` is
+    (generation, the buffer's memory)."""
+
+    def __init__(self, pid: int, flags: torch.Tensor) -> None:
+        self.pid, self.flags = pid, flags.numpy()
+        self.buffers: dict[int, tuple[int, np.ndarray]] = {}
+
+
+#: The main process's :class:`_Mapped` by worker name; a worker's entry goes when its
+#: DataLoader iterator ends its workers (:func:`forget_buffers`) or, failing that, when a new
+#: worker is met after it died.
+_mapped: dict[str, _Mapped] = {}
+_mapped_lock = threading.Lock()
+
+
+def _received_images(
+    name: tuple[int, str], i: int, generation: int, shape: tuple[int, ...],
+    buffer: torch.Tensor | None, flags: torch.Tensor | None,
+) -> torch.Tensor:
+    """A batch's images from the start of worker ``name``'s buffer ``i`` (a tensor over that
+    memory, mapped once per buffer): when the last tensor over it is freed, the worker may
+    reuse the buffer. Sent on to another process, the tensor is copied into new shared memory
+    (it is not shared memory itself)."""
+    pid, key = name
+    with _mapped_lock:
+        mapped = _mapped.get(key)
+        if mapped is None:
+            if flags is None:
+                raise _gone(pid, i, generation)
+            _forget_dead_workers()
+            mapped = _mapped[key] = _Mapped(pid, flags)
+            mapped.flags[-1] = 1
+        if buffer is not None:
+            mapped.buffers[i] = generation, buffer.numpy()
+            mapped.flags[len(mapped.flags) // 2 + i] = generation
+    known, memory = mapped.buffers.get(i, (None, None))
+    if known != generation or memory is None:
+        raise _gone(pid, i, generation)
+    images = torch.from_numpy(memory[: math.prod(shape)]).view(shape)  # a storage of its own, over the buffer
+    weakref.finalize(images.untyped_storage(), mapped.flags.__setitem__, i, 0)
+    return images
+
+
+def _gone(pid: int, i: int, generation: int) -> LoaderWorkerError:
+    return LoaderWorkerError(
+        f"DataLoader worker (pid {pid}): a batch's images lie in its buffer {i} (generation {generation}), which "
+        "this process no longer holds: the worker ended, or its loader was shut down, while the batch was on its way",
+        None, pid, None, None,
+    )
+
+
+def forget_buffers(pids: Iterable[int]) -> None:
+    """The main process lets go of the reused buffers of the workers ``pids`` (ended), but
+    for memory a batch still holds; a worker still alive sends its buffers again."""
+    pids = set(pids)
+    with _mapped_lock:
+        for key in [key for key, mapped in _mapped.items() if mapped.pid in pids]:
+            mapped = _mapped.pop(key)
+            mapped.flags[len(mapped.flags) // 2:] = 0
+
+
+def _forget_dead_workers() -> None:
+    """Called with the lock held."""
+    dead = []
+    for mapped in _mapped.values():
+        try:
+            os.kill(mapped.pid, 0)
+        except ProcessLookupError:
+            dead.append(mapped.pid)
+        except OSError:
+            pass  # alive, another user's
+    if dead:
+        for key in [key for key, mapped in _mapped.items() if mapped.pid in dead]:
+            del _mapped[key]
 
 
 def _image_buffer(shape: tuple[int, ...]) -> tuple[torch.Tensor, tuple[torch.Tensor, int] | None]:

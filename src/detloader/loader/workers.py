@@ -48,6 +48,7 @@ from torch.utils.data.dataloader import (
 )
 
 from detloader.errors import DetloaderError, LoaderWorkerError
+from detloader.loader.collate import forget_buffers
 
 #: Seconds between a loader worker's checks that its parent process still lives.
 PARENT_CHECK_S = 1.0
@@ -144,6 +145,12 @@ class WorkerIterator(_MultiProcessingDataLoaderIter):
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.05)
+
+    def _shutdown_workers(self) -> None:
+        try:
+            super()._shutdown_workers()
+        finally:  # the workers' reused image buffers, kept mapped here while they ran (loader.collate)
+            forget_buffers(w.pid for w in getattr(self, "_workers", []))
 
     def end_workers(self) -> None:
         """torch's shutdown (the done event, a None on each index queue, a join), then SIGKILL
