@@ -162,3 +162,15 @@ def test_fiftyone_layout(tmp_path):
     index = detloader.read_annotations(tmp_path, cache=False)
     assert index.image_paths() == ["data/a.jpg"] and index.classes == ("Car", "Dog")
     assert index.class_list("absent", 0).tolist() == [1] and index.meta["hierarchy"] == {}
+
+
+def test_an_annotations_folder_is_looked_in_unless_it_holds_voc_xml(tmp_path):
+    """The boxes CSV in an annotations/ folder is found; one beside VOC's XML files in
+    Annotations/ is not (that folder is VOC's, as COCO's detection takes it too)."""
+    oi = tmp_path / "oi"
+    dataset(oi / "annotations", [box("a", "/m/car", 0.1, 0.5, 0.1, 0.5)])
+    assert detect_format(oi) == "openimages"
+    assert detect_format(oi / "annotations") == "openimages"
+    (oi / "annotations" / "a.xml").write_text("<annotation/>")
+    assert detect_format(oi / "annotations") == "openimages"  # the folder itself, named
+    assert detect_format(oi) == "voc"

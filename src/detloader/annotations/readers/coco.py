@@ -42,6 +42,7 @@ from detloader.annotations.readers.common import (
     check_options,
     file_source,
     find_child_dir,
+    holds_xml,
     parse_flag,
     read_head,
 )
@@ -82,9 +83,8 @@ def _coco_files(folder: Path) -> list[Path]:
     places = [folder]
     ann = find_child_dir(folder, ("annotations",))
     if ann is not None:
-        with os.scandir(ann) as entries:  # stops at the first: a listing of 100k files costs more than the read
-            if any(e.name.lower().endswith(".xml") for e in entries):
-                return []  # a VOC layout
+        if holds_xml(ann):
+            return []  # a VOC layout
         places.append(ann)
     places += [d for d in sorted(folder.iterdir()) if split_role(d.name) and d.is_dir()]  # train/ valid/ test/
     return [p for place in places for p in sorted(place.glob("*.json")) if _looks_like_coco(p)]

@@ -252,6 +252,14 @@ def scan_files(
     return out
 
 
+def holds_xml(folder: str | os.PathLike[str]) -> bool:
+    """Whether ``folder`` holds an ``.xml`` file (a VOC ``Annotations/`` folder): the readers of
+    other formats skip such a folder, and it stops at the first one, where a listing of
+    100,000 names would cost more than the read."""
+    with os.scandir(folder) as entries:
+        return any(e.name.lower().endswith(".xml") for e in entries)
+
+
 def within(path: str, folders: Iterable[str]) -> bool:
     """Whether the resolved ``path`` is one of ``folders`` (resolved too) or lies below one."""
     return any(path == f or path.startswith(f.rstrip(os.sep) + os.sep) for f in folders)

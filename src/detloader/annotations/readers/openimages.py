@@ -42,6 +42,7 @@ from detloader.annotations.readers.common import (
     candidate_dirs,
     check_options,
     find_child_dir,
+    holds_xml,
     read_head,
     stat_entry,
 )
@@ -81,10 +82,13 @@ def _kind(path: Path) -> str | None:
 
 
 def _files(folder: Path) -> dict[str, list[Path]]:
-    """The dataset's files in ``folder`` and its annotations/ labels/ metadata/ folders, by kind."""
+    """The dataset's files in ``folder`` and its annotations/ labels/ metadata/ folders, by kind
+    (not an annotations/ folder with XML files in it: VOC's, as for COCO)."""
     places = [folder, *(d for d in (find_child_dir(folder, [n]) for n in _FOLDERS) if d is not None)]
     out: dict[str, list[Path]] = {}
-    for place in places:  # a VOC Annotations/ folder holds 100,000 names: one text search first
+    for place in places:  # a YOLO labels/ folder holds 100,000 names: one text search first
+        if place is not folder and place.name.lower() == "annotations" and holds_xml(place):
+            continue
         names = os.listdir(place)
         text = "\n".join(names).lower()
         if ".csv" not in text and ".json" not in text:
