@@ -195,12 +195,21 @@ def test_options_or_rebuild_never_refresh(tmp_path, parse_calls):
     assert len(parse_calls) == len(_files()) and "refreshed" not in index.meta
 
 
-def test_damaged_or_foreign_stamps_build_in_full(tmp_path, parse_calls):
+@pytest.mark.parametrize("damage", ["foreign", "flipped byte", "truncated"])
+def test_damaged_or_foreign_stamps_build_in_full(tmp_path, parse_calls, damage):
+    """A stamps file that is not one, or whose arrays fail their CRC-32 or end early: a full build."""
     root = _dataset(tmp_path)
     first = read_annotations(root, on_error="skip")
     stamps = stamps_file(Path(first._source_file))
     assert stamps.is_file()
-    stamps.write_bytes(b"PK\x03\x04 not a zip")
+    data = bytearray(stamps.read_bytes())
+    if damage == "foreign":
+        data = bytearray(b"PK\x03\x04 not a stamps file")
+    elif damage == "flipped byte":
+        data[-80] ^= 0x01  # in the last array (the folder listing's names), not its padding
+    else:
+        data = data[: len(data) // 2]
+    stamps.write_bytes(bytes(data))
     _edit(root)
     parse_calls.clear()
     index = read_annotations(root, on_error="skip")

@@ -148,9 +148,30 @@ def save_index(index: AnnotationIndex, path: str | os.PathLike[str], key: str, r
     the dataset's index cache (``detloader cache list|clear`` find and remove it); False for a
     file that is no cache (the index of a pack)."""
     path = Path(path)
-    arrays = {name: np.ascontiguousarray(a) for name, a in index.arrays().items()}  # FIELDS order
+    arrays = dict(index.arrays())  # FIELDS order
     for name, members in index.splits.items():
-        arrays[f"split/{name}"] = np.ascontiguousarray(members, dtype=np.int64)
+        arrays[f"split/{name}"] = np.asarray(members, dtype=np.int64)
+    header = {
+        "key": key,
+        "root": str(index.root),
+        "vocab": index.vocab.to_dict(),
+        "splits": list(index.splits),
+        "problems": index.problems.to_list(),
+        "meta": index.meta,
+    }
+    write_arrays(path, header, arrays)
+    if record:
+        remember(path, "index", index.root)  # for `detloader cache list|clear`
+    return path
+
+
+def write_arrays(
+    path: str | os.PathLike[str], header: dict[str, Any], arrays: dict[str, np.ndarray], magic: bytes = MAGIC
+) -> None:
+    """``header`` (JSON) and ``arrays`` in the layout above, atomically: the header gets the
+    array table (``arrays``) and ``data_crc32``. The index cache, and the refresh's stamps
+    (another ``magic``), are written so."""
+    arrays = {name: np.ascontiguousarray(a) for name, a in arrays.items()}
     table: dict[str, list[Any]] = {}
     offset = 0
     for name, arr in arrays.items():
@@ -160,20 +181,11 @@ def save_index(index: AnnotationIndex, path: str | os.PathLike[str], key: str, r
     for arr in arrays.values():  # the padding is zeros and not covered
         if arr.nbytes:
             crc = zlib.crc32(memoryview(arr).cast("B"), crc)
-    header = {
-        "key": key,
-        "data_crc32": crc,
-        "root": str(index.root),
-        "vocab": index.vocab.to_dict(),
-        "splits": list(index.splits),
-        "problems": index.problems.to_list(),
-        "meta": index.meta,
-        "arrays": table,
-    }
+    header = {**header, "data_crc32": crc, "arrays": table}
     blob = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogateescape")
     data_start = _align(_PREFIX.size + len(blob))
     with atomic_write(path) as fh:
-        fh.write(_PREFIX.pack(MAGIC, CACHE_VERSION, zlib.crc32(blob), len(blob)))
+        fh.write(_PREFIX.pack(magic, CACHE_VERSION, zlib.crc32(blob), len(blob)))
         fh.write(blob)
         fh.write(b"\0" * (data_start - _PREFIX.size - len(blob)))
         pos = 0
@@ -183,9 +195,6 @@ def save_index(index: AnnotationIndex, path: str | os.PathLike[str], key: str, r
             fh.write(memoryview(arr).cast("B") if arr.nbytes else b"")
             pos = start + arr.nbytes
         fh.write(b"\0" * (_align(pos) - pos))
-    if record:
-        remember(path, "index", index.root)  # for `detloader cache list|clear`
-    return path
 
 
 def read_key(path: str | os.PathLike[str]) -> str | None:
@@ -198,15 +207,16 @@ def read_key(path: str | os.PathLike[str]) -> str | None:
     return header.get("key")
 
 
-def _read_header(path: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
+def _read_header(path: str | os.PathLike[str], magic: bytes = MAGIC) -> tuple[dict[str, Any], int]:
     with open_regular(path) as fh:  # a FIFO would block: NotRegularFileError
         size = os.fstat(fh.fileno()).st_size
         prefix = fh.read(_PREFIX.size)
         if len(prefix) < _PREFIX.size:
             raise CacheError(f"{path}: truncated cache file")
-        magic, version, header_crc, length = _PREFIX.unpack(prefix)
-        if magic != MAGIC:
-            raise CacheError(f"{path}: not a detloader index (magic={magic!r})")
+        found, version, header_crc, length = _PREFIX.unpack(prefix)
+        if found != magic:
+            raise CacheError(f"{path}: not a detloader {'index' if magic == MAGIC else 'file of this kind'} "
+                             f"(magic={found!r})")
         if version != CACHE_VERSION:
             raise CacheError(f"{path}: cache version={version}, this detloader reads {CACHE_VERSION}")
         if length > size - _PREFIX.size:
@@ -248,40 +258,23 @@ class MappedIndex(AnnotationIndex):
         return super().__reduce__()
 
 
-def load_index_file(
-    path: str | os.PathLike[str],
-    root: str | os.PathLike[str] | None = None,
-    expect_key: str | None = None,
-    expect_checksum: int | None = None,
-    check_data: bool = True,
-) -> MappedIndex:
-    """Map a cache file and return its index (arrays are read-only views of the mapping).
-
-    ``expect_key`` / ``expect_checksum``: refuse the file if its key or data CRC differs (it was
-    rebuilt since the index that asks was loaded; this is how workers re-open their parent's
-    index). :class:`CacheError` when the file is damaged or was rebuilt. ``check_data=False``:
-    the arrays' CRC is not computed again (a file this process has just written, under its lock:
-    it would read back the pages just written).
-    """
+def read_arrays(
+    path: str | os.PathLike[str], *, magic: bytes = MAGIC, check_data: bool = True
+) -> tuple[dict[str, Any], dict[str, np.ndarray], os.stat_result]:
+    """``(header, arrays, the file's stat)`` of a file :func:`write_arrays` wrote, the arrays
+    read-only views of its memory map; their CRC is checked unless ``check_data`` is False.
+    :class:`CacheError` when the file is damaged."""
     path = os.fspath(path)
-    header, data_start = _read_header(path)
-    rebuilt = f"{path}: the cache was rebuilt by another process while this index was in use"
-    if expect_key is not None and header.get("key") != expect_key:
-        raise CacheError(f"{rebuilt} (key changed); restart the DataLoader")
-    if expect_checksum is not None and header.get("data_crc32") != expect_checksum:
-        raise CacheError(f"{rebuilt} (data CRC-32 changed); restart the DataLoader")
+    header, data_start = _read_header(path, magic)
     with open_regular(path) as fh:
         st = os.fstat(fh.fileno())
         size = st.st_size
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
     if size < data_start:
         raise CacheError(f"{path}: truncated cache file (no array area)")
-    crc = 0
     if not isinstance(header.get("data_crc32"), int):
         raise CacheError(f"{path}: damaged header (no data_crc32)")
-    missing = [name for name in array_names() if name not in header["arrays"]]
-    if missing:
-        raise CacheError(f"{path}: no array {missing[0]} in the file (written by another layout)")
+    crc = 0
     arrays: dict[str, np.ndarray] = {}
     view = memoryview(mm)
     for name, entry in header["arrays"].items():
@@ -303,6 +296,34 @@ def load_index_file(
     del view
     if check_data and crc != header["data_crc32"]:
         raise CacheError(f"{path}: damaged arrays (CRC-32 mismatch)")
+    return header, arrays, st
+
+
+def load_index_file(
+    path: str | os.PathLike[str],
+    root: str | os.PathLike[str] | None = None,
+    expect_key: str | None = None,
+    expect_checksum: int | None = None,
+    check_data: bool = True,
+) -> MappedIndex:
+    """Map a cache file and return its index (arrays are read-only views of the mapping).
+
+    ``expect_key`` / ``expect_checksum``: refuse the file if its key or data CRC differs (it was
+    rebuilt since the index that asks was loaded; this is how workers re-open their parent's
+    index). :class:`CacheError` when the file is damaged or was rebuilt. ``check_data=False``:
+    the arrays' CRC is not computed again (a file this process has just written, under its lock:
+    it would read back the pages just written).
+    """
+    path = os.fspath(path)
+    header, arrays, st = read_arrays(path, check_data=check_data)
+    rebuilt = f"{path}: the cache was rebuilt by another process while this index was in use"
+    if expect_key is not None and header.get("key") != expect_key:
+        raise CacheError(f"{rebuilt} (key changed); restart the DataLoader")
+    if expect_checksum is not None and header.get("data_crc32") != expect_checksum:
+        raise CacheError(f"{rebuilt} (data CRC-32 changed); restart the DataLoader")
+    missing = [name for name in array_names() if name not in arrays]
+    if missing:
+        raise CacheError(f"{path}: no array {missing[0]} in the file (written by another layout)")
     try:
         splits = {name: arrays.pop(f"split/{name}") for name in header["splits"]}
         index = MappedIndex(

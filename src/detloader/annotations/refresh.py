@@ -17,7 +17,6 @@ import contextlib
 import hashlib
 import json
 import os
-import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from detloader._system.files import atomic_write, open_regular
 from detloader.annotations.builder import Partial
 from detloader.annotations.cache import (
     CACHE_VERSION,
@@ -33,7 +31,9 @@ from detloader.annotations.cache import (
     dir_identity,
     key_matches,
     load_index_file,
+    read_arrays,
     read_key,
+    write_arrays,
 )
 from detloader.annotations.checks import ReadOptions
 from detloader.annotations.distinct import unique_sorted
@@ -54,6 +54,8 @@ from detloader.annotations.readers.common import FolderListing, Reader, Source, 
 from detloader.errors import CacheError
 
 STAMPS_SUFFIX = ".stamps"
+#: A stamps file: the index cache's layout (``cache.write_arrays``) under its own magic.
+STAMPS_MAGIC = b"DLSTAMP\n"
 #: More changed files than this share of all (and than ``MIN_CHANGED``): the full, parallel build.
 MAX_CHANGED_SHARE = 0.25
 MIN_CHANGED = 256
@@ -140,48 +142,34 @@ def save_stamps(
         return
     names_blob, names_offsets = pack_strings(stamps.names)
     digests_blob, digests_offsets = pack_strings(stamps.digests)
-    listed: dict[str, np.ndarray] = {}
+    arrays = {"names_blob": names_blob, "names_offsets": names_offsets, "numbers": stamps.numbers,
+              "digests_blob": digests_blob, "digests_offsets": digests_offsets}
+    facts = None
     if listing is not None:
-        listed["listing_files_blob"], listed["listing_files_offsets"] = pack_strings(listing.files)
+        arrays["listing_files_blob"], arrays["listing_files_offsets"] = pack_strings(listing.files)
         facts = {"folders": listing.folders, "problems": ProblemReport(listing.problems).to_list()}
-        listed["listing"] = np.array(json.dumps(facts))
-    with atomic_write(path) as fh:
-        np.savez(
-            fh,
-            key=np.array(key),
-            base=np.array(base),
-            names_blob=names_blob,
-            names_offsets=names_offsets,
-            numbers=stamps.numbers[:, :3],
-            inodes=stamps.numbers[:, 3].view(np.uint64),
-            digests_blob=digests_blob,
-            digests_offsets=digests_offsets,
-            **listed,
-        )
+    write_arrays(path, {"key": key, "base": base, "listing": facts}, arrays, magic=STAMPS_MAGIC)
 
 
 def _load_stamps(path: Path) -> tuple[str, str, FileStamps, FolderListing | None] | None:
     """``(key, base, stamps, listing)`` from a stamps file; None when it is absent or not usable."""
     listing = None
     try:
-        with open_regular(path) as fh, np.load(fh, allow_pickle=False) as data:
-            key, base = str(data["key"]), str(data["base"])
-            names = unpack_strings(data["names_blob"], data["names_offsets"])
-            numbers = np.asarray(data["numbers"], dtype=np.int64)
-            inodes = np.asarray(data["inodes"], dtype=np.uint64).view(np.int64)
-            digests = unpack_strings(data["digests_blob"], data["digests_offsets"])
-            if "listing" in data.files:
-                facts = json.loads(str(data["listing"]))
-                files = unpack_strings(data["listing_files_blob"], data["listing_files_offsets"])
-                problems = list(ProblemReport.from_list(facts["problems"]))
-                folders = {str(k): [int(n) for n in v] for k, v in facts["folders"].items()}
-                listing = FolderListing(files, problems, folders)
-    except (OSError, ValueError, KeyError, EOFError, TypeError, IndexError, AttributeError, UnicodeDecodeError,
-            zipfile.BadZipFile):
+        header, data, _ = read_arrays(path, magic=STAMPS_MAGIC)
+        key, base, facts = str(header["key"]), str(header["base"]), header["listing"]
+        names = unpack_strings(data["names_blob"], data["names_offsets"])
+        numbers = np.array(data["numbers"], dtype=np.int64)
+        digests = unpack_strings(data["digests_blob"], data["digests_offsets"])
+        if facts is not None:
+            files = unpack_strings(data["listing_files_blob"], data["listing_files_offsets"])
+            problems = list(ProblemReport.from_list(facts["problems"]))
+            folders = {str(k): [int(n) for n in v] for k, v in facts["folders"].items()}
+            listing = FolderListing(files, problems, folders)
+    except (OSError, CacheError, ValueError, KeyError, TypeError, IndexError, AttributeError, UnicodeDecodeError):
         return None
-    if numbers.ndim != 2 or numbers.shape[1] != 3 or not len(names) == len(numbers) == len(inodes) == len(digests):
+    if numbers.ndim != 2 or numbers.shape[1] != 4 or not len(names) == len(numbers) == len(digests):
         return None
-    return key, base, FileStamps(names, np.concatenate([numbers, inodes[:, None]], axis=1), digests), listing
+    return key, base, FileStamps(names, numbers, digests), listing
 
 
 def _refreshable(old: AnnotationIndex, options: ReadOptions) -> bool:
