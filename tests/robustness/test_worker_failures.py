@@ -293,3 +293,30 @@ def test_workers_of_a_training_killed_from_outside_end_within_seconds(longer: Pa
     finally:
         for pid in _left_in_session(proc.pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_worker_death_that_comes_in_a_finalizer_is_raised_after_it(raising_sigchld: None) -> None:
+    """Raised inside a weakref finalizer (a batch's memory let go) or a ``__del__``, the error
+    would only be printed as unraisable and lost: the signal comes again a moment later and is
+    raised in the loop's own code."""
+    import weakref
+
+    from detloader.loader.workers import _naming
+
+    signal.signal(signal.SIGCHLD, _naming(signal.getsignal(signal.SIGCHLD)))
+    unraisable: list[object] = []
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable.append
+    try:
+        class Held:
+            pass
+
+        held = Held()
+        weakref.finalize(held, _sigchld_now)
+        with pytest.raises(RuntimeError, match="pid 4242"):
+            del held  # the finalizer runs, and the signal comes inside it
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                time.sleep(0.005)
+    finally:
+        sys.unraisablehook = hook
+    assert unraisable == []

@@ -34,7 +34,7 @@ import signal
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -206,6 +206,23 @@ def _named_by_live(err: BaseException) -> LoaderWorkerError | None:
 
 
 _SIGCHLD_WRAPPED = False
+#: Seconds after which SIGCHLD is sent again when it came while a finalizer ran.
+SIGNAL_AGAIN_S = 0.01
+
+
+def _in_finalizer(frame: Any) -> bool:
+    """Whether ``frame`` (where the main thread was when a signal came) lies in a finalizer: a
+    ``weakref.finalize`` callback (a batch's memory let go) or a ``__del__`` (an iterator's end),
+    where an error raised by the signal's handler would only be printed."""
+    while frame is not None:
+        code = frame.f_code
+        if code is _FINALIZE_CALL or code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+_FINALIZE_CALL = weakref.finalize.__call__.__code__
 
 
 def _name_deaths_in_sigchld() -> None:
@@ -218,8 +235,18 @@ def _name_deaths_in_sigchld() -> None:
     torch_handler = signal.getsignal(signal.SIGCHLD)
     if not callable(torch_handler):
         return
+    signal.signal(signal.SIGCHLD, _naming(torch_handler))
+    _SIGCHLD_WRAPPED = True
+
+
+def _naming(torch_handler: Callable[[int, Any], Any]) -> Callable[[int, Any], None]:
+    """torch's SIGCHLD handler, its error about a detloader loader's worker named; a signal that
+    comes while a finalizer runs is sent again a moment later, not raised there."""
 
     def handler(signum: int, frame: Any) -> None:
+        if _in_finalizer(frame):  # an error raised there is lost (unraisable): the signal again, in a moment
+            threading.Timer(SIGNAL_AGAIN_S, os.kill, (os.getpid(), signal.SIGCHLD)).start()
+            return
         try:
             torch_handler(signum, frame)
             return
@@ -229,8 +256,7 @@ def _name_deaths_in_sigchld() -> None:
                 raise
         raise named
 
-    signal.signal(signal.SIGCHLD, handler)
-    _SIGCHLD_WRAPPED = True
+    return handler
 
 
 @contextlib.contextmanager
