@@ -308,3 +308,30 @@ def test_the_pixel_cap_holds_for_a_jpeg_read_by_libjpeg() -> None:
     assert decode_image(data, max_pixels=1200).image.shape == (30, 40, 3)
     with pytest.raises(ImageDecodeError, match=r"a\.jpg: header declares 40x30 = 1200 pixels, over max_pixels=1199"):
         decode_image(data, max_pixels=1199, source="a.jpg")
+
+
+def test_a_jpeg_decodes_into_the_thread_buffer_only_when_nothing_holds_the_last_image() -> None:
+    """Each decode equals a decode into fresh memory; the memory is taken again once the image
+    decoded into it last is gone, never while an array over it lives (a loop that keeps its
+    images keeps them intact), and another thread decodes into memory of its own."""
+    import threading
+
+    first, second = _pattern(64, 48), _pattern(64, 48)[::-1].copy()
+    a, b = (simplejpeg.encode_jpeg(p, quality=95, colorspace="RGB") for p in (first, second))
+    want_a, want_b = (simplejpeg.decode_jpeg(d, colorspace="RGB") for d in (a, b))
+    kept = decode_image(a).image
+    view = kept[1:, ::2]  # a view, not the image itself, may be all that is left
+    del kept
+    again = decode_image(b).image
+    assert np.array_equal(view, want_a[1:, ::2]) and np.array_equal(again, want_b)
+    assert not np.shares_memory(view, again)
+    del view
+    where = again.__array_interface__["data"][0]
+    del again
+    reused = decode_image(a).image
+    assert reused.__array_interface__["data"][0] == where and np.array_equal(reused, want_a)
+    other: list[np.ndarray] = []
+    thread = threading.Thread(target=lambda: other.append(decode_image(b).image))
+    thread.start()
+    thread.join()
+    assert not np.shares_memory(other[0], reused) and np.array_equal(other[0], want_b)

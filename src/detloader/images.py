@@ -12,6 +12,8 @@ from __future__ import annotations
 import io
 import os
 import struct
+import sys
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Literal, NamedTuple
@@ -323,6 +325,27 @@ def read_image(
         raise ImageDecodeError(f"{os.fspath(path)}: out of memory reading or decoding the image") from err
 
 
+#: Each thread's JPEG output buffer (``buffer``), taken again once nothing holds the image
+#: decoded into it last; kept up to this many bytes (a 4k RGB image).
+_DECODE_BUFFER_KEEP = 3840 * 2160 * 3
+_decoded = threading.local()
+
+
+def _decode_buffer(nbytes: int) -> np.ndarray:
+    """Memory for a decode of up to ``nbytes``: this thread's buffer when no array over it is
+    left (the image decoded into it last was resized, copied or dropped), else a new one. A
+    fresh ``nbytes`` per image costs the allocator's pages again each time: about 7 % of a
+    decode and resize of a 480x360 JPEG."""
+    buffer = _decoded.__dict__.get("buffer")
+    # 3 references: the thread's dict, ``buffer`` here and getrefcount's argument; a view holds a 4th
+    if buffer is not None and buffer.nbytes >= nbytes and sys.getrefcount(buffer) == 3:
+        return buffer
+    buffer = np.empty(nbytes, dtype=np.uint8)
+    if nbytes <= _DECODE_BUFFER_KEEP:
+        _decoded.buffer = buffer
+    return buffer
+
+
 def _decode_jpeg(
     data: bytes,
     size: tuple[int, int],
@@ -344,11 +367,12 @@ def _decode_jpeg(
         need_raw = (need[1], need[0]) if applied and orientation >= 5 else need
         if 0 < need_raw[0] * 2 <= w and 0 < need_raw[1] * 2 <= h:
             kwargs = {"min_width": int(need_raw[0]), "min_height": int(need_raw[1])}
+    buffer = _decode_buffer(w * h * 3)
     try:
-        image = simplejpeg.decode_jpeg(data, colorspace="RGB", **kwargs)
+        image = simplejpeg.decode_jpeg(data, colorspace="RGB", buffer=buffer, **kwargs)
     except ValueError as err:
         try:  # a recoverable error (truncated data, bad Huffman code): decode what is there
-            image = simplejpeg.decode_jpeg(data, colorspace="RGB", strict=False, **kwargs)
+            image = simplejpeg.decode_jpeg(data, colorspace="RGB", buffer=buffer, strict=False, **kwargs)
         except ValueError:
             raise ImageDecodeError(f"{source}: cannot decode JPEG: {err}") from err
         warnings.warn(f"{source}: damaged JPEG decoded anyway ({err})", DetloaderRuntimeWarning, stacklevel=4)
