@@ -285,10 +285,11 @@ _worker_buffers: _WorkerBuffers | None = None
 
 class _Mapped:
     """A worker's reused buffers as the main process keeps them: ``buffers[i]`` is
-    (generation, the buffer's memory)."""
+    (generation, the buffer's memory); ``flags``: the worker's (:class:`_WorkerBuffers`)."""
 
     def __init__(self, pid: int, flags: torch.Tensor) -> None:
         self.pid, self.flags = pid, flags.numpy()
+        self.slots = (len(self.flags) - 1) // 2
         self.buffers: dict[int, tuple[int, np.ndarray]] = {}
 
 
@@ -313,13 +314,13 @@ def _received_images(
         if mapped is None:
             if flags is None:
                 raise _gone(pid, i, generation)
-            _forget_dead_workers()
+            _forget({m.pid for m in _mapped.values() if not _alive(m.pid)})
             mapped = _mapped[key] = _Mapped(pid, flags)
             mapped.flags[-1] = 1
         if buffer is not None:
             mapped.buffers[i] = generation, buffer.numpy()
-            mapped.flags[len(mapped.flags) // 2 + i] = generation
-    known, memory = mapped.buffers.get(i, (None, None))
+            mapped.flags[mapped.slots + i] = generation
+        known, memory = mapped.buffers.get(i, (None, None))
     if known != generation or memory is None:
         raise _gone(pid, i, generation)
     images = torch.from_numpy(memory[: math.prod(shape)]).view(shape)  # a storage of its own, over the buffer
@@ -338,26 +339,25 @@ def _gone(pid: int, i: int, generation: int) -> LoaderWorkerError:
 def forget_buffers(pids: Iterable[int]) -> None:
     """The main process lets go of the reused buffers of the workers ``pids`` (ended), but
     for memory a batch still holds; a worker still alive sends its buffers again."""
-    pids = set(pids)
     with _mapped_lock:
-        for key in [key for key, mapped in _mapped.items() if mapped.pid in pids]:
-            mapped = _mapped.pop(key)
-            mapped.flags[len(mapped.flags) // 2:] = 0
+        _forget(set(pids))
 
 
-def _forget_dead_workers() -> None:
-    """Called with the lock held."""
-    dead = []
-    for mapped in _mapped.values():
-        try:
-            os.kill(mapped.pid, 0)
-        except ProcessLookupError:
-            dead.append(mapped.pid)
-        except OSError:
-            pass  # alive, another user's
-    if dead:
-        for key in [key for key, mapped in _mapped.items() if mapped.pid in dead]:
-            del _mapped[key]
+def _forget(pids: set[int]) -> None:
+    """:func:`forget_buffers`, with the lock held."""
+    for key in [key for key, mapped in _mapped.items() if mapped.pid in pids]:
+        mapped = _mapped.pop(key)
+        mapped.flags[mapped.slots :] = 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass  # alive, another user's
+    return True
 
 
 def _image_buffer(shape: tuple[int, ...]) -> tuple[torch.Tensor, tuple[torch.Tensor, int] | None]:
