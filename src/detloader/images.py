@@ -337,12 +337,14 @@ def _decode_buffer(nbytes: int) -> np.ndarray:
     fresh ``nbytes`` per image costs the allocator's pages again each time: about 7 % of a
     decode and resize of a 480x360 JPEG."""
     buffer = _decoded.__dict__.get("buffer")
-    # 3 references: the thread's dict, ``buffer`` here and getrefcount's argument; a view holds a 4th
-    if buffer is not None and buffer.nbytes >= nbytes and sys.getrefcount(buffer) == 3:
+    if buffer is not None and buffer.nbytes >= nbytes and sys.getrefcount(buffer) == _decoded.unheld:
         return buffer
     buffer = np.empty(nbytes, dtype=np.uint8)
     if nbytes <= _DECODE_BUFFER_KEEP:
         _decoded.buffer = buffer
+        # its count with no array over it, told as the check above tells it (the thread's dict,
+        # ``buffer`` here, the argument: how many of those count is the interpreter's business)
+        _decoded.unheld = sys.getrefcount(buffer)
     return buffer
 
 
