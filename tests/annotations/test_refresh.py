@@ -313,13 +313,12 @@ _NAMES = [a + b for a in "abcdefgh" for b in "xyz"]  # 24: a few names against m
 @given(st.lists(st.sampled_from(_NAMES), max_size=24), st.lists(st.sampled_from(_NAMES), max_size=24),
        st.booleans())
 def test_positions_are_a_lookup_per_name(names, among, sort):
-    """_positions (equal lists; in a sorted list a few names bisected, a nearly equal sorted list
-    lined up by its differences; else a dict) gives each name's position in ``among``, -1 when
-    absent."""
+    """_positions (equal lists; in a sorted list a few names bisected; else lined up from both
+    ends and a dict between) gives each name's position in ``among``, -1 when absent."""
     if sort:
         names, among = sorted(set(names)), sorted(set(among))
-    else:
-        among = list(dict.fromkeys(among))
+    else:  # each list's names distinct, as the files and stamps it is given are
+        names, among = list(dict.fromkeys(names)), list(dict.fromkeys(among))
     expected = [among.index(name) if name in among else -1 for name in names]
     assert _positions(names, among).tolist() == expected
 
@@ -363,3 +362,21 @@ def test_the_image_folders_of_the_cache_key_are_each_paths_dirname(paths, one_fo
             return list(paths)
 
     assert _folders_of(Packed()) == {os.path.dirname(p) for p in paths}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 300), st.lists(st.integers(0, 400), max_size=6), st.lists(st.integers(0, 400), max_size=6),
+       st.booleans())
+def test_positions_of_nearly_equal_lists_line_up_from_both_ends(size, removed, added, shuffled):
+    """Files added and removed here and there in a long list (a refresh's stamps against the
+    files now): each name's position, as a dict gives it."""
+    names = [f"f{k:04d}.xml" for k in range(size)]
+    among = [name for k, name in enumerate(names) if k not in set(removed)]
+    for k in added:
+        among.insert(min(k, len(among)), f"new{k:04d}.xml")
+    among = list(dict.fromkeys(among))
+    if shuffled:
+        names = names[::-1]
+    where = {name: k for k, name in enumerate(among)}
+    assert _positions(names, among).tolist() == [where.get(name, -1) for name in names]
+    assert _positions(among, names).tolist() == [names.index(name) if name in names else -1 for name in among]

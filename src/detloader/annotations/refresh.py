@@ -237,30 +237,36 @@ def _kept_partial(old: AnnotationIndex, rows: np.ndarray, problems: list[Problem
 
 
 def _positions(names: Sequence[str], among: Sequence[str]) -> np.ndarray:
-    """int64: the position of each of ``names`` in ``among`` (distinct names; -1 when absent).
-    No lookup per name when the two lists are equal (one file edited among 100,000: every list
-    is the same); when ``among`` is sorted, as a folder's listing is, a few names are bisected
-    and a nearly equal sorted list is lined up by its few differences (a file added or
-    removed); else a dict."""
+    """int64: the position of each of ``names`` in ``among`` (each list's names distinct; -1
+    when absent). No lookup per name when the two lists are equal (one file edited among
+    100,000: every list is the same); a few names in a long sorted list are bisected each (the
+    files of problems); else the two lists are lined up from both ends, where they agree (a
+    file added or removed leaves them equal before and after it: compared as object arrays, in
+    C), and only the names between are looked up in a dict."""
     if names == among:
         return np.arange(len(names), dtype=np.int64)
-    if not names:
+    n, m = len(names), len(among)
+    if not n:
         return np.zeros(0, dtype=np.int64)
-    names, among = list(names), list(among)
-    if among == sorted(among):
-        if 8 * len(names) < len(among):  # a few names (the files of problems): bisected each
-            at = [bisect.bisect_left(among, name) for name in names]
-            return np.array([k if k < len(among) and among[k] == name else -1 for k, name in zip(at, names)],
-                            dtype=np.int64)
-        distinct = set(names)
-        if len(distinct) == len(names) and names == sorted(names):  # the others keep their order
-            gone = [bisect.bisect_left(names, name) for name in sorted(distinct.difference(among))]
-            added = [bisect.bisect_left(among, name) for name in sorted(set(among).difference(distinct))]
-            out = np.full(len(names), -1, dtype=np.int64)
-            out[np.delete(np.arange(len(names)), gone)] = np.delete(np.arange(len(among), dtype=np.int64), added)
-            return out
-    where = {rel: k for k, rel in enumerate(among)}
-    return np.fromiter((where.get(rel, -1) for rel in names), np.int64, len(names))
+    if 8 * n < m and list(among) == sorted(among):
+        at = [bisect.bisect_left(among, name) for name in names]
+        return np.array([k if k < m and among[k] == name else -1 for k, name in zip(at, names)], dtype=np.int64)
+    a, b = np.array(names, dtype=object), np.array(among, dtype=object)
+    k = min(n, m)
+    head = _agreeing(a[:k] == b[:k])
+    tail = _agreeing(a[n - k + head :][::-1] == b[m - k + head :][::-1])  # never past the head
+    out = np.empty(n, dtype=np.int64)
+    out[:head] = np.arange(head)
+    out[n - tail :] = np.arange(m - tail, m)
+    where = {rel: j for j, rel in enumerate(among[head : m - tail], head)}
+    out[head : n - tail] = [where.get(rel, -1) for rel in names[head : n - tail]]
+    return out
+
+
+def _agreeing(equal: np.ndarray) -> int:
+    """How many leading values of ``equal`` (an elementwise ``==`` of object arrays) are True."""
+    miss = np.flatnonzero(~np.asarray(equal, dtype=np.bool_))
+    return int(miss[0]) if len(miss) else len(equal)
 
 
 def refresh_index(
