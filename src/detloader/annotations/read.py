@@ -375,9 +375,12 @@ def _read_cached(
         if index is not None:
             return index
         # only the annotation files changed: parse those alone (docs/index.md, "The cache")
-        base = _refresh.base_key(name, plan.options_json, source, verify, digests, table)
         stamps = _refresh.file_stamps(plan.reader, source, digests, table)
-        index = _refresh.refresh_index(plan.reader, source, plan.options, cache_file, base, stamps) if current else None
+        base = None  # the key of all but the annotation files: only for a reader that is refreshed
+        if stamps is not None:
+            base = _refresh.base_key(name, plan.options_json, source, verify, digests)
+            if current:
+                index = _refresh.refresh_index(plan.reader, source, plan.options, cache_file, base, stamps)
         index = plan.build() if index is None else index
         full_key = _cache.folders_key(key, source.root, _folders_of(index))
         try:

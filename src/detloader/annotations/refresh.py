@@ -89,24 +89,12 @@ def stamps_file(cache_file: Path) -> Path:
     return cache_file.with_name(cache_file.name + STAMPS_SUFFIX)
 
 
-def base_key(
-    name: str,
-    options_json: str,
-    source: Source,
-    verify: str,
-    digests: dict[str, bytes] | None = None,
-    table: StampTable | None = None,
-) -> str:
+def base_key(name: str, options_json: str, source: Source, verify: str, digests: dict[str, bytes] | None = None) -> str:
     """What :func:`~detloader.annotations.cache.content_key` hashes, but the annotation files'
     stamps: the reader, the options, the root's and the image folders' identities, the format's
-    facts and every other stamped file (split lists), with its digest under ``verify="content"``."""
-    table = source.stamp_table() if table is None else table
-    if table.files_first:
-        rest = source.stamp[len(source.files) :]
-    else:
-        files = set(source.files)
-        rest = [s for s in source.stamp if s[0] not in files]
-    others = [[*s, (digests or {}).get(s[0], b"").hex()] for s in rest]
+    facts and every other stamped file (split lists), with its digest under ``verify="content"``.
+    For a source whose stamps begin with its files (:func:`file_stamps` is not None)."""
+    others = [[*s, (digests or {}).get(s[0], b"").hex()] for s in source.stamp[len(source.files) :]]
     root = os.stat(source.root)
     image_dirs = [dir_identity(source.root / d) for d in source.image_dirs or ()]
     parts = [READER_VERSION, CACHE_VERSION, name, options_json, root.st_dev, root.st_ino, verify]
@@ -129,14 +117,14 @@ def file_stamps(
 
 
 def save_stamps(
-    cache_file: Path, key: str, base: str, stamps: FileStamps | None, listing: FolderListing | None = None
+    cache_file: Path, key: str, base: str | None, stamps: FileStamps | None, listing: FolderListing | None = None
 ) -> None:
     """Write the stamps of ``cache_file`` (whose key is ``key``) for a later refresh, with the
     image folder's ``listing`` when the reader made one; nothing for a reader that is not
-    refreshed, and a stale file is removed when there is nothing to write. ``OSError`` when it
-    cannot be written."""
+    refreshed (``base`` and ``stamps`` None), and a stale file is removed when there is nothing
+    to write. ``OSError`` when it cannot be written."""
     path = stamps_file(cache_file)
-    if stamps is None:
+    if stamps is None or base is None:
         with contextlib.suppress(OSError):
             path.unlink()
         return
@@ -275,16 +263,16 @@ def refresh_index(
     options: ReadOptions,
     cache_file: Path,
     base: str,
-    stamps: FileStamps | None,
+    stamps: FileStamps,
 ) -> AnnotationIndex | None:
     """The index of ``source`` from the cached one, parsing only the annotation files added or
     changed since (and those whose images were dropped as duplicates); None when it cannot be
     refreshed (then build in full). ``base``: :func:`base_key` now; ``stamps``: :func:`file_stamps`
     now."""
-    if stamps is None or not source.files:
+    if not source.files:
         return None
     stored = _load_stamps(stamps_file(cache_file))
-    if stored is None or stamps is None or stored[1] != base:
+    if stored is None or stored[1] != base:
         return None
     stored_key, _, before, listing = stored
     try:
