@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from detloader import read_annotations
-from detloader.annotations.readers import READERS
-from detloader.annotations.refresh import _positions, stamps_file
+from detloader.annotations.readers import READERS, common
+from detloader.annotations.refresh import _load_stamps, _positions, stamps_file
 
 ATTRS = "<attributes><attribute><name>color</name><value>{}</value></attribute></attributes>"
 
@@ -83,6 +84,19 @@ CHANGES = {
     "duplicate_freed": (_unduplicate, ["5", "6"]),
     "missing_image_fixed": (_fix_missing, ["4", "6"]),
 }
+
+
+#: ``RACY_NS``, ``RACY_COARSE_NS`` as the package sets them (the fixture below sets them to 0)
+MARGINS = (common.RACY_NS, common.RACY_COARSE_NS)
+
+
+@pytest.fixture(autouse=True)
+def folders_vouch_at_once(monkeypatch):
+    """A folder's identity vouches for its listing however shortly before the listing it
+    changed (the tests change folders and read within milliseconds); the tests of that margin
+    set it themselves."""
+    monkeypatch.setattr(common, "RACY_NS", 0)
+    monkeypatch.setattr(common, "RACY_COARSE_NS", 0)
 
 
 @pytest.fixture
@@ -286,6 +300,134 @@ def test_a_refresh_lists_the_image_folder_again_only_when_a_folder_of_it_changed
     unannotated = [p.file for p in refreshed.problems if p.kind == "unannotated_image"]
     assert os.path.join("JPEGImages", "sub", "new.jpg") in unannotated
     assert_same_index(refreshed, read_annotations(root, on_error="skip", cache=False))
+
+
+@pytest.fixture
+def restated(monkeypatch):
+    """What each read's annotation scan did: True when it stated the known files again, False
+    when it listed the folders (or had no listing to state)."""
+    calls: list[bool] = []
+    real = common._restated
+
+    def spy(known, top, root):
+        found = real(known, top, root)
+        calls.append(found is not None)
+        return found
+
+    monkeypatch.setattr(common, "_restated", spy)
+    return calls
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_the_annotation_folder_is_listed_again_only_when_it_changed(tmp_path, parse_calls, restated, change):
+    """A read states the files of the last listing (kept with the stamps) while no folder of it
+    changed: an edit in place; a file added, removed or renamed is listed again. Either way the
+    refreshed index equals a full build, and the next read of the unchanged folder states again."""
+    root = _dataset(tmp_path)
+    read_annotations(root, on_error="skip")
+    assert restated == []  # no listing kept yet
+    apply, parsed = CHANGES[change]
+    apply(root)
+    parse_calls.clear()
+    refreshed = read_annotations(root, on_error="skip")
+    assert restated == [change in ("edited", "duplicate_freed", "missing_image_fixed")]  # written in place
+    assert parse_calls == [os.path.join("Annotations", f"{stem}.xml") for stem in parsed]
+    assert_same_index(refreshed, read_annotations(root, on_error="skip", cache=False))
+    restated.clear()
+    again = read_annotations(root, on_error="skip")
+    assert restated == [True] and again._source_file is not None
+    assert_same_index(again, refreshed)
+
+
+def test_a_file_added_to_a_sub_folder_is_found(tmp_path, restated):
+    """The identity of every folder listed is kept: a file added below a sub-folder of
+    Annotations/ (which leaves Annotations/ itself as it was) is listed and read."""
+    root = _dataset(tmp_path)
+    (root / "Annotations" / "more").mkdir()
+    read_annotations(root, on_error="skip")
+    _write(root / "Annotations" / "more" / "8.xml", voc_xml("8.jpg", [voc_object("ant", (1, 1, 7, 7))]))
+    index = read_annotations(root, on_error="skip")
+    assert restated == [False] and "ant" in index.vocab.classes
+    assert_same_index(index, read_annotations(root, on_error="skip", cache=False))
+
+
+def test_a_known_file_that_cannot_be_stated_lists_again(tmp_path, restated):
+    """A known file that is a link whose target went (its folder unchanged) is listed again,
+    and named as the listing names it (``unreadable_file``), as a full build does."""
+    root = _dataset(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    _write(elsewhere / "8.xml", voc_xml("8.jpg", [voc_object("ant", (1, 1, 7, 7))]))
+    (root / "Annotations" / "8.xml").symlink_to(elsewhere / "8.xml")
+    assert "ant" in read_annotations(root, on_error="skip").vocab.classes
+    (elsewhere / "8.xml").unlink()
+    index = read_annotations(root, on_error="skip")
+    assert restated == [False] and "ant" not in index.vocab.classes
+    assert [p.file for p in index.problems if p.kind == "unreadable_file"] == [os.path.join("Annotations", "8.xml")]
+    assert_same_index(index, read_annotations(root, on_error="skip", cache=False))
+
+
+def test_a_listing_that_named_a_problem_is_not_kept(tmp_path, restated):
+    """A listing that named a problem (a FIFO among the files) is made again each read: the
+    problem comes from the listing, which states no file it skipped."""
+    root = _dataset(tmp_path)
+    os.mkfifo(root / "Annotations" / "pipe.xml")
+    first = read_annotations(root, on_error="skip")
+    assert [p.kind for p in first.problems if p.file.endswith("pipe.xml")] == ["not_a_regular_file"]
+    stored, _ = _load_stamps(stamps_file(Path(first._source_file)))
+    assert stored is not None and stored.files_listing is None
+    _edit(root)
+    index = read_annotations(root, on_error="skip")
+    assert restated == [] and index.meta["refreshed"] == 2
+    assert_same_index(index, read_annotations(root, on_error="skip", cache=False))
+
+
+@pytest.mark.parametrize("how", [{"verify": "content"}, {"cache": "rebuild"}])
+def test_content_verify_and_rebuild_always_list(tmp_path, restated, how):
+    """``verify="content"`` (a user who trusts no stamp) and ``cache="rebuild"`` list the folders."""
+    root = _dataset(tmp_path)
+    read_annotations(root, on_error="skip", **how)
+    _edit(root)
+    read_annotations(root, on_error="skip", **how)
+    assert restated == []
+
+
+def test_a_folder_that_changed_just_before_its_listing_does_not_vouch_for_it(tmp_path, restated, monkeypatch):
+    """A folder changed within ``RACY_NS`` of its listing (a file could be added in the same
+    tick of the file system's clock right after it, leaving the folder's times as they were) is
+    kept as ``UNSURE``: the next read lists it again, and keeps the identity once it is older."""
+    monkeypatch.setattr(common, "RACY_NS", 10**15)  # every change is recent
+    root = _dataset(tmp_path)
+    first = read_annotations(root, on_error="skip")
+    stored, _ = _load_stamps(stamps_file(Path(first._source_file)))
+    assert stored.files_listing.folders == {"Annotations": common.UNSURE}
+    _edit(root)
+    read_annotations(root, on_error="skip")
+    assert restated == [False]
+    monkeypatch.setattr(common, "RACY_NS", 0)
+    _edit(root)
+    read_annotations(root, on_error="skip")
+    _edit(root)
+    read_annotations(root, on_error="skip")
+    assert restated == [False, False, True]
+
+
+@pytest.mark.parametrize(
+    ("changed_ago", "whole_seconds", "vouches"),
+    [(0.05, False, False), (0.2, False, True), (1.0, True, False), (2.5, True, True), (-1.0, False, False)],
+)
+def test_a_folder_vouches_once_its_last_change_is_older_than_the_clock_allows(
+    monkeypatch, changed_ago, whole_seconds, vouches
+):
+    """The margin is ``RACY_NS`` for a file system that keeps nanoseconds and ``RACY_COARSE_NS``
+    for one that keeps whole seconds (both times on a second); a change in the future never vouches."""
+    monkeypatch.setattr(common, "RACY_NS", MARGINS[0])
+    monkeypatch.setattr(common, "RACY_COARSE_NS", MARGINS[1])
+    listed = 1_733_000_000_000_000_000 + (0 if whole_seconds else 123_456_789)
+    changed = listed - int(changed_ago * 1e9)
+    changed -= changed % 1_000_000_000 if whole_seconds else 0
+    st = SimpleNamespace(st_mtime_ns=changed, st_ctime_ns=changed, st_ino=7)
+    assert (common._vouching(st, listed) != common.UNSURE) is vouches
 
 
 def test_a_read_pauses_the_garbage_collector_and_restores_it(tmp_path):

@@ -39,6 +39,7 @@ from detloader._system.locks import hold_shared, locked
 from detloader.annotations.fields import Vocabulary, array_names
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.problems import ProblemReport
+from detloader.annotations.readers.common import dir_identity
 from detloader.errors import CacheError, DetloaderRuntimeWarning, DetloaderValueError
 
 if TYPE_CHECKING:
@@ -62,27 +63,31 @@ def _tagged(root: Path) -> str:
     return f"{root.name}-{hashlib.blake2b(str(root).encode('utf-8', 'surrogateescape'), digest_size=8).hexdigest()}"
 
 
-def cache_dir_for(root: str | os.PathLike[str]) -> Path:
+def cache_dir_for(root: str | os.PathLike[str], create: bool = True) -> Path:
     """Where the cache of the dataset at ``root`` lives (created if needed): ``$DETLOADER_CACHE_DIR/
     NAME-TAG``, else ``.detloader-cache`` in its folder when that is writable, else the user cache
-    folder's ``NAME-TAG``."""
+    folder's ``NAME-TAG``. ``create=False``: where it is now, none made (a cache being looked up:
+    the user cache folder's when none is beside the dataset)."""
     root = Path(root).resolve()
     override = os.environ.get(CACHE_DIR_ENV)
     if override:
         target = Path(override) / _tagged(root)
-        target.mkdir(parents=True, exist_ok=True)
+        if create:
+            target.mkdir(parents=True, exist_ok=True)
         return target
     folder = root if root.is_dir() else root.parent
     beside = folder / CACHE_SUBDIR
     if _writable(folder):
         try:
-            beside.mkdir(exist_ok=True)
+            if create:
+                beside.mkdir(exist_ok=True)
             if os.access(beside, os.W_OK):
                 return beside
         except OSError:
             pass
     target = user_cache_dir() / _tagged(root)
-    target.mkdir(parents=True, exist_ok=True)
+    if create:
+        target.mkdir(parents=True, exist_ok=True)
     return target
 
 
@@ -354,16 +359,6 @@ def load_index_file(
 #: files paired by their split word; 8: per-image class lists and LVIS class frequency; 9: the
 #: objects' own area).
 READER_VERSION = 9
-
-
-def dir_identity(path: str | os.PathLike[str]) -> list[int]:
-    """``[mtime_ns, ctime_ns, inode]`` of a folder (zeros when absent): they change when files
-    are added, removed or renamed in it, or when the folder is replaced."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return [0, 0, 0]
-    return [st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
 def folders_key(key: str, root: Path, folders: Iterable[str]) -> str:

@@ -80,7 +80,7 @@ def build_index(
         done = 0
         # each call carries the source without its file list and stamps (no parse reads them):
         # 100,000 stamps pickled per chunk were a fifth of a full build's CPU
-        slim = dataclasses.replace(source, files=[], stamp=[], image_listing=None)
+        slim = dataclasses.replace(source, files=[], stamp=[], image_listing=None, file_listing=None)
         calls = [(reader.name, slim, chunk, options) for chunk in chunks]
         for i, partial in run_in_processes(_parse_chunk, calls, n_workers):
             partials[i] = partial

@@ -238,7 +238,8 @@ def read_annotations(
             boxes_from_points=boxes_from_points,
             format_options=format_options,
         )
-        plan = _plan(p, format, image_dir, options, workers, progress)
+        # the annotation files' last listing is trusted only where the cache is (verify="stat")
+        plan = _plan(p, format, image_dir, options, workers, progress, known=cache is True and verify == "stat")
         cache_file = _cache_file(plan) if cache else None
         # taken once the cache folder exists: making `.detloader-cache` in a root that is also an image
         # folder changes that folder's identity, and a key taken before would not match on the next read
@@ -279,7 +280,8 @@ class _Plan:
     """What one :func:`read_annotations` call reads: the format ``name`` and its ``reader``, the
     dataset ``path`` (one folder down from the one given, when found there), the files the
     reader discovered (``source``) and the options in effect (``options_json``: their cache
-    key text)."""
+    key text); ``stored``: the stamps file kept with the cache, read already when the reader was
+    given the annotation files' last listing (``Reader.discover``'s ``known``)."""
 
     name: str
     reader: Reader
@@ -289,6 +291,7 @@ class _Plan:
     options_json: str
     workers: int | None
     progress: ProgressFn | None
+    stored: _refresh.StoredStamps | None
 
     def build(self) -> AnnotationIndex:
         """Parse the files; the images searched for below the root when the layout's folders
@@ -308,34 +311,49 @@ def _plan(
     options: ReadOptions,
     workers: int | None,
     progress: ProgressFn | None,
+    known: bool = False,
 ) -> _Plan:
     """The format (detected for ``"auto"``, else checked), ``image_dir`` resolved into the
     options, and the reader's files; ``splits.json`` stamped with them whatever the format (its
-    change rebuilds the index); a forced format that finds nothing to read is refused."""
+    change rebuilds the index); a forced format that finds nothing to read is refused. ``known``:
+    a reader that is refreshed is given the annotation files' listing kept with the cache
+    (:class:`~detloader.annotations.refresh.StoredStamps`)."""
     name, p = find_dataset(p) if format == "auto" else (format, p)
     check_choice("format", name, ("auto", *READERS))
     reader = READERS[name]
     if image_dir is not None:
         options = replace(options, image_dir=_image_folder(image_dir, reader, p, options))
-    source = reader.discover(p, options)
+    options_json = json.dumps(options.to_json(), sort_keys=True)
+    stored = None
+    if known and reader.per_file:
+        file_name = _cache_name(name, options_json, p)
+        stored = _refresh.StoredStamps(lambda root: _cache.cache_dir_for(root, create=False) / file_name)
+        source = reader.discover(p, options, known=stored.files_listing)  # a per_file reader takes it
+    else:
+        source = reader.discover(p, options)
     if os.path.exists(source.root / SPLITS_JSON):
         source.stamp.append(stat_entry(source.root / SPLITS_JSON, source.root))
     if format != "auto":
         _require_files(source, name, p)
-    options_json = json.dumps(options.to_json(), sort_keys=True)
-    return _Plan(name, reader, p, source, options, options_json, workers, progress)
+    return _Plan(name, reader, p, source, options, options_json, workers, progress, stored)
+
+
+def _cache_name(name: str, options_json: str, path: Path) -> str:
+    """The index cache file's name in its folder: the format and a tag of the options (and of
+    the file's name, when a file was given: ``training.xml`` and ``testing.xml`` side by side
+    get their own cache)."""
+    tag_text = options_json + (f"\0{path.name}" if path.is_file() else "")
+    options_tag = hashlib.blake2b(tag_text.encode("utf-8", "surrogateescape"), digest_size=8).hexdigest()
+    return f"{name}-{options_tag}.dlindex"
 
 
 def _cache_file(plan: _Plan) -> Path | None:
     """The index cache file for this read, its folder made; None, said in a warning, when no
     cache folder can be written or the file there is refused (a FIFO would hang the read: it
     is never opened, locked or replaced)."""
-    # files beside each other in one folder (training.xml, testing.xml) get their own cache
-    tag_text = plan.options_json + (f"\0{plan.path.name}" if plan.path.is_file() else "")
-    options_tag = hashlib.blake2b(tag_text.encode("utf-8", "surrogateescape"), digest_size=8).hexdigest()
     root = plan.source.root
     try:
-        cache_file = _cache.cache_dir_for(root) / f"{plan.name}-{options_tag}.dlindex"
+        cache_file = _cache.cache_dir_for(root) / _cache_name(plan.name, plan.options_json, plan.path)
     except OSError as err:  # neither the dataset folder nor the user cache can be written
         warnings.warn(f"{root}: reading without an index cache ({err})", DetloaderRuntimeWarning, stacklevel=3)
         return None
@@ -380,12 +398,12 @@ def _read_cached(
         if stamps is not None:
             base = _refresh.base_key(name, plan.options_json, source, verify, digests)
             if current:
-                index = _refresh.refresh_index(plan.reader, source, plan.options, cache_file, base, stamps)
+                index = _refresh.refresh_index(plan.reader, source, plan.options, cache_file, base, stamps, plan.stored)
         index = plan.build() if index is None else index
         full_key = _cache.folders_key(key, source.root, _folders_of(index))
         try:
             _cache.save_index(index, cache_file, full_key)
-            _refresh.save_stamps(cache_file, full_key, base, stamps, source.image_listing)
+            _refresh.save_stamps(cache_file, full_key, base, stamps, source)
             index = _cache.load_index_file(cache_file, root=source.root, check_data=False)  # written just now
         except OSError as err:
             warnings.warn(f"index cache not written to {cache_file}: {err}", DetloaderRuntimeWarning, stacklevel=3)

@@ -17,10 +17,10 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -28,7 +28,6 @@ from detloader.annotations.builder import Partial
 from detloader.annotations.cache import (
     CACHE_VERSION,
     READER_VERSION,
-    dir_identity,
     key_matches,
     load_index_file,
     read_arrays,
@@ -50,7 +49,7 @@ from detloader.annotations.image_search import should_search
 from detloader.annotations.index import AnnotationIndex
 from detloader.annotations.parse import _parse_chunk, assemble
 from detloader.annotations.problems import Problem, ProblemReport
-from detloader.annotations.readers.common import FolderListing, Reader, Source, StampTable
+from detloader.annotations.readers.common import FolderListing, Reader, Source, StampTable, dir_identity
 from detloader.errors import CacheError
 
 STAMPS_SUFFIX = ".stamps"
@@ -116,13 +115,12 @@ def file_stamps(
     return FileStamps(names[:n], numbers[:n], hexed)
 
 
-def save_stamps(
-    cache_file: Path, key: str, base: str | None, stamps: FileStamps | None, listing: FolderListing | None = None
-) -> None:
+def save_stamps(cache_file: Path, key: str, base: str | None, stamps: FileStamps | None, source: Source) -> None:
     """Write the stamps of ``cache_file`` (whose key is ``key``) for a later refresh, with the
-    image folder's ``listing`` when the reader made one; nothing for a reader that is not
-    refreshed (``base`` and ``stamps`` None), and a stale file is removed when there is nothing
-    to write. ``OSError`` when it cannot be written."""
+    source's listings: the image folder's (``image_listing``) and its annotation folders'
+    identities (``file_listing``: its files are ``stamps.names``) when the reader made them;
+    nothing for a reader that is not refreshed (``base`` and ``stamps`` None), and a stale file
+    is removed when there is nothing to write. ``OSError`` when it cannot be written."""
     path = stamps_file(cache_file)
     if stamps is None or base is None:
         with contextlib.suppress(OSError):
@@ -133,17 +131,36 @@ def save_stamps(
     arrays = {"names_blob": names_blob, "names_offsets": names_offsets, "numbers": stamps.numbers,
               "digests_blob": digests_blob, "digests_offsets": digests_offsets}
     facts = None
+    listing = source.image_listing
     if listing is not None:
         arrays["listing_files_blob"], arrays["listing_files_offsets"] = pack_strings(listing.files)
         facts = {"folders": listing.folders, "problems": ProblemReport(listing.problems).to_list()}
-    write_arrays(path, {"key": key, "base": base, "listing": facts}, arrays, magic=STAMPS_MAGIC)
+    files_folders = source.file_listing.folders if source.file_listing is not None else None
+    header = {"key": key, "base": base, "listing": facts, "files_folders": files_folders}
+    write_arrays(path, header, arrays, magic=STAMPS_MAGIC)
 
 
-def _load_stamps(path: Path) -> tuple[str, str, FileStamps, FolderListing | None] | None:
-    """``(key, base, stamps, listing)`` from a stamps file; None when it is absent or not usable."""
-    listing = None
+class Stored(NamedTuple):
+    """A stamps file read: the cache key and :func:`base_key` it was written with, the
+    annotation files' ``stamps``, the image folder's ``listing`` and ``files_listing``: the
+    annotation files' listing (their names and folders' identities), None when not kept."""
+
+    key: str
+    base: str
+    stamps: FileStamps
+    listing: FolderListing | None
+    files_listing: FolderListing | None
+
+
+def _folders(value: Any) -> dict[str, list[int]]:
+    return {str(k): [int(n) for n in v] for k, v in value.items()}
+
+
+def _load_stamps(path: Path) -> tuple[Stored | None, os.stat_result | None]:
+    """The stamps file at ``path`` (None when it is absent or not usable) and its stat."""
+    listing = files_listing = None
     try:
-        header, data, _ = read_arrays(path, magic=STAMPS_MAGIC)
+        header, data, st = read_arrays(path, magic=STAMPS_MAGIC)
         key, base, facts = str(header["key"]), str(header["base"]), header["listing"]
         names = unpack_strings(data["names_blob"], data["names_offsets"])
         numbers = np.array(data["numbers"], dtype=np.int64)
@@ -151,13 +168,44 @@ def _load_stamps(path: Path) -> tuple[str, str, FileStamps, FolderListing | None
         if facts is not None:
             files = unpack_strings(data["listing_files_blob"], data["listing_files_offsets"])
             problems = list(ProblemReport.from_list(facts["problems"]))
-            folders = {str(k): [int(n) for n in v] for k, v in facts["folders"].items()}
-            listing = FolderListing(files, problems, folders)
+            listing = FolderListing(files, problems, _folders(facts["folders"]))
+        if header.get("files_folders") is not None:
+            files_listing = FolderListing(names, [], _folders(header["files_folders"]))
     except (OSError, CacheError, ValueError, KeyError, TypeError, IndexError, AttributeError, UnicodeDecodeError):
-        return None
+        return None, None
     if numbers.ndim != 2 or numbers.shape[1] != 4 or not len(names) == len(numbers) == len(digests):
-        return None
-    return key, base, FileStamps(names, numbers, digests), listing
+        return None, st
+    return Stored(key, base, FileStamps(names, numbers, digests), listing, files_listing), st
+
+
+class StoredStamps:
+    """The stamps file of the cache a read will use, read once for both of its uses: the
+    annotation files' last listing, which the reader states again instead of listing their
+    folders (:meth:`files_listing`, ``Reader.discover``'s ``known``), and the stamps
+    :func:`refresh_index` compares. ``locate``: the cache file of the dataset at a root, found
+    (never made) before the reader has said where the root is; None where there is none."""
+
+    def __init__(self, locate: Callable[[Path], Path | None]) -> None:
+        self._locate = locate
+        self._read: tuple[Path, os.stat_result | None, Stored | None] | None = None
+
+    def load(self, cache_file: Path) -> Stored | None:
+        """What the stamps file of ``cache_file`` holds, read again when it changed since."""
+        path = stamps_file(cache_file)
+        if self._read is not None and self._read[0] == path and self._read[1] is not None:
+            with contextlib.suppress(OSError):
+                st, before = os.stat(path), self._read[1]
+                if (st.st_mtime_ns, st.st_size, st.st_ino) == (before.st_mtime_ns, before.st_size, before.st_ino):
+                    return self._read[2]
+        stored, st = _load_stamps(path)
+        self._read = (path, st, stored)
+        return stored
+
+    def files_listing(self, root: Path) -> FolderListing | None:
+        """The annotation files' listing kept with the cache of the dataset at ``root``."""
+        cache_file = self._locate(root)
+        stored = self.load(cache_file) if cache_file is not None else None
+        return stored.files_listing if stored is not None else None
 
 
 def _refreshable(old: AnnotationIndex, options: ReadOptions) -> bool:
@@ -264,17 +312,18 @@ def refresh_index(
     cache_file: Path,
     base: str,
     stamps: FileStamps,
+    stored: StoredStamps | None = None,
 ) -> AnnotationIndex | None:
     """The index of ``source`` from the cached one, parsing only the annotation files added or
     changed since (and those whose images were dropped as duplicates); None when it cannot be
     refreshed (then build in full). ``base``: :func:`base_key` now; ``stamps``: :func:`file_stamps`
-    now."""
+    now; ``stored``: the read's stamps file, when read already."""
     if not source.files:
         return None
-    stored = _load_stamps(stamps_file(cache_file))
-    if stored is None or stored[1] != base:
+    found = stored.load(cache_file) if stored is not None else _load_stamps(stamps_file(cache_file))[0]
+    if found is None or found.base != base:
         return None
-    stored_key, _, before, listing = stored
+    stored_key, before, listing = found.key, found.stamps, found.listing
     try:
         if read_key(cache_file) != stored_key or not key_matches(stored_key, stored_key.split(" ", 1)[0], source.root):
             return None  # another cache file, or images added or removed in an image folder

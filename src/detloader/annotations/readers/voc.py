@@ -28,6 +28,7 @@ from detloader.annotations.landmarks import FACE5, LandmarkSchema
 from detloader.annotations.problems import Problem, problems_of
 from detloader.annotations.readers.common import (
     FolderListing,
+    KnownFiles,
     Reader,
     Source,
     Stamp,
@@ -304,8 +305,9 @@ class VocReader(Reader):
         first = _first_file(path, ".xml")
         return first is not None and root_tag(Path(first)) == "annotation"
 
-    def discover(self, path: Path, options: ReadOptions) -> VocSource:
-        """The VOC layout at ``path``: annotation files, image folder and ``ImageSets/Main`` splits."""
+    def discover(self, path: Path, options: ReadOptions, known: KnownFiles | None = None) -> VocSource:
+        """The VOC layout at ``path``: annotation files, image folder and ``ImageSets/Main`` splits;
+        the annotation files stated again from ``known``'s listing while their folders are unchanged."""
         path = path.resolve()
         if path.is_file():
             root = path.parent
@@ -322,8 +324,13 @@ class VocReader(Reader):
         ann_dir = ann_dir or root
         problems: list[Problem] = []
         follow = options.allow_outside_images
-        files = scan_files(ann_dir, (".xml",), root=root, problems=problems, follow_outside=follow)
-        return _source(root, ann_dir, image_dir, files, find_child_dir(root, ("ImageSets",)), problems)
+        folders: dict[str, list[int]] = {}
+        files = scan_files(ann_dir, (".xml",), root=root, problems=problems, follow_outside=follow, folders=folders,
+                           known=known(root) if known is not None else None)
+        source = _source(root, ann_dir, image_dir, files, find_child_dir(root, ("ImageSets",)), problems)
+        if not problems:
+            source.file_listing = FolderListing(source.files, [], folders)
+        return source
 
     def parse_file(self, source: VocSource, rel: str, builder: ChunkBuilder) -> None:
         _parse_file(str(source.root), rel, source.annotation_dir, source.image_dir, builder)
