@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from detloader import read_annotations
 from detloader.annotations.readers import READERS, common
-from detloader.annotations.refresh import _load_stamps, _positions, stamps_file
+from detloader.annotations.refresh import StoredStamps, _load_stamps, _positions, stamps_file
 
 ATTRS = "<attributes><attribute><name>color</name><value>{}</value></attribute></attributes>"
 
@@ -410,6 +410,21 @@ def test_a_folder_that_changed_just_before_its_listing_does_not_vouch_for_it(tmp
     _edit(root)
     read_annotations(root, on_error="skip")
     assert restated == [False, False, True]
+
+
+def test_the_stamps_file_is_read_once_per_read_and_again_when_it_changed(tmp_path):
+    """``StoredStamps`` gives the reader's listing and the refresh's stamps from one read of
+    the file, and reads it again when another read rewrote it meanwhile."""
+    root = _dataset(tmp_path)
+    cache_file = Path(read_annotations(root, on_error="skip")._source_file)
+    stored = StoredStamps(lambda at: cache_file if at == root else None)
+    first = stored.load(cache_file)
+    assert stored.files_listing(root) is first.files_listing and stored.load(cache_file) is first
+    assert stored.files_listing(tmp_path) is None  # no cache file there
+    _add(root)
+    read_annotations(root, on_error="skip")
+    again = stored.load(cache_file)
+    assert again is not first and os.path.join("Annotations", "8.xml") in again.stamps.names
 
 
 @pytest.mark.parametrize(
