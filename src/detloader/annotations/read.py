@@ -280,8 +280,9 @@ class _Plan:
     """What one :func:`read_annotations` call reads: the format ``name`` and its ``reader``, the
     dataset ``path`` (one folder down from the one given, when found there), the files the
     reader discovered (``source``) and the options in effect (``options_json``: their cache
-    key text); ``stored``: the stamps file kept with the cache, read already when the reader was
-    given the annotation files' last listing (``Reader.discover``'s ``known``)."""
+    key text); ``cache_name``: the index cache file's name (:func:`_cache_name`); ``stored``: the
+    stamps file kept beside it, read at most once (for the reader, when it was given the
+    annotation files' last listing, ``Reader.discover``'s ``known``, and for a refresh)."""
 
     name: str
     reader: Reader
@@ -291,7 +292,8 @@ class _Plan:
     options_json: str
     workers: int | None
     progress: ProgressFn | None
-    stored: _refresh.StoredStamps | None
+    cache_name: str
+    stored: _refresh.StoredStamps
 
     def build(self) -> AnnotationIndex:
         """Parse the files; the images searched for below the root when the layout's folders
@@ -324,10 +326,9 @@ def _plan(
     if image_dir is not None:
         options = replace(options, image_dir=_image_folder(image_dir, reader, p, options))
     options_json = json.dumps(options.to_json(), sort_keys=True)
-    stored = None
+    cache_name = _cache_name(name, options_json, p)
+    stored = _refresh.StoredStamps(lambda root: _cache.cache_dir_for(root, create=False) / cache_name)
     if known and reader.per_file:
-        file_name = _cache_name(name, options_json, p)
-        stored = _refresh.StoredStamps(lambda root: _cache.cache_dir_for(root, create=False) / file_name)
         source = reader.discover(p, options, known=stored.files_listing)  # a per_file reader takes it
     else:
         source = reader.discover(p, options)
@@ -335,7 +336,7 @@ def _plan(
         source.stamp.append(stat_entry(source.root / SPLITS_JSON, source.root))
     if format != "auto":
         _require_files(source, name, p)
-    return _Plan(name, reader, p, source, options, options_json, workers, progress, stored)
+    return _Plan(name, reader, p, source, options, options_json, workers, progress, cache_name, stored)
 
 
 def _cache_name(name: str, options_json: str, path: Path) -> str:
@@ -353,7 +354,7 @@ def _cache_file(plan: _Plan) -> Path | None:
     is never opened, locked or replaced)."""
     root = plan.source.root
     try:
-        cache_file = _cache.cache_dir_for(root) / _cache_name(plan.name, plan.options_json, plan.path)
+        cache_file = _cache.cache_dir_for(root) / plan.cache_name
     except OSError as err:  # neither the dataset folder nor the user cache can be written
         warnings.warn(f"{root}: reading without an index cache ({err})", DetloaderRuntimeWarning, stacklevel=3)
         return None

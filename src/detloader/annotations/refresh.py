@@ -312,15 +312,15 @@ def refresh_index(
     cache_file: Path,
     base: str,
     stamps: FileStamps,
-    stored: StoredStamps | None = None,
+    stored: StoredStamps,
 ) -> AnnotationIndex | None:
     """The index of ``source`` from the cached one, parsing only the annotation files added or
     changed since (and those whose images were dropped as duplicates); None when it cannot be
     refreshed (then build in full). ``base``: :func:`base_key` now; ``stamps``: :func:`file_stamps`
-    now; ``stored``: the read's stamps file, when read already."""
+    now; ``stored``: the read's stamps file (read here unless read already)."""
     if not source.files:
         return None
-    found = stored.load(cache_file) if stored is not None else _load_stamps(stamps_file(cache_file))[0]
+    found = stored.load(cache_file)
     if found is None or found.base != base:
         return None
     stored_key, before, listing = found.key, found.stamps, found.listing
